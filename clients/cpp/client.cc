@@ -1,0 +1,328 @@
+#include "torchfarm/client.h"
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <iterator>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+namespace torchfarm {
+
+using nlohmann::json;
+
+// libzmq frees a zero-copy frame from its I/O thread whenever it is done with it (sent, or dropped
+// with the socket); this count lets Infer know whether a caller's buffer may still be read.
+struct Client::FrameReleaseTracker {
+  std::mutex mutex;
+  std::condition_variable all_released;
+  int64_t held = 0;
+
+  void Acquire() {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++held;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (--held == 0) all_released.notify_all();
+  }
+  bool Idle() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return held == 0;
+  }
+  void WaitIdle() {
+    std::unique_lock<std::mutex> lock(mutex);
+    all_released.wait(lock, [this] { return held == 0; });
+  }
+};
+
+namespace {
+
+void ReleaseFrame(void* /*data*/, void* hint) {
+  static_cast<Client::FrameReleaseTracker*>(hint)->Release();
+}
+
+// Only what protects memory is checked here (a view must cover its spec's bytes); everything else
+// is the server's to judge, so its messages stay the single source of truth.
+Status CheckViews(const std::vector<TensorView>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorView& view = inputs[i];
+    auto expected = ByteSize(view.spec);
+    if (!expected) {
+      return InvalidArgument("inputs[" + std::to_string(i) + "]: shape " +
+                             ShapeToString(view.spec.shape) + " is negative or too large");
+    }
+    if (*expected != view.nbytes) {
+      return InvalidArgument("inputs[" + std::to_string(i) + "]: " + SpecToString(view.spec) +
+                             " needs " + std::to_string(*expected) + " bytes, got " +
+                             std::to_string(view.nbytes));
+    }
+    if (view.nbytes > 0 && view.data == nullptr) {
+      return InvalidArgument("inputs[" + std::to_string(i) + "]: data is null");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string BuildHeader(uint64_t id, const std::string& model,
+                        const std::vector<TensorView>& inputs, const InferOptions& options) {
+  json specs = json::array();
+  for (const auto& view : inputs) specs.push_back(TensorSpecToJson(view.spec));
+  json header = {{"v", kProtocolVersion},         {"id", id},
+                 {"model", model},                {"inputs", std::move(specs)},
+                 {"timeout_ms", options.timeout_ms}, {"priority", options.priority}};
+  return header.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+bool ReplyId(const json& id, uint64_t* out) {
+  if (id.is_number_unsigned()) {
+    *out = id.get<uint64_t>();
+    return *out != 0;
+  }
+  if (id.is_number_integer() && id.get<int64_t>() > 0) {
+    *out = static_cast<uint64_t>(id.get<int64_t>());
+    return true;
+  }
+  return false;
+}
+
+// Checks the data frames against the outputs the header lists and copies them out.
+Status DecodeOutputs(const std::vector<zmq::message_t>& frames, const ReplyHeader& header,
+                     std::vector<Tensor>* outputs) {
+  if (frames.size() - 1 != header.outputs.size()) {
+    return Internal("malformed reply: header lists " + std::to_string(header.outputs.size()) +
+                    " output(s), message has " + std::to_string(frames.size() - 1) +
+                    " data frame(s)");
+  }
+  for (size_t i = 0; i < header.outputs.size(); ++i) {
+    const zmq::message_t& frame = frames[i + 1];
+    auto expected = ByteSize(header.outputs[i]);
+    if (!expected || *expected != frame.size()) {
+      return Internal("malformed reply: outputs[" + std::to_string(i) + "] " +
+                      SpecToString(header.outputs[i]) + " needs " +
+                      (expected ? std::to_string(*expected) : std::string("too many")) +
+                      " bytes, frame " + std::to_string(i + 1) + " has " +
+                      std::to_string(frame.size()));
+    }
+    outputs->push_back(Tensor{header.outputs[i], frame.to_string()});
+  }
+  return Status::Ok();
+}
+
+// Waits until a message arrives or `deadline` passes (nullopt: forever); false on timeout.
+bool ReceiveFrames(zmq::socket_t& socket, std::optional<TimePoint> deadline,
+                   std::vector<zmq::message_t>* frames) {
+  for (;;) {
+    long wait_ms = -1;
+    if (deadline) {
+      auto left = std::chrono::ceil<Millis>(*deadline - Clock::now()).count();
+      wait_ms = left > 0 ? static_cast<long>(left) : 0;
+    }
+    zmq::pollitem_t item{static_cast<void*>(socket), 0, ZMQ_POLLIN, 0};
+    try {
+      zmq::poll(&item, 1, std::chrono::milliseconds(wait_ms));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+      continue;  // a signal interrupted the wait: recompute what is left and wait again
+    }
+    if (item.revents & ZMQ_POLLIN) {
+      frames->clear();
+      if (zmq::recv_multipart(socket, std::back_inserter(*frames), zmq::recv_flags::dontwait)) {
+        return true;
+      }
+    }
+    if (deadline && Clock::now() >= *deadline) return false;
+  }
+}
+
+}  // namespace
+
+Client::Client(const std::string& endpoint, int io_timeout_ms)
+    : endpoint_(endpoint),
+      io_timeout_ms_(io_timeout_ms),
+      release_tracker_(std::make_unique<FrameReleaseTracker>()),
+      context_(std::make_unique<zmq::context_t>(1)) {
+  connect_status_ = Connect();
+}
+
+Client::~Client() = default;
+
+Status Client::Connect() {
+  try {
+    socket_ = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::dealer);
+    socket_->set(zmq::sockopt::linger, 0);
+    // A send blocks only while the outbound queue is full (high-water mark); bound that too.
+    socket_->set(zmq::sockopt::sndtimeo, io_timeout_ms_);
+    socket_->connect(endpoint_);
+  } catch (const zmq::error_t& e) {
+    socket_.reset();
+    return InvalidArgument("cannot connect to '" + endpoint_ + "': " + e.what());
+  }
+  return Status::Ok();
+}
+
+Status Client::SendRequest(const std::string& model, const std::vector<TensorView>& inputs,
+                           const InferOptions& options, bool zero_copy, uint64_t* id) {
+  if (!connect_status_.ok()) return connect_status_;
+  Status s = CheckViews(inputs);
+  if (!s.ok()) return s;
+  const uint64_t request_id = next_id_++;
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(BuildHeader(request_id, model, inputs, options));
+  for (const auto& view : inputs) {
+    if (zero_copy && view.nbytes > 0) {
+      frames.emplace_back(const_cast<void*>(view.data), view.nbytes, &ReleaseFrame,
+                          release_tracker_.get());
+      release_tracker_->Acquire();
+    } else {
+      frames.emplace_back(view.data, view.nbytes);
+    }
+  }
+  try {
+    if (!zmq::send_multipart(*socket_, frames)) {
+      return Unavailable("cannot send to " + endpoint_ + ": outbound queue stayed full for " +
+                         std::to_string(io_timeout_ms_) + " ms");
+    }
+  } catch (const zmq::error_t& e) {
+    return Unavailable("cannot send to " + endpoint_ + ": " + e.what());
+  }
+  *id = request_id;
+  return Status::Ok();
+}
+
+Status Client::AwaitReply(uint64_t infer_id, int timeout_ms, ReadyReply* out) {
+  std::optional<TimePoint> deadline;
+  if (timeout_ms >= 0) deadline = Clock::now() + Millis(timeout_ms);
+  for (;;) {
+    std::vector<zmq::message_t> frames;
+    try {
+      if (!ReceiveFrames(*socket_, deadline, &frames)) {
+        return Status(StatusCode::kDeadlineExceeded, "no reply from " + endpoint_ + " within " +
+                                                         std::to_string(timeout_ms) + " ms");
+      }
+    } catch (const zmq::error_t& e) {
+      return Unavailable("cannot receive from " + endpoint_ + ": " + e.what());
+    }
+    ReadyReply reply;
+    Status parsed = ParseReplyHeader(frames[0].to_string_view(), &reply.result.header);
+    if (!ReplyId(reply.result.header.id, &reply.id)) {
+      TF_LOG(kWarn) << "dropping a reply without a request id" << Kv("endpoint", endpoint_)
+                    << Kv("header", frames[0].to_string().substr(0, 200));
+      continue;
+    }
+    const bool wanted = infer_id != 0 && reply.id == infer_id;
+    if (!wanted && outstanding_.erase(reply.id) == 0) {
+      TF_LOG(kDebug) << "dropping a stale reply" << Kv("id", reply.id);
+      continue;
+    }
+    if (!parsed.ok()) {
+      reply.status = Internal("malformed reply: " + parsed.message());
+    } else if (!reply.result.header.status.ok()) {
+      reply.status = reply.result.header.status;
+    } else {
+      reply.status = DecodeOutputs(frames, reply.result.header, &reply.result.outputs);
+    }
+    if (wanted || infer_id == 0) {
+      *out = std::move(reply);
+      return Status::Ok();
+    }
+    ready_.push_back(std::move(reply));  // a pipelined reply that arrived during Infer
+  }
+}
+
+void Client::ResetSocketIfFramesQueued() {
+  if (release_tracker_->Idle()) return;
+  TF_LOG(kWarn) << "request still queued after its timeout; reconnecting"
+                << Kv("endpoint", endpoint_) << Kv("lost_requests", outstanding_.size());
+  socket_.reset();  // LINGER 0: libzmq drops every queued frame and releases it
+  release_tracker_->WaitIdle();
+  outstanding_.clear();
+  connect_status_ = Connect();
+}
+
+Status Client::Infer(const std::string& model, const std::vector<TensorView>& inputs,
+                     InferResult* result, const InferOptions& options) {
+  *result = InferResult{};
+  uint64_t id = 0;
+  Status s = SendRequest(model, inputs, options, /*zero_copy=*/true, &id);
+  if (s.ok()) {
+    ReadyReply reply;
+    s = AwaitReply(id, io_timeout_ms_, &reply);
+    if (s.ok()) {
+      *result = std::move(reply.result);
+      return reply.status;
+    }
+  }
+  // The caller may free its buffers once we return: make sure libzmq no longer holds them.
+  if (socket_) ResetSocketIfFramesQueued();
+  return s;
+}
+
+Status Client::Send(const std::string& model, const std::vector<TensorView>& inputs,
+                    const InferOptions& options, uint64_t* id) {
+  Status s = SendRequest(model, inputs, options, /*zero_copy=*/false, id);
+  if (s.ok()) outstanding_.insert(*id);
+  return s;
+}
+
+Status Client::Receive(InferResult* result, uint64_t* id, int timeout_ms) {
+  *result = InferResult{};
+  *id = 0;
+  if (!connect_status_.ok()) return connect_status_;
+  ReadyReply reply;
+  if (!ready_.empty()) {
+    reply = std::move(ready_.front());
+    ready_.pop_front();
+  } else if (outstanding_.empty()) {
+    return InvalidArgument("Receive: no request is outstanding; call Send first");
+  } else {
+    Status s = AwaitReply(0, timeout_ms, &reply);
+    if (!s.ok()) return s;
+  }
+  *id = reply.id;
+  *result = std::move(reply.result);
+  return reply.status;
+}
+
+Status Client::SendRaw(const std::vector<std::string>& frames) {
+  if (!connect_status_.ok()) return connect_status_;
+  if (frames.empty()) return InvalidArgument("SendRaw: a message needs at least one frame");
+  std::vector<zmq::message_t> messages;
+  for (const auto& frame : frames) messages.emplace_back(frame.data(), frame.size());
+  try {
+    if (!zmq::send_multipart(*socket_, messages)) {
+      return Unavailable("cannot send to " + endpoint_ + ": outbound queue stayed full for " +
+                         std::to_string(io_timeout_ms_) + " ms");
+    }
+  } catch (const zmq::error_t& e) {
+    return Unavailable("cannot send to " + endpoint_ + ": " + e.what());
+  }
+  return Status::Ok();
+}
+
+Status Client::ReceiveRaw(std::vector<std::string>* frames, int timeout_ms) {
+  frames->clear();
+  if (!connect_status_.ok()) return connect_status_;
+  std::optional<TimePoint> deadline;
+  if (timeout_ms >= 0) deadline = Clock::now() + Millis(timeout_ms);
+  std::vector<zmq::message_t> messages;
+  try {
+    if (!ReceiveFrames(*socket_, deadline, &messages)) {
+      return Status(StatusCode::kDeadlineExceeded, "no reply from " + endpoint_ + " within " +
+                                                       std::to_string(timeout_ms) + " ms");
+    }
+  } catch (const zmq::error_t& e) {
+    return Unavailable("cannot receive from " + endpoint_ + ": " + e.what());
+  }
+  for (const auto& message : messages) frames->push_back(message.to_string());
+  return Status::Ok();
+}
+
+}  // namespace torchfarm

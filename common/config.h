@@ -1,0 +1,63 @@
+// The farm's JSON configuration (documented key by key in README.md, "Configuration").
+//
+// Owns: parsing and validation. Every error names the JSON path, what was expected and what was
+// received; unknown keys are errors. Relative model paths resolve against the config file's
+// folder. No process state here: "count": "auto" is resolved by the supervisor, which knows the
+// cores it may use.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "common/tensor_spec.h"
+
+namespace torchfarm {
+
+struct InstanceConfig {
+  std::string device = "cpu";  // "cpu" or "cuda:N"
+  int count = 1;
+  bool count_auto = false;     // "count": "auto": fill the cores the supervisor may use
+  int threads = 1;             // intra-op threads of each worker
+  std::vector<int> cores;      // optional CPU pinning of each worker of this group
+};
+
+struct ModelConfig {
+  std::string name;
+  std::string path;  // absolute after parsing
+  std::vector<TensorSpec> inputs;
+  std::vector<InstanceConfig> instances;
+  // Scheduling.
+  int64_t max_batch_size = 1;        // rows along dim 0 per batch; 1 disables merging
+  int64_t max_queue_delay_us = 0;    // how long the oldest request may wait for company
+  std::vector<int64_t> preferred_batch_sizes;
+  int64_t max_queue_size = 1024;     // queued requests beyond which new ones are refused
+  int max_inflight_per_worker = 2;   // batches a worker may hold in its ring
+  int priority_levels = 1;
+  // Shared-memory geometry of each worker of this model.
+  uint64_t slot_bytes = 4 << 20;     // tensor bytes one ring slot holds (request or response)
+  int ring_slots = 4;                // slots per ring; >= max_inflight_per_worker
+};
+
+struct FarmConfig {
+  std::string endpoint = "tcp://127.0.0.1:5555";
+  std::string admin_endpoint;  // default: ipc://<run_dir>/admin.sock
+  std::string run_dir = "/tmp/torchfarm";
+  int heartbeat_ms = 1000;
+  std::string worker_binary;   // default: torchfarm-worker next to the supervisor binary
+  std::vector<ModelConfig> models;
+  std::string source_path;     // the file this came from, for reloads and messages
+};
+
+// Parses a config object; `base_dir` resolves relative paths.
+Status ParseConfig(const nlohmann::json& j, const std::string& base_dir, FarmConfig* out);
+// Reads and parses a file; errors name the file.
+Status LoadConfigFile(const std::string& path, FarmConfig* out);
+
+// Total worker count after "auto" resolution with `available_cores`.
+int ResolveInstanceCount(const InstanceConfig& instance, int available_cores);
+
+}  // namespace torchfarm

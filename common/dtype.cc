@@ -1,0 +1,82 @@
+#include "common/dtype.h"
+
+#include <array>
+
+namespace torchfarm {
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  std::string_view name;
+  size_t size;
+  std::string_view descr;
+};
+
+constexpr std::array<DTypeInfo, 10> kInfo = {{
+    {DType::kFloat32, "float32", 4, "<f4"},
+    {DType::kFloat64, "float64", 8, "<f8"},
+    {DType::kFloat16, "float16", 2, "<f2"},
+    {DType::kBFloat16, "bfloat16", 2, ""},
+    {DType::kInt64, "int64", 8, "<i8"},
+    {DType::kInt32, "int32", 4, "<i4"},
+    {DType::kInt16, "int16", 2, "<i2"},
+    {DType::kInt8, "int8", 1, "|i1"},
+    {DType::kUInt8, "uint8", 1, "|u1"},
+    {DType::kBool, "bool", 1, "|b1"},
+}};
+
+const DTypeInfo& Info(DType dtype) {
+  for (const auto& info : kInfo) {
+    if (info.dtype == dtype) return info;
+  }
+  return kInfo[0];  // unreachable for valid enum values
+}
+
+}  // namespace
+
+std::optional<DType> ParseDType(std::string_view numpy_name) {
+  for (const auto& info : kInfo) {
+    if (info.name == numpy_name) return info.dtype;
+  }
+  return std::nullopt;
+}
+
+std::optional<DType> DTypeFromCode(uint8_t code) {
+  for (const auto& info : kInfo) {
+    if (static_cast<uint8_t>(info.dtype) == code) return info.dtype;
+  }
+  return std::nullopt;
+}
+
+std::string_view DTypeName(DType dtype) { return Info(dtype).name; }
+size_t DTypeSize(DType dtype) { return Info(dtype).size; }
+std::string_view DTypeNumpyDescr(DType dtype) { return Info(dtype).descr; }
+
+std::optional<DType> DTypeFromNumpyDescr(std::string_view descr) {
+  // Single-byte types may be written with '|' or without a byte-order mark; '=' means native,
+  // which is little-endian on every platform torchfarm supports.
+  if (descr.size() == 3 && (descr[0] == '=' || descr[0] == '|')) {
+    std::string little = "<" + std::string(descr.substr(1));
+    std::string any = "|" + std::string(descr.substr(1));
+    for (const auto& info : kInfo) {
+      if (!info.descr.empty() && (info.descr == little || info.descr == any)) return info.dtype;
+    }
+    return std::nullopt;
+  }
+  for (const auto& info : kInfo) {
+    if (!info.descr.empty() && info.descr == descr) return info.dtype;
+  }
+  if (descr == "<i1" || descr == "<u1" || descr == "<b1") return DTypeFromNumpyDescr("|" + std::string(descr.substr(1)));
+  return std::nullopt;
+}
+
+std::string AllDTypeNames() {
+  std::string out;
+  for (const auto& info : kInfo) {
+    if (!out.empty()) out += ", ";
+    out += info.name;
+  }
+  return out;
+}
+
+}  // namespace torchfarm

@@ -1,0 +1,40 @@
+// Element types of tensors on the wire, in shared memory and in .npy files.
+//
+// Owns: the mapping between numpy dtype names ("float32"), numpy array-protocol descriptors
+// ("<f4"), element sizes and the small integer code stored in shared-memory tensor descriptors.
+// No LibTorch here: the worker maps DType to at::ScalarType in worker/torch_compat.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace torchfarm {
+
+// The numeric values are part of the shared-memory layout (ipc/shm_layout.h): never renumber.
+enum class DType : uint8_t {
+  kFloat32 = 1,
+  kFloat64 = 2,
+  kFloat16 = 3,
+  kBFloat16 = 4,
+  kInt64 = 5,
+  kInt32 = 6,
+  kInt16 = 7,
+  kInt8 = 8,
+  kUInt8 = 9,
+  kBool = 10,
+};
+
+std::optional<DType> ParseDType(std::string_view numpy_name);
+std::optional<DType> DTypeFromCode(uint8_t code);
+std::string_view DTypeName(DType dtype);
+size_t DTypeSize(DType dtype);
+// numpy's array-protocol descriptor ("<f4", "|u1"); empty for bfloat16, which numpy lacks.
+std::string_view DTypeNumpyDescr(DType dtype);
+std::optional<DType> DTypeFromNumpyDescr(std::string_view descr);
+// "float32, float64, ..." for error messages.
+std::string AllDTypeNames();
+
+}  // namespace torchfarm

@@ -1,0 +1,203 @@
+#include "common/protocol.h"
+
+namespace torchfarm {
+
+using nlohmann::json;
+
+namespace {
+
+std::string TypeName(const json& j) { return j.type_name(); }
+
+}  // namespace
+
+Status TensorSpecFromJson(const json& j, const std::string& where, bool allow_wildcard,
+                          TensorSpec* out) {
+  if (!j.is_object()) {
+    return InvalidArgument(where + ": expected an object {\"dtype\": ..., \"shape\": [...]}, got " +
+                           TypeName(j));
+  }
+  auto dt = j.find("dtype");
+  if (dt == j.end() || !dt->is_string()) {
+    return InvalidArgument(where + ".dtype: expected a string, one of " + AllDTypeNames());
+  }
+  auto dtype = ParseDType(dt->get<std::string>());
+  if (!dtype) {
+    return InvalidArgument(where + ".dtype: expected one of " + AllDTypeNames() + ", got '" +
+                           dt->get<std::string>() + "'");
+  }
+  auto sh = j.find("shape");
+  if (sh == j.end() || !sh->is_array()) {
+    return InvalidArgument(where + ".shape: expected an array of integers");
+  }
+  if (sh->size() > static_cast<size_t>(kMaxRank)) {
+    return InvalidArgument(where + ".shape: rank " + std::to_string(sh->size()) +
+                           " exceeds the maximum of " + std::to_string(kMaxRank));
+  }
+  TensorSpec spec;
+  spec.dtype = *dtype;
+  for (const auto& d : *sh) {
+    if (!d.is_number_integer()) {
+      return InvalidArgument(where + ".shape: expected integers, got " + d.dump());
+    }
+    int64_t v = d.get<int64_t>();
+    if (v < (allow_wildcard ? -1 : 0)) {
+      return InvalidArgument(where + ".shape: dimension " + std::to_string(v) +
+                             (allow_wildcard ? " (use -1 for a variable dimension)" : "") +
+                             " must be >= " + (allow_wildcard ? "-1" : "0"));
+    }
+    spec.shape.push_back(v);
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (key != "dtype" && key != "shape" && key != "name") {
+      return InvalidArgument(where + ": unknown key '" + key + "' (expected dtype, shape, name)");
+    }
+  }
+  *out = std::move(spec);
+  return Status::Ok();
+}
+
+json TensorSpecToJson(const TensorSpec& spec) {
+  return json{{"dtype", DTypeName(spec.dtype)}, {"shape", spec.shape}};
+}
+
+Status ParseRequestHeader(std::string_view text, RequestHeader* out) {
+  *out = RequestHeader{};
+  if (text.size() > kMaxHeaderBytes) {
+    return InvalidArgument("header of " + std::to_string(text.size()) +
+                           " bytes exceeds the limit of " + std::to_string(kMaxHeaderBytes));
+  }
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return InvalidArgument("frame 0 must be a UTF-8 JSON header object; it is not valid JSON");
+  }
+  if (!j.is_object()) {
+    return InvalidArgument("frame 0 must be a JSON object, got " + TypeName(j));
+  }
+  if (auto id = j.find("id"); id != j.end()) out->id = *id;
+  auto v = j.find("v");
+  if (v == j.end() || !v->is_number_integer() || v->get<int64_t>() != kProtocolVersion) {
+    return InvalidArgument("header field 'v': expected protocol version " +
+                           std::to_string(kProtocolVersion) + ", got " +
+                           (v == j.end() ? std::string("nothing") : v->dump()));
+  }
+  auto model = j.find("model");
+  if (model == j.end() || !model->is_string() || model->get<std::string>().empty()) {
+    return InvalidArgument("header field 'model': expected a non-empty string");
+  }
+  out->model = model->get<std::string>();
+  auto inputs = j.find("inputs");
+  if (inputs == j.end() || !inputs->is_array() || inputs->empty()) {
+    return InvalidArgument("header field 'inputs': expected a non-empty array of "
+                           "{\"dtype\", \"shape\"}");
+  }
+  if (inputs->size() > kMaxInputs) {
+    return InvalidArgument("header field 'inputs': " + std::to_string(inputs->size()) +
+                           " inputs exceed the maximum of " + std::to_string(kMaxInputs));
+  }
+  for (size_t i = 0; i < inputs->size(); ++i) {
+    TensorSpec spec;
+    Status s = TensorSpecFromJson((*inputs)[i], "inputs[" + std::to_string(i) + "]", false, &spec);
+    if (!s.ok()) return s;
+    out->inputs.push_back(std::move(spec));
+  }
+  if (auto t = j.find("timeout_ms"); t != j.end() && !t->is_null()) {
+    if (!t->is_number_integer() || t->get<int64_t>() < 0) {
+      return InvalidArgument("header field 'timeout_ms': expected a non-negative integer, got " +
+                             t->dump());
+    }
+    out->timeout_ms = t->get<int64_t>();
+  }
+  if (auto p = j.find("priority"); p != j.end() && !p->is_null()) {
+    if (!p->is_number_integer() || p->get<int64_t>() < 0 || p->get<int64_t>() > 1000) {
+      return InvalidArgument("header field 'priority': expected an integer 0..1000, got " +
+                             p->dump());
+    }
+    out->priority = p->get<int>();
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (key != "v" && key != "id" && key != "model" && key != "inputs" && key != "timeout_ms" &&
+        key != "priority") {
+      return InvalidArgument("header: unknown field '" + key +
+                             "' (expected v, id, model, inputs, timeout_ms, priority)");
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckInputFrames(const RequestHeader& header, const std::vector<size_t>& frame_sizes) {
+  if (frame_sizes.size() != header.inputs.size()) {
+    return InvalidArgument("header declares " + std::to_string(header.inputs.size()) +
+                           " input(s) but the message has " + std::to_string(frame_sizes.size()) +
+                           " data frame(s) after the header");
+  }
+  for (size_t i = 0; i < frame_sizes.size(); ++i) {
+    auto expected = ByteSize(header.inputs[i]);
+    if (!expected) {
+      return InvalidArgument("inputs[" + std::to_string(i) + "]: shape " +
+                             ShapeToString(header.inputs[i].shape) + " is too large");
+    }
+    if (*expected != frame_sizes[i]) {
+      return InvalidArgument("inputs[" + std::to_string(i) + "]: " +
+                             SpecToString(header.inputs[i]) + " needs " +
+                             std::to_string(*expected) + " bytes, frame " + std::to_string(i + 1) +
+                             " has " + std::to_string(frame_sizes[i]));
+    }
+  }
+  return Status::Ok();
+}
+
+std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
+                        const StageTimes& timing, int worker_id) {
+  json out = json::array();
+  for (const auto& spec : outputs) out.push_back(TensorSpecToJson(spec));
+  json j = {{"v", kProtocolVersion},
+            {"id", id},
+            {"status", "ok"},
+            {"outputs", std::move(out)},
+            {"timing_us",
+             {{"queue", timing.queue_us}, {"compute", timing.compute_us}, {"total", timing.total_us}}},
+            {"worker", worker_id}};
+  return j.dump();
+}
+
+std::string MakeErrorReply(const json& id, const Status& status) {
+  json j = {{"v", kProtocolVersion},
+            {"id", id},
+            {"status", "error"},
+            {"code", StatusCodeName(status.code())},
+            {"message", status.message()}};
+  // Error messages may quote client bytes; never let invalid UTF-8 break the reply itself.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Status ParseReplyHeader(std::string_view text, ReplyHeader* out) {
+  *out = ReplyHeader{};
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Internal("reply header is not a JSON object");
+  out->raw = j;
+  if (auto id = j.find("id"); id != j.end()) out->id = *id;
+  std::string status = j.value("status", "");
+  if (status == "error") {
+    auto code = ParseStatusCode(j.value("code", "INTERNAL"));
+    out->status = Status(code.value_or(StatusCode::kInternal), j.value("message", ""));
+    return Status::Ok();
+  }
+  if (status != "ok") return Internal("reply header has no valid 'status'");
+  auto outputs = j.find("outputs");
+  if (outputs == j.end() || !outputs->is_array()) return Internal("reply header has no 'outputs'");
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    TensorSpec spec;
+    Status s = TensorSpecFromJson((*outputs)[i], "outputs[" + std::to_string(i) + "]", false, &spec);
+    if (!s.ok()) return Internal("bad reply: " + s.message());
+    out->outputs.push_back(std::move(spec));
+  }
+  if (auto t = j.find("timing_us"); t != j.end() && t->is_object()) {
+    out->timing.queue_us = t->value("queue", int64_t{0});
+    out->timing.compute_us = t->value("compute", int64_t{0});
+    out->timing.total_us = t->value("total", int64_t{0});
+  }
+  out->worker_id = j.value("worker", -1);
+  return Status::Ok();
+}
+
+}  // namespace torchfarm

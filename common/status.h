@@ -1,0 +1,55 @@
+// Status codes and the Status value that expected failures travel in.
+//
+// Owns: the closed set of error codes of the wire protocol (docs/protocol.md) and their names.
+// Used by every process; a failure a user can cause is returned as a Status, never thrown across a
+// process boundary.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace torchfarm {
+
+enum class StatusCode : int {
+  kOk = 0,
+  kInvalidArgument = 1,
+  kNotFound = 2,
+  kResourceExhausted = 3,
+  kDeadlineExceeded = 4,
+  kUnavailable = 5,
+  kInternal = 6,
+};
+
+// "OK", "INVALID_ARGUMENT", ... exactly as they appear in the wire protocol.
+std::string_view StatusCodeName(StatusCode code);
+std::optional<StatusCode> ParseStatusCode(std::string_view name);
+
+class Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // "INVALID_ARGUMENT: message"
+  std::string ToString() const;
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
+inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+
+}  // namespace torchfarm

@@ -1,0 +1,76 @@
+#include "ipc/control_protocol.h"
+
+#include <CLI/CLI.hpp>
+
+namespace torchfarm::ipc {
+
+std::string WorkerRoutingId(int worker_id, int generation) {
+  return "w" + std::to_string(worker_id) + "." + std::to_string(generation);
+}
+
+std::string WorkerLaunchArgs::RoutingId() const { return WorkerRoutingId(worker_id, generation); }
+
+std::vector<std::string> WorkerLaunchArgs::ToArgv(const std::string& worker_binary) const {
+  std::vector<std::string> argv = {worker_binary,
+                                   "--worker-id", std::to_string(worker_id),
+                                   "--generation", std::to_string(generation),
+                                   "--model-name", model_name,
+                                   "--model-path", model_path,
+                                   "--device", device,
+                                   "--threads", std::to_string(threads),
+                                   "--segment", segment,
+                                   "--request-doorbell-fd", std::to_string(request_doorbell_fd),
+                                   "--response-doorbell-fd", std::to_string(response_doorbell_fd),
+                                   "--control", control_endpoint,
+                                   "--heartbeat-ms", std::to_string(heartbeat_ms),
+                                   "--log-level", log_level};
+  if (!cores.empty()) {
+    std::string list;
+    for (int c : cores) list += (list.empty() ? "" : ",") + std::to_string(c);
+    argv.push_back("--cores");
+    argv.push_back(list);
+  }
+  return argv;
+}
+
+Status WorkerLaunchArgs::Parse(int argc, char** argv, WorkerLaunchArgs* out) {
+  CLI::App app{"torchfarm-worker: serves one TorchScript model; started by torchfarm-supervisor"};
+  WorkerLaunchArgs a;
+  std::string cores;
+  app.add_option("--worker-id", a.worker_id)->required();
+  app.add_option("--generation", a.generation)->required();
+  app.add_option("--model-name", a.model_name)->required();
+  app.add_option("--model-path", a.model_path)->required();
+  app.add_option("--device", a.device);
+  app.add_option("--threads", a.threads)->check(CLI::PositiveNumber);
+  app.add_option("--cores", cores);
+  app.add_option("--segment", a.segment)->required();
+  app.add_option("--request-doorbell-fd", a.request_doorbell_fd)->required();
+  app.add_option("--response-doorbell-fd", a.response_doorbell_fd)->required();
+  app.add_option("--control", a.control_endpoint)->required();
+  app.add_option("--heartbeat-ms", a.heartbeat_ms)->check(CLI::PositiveNumber);
+  app.add_option("--log-level", a.log_level);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return InvalidArgument(std::string(e.what()) +
+                           " (torchfarm-worker is started by torchfarm-supervisor, not by hand)");
+  }
+  size_t start = 0;
+  while (start < cores.size()) {
+    size_t comma = cores.find(',', start);
+    std::string item = cores.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    try {
+      a.cores.push_back(std::stoi(item));
+    } catch (const std::exception&) {
+      return InvalidArgument("--cores: expected a comma-separated list of core numbers, got '" +
+                             cores + "'");
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  *out = std::move(a);
+  return Status::Ok();
+}
+
+}  // namespace torchfarm::ipc

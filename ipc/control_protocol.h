@@ -1,0 +1,68 @@
+// The control channel between the supervisor and its workers: one ZeroMQ ROUTER bound by the
+// supervisor on ipc://<run_dir>/control-<supervisor pid>.sock, one DEALER per worker whose routing
+// id is "w<worker id>.<generation>". Every message is a single frame of UTF-8 JSON with a "type".
+//
+// worker -> supervisor
+//   hello      {"type":"hello","worker":3,"generation":0,"pid":1234,"layout_version":1,
+//               "device":"cpu"}                                     first thing after connect
+//   ready      {"type":"ready","load_ms":12.5,"threads":1,"device":"cpu"}  model loaded, warmed
+//   heartbeat  {"type":"heartbeat","batches":10,"rows":40,"errors":0,"busy":false}
+//                                                            every heartbeat_ms; counters monotone
+//   error      {"type":"error","fatal":true,"message":"cannot load model …"}  then the worker exits
+// supervisor -> worker
+//   ack        {"type":"ack"}     answers every heartbeat; a worker that hears nothing for
+//                                  kLivenessHeartbeats intervals assumes its supervisor is gone
+//   stop       {"type":"stop"}    finish the batches already in the ring, then exit 0
+//
+// Tensor data never travels here; it goes through the shared-memory rings (ipc/shm_layout.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace torchfarm::ipc {
+
+inline constexpr const char* kMsgHello = "hello";
+inline constexpr const char* kMsgReady = "ready";
+inline constexpr const char* kMsgHeartbeat = "heartbeat";
+inline constexpr const char* kMsgError = "error";
+inline constexpr const char* kMsgAck = "ack";
+inline constexpr const char* kMsgStop = "stop";
+
+// Heartbeats a peer may miss before the other side gives up on it.
+inline constexpr int kLivenessHeartbeats = 3;
+
+// Worker exit codes with meaning, so the supervisor can tell a bad model from a crash.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitBadArguments = 2;
+inline constexpr int kExitModelLoad = 3;
+inline constexpr int kExitSegment = 4;
+inline constexpr int kExitSupervisorLost = 5;
+
+// Everything a worker needs, passed on its command line by the supervisor.
+struct WorkerLaunchArgs {
+  int worker_id = 0;
+  int generation = 0;
+  std::string model_name;
+  std::string model_path;
+  std::string device = "cpu";
+  int threads = 1;
+  std::vector<int> cores;  // empty: no pinning
+  std::string segment;     // shared-memory name
+  int request_doorbell_fd = -1;
+  int response_doorbell_fd = -1;
+  std::string control_endpoint;
+  int heartbeat_ms = 1000;
+  std::string log_level = "info";
+
+  std::vector<std::string> ToArgv(const std::string& worker_binary) const;
+  // Parses argv as written by ToArgv; on error returns InvalidArgument with CLI11's message.
+  static Status Parse(int argc, char** argv, WorkerLaunchArgs* out);
+  std::string RoutingId() const;
+};
+
+std::string WorkerRoutingId(int worker_id, int generation);
+
+}  // namespace torchfarm::ipc

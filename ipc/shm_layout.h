@@ -1,0 +1,105 @@
+// The shared-memory layout of one worker's segment: a header, a request ring and a response ring
+// of fixed-size slots. Plain data only; both the supervisor and the worker map it.
+//
+//   offset 0                      SegmentHeader (magic, layout version, geometry, 4 ring indices)
+//   request_slots_offset          slot_count request slots  (supervisor produces, worker consumes)
+//   response_slots_offset         slot_count response slots (worker produces, supervisor consumes)
+//
+// Each slot is `slot_bytes` long: a SlotHeader followed by the data area. Tensors live in the data
+// area at 64-byte aligned offsets recorded in their TensorDesc; only offsets cross processes, never
+// pointers. The rings are single-producer/single-consumer with monotonically increasing 64-bit
+// indices (slot = index % slot_count): no interprocess mutex that a dying process could leave
+// locked. A producer fills the slot at `head`, then stores head+1 with release order; the consumer
+// loads head with acquire order, uses the slot at `tail`, then stores tail+1 with release order.
+// Wake-ups travel separately through eventfd doorbells (ipc/doorbell.h).
+//
+// Increment kLayoutVersion whenever any struct in this file changes; the worker checks it against
+// the segment and reports it in its hello.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "common/tensor_spec.h"
+
+namespace torchfarm::ipc {
+
+inline constexpr uint64_t kSegmentMagic = 0x4d52414648435254ull;  // "TRCHFARM" little-endian
+inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr size_t kCacheLine = 64;
+inline constexpr size_t kTensorAlignment = 64;  // every tensor's offset in a slot's data area
+inline constexpr int kMaxTensors = 16;          // inputs of a request or outputs of a response
+inline constexpr size_t kSlotMessageBytes = 480;
+
+// One tensor inside a slot's data area. 88 bytes, 8-byte aligned.
+struct TensorDesc {
+  uint8_t dtype;  // torchfarm::DType code
+  uint8_t rank;   // <= kMaxRank
+  uint8_t reserved[6];
+  int64_t shape[kMaxRank];
+  uint64_t offset;  // bytes from the start of the slot's data area; multiple of kTensorAlignment
+  uint64_t nbytes;  // C-contiguous little-endian bytes
+};
+static_assert(sizeof(TensorDesc) == 88);
+static_assert(std::is_trivially_copyable_v<TensorDesc>);
+
+// Start of every slot. The data area begins right after it (its size is a multiple of 64).
+struct SlotHeader {
+  uint64_t batch_id;      // set by the supervisor, echoed by the worker in the response
+  uint32_t tensor_count;  // <= kMaxTensors
+  int32_t status;         // responses: torchfarm::StatusCode; requests: 0
+  uint64_t compute_us;    // responses: wall time of forward() plus output copy
+  uint64_t reserved;
+  TensorDesc tensors[kMaxTensors];
+  char message[kSlotMessageBytes];  // responses with status != 0: NUL-terminated error text
+};
+static_assert(sizeof(SlotHeader) % kCacheLine == 0);
+static_assert(std::is_trivially_copyable_v<SlotHeader>);
+
+// A ring index alone on its cache line so producer and consumer never share a line.
+struct alignas(kCacheLine) RingIndex {
+  std::atomic<uint64_t> value;
+  char padding[kCacheLine - sizeof(std::atomic<uint64_t>)];
+};
+static_assert(sizeof(RingIndex) == kCacheLine);
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "ring indices must be lock-free to be shared between processes");
+
+struct SegmentHeader {
+  uint64_t magic;           // kSegmentMagic
+  uint32_t layout_version;  // kLayoutVersion
+  uint32_t slot_count;      // slots per ring
+  uint64_t slot_bytes;      // SlotHeader + data area, a multiple of kCacheLine
+  uint64_t request_slots_offset;
+  uint64_t response_slots_offset;
+  uint64_t total_bytes;
+  uint64_t reserved[2];
+  RingIndex request_head;   // written by the supervisor
+  RingIndex request_tail;   // written by the worker
+  RingIndex response_head;  // written by the worker
+  RingIndex response_tail;  // written by the supervisor
+};
+static_assert(sizeof(SegmentHeader) == 5 * kCacheLine);
+static_assert(offsetof(SegmentHeader, request_head) == kCacheLine);
+
+inline constexpr size_t AlignUp(size_t value, size_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+inline uint8_t* SlotData(uint8_t* slot) { return slot + sizeof(SlotHeader); }
+inline const uint8_t* SlotData(const uint8_t* slot) { return slot + sizeof(SlotHeader); }
+inline SlotHeader* SlotHeaderOf(uint8_t* slot) { return reinterpret_cast<SlotHeader*>(slot); }
+inline const SlotHeader* SlotHeaderOf(const uint8_t* slot) {
+  return reinterpret_cast<const SlotHeader*>(slot);
+}
+
+// Fills `desc` for `spec` at `offset`; the caller checked rank <= kMaxRank.
+void FillTensorDesc(const TensorSpec& spec, uint64_t offset, uint64_t nbytes, TensorDesc* desc);
+// Reads a descriptor back; false if its dtype code or rank is invalid.
+bool ReadTensorDesc(const TensorDesc& desc, TensorSpec* spec);
+// Copies `message` into the slot's message field, truncating to fit.
+void SetSlotMessage(SlotHeader* header, const std::string& message);
+
+}  // namespace torchfarm::ipc

@@ -1,0 +1,32 @@
+// Turns one multipart message from the job socket into a PendingRequest, or into the error reply
+// it deserves. Every check a client can fail is here, in the order a client would want to hear of
+// them: envelope, header JSON, model name, frame count and sizes, declared dtypes and shapes, and
+// the ring slot's capacity.
+//
+// Pure: no sockets, no clock beyond the `now` passed in. Runs on the supervisor's loop thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "supervisor/pending_request.h"
+
+namespace torchfarm {
+
+// Splits the ROUTER envelope (identity, optional empty delimiter from REQ clients) from the
+// payload. Returns false when the message is too short to carry even an identity.
+bool SplitEnvelope(std::vector<zmq::message_t>& frames, PendingRequest* request,
+                   size_t* payload_start);
+
+// Fills `request` from the payload frames. On error the returned status is the reply to send;
+// request->id is set whenever the header was readable. `models` are the served models;
+// *model_index is set on success.
+Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
+                const std::vector<ModelConfig>& models, TimePoint now, PendingRequest* request,
+                size_t* model_index);
+
+}  // namespace torchfarm

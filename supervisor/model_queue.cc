@@ -1,0 +1,160 @@
+#include "supervisor/model_queue.h"
+
+#include <algorithm>
+
+namespace torchfarm {
+
+namespace {
+// How far past the head a batch looks for compatible requests; bounds the cost per batch when a
+// queue holds many requests of other shapes.
+constexpr size_t kScanWindowFactor = 4;
+constexpr size_t kMinScanWindow = 64;
+}  // namespace
+
+bool BatchCompatible(const PendingRequest& a, const PendingRequest& b) {
+  if (!a.batchable || !b.batchable || a.inputs.size() != b.inputs.size()) return false;
+  for (size_t i = 0; i < a.inputs.size(); ++i) {
+    const auto& x = a.inputs[i];
+    const auto& y = b.inputs[i];
+    if (x.dtype != y.dtype || x.shape.size() != y.shape.size()) return false;
+    if (!std::equal(x.shape.begin() + 1, x.shape.end(), y.shape.begin() + 1)) return false;
+  }
+  return true;
+}
+
+ModelQueue::ModelQueue(BatchingPolicy policy)
+    : policy_(std::move(policy)), levels_(std::max(1, policy_.priority_levels)) {}
+
+bool ModelQueue::Push(PendingRequest& request) {
+  if (size_ >= static_cast<size_t>(policy_.max_queue_size)) return false;
+  size_t level = std::min<size_t>(std::max(0, request.priority), levels_.size() - 1);
+  levels_[level].push_back(std::move(request));
+  ++size_;
+  return true;
+}
+
+void ModelQueue::PushFront(std::vector<PendingRequest> requests) {
+  for (auto it = requests.rbegin(); it != requests.rend(); ++it) {
+    size_t level = std::min<size_t>(std::max(0, it->priority), levels_.size() - 1);
+    levels_[level].push_front(std::move(*it));
+    ++size_;
+  }
+}
+
+std::deque<PendingRequest>* ModelQueue::HighestLevel() {
+  for (auto& level : levels_) {
+    if (!level.empty()) return &level;
+  }
+  return nullptr;
+}
+
+const std::deque<PendingRequest>* ModelQueue::HighestLevel() const {
+  for (const auto& level : levels_) {
+    if (!level.empty()) return &level;
+  }
+  return nullptr;
+}
+
+std::vector<size_t> ModelQueue::Candidates(const std::deque<PendingRequest>& level,
+                                           int64_t* rows) const {
+  const PendingRequest& head = level.front();
+  std::vector<size_t> picked = {0};
+  *rows = head.rows;
+  uint64_t bytes = head.slot_bytes;
+  if (!head.batchable || head.rows >= policy_.max_batch_size) return picked;
+  size_t window = std::max<size_t>(kMinScanWindow,
+                                   kScanWindowFactor * static_cast<size_t>(policy_.max_batch_size));
+  for (size_t i = 1; i < level.size() && i < window && *rows < policy_.max_batch_size; ++i) {
+    const PendingRequest& r = level[i];
+    if (!BatchCompatible(head, r)) continue;
+    if (*rows + r.rows > policy_.max_batch_size) continue;
+    if (bytes + r.slot_bytes > policy_.max_batch_bytes) continue;
+    picked.push_back(i);
+    *rows += r.rows;
+    bytes += r.slot_bytes;
+  }
+  return picked;
+}
+
+size_t ModelQueue::PreferredPrefix(const std::deque<PendingRequest>& level,
+                                   const std::vector<size_t>& picked) const {
+  size_t best = 0;
+  int64_t rows = 0;
+  for (size_t n = 0; n < picked.size(); ++n) {
+    rows += level[picked[n]].rows;
+    if (std::binary_search(policy_.preferred_batch_sizes.begin(),
+                           policy_.preferred_batch_sizes.end(), rows)) {
+      best = n + 1;
+    }
+  }
+  return best;
+}
+
+std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now) {
+  std::deque<PendingRequest>* level = HighestLevel();
+  if (!level) return {};
+  int64_t rows = 0;
+  std::vector<size_t> picked = Candidates(*level, &rows);
+  const PendingRequest& head = level->front();
+  bool alone = !head.batchable || head.rows >= policy_.max_batch_size;
+  bool full = rows >= policy_.max_batch_size;
+  bool waited = now - head.received >= Micros(policy_.max_queue_delay_us);
+  if (!alone && !full && !waited) {
+    size_t prefix = PreferredPrefix(*level, picked);
+    if (prefix == 0) return {};
+    picked.resize(prefix);
+  }
+  std::vector<PendingRequest> batch;
+  batch.reserve(picked.size());
+  for (size_t index : picked) batch.push_back(std::move((*level)[index]));
+  // Erase from the back so earlier indices stay valid.
+  for (auto it = picked.rbegin(); it != picked.rend(); ++it) {
+    level->erase(level->begin() + static_cast<std::ptrdiff_t>(*it));
+  }
+  size_ -= batch.size();
+  return batch;
+}
+
+std::optional<TimePoint> ModelQueue::NextDue() const {
+  const std::deque<PendingRequest>* level = HighestLevel();
+  if (!level) return std::nullopt;
+  return level->front().received + Micros(policy_.max_queue_delay_us);
+}
+
+std::vector<PendingRequest> ModelQueue::TakeExpired(TimePoint now) {
+  std::vector<PendingRequest> expired;
+  for (auto& level : levels_) {
+    for (auto it = level.begin(); it != level.end();) {
+      if (it->deadline <= now) {
+        expired.push_back(std::move(*it));
+        it = level.erase(it);
+        --size_;
+      } else {
+        ++it;
+      }
+    }
+  }
+  return expired;
+}
+
+std::optional<TimePoint> ModelQueue::NextDeadline() const {
+  std::optional<TimePoint> next;
+  for (const auto& level : levels_) {
+    for (const auto& r : level) {
+      if (r.deadline != TimePoint::max() && (!next || r.deadline < *next)) next = r.deadline;
+    }
+  }
+  return next;
+}
+
+std::vector<PendingRequest> ModelQueue::TakeAll() {
+  std::vector<PendingRequest> all;
+  for (auto& level : levels_) {
+    for (auto& r : level) all.push_back(std::move(r));
+    level.clear();
+  }
+  size_ = 0;
+  return all;
+}
+
+}  // namespace torchfarm

@@ -1,0 +1,37 @@
+// One accepted client request while the supervisor holds it: queued, or in flight on a worker.
+//
+// Owns: the client's routing envelope and the received tensor frames (zero-copy zmq messages, so
+// the only copy of the bytes is the one into the ring slot). Lives on the supervisor's loop thread.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "common/clock.h"
+#include "common/tensor_spec.h"
+
+namespace torchfarm {
+
+struct PendingRequest {
+  zmq::message_t identity;     // ROUTER routing id of the client
+  bool has_delimiter = false;  // REQ clients put an empty frame before the header; echo it
+  nlohmann::json id;
+  std::vector<TensorSpec> inputs;
+  std::vector<zmq::message_t> frames;  // one per input
+  int64_t rows = 1;         // dim 0 shared by every input; what batching counts
+  bool batchable = true;    // false when inputs disagree on dim 0 or a scalar is involved
+  uint64_t slot_bytes = 0;  // bytes this request takes in a ring slot (64-byte aligned tensors)
+  TimePoint received{};
+  TimePoint deadline = TimePoint::max();
+  int priority = 0;
+  int attempts = 0;  // times this request was handed to a worker that then died
+};
+
+// True when `a` and `b` may share a batch: same number of inputs, and for each input the same
+// dtype and the same shape after dim 0.
+bool BatchCompatible(const PendingRequest& a, const PendingRequest& b);
+
+}  // namespace torchfarm

@@ -1,0 +1,62 @@
+#include "supervisor/process_launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "supervisor/signal_fd.h"
+
+namespace torchfarm {
+
+Status LaunchProcess(const std::vector<std::string>& argv, const std::vector<FdMapping>& fds,
+                     pid_t* pid) {
+  // Everything the child needs is prepared here: after fork only async-signal-safe calls run.
+  std::vector<char*> raw;
+  raw.reserve(argv.size() + 1);
+  for (const auto& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
+  raw.push_back(nullptr);
+  const pid_t parent = ::getpid();
+
+  pid_t child = ::fork();
+  if (child < 0) return Internal(std::string("fork failed: ") + std::strerror(errno));
+  if (child == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    sigset_t empty;
+    sigemptyset(&empty);
+    ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    // Move sources out of the way of targets first, so one mapping cannot clobber another.
+    int moved[16];
+    size_t n = fds.size() < 16 ? fds.size() : 16;
+    for (size_t i = 0; i < n; ++i) moved[i] = ::fcntl(fds[i].source, F_DUPFD, 100);
+    for (size_t i = 0; i < n; ++i) {
+      if (moved[i] < 0 || ::dup2(moved[i], fds[i].target) < 0) ::_exit(127);
+    }
+    ::execv(raw[0], raw.data());
+    const char msg[] = "torchfarm: exec of worker binary failed\n";
+    ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)ignored;
+    ::_exit(127);
+  }
+  *pid = child;
+  return Status::Ok();
+}
+
+std::string DescribeWaitStatus(int wait_status) {
+  if (WIFEXITED(wait_status)) return "exit code " + std::to_string(WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) {
+    int sig = WTERMSIG(wait_status);
+    std::string name = SignalName(sig);
+    if (name == "signal") name += " " + std::to_string(sig);
+    return "killed by " + name;
+  }
+  return "status " + std::to_string(wait_status);
+}
+
+}  // namespace torchfarm

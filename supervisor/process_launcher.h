@@ -1,0 +1,30 @@
+// fork+exec of worker processes (never fork without exec: the child runs no supervisor code
+// beyond the async-signal-safe steps below).
+//
+// In the child, before exec: PR_SET_PDEATHSIG(SIGKILL) so workers die with the supervisor, a check
+// that the parent did not already die, an empty signal mask (the supervisor blocks its signals for
+// its signalfd), and the inherited fds moved to the numbers the worker's argv names.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace torchfarm {
+
+struct FdMapping {
+  int source;  // fd in the supervisor
+  int target;  // fd number the child sees
+};
+
+Status LaunchProcess(const std::vector<std::string>& argv, const std::vector<FdMapping>& fds,
+                     pid_t* pid);
+
+// Exit description for logs: "exit code 3" or "killed by SIGSEGV".
+std::string DescribeWaitStatus(int wait_status);
+
+}  // namespace torchfarm

@@ -1,0 +1,115 @@
+// The supervisor: one thread, one poll loop, every event source a named handler.
+//
+// Owns: the job socket (ROUTER, clients), the control socket (ROUTER, workers), the admin socket
+// (ROUTER, JSON commands), the signalfd, the run_dir lock, one ModelQueue per model and the table
+// of WorkerSlots. Never links LibTorch and never holds a CUDA context.
+//
+// Loop:  poll(job, control, admin, signals, every worker's response doorbell; timeout = next timer)
+//          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> HandleAdmin
+//          -> ExpireDeadlines -> CheckWorkerLiveness -> RestartDueSlots -> Dispatch -> DrainStep
+//
+// Every accepted request is answered exactly once: with its result, or with an error code.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/status.h"
+#include "supervisor/model_queue.h"
+#include "supervisor/run_dir_lock.h"
+#include "supervisor/signal_fd.h"
+#include "supervisor/worker_slot.h"
+
+namespace torchfarm {
+
+struct SupervisorOptions {
+  std::string log_level = "info";
+  Millis drain_timeout{30'000};
+  int max_retries = 2;  // times one request may be requeued after the worker holding it died
+  RestartPolicy restart;
+};
+
+class Supervisor {
+ public:
+  Supervisor(FarmConfig config, SupervisorOptions options);
+  ~Supervisor();
+
+  // Locks run_dir, binds the sockets and launches every worker. Errors name what failed.
+  Status Start();
+  // Serves until SIGTERM/SIGINT and the drain that follows; returns the process exit code.
+  int Run();
+
+ private:
+  struct Model {
+    ModelConfig config;
+    ModelQueue queue;
+    std::vector<size_t> slots;  // indices into slots_
+    uint64_t requests = 0;      // answered ok
+    uint64_t errors = 0;        // answered with an error after being accepted
+    uint64_t rejected = 0;      // refused at intake (invalid, queue full, unavailable)
+  };
+
+  // Event handlers, in loop order.
+  void HandleSignals();
+  void HandleResponses(WorkerSlot& slot);
+  void HandleControl();
+  void HandleJobs();
+  void HandleAdmin();
+  void ExpireDeadlines();
+  void CheckWorkerLiveness();
+  void RestartDueSlots();
+  void Dispatch();
+  void DrainStep();
+
+  // Helpers.
+  void AcceptJob(std::vector<zmq::message_t>& frames);
+  void ReplyError(PendingRequest& request, const Status& status);
+  void ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response);
+  void Reply(PendingRequest& request, const std::string& header,
+             std::vector<zmq::message_t>* frames);
+  void OnChildExit(pid_t pid, int wait_status);
+  void Requeue(InflightBatch& batch, size_t model_index, const std::string& cause);
+  void LaunchSlot(WorkerSlot& slot);
+  void FailModelIfNoWorkers(Model& model);
+  bool ModelAvailable(const Model& model) const;
+  WorkerSlot* FindSlotByRoutingId(const std::string& routing_id);
+  WorkerSlot* PickSlot(const Model& model);
+  int PollTimeoutMs() const;
+  nlohmann::json HealthJson() const;
+  nlohmann::json StatsJson() const;
+  void StopWorkers();
+  void CleanUp();
+
+  FarmConfig config_;
+  SupervisorOptions options_;
+  SteadyTimeSource clock_;
+  TimePoint started_{};
+  LaunchContext launch_;
+  std::string control_path_;
+
+  zmq::context_t context_;
+  zmq::socket_t jobs_;
+  zmq::socket_t control_;
+  zmq::socket_t admin_;
+  SignalFd signals_;
+  RunDirLock lock_;
+
+  std::vector<Model> models_;
+  std::vector<std::unique_ptr<WorkerSlot>> slots_;
+  uint64_t next_batch_id_ = 1;
+
+  bool draining_ = false;
+  bool stopping_workers_ = false;
+  bool done_ = false;
+  TimePoint drain_deadline_{};
+  TimePoint stop_deadline_{};
+};
+
+}  // namespace torchfarm

@@ -1,0 +1,180 @@
+#include "supervisor/worker_slot.h"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "common/log.h"
+#include "ipc/control_protocol.h"
+#include "supervisor/process_launcher.h"
+
+namespace torchfarm {
+
+namespace {
+constexpr int kRequestDoorbellFd = 3;
+constexpr int kResponseDoorbellFd = 4;
+}  // namespace
+
+const char* SlotStateName(SlotState state) {
+  switch (state) {
+    case SlotState::kStarting: return "starting";
+    case SlotState::kReady: return "ready";
+    case SlotState::kStopping: return "stopping";
+    case SlotState::kBackoff: return "restarting";
+    case SlotState::kFailed: return "failed";
+    case SlotState::kStopped: return "stopped";
+  }
+  return "unknown";
+}
+
+WorkerSlot::WorkerSlot(int id, const ModelConfig& model, const InstanceConfig& instance,
+                       size_t model_index)
+    : id_(id), model_index_(model_index), model_name_(model.name), model_path_(model.path),
+      instance_(instance), ring_slots_(model.ring_slots), slot_data_bytes_(model.slot_bytes),
+      max_inflight_(model.max_inflight_per_worker) {}
+
+void WorkerSlot::TransitionTo(SlotState next, const std::string& why) {
+  if (next == state_) return;
+  TF_LOG(kInfo) << "worker state" << Kv("worker", id_) << Kv("model", model_name_)
+                << Kv("pid", pid_) << Kv("from", SlotStateName(state_))
+                << Kv("to", SlotStateName(next)) << Kv("why", why);
+  state_ = next;
+}
+
+Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now) {
+  ++generation_;
+  ipc::WorkerLaunchArgs args;
+  args.worker_id = id_;
+  args.generation = generation_;
+  args.model_name = model_name_;
+  args.model_path = model_path_;
+  args.device = instance_.device;
+  args.threads = instance_.threads;
+  args.cores = instance_.cores;
+  args.segment = context.segment_prefix + "w" + std::to_string(id_) + "." +
+                 std::to_string(generation_);
+  args.request_doorbell_fd = kRequestDoorbellFd;
+  args.response_doorbell_fd = kResponseDoorbellFd;
+  args.control_endpoint = context.control_endpoint;
+  args.heartbeat_ms = context.heartbeat_ms;
+  args.log_level = context.log_level;
+
+  Status s = ipc::WorkerSegment::Create(args.segment, static_cast<uint32_t>(ring_slots_),
+                                        slot_data_bytes_, &segment_);
+  if (s.ok()) s = ipc::Doorbell::Create(&request_bell_);
+  if (s.ok()) s = ipc::Doorbell::Create(&response_bell_);
+  if (s.ok()) {
+    s = LaunchProcess(args.ToArgv(context.worker_binary),
+                      {{request_bell_.fd(), kRequestDoorbellFd},
+                       {response_bell_.fd(), kResponseDoorbellFd}},
+                      &pid_);
+  }
+  if (!s.ok()) {
+    segment_.reset();
+    return s;
+  }
+  last_heard_ = now;
+  TransitionTo(SlotState::kStarting, "launched generation " + std::to_string(generation_));
+  return Status::Ok();
+}
+
+void WorkerSlot::OnReady(TimePoint now, double load_ms) {
+  last_heard_ = now;
+  ready_since_ = now;
+  std::ostringstream why;
+  why << "model loaded in " << load_ms << " ms";
+  TransitionTo(SlotState::kReady, why.str());
+}
+
+bool WorkerSlot::CanAccept() const {
+  return state_ == SlotState::kReady && inflight_.size() < static_cast<size_t>(max_inflight_);
+}
+
+int64_t WorkerSlot::inflight_rows() const {
+  int64_t rows = 0;
+  for (const auto& b : inflight_) rows += b.rows;
+  return rows;
+}
+
+void WorkerSlot::Dispatch(InflightBatch batch) {
+  ipc::SpscRing ring = segment_->request_ring();
+  uint8_t* slot = ring.TryReserve();
+  // CanAccept() bounds in-flight batches by max_inflight_per_worker <= ring_slots.
+  ipc::SlotHeader* header = ipc::SlotHeaderOf(slot);
+  uint8_t* data = ipc::SlotData(slot);
+  header->batch_id = batch.batch_id;
+  header->status = 0;
+  header->compute_us = 0;
+  const PendingRequest& first = batch.requests.front();
+  header->tensor_count = static_cast<uint32_t>(first.inputs.size());
+  uint64_t offset = 0;
+  for (size_t i = 0; i < first.inputs.size(); ++i) {
+    TensorSpec spec = first.inputs[i];
+    if (batch.requests.size() > 1) spec.shape[0] = batch.rows;
+    uint64_t written = 0;
+    for (const PendingRequest& r : batch.requests) {
+      std::memcpy(data + offset + written, r.frames[i].data(), r.frames[i].size());
+      written += r.frames[i].size();
+    }
+    ipc::FillTensorDesc(spec, offset, written, &header->tensors[i]);
+    offset = ipc::AlignUp(offset + written, ipc::kTensorAlignment);
+  }
+  ring.Publish();
+  request_bell_.Ring();
+  inflight_.push_back(std::move(batch));
+}
+
+std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,
+                                              const RestartPolicy& policy, bool shutting_down) {
+  last_exit_ = DescribeWaitStatus(wait_status);
+  pid_t old_pid = pid_;
+  std::vector<InflightBatch> orphans(std::make_move_iterator(inflight_.begin()),
+                                     std::make_move_iterator(inflight_.end()));
+  inflight_.clear();
+  segment_.reset();  // unlinks the segment
+  request_bell_ = ipc::Doorbell();
+  response_bell_ = ipc::Doorbell();
+
+  bool clean = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == ipc::kExitOk;
+  if (shutting_down || (state_ == SlotState::kStopping && clean)) {
+    TransitionTo(SlotState::kStopped, last_exit_);
+    pid_ = -1;
+    return orphans;
+  }
+  if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == ipc::kExitModelLoad &&
+      failure_reason_.empty()) {
+    failure_reason_ = "worker could not load the model (" + last_exit_ + ")";
+  } else if (!(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == ipc::kExitModelLoad)) {
+    failure_reason_ = "worker pid " + std::to_string(old_pid) + " " + last_exit_;
+  }
+  if (state_ == SlotState::kReady && now - ready_since_ >= policy.healthy_after) {
+    consecutive_failures_ = 0;
+  }
+  restart_history_.push_back(now);
+  while (!restart_history_.empty() && now - restart_history_.front() > policy.window) {
+    restart_history_.pop_front();
+  }
+  if (static_cast<int>(restart_history_.size()) > policy.max_restarts) {
+    TransitionTo(SlotState::kFailed, last_exit_ + "; more than " +
+                                         std::to_string(policy.max_restarts) + " restarts in " +
+                                         std::to_string(policy.window.count() / 1000) + " s");
+    pid_ = -1;
+    return orphans;
+  }
+  auto backoff = policy.initial_backoff * (1LL << std::min(consecutive_failures_, 20));
+  backoff = std::min<Millis>(backoff, policy.max_backoff);
+  // Jitter of up to 25% keeps slots that died together from restarting in lockstep.
+  static std::minstd_rand jitter_source(static_cast<unsigned>(::getpid()));
+  auto jitter = Millis(std::uniform_int_distribution<int64_t>(0, backoff.count() / 4)(jitter_source));
+  restart_at_ = now + backoff + jitter;
+  ++consecutive_failures_;
+  ++restarts_;
+  TransitionTo(SlotState::kBackoff, last_exit_ + "; restart in " +
+                                        std::to_string((backoff + jitter).count()) + " ms");
+  pid_ = -1;
+  return orphans;
+}
+
+}  // namespace torchfarm

@@ -1,0 +1,155 @@
+// One place in the farm for a worker process: the table row that outlives each process in it.
+//
+// Owns: the current child pid, its shared-memory segment (unlinked when the process is gone),
+// both doorbells, the batches it holds, its restart history and the counters from its heartbeats.
+// Runs on the supervisor's loop thread only.
+//
+// States (every change goes through TransitionTo, which logs "slot pid from->to why"):
+//
+//    kStarting --ready--> kReady --stop--> kStopping --exit--> kStopped
+//       |  ^                 |
+//   exit|  |launch      exit |
+//       v  |                 v
+//    kBackoff <--------------+        (too many restarts in the window) --> kFailed
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/status.h"
+#include "ipc/doorbell.h"
+#include "ipc/worker_segment.h"
+#include "supervisor/pending_request.h"
+
+namespace torchfarm {
+
+enum class SlotState { kStarting, kReady, kStopping, kBackoff, kFailed, kStopped };
+const char* SlotStateName(SlotState state);
+
+struct InflightBatch {
+  uint64_t batch_id = 0;
+  std::vector<PendingRequest> requests;
+  int64_t rows = 0;
+  TimePoint dispatched{};
+};
+
+// What every launch of every slot shares.
+struct LaunchContext {
+  std::string worker_binary;
+  std::string control_endpoint;
+  std::string segment_prefix;  // unique to this supervisor instance
+  int heartbeat_ms = 1000;
+  std::string log_level = "info";
+};
+
+// Restart limits in the manner of Erlang/OTP supervisors (documented in README.md).
+struct RestartPolicy {
+  Millis initial_backoff{100};
+  Millis max_backoff{30'000};
+  int max_restarts = 5;            // more than this many within `window` marks the slot kFailed
+  Millis window{60'000};
+  Millis healthy_after{10'000};    // a worker ready this long resets the backoff
+};
+
+class WorkerSlot {
+ public:
+  WorkerSlot(int id, const ModelConfig& model, const InstanceConfig& instance, size_t model_index);
+
+  Status Launch(const LaunchContext& context, TimePoint now);
+  void TransitionTo(SlotState next, const std::string& why);
+
+  // The worker said hello / ready / heartbeat; any message counts as liveness.
+  void OnMessage(TimePoint now) { last_heard_ = now; }
+  void OnReady(TimePoint now, double load_ms);
+
+  bool CanAccept() const;
+  // Copies the batch's tensors into a free request slot (one copy per request) and rings the
+  // worker. The caller checked CanAccept() and the byte budget.
+  void Dispatch(InflightBatch batch);
+
+  // Calls on_response(batch, response_slot) for each finished batch, oldest first.
+  template <typename OnResponse>
+  void CollectResponses(OnResponse&& on_response);
+
+  // The process exited: release its resources, hand back the batches it held, and decide whether
+  // and when to restart. Returns the batches for requeueing.
+  std::vector<InflightBatch> OnExit(int wait_status, TimePoint now, const RestartPolicy& policy,
+                                    bool shutting_down);
+  bool RestartDue(TimePoint now) const { return state_ == SlotState::kBackoff && now >= restart_at_; }
+  TimePoint restart_at() const { return restart_at_; }
+
+  int id() const { return id_; }
+  size_t model_index() const { return model_index_; }
+  const std::string& model_name() const { return model_name_; }
+  int generation() const { return generation_; }
+  pid_t pid() const { return pid_; }
+  SlotState state() const { return state_; }
+  const std::string& device() const { return instance_.device; }
+  const std::string& last_exit() const { return last_exit_; }
+  const std::string& failure_reason() const { return failure_reason_; }
+  void set_failure_reason(std::string reason) { failure_reason_ = std::move(reason); }
+  int restarts() const { return restarts_; }
+  size_t inflight() const { return inflight_.size(); }
+  int64_t inflight_rows() const;
+  TimePoint last_heard() const { return last_heard_; }
+  int response_fd() const { return response_bell_.fd(); }
+  uint64_t data_capacity() const { return slot_data_bytes_; }
+
+  // Counters: requests and batches answered through this slot, over all its processes.
+  uint64_t requests_done = 0;
+  uint64_t batches_done = 0;
+  uint64_t rows_done = 0;
+
+ private:
+  int id_;
+  size_t model_index_;
+  std::string model_name_;
+  std::string model_path_;
+  InstanceConfig instance_;
+  int ring_slots_;
+  uint64_t slot_data_bytes_;
+  int max_inflight_;
+
+  SlotState state_ = SlotState::kStopped;
+  int generation_ = -1;
+  pid_t pid_ = -1;
+  std::unique_ptr<ipc::WorkerSegment> segment_;
+  ipc::Doorbell request_bell_;
+  ipc::Doorbell response_bell_;
+  std::deque<InflightBatch> inflight_;
+
+  TimePoint last_heard_{};
+  TimePoint ready_since_{};
+  TimePoint restart_at_{};
+  std::deque<TimePoint> restart_history_;
+  int consecutive_failures_ = 0;
+  int restarts_ = 0;
+  std::string last_exit_;
+  std::string failure_reason_;
+};
+
+template <typename OnResponse>
+void WorkerSlot::CollectResponses(OnResponse&& on_response) {
+  if (!segment_) return;
+  response_bell_.Drain();
+  ipc::SpscRing ring = segment_->response_ring();
+  while (const uint8_t* slot = ring.Front()) {
+    if (inflight_.empty()) {
+      ring.Pop();  // a response with nothing in flight: a protocol bug, never silently trusted
+      continue;
+    }
+    InflightBatch batch = std::move(inflight_.front());
+    inflight_.pop_front();
+    on_response(batch, slot);
+    ring.Pop();
+  }
+}
+
+}  // namespace torchfarm

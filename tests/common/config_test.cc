@@ -1,0 +1,222 @@
+#include "common/config.h"
+
+#include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace torchfarm {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+json MinimalConfig() {
+  return json::parse(R"({
+    "models": [{"name": "m", "path": "m.pt",
+                "inputs": [{"dtype": "float32", "shape": [-1, 4]}]}]
+  })");
+}
+
+std::string ParseError(const json& j) {
+  FarmConfig c;
+  Status s = ParseConfig(j, "/base", &c);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << j.dump();
+  return s.message();
+}
+
+TEST(ConfigTest, MinimalConfigGetsDefaults) {
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(MinimalConfig(), "/base", &c).ok());
+  EXPECT_EQ(c.endpoint, "tcp://127.0.0.1:5555");
+  EXPECT_EQ(c.run_dir, "/tmp/torchfarm");
+  EXPECT_EQ(c.admin_endpoint, "ipc:///tmp/torchfarm/admin.sock");
+  EXPECT_EQ(c.heartbeat_ms, 1000);
+  EXPECT_EQ(c.worker_binary, "");
+  ASSERT_EQ(c.models.size(), 1u);
+  const ModelConfig& m = c.models[0];
+  EXPECT_EQ(m.name, "m");
+  EXPECT_EQ(m.path, "/base/m.pt");
+  ASSERT_EQ(m.inputs.size(), 1u);
+  EXPECT_EQ(m.inputs[0], (TensorSpec{DType::kFloat32, {-1, 4}}));
+  ASSERT_EQ(m.instances.size(), 1u);
+  EXPECT_EQ(m.instances[0].device, "cpu");
+  EXPECT_EQ(m.instances[0].count, 1);
+  EXPECT_FALSE(m.instances[0].count_auto);
+  EXPECT_EQ(m.instances[0].threads, 1);
+  EXPECT_TRUE(m.instances[0].cores.empty());
+  EXPECT_EQ(m.max_batch_size, 1);
+  EXPECT_EQ(m.max_queue_delay_us, 0);
+  EXPECT_TRUE(m.preferred_batch_sizes.empty());
+  EXPECT_EQ(m.max_queue_size, 1024);
+  EXPECT_EQ(m.max_inflight_per_worker, 2);
+  EXPECT_EQ(m.priority_levels, 1);
+  EXPECT_EQ(m.slot_bytes, uint64_t{4} << 20);
+  EXPECT_EQ(m.ring_slots, 4);
+}
+
+TEST(ConfigTest, ExplicitValuesAreRead) {
+  json j = MinimalConfig();
+  j["endpoint"] = "tcp://0.0.0.0:6000";
+  j["heartbeat_ms"] = 250;
+  j["models"][0]["max_batch_size"] = 16;
+  j["models"][0]["preferred_batch_sizes"] = {8, 4, 16};
+  j["models"][0]["max_inflight_per_worker"] = 8;
+  j["models"][0]["instances"] = json::parse(
+      R"([{"device": "cuda:1", "count": 2, "threads": 3, "cores": [0, 2]}])");
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  EXPECT_EQ(c.endpoint, "tcp://0.0.0.0:6000");
+  EXPECT_EQ(c.heartbeat_ms, 250);
+  const ModelConfig& m = c.models[0];
+  EXPECT_EQ(m.max_batch_size, 16);
+  EXPECT_EQ(m.preferred_batch_sizes, (std::vector<int64_t>{4, 8, 16}));
+  EXPECT_EQ(m.ring_slots, 8);  // defaults to max(4, max_inflight_per_worker)
+  EXPECT_EQ(m.instances[0].device, "cuda:1");
+  EXPECT_EQ(m.instances[0].count, 2);
+  EXPECT_EQ(m.instances[0].threads, 3);
+  EXPECT_EQ(m.instances[0].cores, (std::vector<int>{0, 2}));
+}
+
+TEST(ConfigTest, RelativePathsResolveAgainstBaseDir) {
+  json j = MinimalConfig();
+  j["run_dir"] = "run";
+  j["models"][0]["path"] = "../models/./m.pt";
+  j["models"].push_back(MinimalConfig()["models"][0]);
+  j["models"][1]["name"] = "abs";
+  j["models"][1]["path"] = "/opt/m.pt";
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(j, "/etc/tf", &c).ok());
+  EXPECT_EQ(c.run_dir, "/etc/tf/run");
+  EXPECT_EQ(c.admin_endpoint, "ipc:///etc/tf/run/admin.sock");
+  EXPECT_EQ(c.models[0].path, "/etc/models/m.pt");
+  EXPECT_EQ(c.models[1].path, "/opt/m.pt");
+}
+
+TEST(ConfigTest, UnknownKeyAtEachLevelNamesKeyAndPath) {
+  json j = MinimalConfig();
+  j["workers"] = 3;
+  EXPECT_THAT(ParseError(j), HasSubstr("config: unknown key 'workers'"));
+  j = MinimalConfig();
+  j["models"][0]["batch"] = 3;
+  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0]: unknown key 'batch'"));
+  j = MinimalConfig();
+  j["models"][0]["instances"] = json::parse(R"([{"device": "cpu"}, {"gpu": 1}])");
+  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].instances[1]: unknown key 'gpu'"));
+  j = MinimalConfig();
+  j["models"][0]["inputs"][0]["layout"] = "nchw";
+  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].inputs[0]: unknown key 'layout'"));
+}
+
+TEST(ConfigTest, WrongTypesNamePathExpectedAndReceived) {
+  json j = MinimalConfig();
+  j["endpoint"] = 5;
+  EXPECT_EQ(ParseError(j), "config.endpoint: expected a non-empty string, got number 5");
+  j = MinimalConfig();
+  j["heartbeat_ms"] = "fast";
+  EXPECT_EQ(ParseError(j), "config.heartbeat_ms: expected an integer in 10..600000, got string \"fast\"");
+  j = MinimalConfig();
+  j["models"][0]["max_batch_size"] = 0;
+  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].max_batch_size: expected an integer in 1.."));
+  j = MinimalConfig();
+  j["models"][0]["instances"] = json::parse(R"([{"count": 2.5}])");
+  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].instances[0].count: expected an integer"));
+  EXPECT_THAT(ParseError(j), HasSubstr("or \"auto\""));
+  j = MinimalConfig();
+  j["models"][0]["instances"] = "two";
+  EXPECT_EQ(ParseError(j), "config.models[0].instances: expected an array");
+  j = MinimalConfig();
+  j["models"] = json::object();
+  EXPECT_EQ(ParseError(j), "config.models: expected a non-empty array of models");
+  j = MinimalConfig();
+  j["models"][0].erase("path");
+  EXPECT_EQ(ParseError(j), "config.models[0].path: required string is missing");
+  EXPECT_EQ(ParseError(json::array()), "config: expected a JSON object, got array []");
+}
+
+TEST(ConfigTest, DuplicateModelNamesAreRejected) {
+  json j = MinimalConfig();
+  j["models"].push_back(j["models"][0]);
+  EXPECT_EQ(ParseError(j), "config.models[1].name: model \"m\" is declared twice");
+}
+
+TEST(ConfigTest, CountAutoResolvesAgainstCores) {
+  json j = MinimalConfig();
+  j["models"][0]["instances"] = json::parse(R"([{"count": "auto", "threads": 2}])");
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  const InstanceConfig& inst = c.models[0].instances[0];
+  EXPECT_TRUE(inst.count_auto);
+  EXPECT_EQ(ResolveInstanceCount(inst, 8), 4);
+  EXPECT_EQ(ResolveInstanceCount(inst, 1), 1);  // never zero workers
+  InstanceConfig fixed;
+  fixed.count = 3;
+  EXPECT_EQ(ResolveInstanceCount(fixed, 64), 3);
+  j["models"][0]["instances"][0]["count"] = "many";
+  EXPECT_THAT(ParseError(j), HasSubstr("or \"auto\""));
+}
+
+TEST(ConfigTest, InvalidDeviceStringsAreRejected) {
+  for (const char* device : {"gpu", "cuda:", "cuda:x", "CUDA:0", "cuda0", "cuda:-1"}) {
+    json j = MinimalConfig();
+    j["models"][0]["instances"] = json::array({{{"device", device}}});
+    EXPECT_EQ(ParseError(j), std::string("config.models[0].instances[0].device: expected \"cpu\" "
+                                         "or \"cuda:N\", got \"") +
+                                 device + "\"");
+  }
+  json j = MinimalConfig();
+  j["models"][0]["instances"] = json::array({{{"device", "cuda:12"}}});
+  FarmConfig c;
+  EXPECT_TRUE(ParseConfig(j, "/base", &c).ok());
+}
+
+TEST(ConfigTest, RingSlotsBelowMaxInflightIsRejected) {
+  json j = MinimalConfig();
+  j["models"][0]["max_inflight_per_worker"] = 4;
+  j["models"][0]["ring_slots"] = 2;
+  EXPECT_EQ(ParseError(j),
+            "config.models[0].ring_slots: 2 is less than max_inflight_per_worker 4");
+  j["models"][0]["ring_slots"] = 4;
+  FarmConfig c;
+  EXPECT_TRUE(ParseConfig(j, "/base", &c).ok());
+}
+
+TEST(ConfigTest, OtherCrossFieldChecks) {
+  json j = MinimalConfig();
+  j["admin_endpoint"] = j.value("endpoint", "tcp://127.0.0.1:5555");
+  EXPECT_THAT(ParseError(j), HasSubstr("config.admin_endpoint: must differ from endpoint"));
+  j = MinimalConfig();
+  j["models"][0]["max_batch_size"] = 4;
+  j["models"][0]["preferred_batch_sizes"] = {2, 8};
+  EXPECT_THAT(ParseError(j), HasSubstr("expected integers in 1..4 (max_batch_size), got number 8"));
+  j = MinimalConfig();
+  j["models"][0]["name"] = "bad name";
+  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].name: expected letters"));
+}
+
+TEST(ConfigTest, LoadConfigFileResolvesAgainstTheFilesFolder) {
+  std::string dir = ::testing::TempDir();
+  if (!dir.empty() && dir.back() == '/') dir.pop_back();
+  std::string path = dir + "/torchfarm_config_test.json";
+  {
+    std::ofstream out(path);
+    out << MinimalConfig().dump();
+  }
+  FarmConfig c;
+  ASSERT_TRUE(LoadConfigFile(path, &c).ok());
+  EXPECT_EQ(c.source_path, path);
+  EXPECT_EQ(c.models[0].path, dir + "/m.pt");
+  {
+    std::ofstream out(path);
+    out << "{ not json";
+  }
+  Status s = LoadConfigFile(path, &c);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("is not valid JSON"));
+  s = LoadConfigFile(dir + "/does_not_exist.json", &c);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace torchfarm

@@ -1,0 +1,299 @@
+#include "common/protocol.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace torchfarm {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+json ValidHeader() {
+  return json{{"v", 1},
+              {"id", 42},
+              {"model", "resnet"},
+              {"inputs", json::array({{{"dtype", "float32"}, {"shape", {2, 3}}},
+                                      {{"dtype", "int64"}, {"shape", json::array()}}})},
+              {"timeout_ms", 250},
+              {"priority", 3}};
+}
+
+Status Parse(const json& j, RequestHeader* out) { return ParseRequestHeader(j.dump(), out); }
+
+// Parses `j`, expects INVALID_ARGUMENT and returns the message.
+std::string ParseError(const json& j) {
+  RequestHeader header;
+  Status s = Parse(j, &header);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << j.dump();
+  return s.message();
+}
+
+TEST(ProtocolTest, ParsesAValidHeader) {
+  RequestHeader h;
+  ASSERT_TRUE(Parse(ValidHeader(), &h).ok());
+  EXPECT_EQ(h.id, json(42));
+  EXPECT_EQ(h.model, "resnet");
+  ASSERT_EQ(h.inputs.size(), 2u);
+  EXPECT_EQ(h.inputs[0], (TensorSpec{DType::kFloat32, {2, 3}}));
+  EXPECT_EQ(h.inputs[1], (TensorSpec{DType::kInt64, {}}));
+  EXPECT_EQ(h.timeout_ms, 250);
+  EXPECT_EQ(h.priority, 3);
+}
+
+TEST(ProtocolTest, OptionalFieldsDefault) {
+  json j = ValidHeader();
+  j.erase("id");
+  j.erase("timeout_ms");
+  j.erase("priority");
+  RequestHeader h;
+  ASSERT_TRUE(Parse(j, &h).ok());
+  EXPECT_TRUE(h.id.is_null());
+  EXPECT_EQ(h.timeout_ms, 0);
+  EXPECT_EQ(h.priority, 0);
+}
+
+TEST(ProtocolTest, RejectsNonJson) {
+  RequestHeader h;
+  Status s = ParseRequestHeader("{\"v\": 1, \"model\": ", &h);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("not valid JSON"));
+  EXPECT_TRUE(h.id.is_null());
+  s = ParseRequestHeader("", &h);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ProtocolTest, RejectsJsonThatIsNotAnObject) {
+  EXPECT_EQ(ParseError(json::array({1, 2})), "frame 0 must be a JSON object, got array");
+  EXPECT_EQ(ParseError(json("hello")), "frame 0 must be a JSON object, got string");
+  EXPECT_EQ(ParseError(json(7)), "frame 0 must be a JSON object, got number");
+}
+
+TEST(ProtocolTest, RejectsMissingOrWrongVersion) {
+  json j = ValidHeader();
+  j.erase("v");
+  EXPECT_EQ(ParseError(j), "header field 'v': expected protocol version 1, got nothing");
+  j["v"] = 2;
+  EXPECT_EQ(ParseError(j), "header field 'v': expected protocol version 1, got 2");
+  j["v"] = "1";
+  EXPECT_EQ(ParseError(j), "header field 'v': expected protocol version 1, got \"1\"");
+}
+
+TEST(ProtocolTest, RejectsMissingOrEmptyModel) {
+  json j = ValidHeader();
+  j.erase("model");
+  EXPECT_EQ(ParseError(j), "header field 'model': expected a non-empty string");
+  j["model"] = "";
+  EXPECT_EQ(ParseError(j), "header field 'model': expected a non-empty string");
+  j["model"] = 5;
+  EXPECT_EQ(ParseError(j), "header field 'model': expected a non-empty string");
+}
+
+TEST(ProtocolTest, RejectsMissingOrEmptyInputs) {
+  json j = ValidHeader();
+  j.erase("inputs");
+  EXPECT_THAT(ParseError(j), HasSubstr("header field 'inputs': expected a non-empty array"));
+  j["inputs"] = json::array();
+  EXPECT_THAT(ParseError(j), HasSubstr("header field 'inputs': expected a non-empty array"));
+  j["inputs"] = json::object();
+  EXPECT_THAT(ParseError(j), HasSubstr("header field 'inputs': expected a non-empty array"));
+}
+
+TEST(ProtocolTest, RejectsTooManyInputs) {
+  json j = ValidHeader();
+  j["inputs"] = json::array();
+  for (size_t i = 0; i <= kMaxInputs; ++i) {
+    j["inputs"].push_back({{"dtype", "uint8"}, {"shape", {1}}});
+  }
+  EXPECT_EQ(ParseError(j), "header field 'inputs': 17 inputs exceed the maximum of 16");
+}
+
+TEST(ProtocolTest, BadDtypeListsValidNamesAndTheOneReceived) {
+  json j = ValidHeader();
+  j["inputs"][1]["dtype"] = "float";
+  EXPECT_EQ(ParseError(j), "inputs[1].dtype: expected one of " + AllDTypeNames() + ", got 'float'");
+  j["inputs"][1]["dtype"] = 32;
+  EXPECT_THAT(ParseError(j), HasSubstr("inputs[1].dtype: expected a string, one of float32"));
+  j["inputs"][1].erase("dtype");
+  EXPECT_THAT(ParseError(j), HasSubstr("inputs[1].dtype"));
+}
+
+TEST(ProtocolTest, RejectsNegativeDimension) {
+  json j = ValidHeader();
+  j["inputs"][0]["shape"] = {2, -3};
+  EXPECT_EQ(ParseError(j), "inputs[0].shape: dimension -3 must be >= 0");
+  j["inputs"][0]["shape"] = {-1, 3};  // -1 is a wildcard only in model declarations
+  EXPECT_EQ(ParseError(j), "inputs[0].shape: dimension -1 must be >= 0");
+}
+
+TEST(ProtocolTest, RejectsRankAboveMaximum) {
+  json j = ValidHeader();
+  j["inputs"][0]["shape"] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+  EXPECT_EQ(ParseError(j), "inputs[0].shape: rank 9 exceeds the maximum of 8");
+  j["inputs"][0]["shape"] = {1, 1, 1, 1, 1, 1, 1, 1};
+  RequestHeader h;
+  EXPECT_TRUE(Parse(j, &h).ok());
+}
+
+TEST(ProtocolTest, RejectsNonIntegerDimensions) {
+  json j = ValidHeader();
+  j["inputs"][0]["shape"] = {2.5, 3};
+  EXPECT_EQ(ParseError(j), "inputs[0].shape: expected integers, got 2.5");
+  j["inputs"][0]["shape"] = {"2", 3};
+  EXPECT_EQ(ParseError(j), "inputs[0].shape: expected integers, got \"2\"");
+  j["inputs"][0]["shape"] = 6;
+  EXPECT_EQ(ParseError(j), "inputs[0].shape: expected an array of integers");
+}
+
+TEST(ProtocolTest, RejectsUnknownFields) {
+  json j = ValidHeader();
+  j["deadline"] = 5;
+  EXPECT_EQ(ParseError(j),
+            "header: unknown field 'deadline' (expected v, id, model, inputs, timeout_ms, "
+            "priority)");
+  j = ValidHeader();
+  j["inputs"][0]["layout"] = "nchw";
+  EXPECT_EQ(ParseError(j), "inputs[0]: unknown key 'layout' (expected dtype, shape, name)");
+}
+
+TEST(ProtocolTest, RejectsNegativeOrNonIntegerTimeout) {
+  json j = ValidHeader();
+  j["timeout_ms"] = -1;
+  EXPECT_EQ(ParseError(j), "header field 'timeout_ms': expected a non-negative integer, got -1");
+  j["timeout_ms"] = 1.5;
+  EXPECT_EQ(ParseError(j), "header field 'timeout_ms': expected a non-negative integer, got 1.5");
+}
+
+TEST(ProtocolTest, RejectsBadPriority) {
+  json j = ValidHeader();
+  j["priority"] = -1;
+  EXPECT_EQ(ParseError(j), "header field 'priority': expected an integer 0..1000, got -1");
+  j["priority"] = 1001;
+  EXPECT_EQ(ParseError(j), "header field 'priority': expected an integer 0..1000, got 1001");
+  j["priority"] = "high";
+  EXPECT_EQ(ParseError(j), "header field 'priority': expected an integer 0..1000, got \"high\"");
+}
+
+TEST(ProtocolTest, RejectsOversizedHeaderBeforeParsing) {
+  std::string text(kMaxHeaderBytes + 1, ' ');
+  RequestHeader h;
+  Status s = ParseRequestHeader(text, &h);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "header of 65537 bytes exceeds the limit of 65536");
+}
+
+TEST(ProtocolTest, IdIsRecoveredFromAnOtherwiseBadHeader) {
+  json j = ValidHeader();
+  j["id"] = "req-7";
+  j["v"] = 9;
+  RequestHeader h;
+  EXPECT_FALSE(Parse(j, &h).ok());
+  EXPECT_EQ(h.id, json("req-7"));
+
+  j = ValidHeader();
+  j["inputs"][0]["dtype"] = "float128";
+  EXPECT_FALSE(Parse(j, &h).ok());
+  EXPECT_EQ(h.id, json(42));
+
+  j = ValidHeader();
+  j["surprise"] = true;
+  EXPECT_FALSE(Parse(j, &h).ok());
+  EXPECT_EQ(h.id, json(42));
+}
+
+TEST(ProtocolTest, CheckInputFramesCountsFrames) {
+  RequestHeader h;
+  ASSERT_TRUE(Parse(ValidHeader(), &h).ok());
+  EXPECT_TRUE(CheckInputFrames(h, {24, 8}).ok());
+  Status s = CheckInputFrames(h, {24});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "header declares 2 input(s) but the message has 1 data frame(s) after the header");
+  s = CheckInputFrames(h, {24, 8, 8});
+  EXPECT_EQ(s.message(),
+            "header declares 2 input(s) but the message has 3 data frame(s) after the header");
+}
+
+TEST(ProtocolTest, CheckInputFramesComparesByteCounts) {
+  RequestHeader h;
+  ASSERT_TRUE(Parse(ValidHeader(), &h).ok());
+  Status s = CheckInputFrames(h, {20, 8});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "inputs[0]: float32 [2, 3] needs 24 bytes, frame 1 has 20");
+  s = CheckInputFrames(h, {24, 4});
+  EXPECT_EQ(s.message(), "inputs[1]: int64 [] needs 8 bytes, frame 2 has 4");
+}
+
+TEST(ProtocolTest, OkReplyRoundTrip) {
+  std::vector<TensorSpec> outputs = {{DType::kFloat32, {2, 10}}, {DType::kInt64, {2}}};
+  std::string text = MakeOkReply(json(42), outputs, StageTimes{11, 22, 40}, 3);
+  ReplyHeader r;
+  ASSERT_TRUE(ParseReplyHeader(text, &r).ok());
+  EXPECT_TRUE(r.status.ok());
+  EXPECT_EQ(r.id, json(42));
+  EXPECT_EQ(r.outputs, outputs);
+  EXPECT_EQ(r.timing.queue_us, 11);
+  EXPECT_EQ(r.timing.compute_us, 22);
+  EXPECT_EQ(r.timing.total_us, 40);
+  EXPECT_EQ(r.worker_id, 3);
+  EXPECT_EQ(r.raw["v"], 1);
+  EXPECT_EQ(r.raw["status"], "ok");
+}
+
+TEST(ProtocolTest, ErrorReplyRoundTripForEveryCode) {
+  for (StatusCode code : {StatusCode::kInvalidArgument, StatusCode::kNotFound,
+                          StatusCode::kResourceExhausted, StatusCode::kDeadlineExceeded,
+                          StatusCode::kUnavailable, StatusCode::kInternal}) {
+    std::string text = MakeErrorReply(json("abc"), Status(code, "it broke"));
+    ReplyHeader r;
+    ASSERT_TRUE(ParseReplyHeader(text, &r).ok());
+    EXPECT_EQ(r.status.code(), code);
+    EXPECT_EQ(r.status.message(), "it broke");
+    EXPECT_EQ(r.id, json("abc"));
+    EXPECT_TRUE(r.outputs.empty());
+    EXPECT_EQ(r.raw["code"], std::string(StatusCodeName(code)));
+  }
+}
+
+TEST(ProtocolTest, ErrorReplyWithInvalidUtf8DoesNotThrow) {
+  std::string text;
+  EXPECT_NO_THROW(text = MakeErrorReply(json(nullptr), InvalidArgument("bad \xff\xfe bytes")));
+  ReplyHeader r;
+  ASSERT_TRUE(ParseReplyHeader(text, &r).ok());
+  EXPECT_EQ(r.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status.message(), HasSubstr("bad "));
+  EXPECT_THAT(r.status.message(), HasSubstr(" bytes"));
+  EXPECT_TRUE(r.id.is_null());
+}
+
+TEST(ProtocolTest, MalformedRepliesAreInternalErrors) {
+  ReplyHeader r;
+  EXPECT_EQ(ParseReplyHeader("not json", &r).code(), StatusCode::kInternal);
+  EXPECT_EQ(ParseReplyHeader("[1]", &r).code(), StatusCode::kInternal);
+  EXPECT_EQ(ParseReplyHeader(R"({"v":1,"id":1})", &r).code(), StatusCode::kInternal);
+  EXPECT_EQ(ParseReplyHeader(R"({"v":1,"id":1,"status":"ok"})", &r).code(), StatusCode::kInternal);
+  Status s = ParseReplyHeader(
+      R"({"v":1,"id":1,"status":"ok","outputs":[{"dtype":"float99","shape":[1]}]})", &r);
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_THAT(s.message(), HasSubstr("float99"));
+  // An unknown error code still reads as an error, never as ok.
+  ASSERT_TRUE(ParseReplyHeader(R"({"v":1,"id":1,"status":"error","code":"WAT","message":"m"})", &r)
+                  .ok());
+  EXPECT_EQ(r.status.code(), StatusCode::kInternal);
+}
+
+TEST(ProtocolTest, TensorSpecJsonRoundTripAndWildcards) {
+  TensorSpec spec{DType::kUInt8, {4, 0, 3}};
+  TensorSpec back;
+  ASSERT_TRUE(TensorSpecFromJson(TensorSpecToJson(spec), "x", false, &back).ok());
+  EXPECT_EQ(back, spec);
+  json declared = {{"dtype", "float32"}, {"shape", {-1, 8}}, {"name", "image"}};
+  ASSERT_TRUE(TensorSpecFromJson(declared, "decl", true, &back).ok());
+  EXPECT_EQ(back, (TensorSpec{DType::kFloat32, {-1, 8}}));
+  declared["shape"] = {-2, 8};
+  Status s = TensorSpecFromJson(declared, "decl", true, &back);
+  EXPECT_EQ(s.message(), "decl.shape: dimension -2 (use -1 for a variable dimension) must be >= -1");
+}
+
+}  // namespace
+}  // namespace torchfarm

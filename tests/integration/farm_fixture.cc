@@ -1,0 +1,142 @@
+#include "farm_fixture.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <zmq.hpp>
+
+namespace torchfarm::testing {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string BinDir() { return TORCHFARM_BIN_DIR; }
+
+const std::string& ModelDir() {
+  static const std::string dir = [] {
+    std::string d = "/tmp/torchfarm-test-models-" + std::to_string(::getpid());
+    fs::create_directories(d);
+    std::string cmd = BinDir() + "/torchfarm-mkmodel --all " + d + " > " + d + "/mkmodel.log 2>&1";
+    if (std::system(cmd.c_str()) != 0) std::abort();
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all("/tmp/torchfarm-test-models-" + std::to_string(::getpid()), ec);
+    });
+    return d;
+  }();
+  return dir;
+}
+
+namespace {
+std::atomic<int> g_farm_counter{0};
+}
+
+Farm::Farm(json models, json extra) {
+  dir_ = "/tmp/tf-it-" + std::to_string(::getpid()) + "-" + std::to_string(g_farm_counter++);
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  endpoint_ = "ipc://" + dir_ + "/jobs.sock";
+  admin_ = "ipc://" + dir_ + "/run/admin.sock";
+  json config = {{"endpoint", endpoint_}, {"run_dir", dir_ + "/run"}, {"models", models},
+                 {"heartbeat_ms", 200}};
+  for (auto& [key, value] : extra.items()) config[key] = value;
+  config_path_ = dir_ + "/config.json";
+  std::ofstream(config_path_) << config.dump(2);
+}
+
+Farm::~Farm() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+bool Farm::Start(const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args = {BinDir() + "/torchfarm-supervisor", "--config", config_path_,
+                                   "--log-level", "info"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    std::string log = dir_ + "/supervisor.log";
+    FILE* f = std::freopen(log.c_str(), "w", stderr);
+    (void)f;
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid_ > 0;
+}
+
+json Farm::Admin(const std::string& cmd, int timeout_ms) const {
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::req);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::rcvtimeo, timeout_ms);
+  socket.connect(admin_);
+  socket.send(zmq::buffer(json{{"cmd", cmd}}.dump()), zmq::send_flags::none);
+  zmq::message_t reply;
+  if (!socket.recv(reply)) return nullptr;
+  return json::parse(reply.to_string_view(), nullptr, false);
+}
+
+bool Farm::WaitReady(int min_ready, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      error_ = "supervisor exited early with status " + std::to_string(status);
+      pid_ = -1;
+      return false;
+    }
+    json health = Admin("health", 500);
+    if (health.is_object() && health.contains("models")) {
+      bool ok = true;
+      for (const auto& m : health["models"]) {
+        int want = min_ready < 0 ? m["workers"].get<int>() : min_ready;
+        ok = ok && m["ready_workers"].get<int>() >= want;
+      }
+      if (ok) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  error_ = "not ready within " + std::to_string(timeout_ms) + " ms";
+  return false;
+}
+
+int Farm::Stop(int timeout_ms) {
+  if (pid_ <= 0) return -2000;
+  ::kill(pid_, SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      return -WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1000;
+}
+
+std::vector<pid_t> Farm::WorkerPids() const {
+  std::vector<pid_t> pids;
+  json stats = Admin("stats");
+  if (!stats.is_object()) return pids;
+  for (const auto& w : stats["workers"]) pids.push_back(w["pid"].get<pid_t>());
+  return pids;
+}
+
+}  // namespace torchfarm::testing

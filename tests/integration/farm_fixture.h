@@ -1,0 +1,53 @@
+// Test support: runs the real torchfarm-supervisor binary on a config written for the test, waits
+// for readiness through its admin socket, and stops it with SIGTERM, the way an operator would.
+//
+// Owns: a scratch folder (config, run_dir, ipc sockets) removed on destruction, and the
+// supervisor's pid (SIGKILLed if still alive on destruction).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace torchfarm::testing {
+
+// Folder holding models written once per test binary by torchfarm-mkmodel --all.
+const std::string& ModelDir();
+std::string BinDir();
+
+class Farm {
+ public:
+  // `models` is the "models" array of the config; endpoint and run_dir are filled in.
+  explicit Farm(nlohmann::json models, nlohmann::json extra = nlohmann::json::object());
+  ~Farm();
+
+  // Starts the supervisor; returns false (with a message in error()) if it exits early.
+  bool Start(const std::vector<std::string>& extra_args = {});
+  // Waits until every model has `min_ready` ready workers (-1: all of its workers), or false
+  // after timeout_ms.
+  bool WaitReady(int min_ready = -1, int timeout_ms = 60'000);
+  // Sends {"cmd": cmd} to the admin socket; null on timeout.
+  nlohmann::json Admin(const std::string& cmd, int timeout_ms = 5'000) const;
+  // SIGTERM, then waits up to timeout_ms; returns the exit code (or -signal, or -1000 on timeout).
+  int Stop(int timeout_ms = 30'000);
+  // Worker pids from the stats reply, in worker-id order (-1 for slots without a process).
+  std::vector<pid_t> WorkerPids() const;
+
+  const std::string& endpoint() const { return endpoint_; }
+  const std::string& dir() const { return dir_; }
+  pid_t pid() const { return pid_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string dir_;
+  std::string endpoint_;
+  std::string admin_;
+  std::string config_path_;
+  pid_t pid_ = -1;
+  std::string error_;
+};
+
+}  // namespace torchfarm::testing

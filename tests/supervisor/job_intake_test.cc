@@ -1,0 +1,142 @@
+// ParseJob: every malformed request a client can send is answered with the right code and a
+// message naming what was expected and what was received.
+#include <gtest/gtest.h>
+
+#include "supervisor/job_intake.h"
+
+namespace torchfarm {
+namespace {
+
+class JobIntakeTest : public ::testing::Test {
+ protected:
+  JobIntakeTest() {
+    ModelConfig mlp;
+    mlp.name = "mlp";
+    mlp.inputs = {TensorSpec{DType::kFloat32, {-1, 4}}};
+    mlp.slot_bytes = 4096;
+    ModelConfig pair;
+    pair.name = "pair";
+    pair.inputs = {TensorSpec{DType::kFloat32, {-1, 2}}, TensorSpec{DType::kInt64, {-1}}};
+    models_ = {mlp, pair};
+  }
+
+  // frames: identity, header, data...
+  Status Run(const std::string& header, const std::vector<size_t>& data_sizes,
+             PendingRequest* request, size_t* model = nullptr) {
+    std::vector<zmq::message_t> frames;
+    frames.emplace_back(std::string("client"));
+    frames.emplace_back(header);
+    for (size_t n : data_sizes) frames.emplace_back(n);
+    size_t start = 0;
+    EXPECT_TRUE(SplitEnvelope(frames, request, &start));
+    size_t index = 0;
+    Status s = ParseJob(frames, start, models_, TimePoint{}, request, &index);
+    if (model) *model = index;
+    return s;
+  }
+
+  std::vector<ModelConfig> models_;
+};
+
+void ExpectError(const Status& s, StatusCode code, const std::vector<std::string>& words) {
+  EXPECT_EQ(s.code(), code) << s.ToString();
+  for (const auto& w : words) EXPECT_NE(s.message().find(w), std::string::npos) << s.message();
+}
+
+TEST_F(JobIntakeTest, ValidRequestIsAccepted) {
+  PendingRequest r;
+  size_t model = 9;
+  Status s = Run(R"({"v":1,"id":"a","model":"pair","inputs":[{"dtype":"float32","shape":[3,2]},)"
+                 R"({"dtype":"int64","shape":[3]}],"timeout_ms":50})",
+                 {24, 24}, &r, &model);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(model, 1u);
+  EXPECT_EQ(r.rows, 3);
+  EXPECT_TRUE(r.batchable);
+  EXPECT_EQ(r.frames.size(), 2u);
+  EXPECT_EQ(r.deadline, TimePoint{} + Millis(50));
+  EXPECT_EQ(r.slot_bytes, 64u + 64u);
+}
+
+TEST_F(JobIntakeTest, EnvelopeOfAReqClientKeepsItsDelimiter) {
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(std::string("id"));
+  frames.emplace_back();
+  frames.emplace_back(std::string("{}"));
+  PendingRequest r;
+  size_t start = 0;
+  ASSERT_TRUE(SplitEnvelope(frames, &r, &start));
+  EXPECT_TRUE(r.has_delimiter);
+  EXPECT_EQ(start, 2u);
+}
+
+TEST_F(JobIntakeTest, NotJson) {
+  PendingRequest r;
+  ExpectError(Run("not json", {16}, &r), StatusCode::kInvalidArgument, {"JSON"});
+}
+
+TEST_F(JobIntakeTest, NoHeaderAtAll) {
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(std::string("client"));
+  PendingRequest r;
+  size_t start = 0;
+  ASSERT_TRUE(SplitEnvelope(frames, &r, &start));
+  size_t index;
+  ExpectError(ParseJob(frames, start, models_, TimePoint{}, &r, &index),
+              StatusCode::kInvalidArgument, {"header"});
+}
+
+TEST_F(JobIntakeTest, UnknownModelIsNotFoundAndListsServedModels) {
+  PendingRequest r;
+  Status s = Run(R"({"v":1,"id":7,"model":"nope","inputs":[{"dtype":"float32","shape":[1,4]}]})",
+                 {16}, &r);
+  ExpectError(s, StatusCode::kNotFound, {"'nope'", "mlp", "pair"});
+  EXPECT_EQ(r.id, 7) << "the id is echoed even on errors";
+}
+
+TEST_F(JobIntakeTest, WrongFrameCount) {
+  PendingRequest r;
+  ExpectError(Run(R"({"v":1,"model":"mlp","inputs":[{"dtype":"float32","shape":[1,4]}]})", {}, &r),
+              StatusCode::kInvalidArgument, {"1 input", "0 data frame"});
+}
+
+TEST_F(JobIntakeTest, ByteCountNotMatchingDtypeTimesShape) {
+  PendingRequest r;
+  ExpectError(Run(R"({"v":1,"model":"mlp","inputs":[{"dtype":"float32","shape":[1,4]}]})", {15}, &r),
+              StatusCode::kInvalidArgument, {"16 bytes", "15"});
+}
+
+TEST_F(JobIntakeTest, DtypeRankAndFixedDimMismatchNameExpectedAndGot) {
+  PendingRequest r;
+  ExpectError(Run(R"({"v":1,"model":"mlp","inputs":[{"dtype":"float64","shape":[1,4]}]})", {32}, &r),
+              StatusCode::kInvalidArgument, {"dtype", "expected float32 [-1, 4]", "got float64 [1, 4]"});
+  ExpectError(Run(R"({"v":1,"model":"mlp","inputs":[{"dtype":"float32","shape":[4]}]})", {16}, &r),
+              StatusCode::kInvalidArgument, {"rank", "got float32 [4]"});
+  ExpectError(Run(R"({"v":1,"model":"mlp","inputs":[{"dtype":"float32","shape":[1,5]}]})", {20}, &r),
+              StatusCode::kInvalidArgument, {"shape", "expected float32 [-1, 4]", "got float32 [1, 5]"});
+}
+
+TEST_F(JobIntakeTest, WrongNumberOfInputsForTheModel) {
+  PendingRequest r;
+  ExpectError(Run(R"({"v":1,"model":"pair","inputs":[{"dtype":"float32","shape":[1,2]}]})", {8}, &r),
+              StatusCode::kInvalidArgument, {"takes 2 input", "got 1"});
+}
+
+TEST_F(JobIntakeTest, TensorLargerThanARingSlotIsResourceExhausted) {
+  PendingRequest r;
+  ExpectError(Run(R"({"v":1,"model":"mlp","inputs":[{"dtype":"float32","shape":[300,4]}]})", {4800}, &r),
+              StatusCode::kResourceExhausted, {"4800", "4096", "slot_bytes"});
+}
+
+TEST_F(JobIntakeTest, InputsDisagreeingOnDimZeroAreServedAlone) {
+  PendingRequest r;
+  Status s = Run(R"({"v":1,"model":"pair","inputs":[{"dtype":"float32","shape":[3,2]},)"
+                 R"({"dtype":"int64","shape":[2]}]})",
+                 {24, 16}, &r);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_FALSE(r.batchable);
+  EXPECT_EQ(r.rows, 1);
+}
+
+}  // namespace
+}  // namespace torchfarm

@@ -1,0 +1,101 @@
+#include "tools/infer_command.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "common/npy.h"
+#include "torchfarm/client.h"
+
+namespace torchfarm {
+
+namespace {
+
+// Extra time the client waits beyond the server-side deadline, so the server's own
+// DEADLINE_EXCEEDED reply is seen rather than a local timeout.
+constexpr int64_t kDeadlineGraceMs = 2000;
+
+int ReportError(const Status& status, int exit_code) {
+  std::cerr << "error: " << status.ToString() << "\n";
+  return exit_code;
+}
+
+int WriteOutputs(const std::vector<std::string>& paths, const std::vector<Tensor>& outputs) {
+  if (paths.size() > outputs.size()) {
+    std::cerr << "warning: " << paths.size() << " --output paths but the model returned "
+              << outputs.size() << " output(s); the extra paths are not written\n";
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    std::string path = InferCommand::OutputPath(paths, k, outputs.size());
+    if (path.empty()) continue;
+    const Tensor& out = outputs[k];
+    Status s = WriteNpy(path, out.spec, out.data.data(), out.data.size());
+    if (!s.ok()) return ReportError(s, kExitUsage);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+InferCommand::InferCommand(CLI::App* parent) {
+  app_ = parent->add_subcommand("infer", "Send one inference request built from .npy files");
+  app_->add_option("--endpoint", endpoint_, "Supervisor endpoint")->capture_default_str();
+  app_->add_option("--model", model_, "Model name")->required();
+  app_->add_option("--input", inputs_, "Input .npy file, once per model input, in order")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app_->add_option("--output", outputs_,
+                   "Output .npy path, once per output; one path with several outputs writes "
+                   "out.npy, out.1.npy, ...");
+  app_->add_option("--timeout-ms", timeout_ms_, "Server-side deadline in ms (0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app_->add_option("--priority", priority_, "Priority, 0 is highest")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  app_->add_option("--io-timeout-ms", io_timeout_ms_,
+                   "How long to wait for the reply (raised to timeout-ms + 2000 if lower)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
+std::string InferCommand::OutputPath(const std::vector<std::string>& paths, size_t index,
+                                     size_t output_count) {
+  if (index < paths.size()) return paths[index];
+  if (paths.size() != 1 || output_count < 2) return "";
+  const std::string& base = paths[0];
+  const std::string suffix = ".npy";
+  const std::string number = "." + std::to_string(index);
+  if (base.size() > suffix.size() && base.compare(base.size() - suffix.size(), suffix.size(),
+                                                  suffix) == 0) {
+    return base.substr(0, base.size() - suffix.size()) + number + suffix;
+  }
+  return base + number;
+}
+
+int InferCommand::Run() {
+  std::vector<Tensor> tensors(inputs_.size());
+  std::vector<TensorView> views;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    Status s = ReadNpy(inputs_[i], &tensors[i].spec, &tensors[i].data);
+    if (!s.ok()) return ReportError(s, kExitUsage);
+    views.push_back(TensorView{tensors[i].spec, tensors[i].data.data(), tensors[i].data.size()});
+  }
+  int io_timeout = static_cast<int>(
+      std::min<int64_t>(INT32_MAX, std::max<int64_t>(io_timeout_ms_, timeout_ms_ + kDeadlineGraceMs)));
+  Client client(endpoint_, io_timeout);
+  if (!client.connect_status().ok()) return ReportError(client.connect_status(), kExitUsage);
+
+  InferResult result;
+  Status s = client.Infer(model_, views, &result, InferOptions{timeout_ms_, priority_});
+  const bool got_reply = !result.header.raw.is_null();
+  if (got_reply) std::cout << result.header.raw.dump(2) << std::endl;
+  if (!s.ok()) {
+    // An error reply is the server's verdict; anything else means no usable reply came back.
+    if (got_reply && !result.header.status.ok()) return ReportError(s, kExitServerError);
+    if (!got_reply && s.code() == StatusCode::kInvalidArgument) return ReportError(s, kExitUsage);
+    return ReportError(s, kExitTransport);
+  }
+  return WriteOutputs(outputs_, result.outputs);
+}
+
+}  // namespace torchfarm

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs every Debian package torchfarm needs to build, test and run. Idempotent: packages that
+# are already installed are skipped, and apt is not touched at all when nothing is missing.
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config
+  libtorch-dev
+  libopenblas0-openmp    # without it Debian's libtorch runs on the reference BLAS (~17x slower)
+  libzmq3-dev cppzmq-dev
+  libboost-dev           # Boost.Interprocess (header-only)
+  nlohmann-json3-dev
+  libcli11-dev
+  libgtest-dev libgmock-dev
+  libbenchmark-dev
+  python3-numpy python3-zmq python3-pytest
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+# Refresh the lists only when they are missing or older than a day.
+if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null | head -n 1)" ]; then
+  $sudo apt-get update -q
+fi
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

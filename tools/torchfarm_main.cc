@@ -1,0 +1,36 @@
+// `torchfarm`: the user's command-line tool for a running farm. No LibTorch.
+//
+// Owns: the top-level CLI11 app and the list of subcommands (one file pair each, see
+// tools/command.h). To add one: write <name>_command.h/.cc, add it to tools/CMakeLists.txt and
+// one line to MakeCommands below.
+#include <memory>
+#include <vector>
+
+#include "tools/command.h"
+#include "tools/infer_command.h"
+
+namespace {
+
+std::vector<std::unique_ptr<torchfarm::Command>> MakeCommands(CLI::App* app) {
+  std::vector<std::unique_ptr<torchfarm::Command>> commands;
+  commands.push_back(std::make_unique<torchfarm::InferCommand>(app));
+  return commands;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"torchfarm: talk to a torchfarm inference farm"};
+  app.require_subcommand(1);
+  auto commands = MakeCommands(&app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every other parse failure is a usage error.
+    return app.exit(e) == 0 ? torchfarm::kExitOk : torchfarm::kExitUsage;
+  }
+  for (auto& command : commands) {
+    if (command->app()->parsed()) return command->Run();
+  }
+  return torchfarm::kExitUsage;
+}

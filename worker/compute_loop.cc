@@ -1,0 +1,373 @@
+#include "worker/compute_loop.h"
+
+#include <sched.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/tensor_spec.h"
+#include "worker/torch_compat.h"
+
+namespace torchfarm::worker {
+namespace {
+
+// How long the compute thread sleeps on the request doorbell before it looks at the stop flag.
+constexpr int kDoorbellWaitMs = 100;
+// Back-off while the response ring is full (the supervisor bounds in-flight batches, so this is a
+// safety net, not a code path in normal operation).
+constexpr auto kFullRingSleep = std::chrono::milliseconds(1);
+
+// Validates one request descriptor against the slot's data area.
+Status CheckDescriptor(const ipc::TensorDesc& desc, uint64_t capacity, uint32_t index,
+                       TensorSpec* spec) {
+  const std::string where = "request tensor " + std::to_string(index) + ": ";
+  if (!ipc::ReadTensorDesc(desc, spec)) {
+    return Internal(where + "invalid dtype code " + std::to_string(desc.dtype) + " or rank " +
+                    std::to_string(desc.rank));
+  }
+  auto expected = ByteSize(*spec);
+  if (!expected || *expected != desc.nbytes) {
+    return Internal(where + SpecToString(*spec) + " needs " +
+                    (expected ? std::to_string(*expected) : std::string("an invalid number of")) +
+                    " bytes but its descriptor says " + std::to_string(desc.nbytes));
+  }
+  if (desc.offset % ipc::kTensorAlignment != 0 || desc.offset > capacity ||
+      desc.nbytes > capacity - desc.offset) {
+    return Internal(where + "bytes [" + std::to_string(desc.offset) + ", +" +
+                    std::to_string(desc.nbytes) + ") are misaligned or outside the " +
+                    std::to_string(capacity) + "-byte data area");
+  }
+  return Status::Ok();
+}
+
+// TorchScript interpreter errors put a TorchScript traceback before the actual error line; keep
+// the error line first so it survives truncation to the slot's message field.
+std::string ForwardErrorText(std::string text) {
+  const std::string marker = "RuntimeError: ";
+  size_t at = text.rfind(marker);
+  if (at == std::string::npos) return text;
+  std::string tail = text.substr(at);
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+  return tail + " [" + text.substr(0, at) + "]";
+}
+
+}  // namespace
+
+ComputeLoop::ComputeLoop(ComputeLoopConfig config, ipc::WorkerSegment* segment,
+                         const ipc::Doorbell* request_doorbell,
+                         const ipc::Doorbell* response_doorbell)
+    : config_(std::move(config)), segment_(segment), request_doorbell_(request_doorbell),
+      response_doorbell_(response_doorbell) {}
+
+ComputeLoop::~ComputeLoop() {
+  if (thread_.joinable()) {
+    RequestStop(StopMode::kAbandon);
+    thread_.join();
+  }
+}
+
+Status ComputeLoop::Start() {
+  Status status = ipc::Doorbell::Create(&events_);
+  if (!status.ok()) return status;
+  try {
+    thread_ = std::thread(&ComputeLoop::Run, this);
+  } catch (const std::system_error& e) {
+    return Internal(std::string("cannot start the compute thread: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+void ComputeLoop::RequestStop(StopMode mode) {
+  int wanted = static_cast<int>(mode);
+  int current = stop_mode_.load();
+  while (current < wanted && !stop_mode_.compare_exchange_weak(current, wanted)) {
+  }
+}
+
+bool ComputeLoop::JoinFor(std::chrono::milliseconds timeout) {
+  if (!thread_.joinable()) return true;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!finished_cv_.wait_for(lock, timeout, [this] { return finished(); })) return false;
+  }
+  thread_.join();
+  return true;
+}
+
+void ComputeLoop::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+LoadReport ComputeLoop::load_report() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return load_report_;
+}
+
+ComputeStats ComputeLoop::stats() const {
+  ComputeStats stats;
+  stats.batches = batches_.load(std::memory_order_relaxed);
+  stats.rows = rows_.load(std::memory_order_relaxed);
+  stats.errors = errors_.load(std::memory_order_relaxed);
+  stats.busy = busy_.load(std::memory_order_relaxed);
+  return stats;
+}
+
+void ComputeLoop::ReportLoad(LoadReport report) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    load_report_ = std::move(report);
+  }
+  events_.Ring();
+}
+
+void ComputeLoop::MarkFinished() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_.store(true, std::memory_order_release);
+  }
+  finished_cv_.notify_all();
+  events_.Ring();
+}
+
+void ComputeLoop::Run() {
+  try {
+    ConfigureThread();
+    if (LoadModel()) Serve();
+  } catch (const std::exception& e) {
+    // Per-batch failures are answered in AnswerRequest; reaching this means the loop itself broke.
+    // The control thread sees finished() without having asked for a stop and exits non-zero.
+    TF_LOG(kError) << "compute loop failed" << Kv("error", e.what());
+  }
+  MarkFinished();
+}
+
+void ComputeLoop::ConfigureThread() {
+  // Pin first: the intra-op pool's threads are created later by this thread and inherit its mask.
+  if (!config_.cores.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    std::string list;
+    for (int core : config_.cores) {
+      if (core < 0 || core >= CPU_SETSIZE) continue;
+      CPU_SET(core, &set);
+      list += (list.empty() ? "" : ",") + std::to_string(core);
+    }
+    if (::sched_setaffinity(0, sizeof(set), &set) != 0) {
+      TF_LOG(kWarn) << "cannot pin compute thread" << Kv("cores", list)
+                    << Kv("error", std::strerror(errno));
+    } else {
+      TF_LOG(kInfo) << "compute thread pinned" << Kv("cores", list);
+    }
+  }
+  SetIntraOpThreads(config_.threads);
+  SetInterOpThreadsOnce(1);
+}
+
+bool ComputeLoop::LoadModel() {
+  const TimePoint start = Clock::now();
+  LoadReport report;
+  try {
+    device_ = c10::Device(config_.device);
+    module_ = torch::jit::load(config_.model_path, device_);
+    module_.eval();
+    if (!module_.find_method("forward")) report.error = "the module has no forward() method";
+  } catch (const c10::Error& e) {
+    report.error = ErrorText(e);
+  } catch (const std::exception& e) {
+    report.error = e.what();
+  }
+  if (!report.error.empty()) {
+    report.state = LoadState::kFailed;
+    ReportLoad(std::move(report));
+    return false;
+  }
+  report.state = LoadState::kLoaded;
+  report.load_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  TF_LOG(kInfo) << "model loaded" << Kv("path", config_.model_path) << Kv("device", config_.device)
+                << Kv("threads", config_.threads) << Kv("load_ms", report.load_ms);
+  ReportLoad(std::move(report));
+  return true;
+}
+
+void ComputeLoop::Serve() {
+  for (;;) {
+    // Read the stop request before looking at the ring: with kFinishRing everything published
+    // before the request was made is then answered by the pass below.
+    const auto mode = static_cast<StopMode>(stop_mode_.load());
+    if (mode == StopMode::kAbandon) return;
+    if (mode == StopMode::kNone) request_doorbell_->Wait(kDoorbellWaitMs);
+    // Drain before emptying the ring, so a ring that arrives during the pass wakes the next Wait.
+    request_doorbell_->Drain();
+    if (!AnswerPendingRequests()) return;
+    if (mode == StopMode::kFinishRing) return;
+  }
+}
+
+bool ComputeLoop::AnswerPendingRequests() {
+  const ipc::SpscRing requests = segment_->request_ring();
+  const ipc::SpscRing responses = segment_->response_ring();
+  while (const uint8_t* request = requests.Front()) {
+    uint8_t* response = ReserveResponseSlot();
+    if (response == nullptr) return false;
+    busy_.store(true, std::memory_order_relaxed);
+    AnswerRequest(request, response);
+    responses.Publish();
+    response_doorbell_->Ring();
+    // Only now: the input tensors of the batch pointed into the request slot.
+    requests.Pop();
+    busy_.store(false, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+uint8_t* ComputeLoop::ReserveResponseSlot() {
+  const ipc::SpscRing responses = segment_->response_ring();
+  bool warned = false;
+  for (;;) {
+    if (uint8_t* slot = responses.TryReserve()) return slot;
+    if (stop_mode_.load() == static_cast<int>(StopMode::kAbandon)) return nullptr;
+    if (!warned) {
+      TF_LOG(kWarn) << "response ring full; waiting for the supervisor to consume"
+                    << Kv("slots", responses.slot_count());
+      warned = true;
+    }
+    std::this_thread::sleep_for(kFullRingSleep);
+  }
+}
+
+void ComputeLoop::AnswerRequest(const uint8_t* request, uint8_t* response) {
+  const ipc::SlotHeader* request_header = ipc::SlotHeaderOf(request);
+  ipc::SlotHeader* header = ipc::SlotHeaderOf(response);
+  header->batch_id = request_header->batch_id;
+  header->tensor_count = 0;
+  header->reserved = 0;
+  header->message[0] = '\0';
+  const TimePoint start = Clock::now();
+  int64_t rows = 0;
+  Status status;
+  try {
+    status = RunBatch(request, response, &rows);
+  } catch (const c10::Error& e) {
+    status = Internal("batch failed: " + ErrorText(e));
+  } catch (const std::exception& e) {
+    status = Internal(std::string("batch failed: ") + e.what());
+  }
+  header->compute_us = static_cast<uint64_t>(ToMicros(Clock::now() - start));
+  header->status = static_cast<int32_t>(status.code());
+  if (!status.ok()) {
+    header->tensor_count = 0;
+    ipc::SetSlotMessage(header, status.message());
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    TF_LOG(kWarn) << "batch failed" << Kv("batch", header->batch_id)
+                  << Kv("status", StatusCodeName(status.code())) << Kv("error", status.message());
+  }
+  batches_.fetch_add(1, std::memory_order_relaxed);
+  rows_.fetch_add(rows > 0 ? static_cast<uint64_t>(rows) : 0, std::memory_order_relaxed);
+}
+
+Status ComputeLoop::RunBatch(const uint8_t* request, uint8_t* response, int64_t* rows) {
+  InferenceModeGuard inference_mode;
+  std::vector<c10::IValue> inputs;
+  Status status = BuildInputs(request, &inputs, rows);
+  if (!status.ok()) return status;
+  c10::IValue output;
+  try {
+    output = module_.forward(std::move(inputs));
+  } catch (const c10::Error& e) {
+    return Internal("forward failed: " + ForwardErrorText(ErrorText(e)));
+  } catch (const std::exception& e) {
+    return Internal("forward failed: " + ForwardErrorText(e.what()));
+  }
+  std::vector<at::Tensor> tensors;
+  status = CollectOutputs(output, &tensors);
+  if (!status.ok()) return status;
+  return WriteOutputs(tensors, response);
+}
+
+Status ComputeLoop::BuildInputs(const uint8_t* request, std::vector<c10::IValue>* inputs,
+                                int64_t* rows) {
+  const ipc::SlotHeader* header = ipc::SlotHeaderOf(request);
+  if (header->tensor_count > static_cast<uint32_t>(ipc::kMaxTensors)) {
+    return Internal("request has " + std::to_string(header->tensor_count) +
+                    " tensors; a slot holds at most " + std::to_string(ipc::kMaxTensors));
+  }
+  // from_blob needs a non-const pointer; the model may not write to its inputs, and nothing reads
+  // the request slot after this batch.
+  uint8_t* data = const_cast<uint8_t*>(ipc::SlotData(request));
+  const uint64_t capacity = segment_->data_capacity();
+  for (uint32_t i = 0; i < header->tensor_count; ++i) {
+    TensorSpec spec;
+    Status status = CheckDescriptor(header->tensors[i], capacity, i, &spec);
+    if (!status.ok()) return status;
+    if (i == 0) *rows = Rows(spec);
+    at::Tensor tensor = torch::from_blob(data + header->tensors[i].offset, spec.shape,
+                                         at::TensorOptions().dtype(ToScalarType(spec.dtype)));
+    if (!device_.is_cpu()) tensor = tensor.to(device_);
+    inputs->emplace_back(std::move(tensor));
+  }
+  return Status::Ok();
+}
+
+Status ComputeLoop::CollectOutputs(const c10::IValue& output, std::vector<at::Tensor>* tensors) {
+  std::vector<c10::IValue> elements;
+  if (output.isTensor()) {
+    elements.push_back(output);
+  } else if (!UnpackSequence(output, &elements)) {
+    return Internal("model returned " + IValueKind(output) +
+                    "; torchfarm expects a Tensor or a tuple/list of Tensors");
+  }
+  if (elements.size() > static_cast<size_t>(ipc::kMaxTensors)) {
+    return Internal("model returned " + std::to_string(elements.size()) +
+                    " outputs; a response holds at most " + std::to_string(ipc::kMaxTensors));
+  }
+  for (size_t i = 0; i < elements.size(); ++i) {
+    const std::string where = "output " + std::to_string(i);
+    if (!elements[i].isTensor()) {
+      return Internal(where + " is " + IValueKind(elements[i]) + ", not a Tensor");
+    }
+    const at::Tensor& tensor = elements[i].toTensor();
+    if (!tensor.defined()) return Internal(where + " is an undefined Tensor");
+    if (!FromScalarType(tensor.scalar_type())) {
+      return Internal(where + " has dtype " + ScalarTypeName(tensor.scalar_type()) +
+                      ", which torchfarm cannot carry (supported: " + AllDTypeNames() + ")");
+    }
+    if (tensor.dim() > kMaxRank) {
+      return Internal(where + " has " + std::to_string(tensor.dim()) + " dimensions; at most " +
+                      std::to_string(kMaxRank));
+    }
+    tensors->push_back(tensor.to(at::kCPU).contiguous());
+  }
+  return Status::Ok();
+}
+
+Status ComputeLoop::WriteOutputs(const std::vector<at::Tensor>& tensors, uint8_t* response) {
+  const uint64_t capacity = segment_->data_capacity();
+  std::vector<uint64_t> offsets;
+  uint64_t end = 0;
+  for (const at::Tensor& tensor : tensors) {
+    offsets.push_back(ipc::AlignUp(end, ipc::kTensorAlignment));
+    end = offsets.back() + tensor.nbytes();
+  }
+  if (end > capacity) {
+    return ResourceExhausted("outputs need " + std::to_string(end) +
+                             " bytes, a response slot holds " + std::to_string(capacity) +
+                             " bytes; raise slot_bytes");
+  }
+  ipc::SlotHeader* header = ipc::SlotHeaderOf(response);
+  uint8_t* data = ipc::SlotData(response);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& tensor = tensors[i];
+    const uint64_t nbytes = tensor.nbytes();
+    if (nbytes > 0) std::memcpy(data + offsets[i], tensor.data_ptr(), nbytes);
+    TensorSpec spec;
+    spec.dtype = *FromScalarType(tensor.scalar_type());
+    spec.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
+    ipc::FillTensorDesc(spec, offsets[i], nbytes, &header->tensors[i]);
+  }
+  header->tensor_count = static_cast<uint32_t>(tensors.size());
+  return Status::Ok();
+}
+
+}  // namespace torchfarm::worker

@@ -1,0 +1,129 @@
+// The worker's compute thread: loads one TorchScript model and answers every request slot of the
+// worker's shared-memory segment with a response slot, in ring order.
+//
+// Owns: the std::thread it starts (joined in Stop*/the destructor), the loaded torch::jit::Module
+// (touched by that thread only), the batch counters, and an eventfd that it rings when the model
+// load finished (either way) and when the thread is about to return.
+//
+// Threads: Start/RequestStop/Join/stats/load_report/event_fd are called by the control thread
+// (worker/worker.h); everything else runs on the compute thread, the only thread in the worker
+// that calls into torch. Thread-count settings are made on that thread because intra-op settings
+// made on another thread were measured not to reach OpenBLAS.
+//
+// Per batch: read the request's TensorDescs, wrap the request slot's bytes with from_blob (no copy),
+// run forward() under InferenceMode, copy the outputs into a response slot, publish, ring the
+// response doorbell and only then pop the request (the input tensors point into it). A batch that
+// fails gets a response with a status and message; the loop keeps serving.
+#pragma once
+
+#include <torch/script.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "ipc/doorbell.h"
+#include "ipc/worker_segment.h"
+
+namespace torchfarm::worker {
+
+struct ComputeLoopConfig {
+  std::string model_path;
+  std::string device = "cpu";  // "cpu", "cuda", "cuda:1", as at::Device parses it
+  int threads = 1;             // intra-op threads
+  std::vector<int> cores;      // CPU affinity of the compute thread; empty: not pinned
+};
+
+enum class LoadState { kLoading, kLoaded, kFailed };
+
+struct LoadReport {
+  LoadState state = LoadState::kLoading;
+  double load_ms = 0;
+  std::string error;  // kFailed: why, without the model path
+};
+
+// A snapshot of the counters the heartbeat carries. batches and rows count every batch answered;
+// errors counts those answered with a non-OK status.
+struct ComputeStats {
+  uint64_t batches = 0;
+  uint64_t rows = 0;
+  uint64_t errors = 0;
+  bool busy = false;
+};
+
+enum class StopMode : int {
+  kNone = 0,
+  kFinishRing = 1,  // answer what is already in the request ring, then return
+  kAbandon = 2,     // return after the batch in progress (forward() cannot be interrupted)
+};
+
+class ComputeLoop {
+ public:
+  // `segment` and both doorbells must outlive this object.
+  ComputeLoop(ComputeLoopConfig config, ipc::WorkerSegment* segment,
+              const ipc::Doorbell* request_doorbell, const ipc::Doorbell* response_doorbell);
+  // Abandons the ring and joins.
+  ~ComputeLoop();
+  ComputeLoop(const ComputeLoop&) = delete;
+  ComputeLoop& operator=(const ComputeLoop&) = delete;
+
+  // Creates the event fd and starts the compute thread.
+  Status Start();
+  // Asks the thread to stop; a stronger mode overrides a weaker one. Does not wait.
+  void RequestStop(StopMode mode);
+  // Waits for the thread to return and joins it; false (thread still joinable) on timeout.
+  bool JoinFor(std::chrono::milliseconds timeout);
+  void Join();
+
+  // Readable when load_report() or finished() changed; the reader drains it.
+  const ipc::Doorbell& events() const { return events_; }
+  LoadReport load_report() const;
+  bool finished() const { return finished_.load(std::memory_order_acquire); }
+  ComputeStats stats() const;
+
+ private:
+  void Run();
+  void ConfigureThread();
+  bool LoadModel();
+  void Serve();
+  bool AnswerPendingRequests();
+  uint8_t* ReserveResponseSlot();
+  void AnswerRequest(const uint8_t* request, uint8_t* response);
+  Status RunBatch(const uint8_t* request, uint8_t* response, int64_t* rows);
+  Status BuildInputs(const uint8_t* request, std::vector<c10::IValue>* inputs, int64_t* rows);
+  Status CollectOutputs(const c10::IValue& output, std::vector<at::Tensor>* tensors);
+  Status WriteOutputs(const std::vector<at::Tensor>& tensors, uint8_t* response);
+  void ReportLoad(LoadReport report);
+  void MarkFinished();
+
+  const ComputeLoopConfig config_;
+  ipc::WorkerSegment* const segment_;
+  const ipc::Doorbell* const request_doorbell_;
+  const ipc::Doorbell* const response_doorbell_;
+  ipc::Doorbell events_;
+
+  // Compute thread only.
+  torch::jit::Module module_;
+  c10::Device device_{c10::kCPU};
+
+  std::atomic<int> stop_mode_{static_cast<int>(StopMode::kNone)};
+  std::atomic<uint64_t> batches_{0};
+  std::atomic<uint64_t> rows_{0};
+  std::atomic<uint64_t> errors_{0};
+  std::atomic<bool> busy_{false};
+  std::atomic<bool> finished_{false};
+
+  mutable std::mutex mutex_;
+  std::condition_variable finished_cv_;
+  LoadReport load_report_;  // guarded by mutex_
+
+  std::thread thread_;
+};
+
+}  // namespace torchfarm::worker

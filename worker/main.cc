@@ -1,0 +1,86 @@
+// torchfarm-worker: one process serving one TorchScript model, started by torchfarm-supervisor
+// with the arguments of ipc::WorkerLaunchArgs. Exit codes: ipc/control_protocol.h (kExit*), plus
+// worker::kExitComputeFailed.
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "ipc/control_protocol.h"
+#include "worker/worker.h"
+
+namespace {
+
+// Owns a signalfd for SIGTERM and SIGINT. Construct it before any thread starts: the signals are
+// blocked in the calling thread and every thread it starts later (ZeroMQ's, torch's), so they
+// reach the process only through the fd the control loop polls; no handler runs.
+class StopSignalFd {
+ public:
+  StopSignalFd() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    if (::sigprocmask(SIG_BLOCK, &set, nullptr) != 0) return;
+    fd_ = ::signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  }
+  ~StopSignalFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  StopSignalFd(const StopSignalFd&) = delete;
+  StopSignalFd& operator=(const StopSignalFd&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace ipc = torchfarm::ipc;
+  const pid_t parent = ::getppid();
+  ipc::WorkerLaunchArgs args;
+  torchfarm::Status status = ipc::WorkerLaunchArgs::Parse(argc, argv, &args);
+  if (!status.ok()) {
+    std::fprintf(stderr, "torchfarm-worker: %s\n", status.message().c_str());
+    return ipc::kExitBadArguments;
+  }
+  torchfarm::LogLevel level;
+  if (!torchfarm::ParseLogLevel(args.log_level, &level)) {
+    std::fprintf(stderr, "torchfarm-worker: --log-level: expected debug|info|warn|error, got '%s'\n",
+                 args.log_level.c_str());
+    return ipc::kExitBadArguments;
+  }
+  // Die with the supervisor. The supervisor may have died between fork and this call, in which
+  // case the death signal will never come: we were already re-parented.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+    std::fprintf(stderr, "torchfarm-worker: prctl(PR_SET_PDEATHSIG) failed: %s\n",
+                 std::strerror(errno));
+  }
+  if (::getppid() != parent) {
+    std::fprintf(stderr, "torchfarm-worker: supervisor (pid %d) exited before the worker started\n",
+                 static_cast<int>(parent));
+    return ipc::kExitSupervisorLost;
+  }
+  torchfarm::SetLogLevel(level);
+  torchfarm::SetLogContext("worker=" + std::to_string(args.worker_id) +
+                           " pid=" + std::to_string(::getpid()) + " model=" + args.model_name);
+  // A dead peer must show up as an error return, not kill the process.
+  std::signal(SIGPIPE, SIG_IGN);
+
+  StopSignalFd stop_signals;
+  if (stop_signals.fd() < 0) {
+    TF_LOG(kWarn) << "no signalfd; SIGTERM will not stop the worker cleanly"
+                  << torchfarm::Kv("error", std::strerror(errno));
+  }
+  torchfarm::SteadyTimeSource time;
+  torchfarm::worker::Worker worker(std::move(args), parent, stop_signals.fd(), &time);
+  return worker.Run();
+}
