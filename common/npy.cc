@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 namespace torchfarm {
@@ -15,7 +14,7 @@ using nlohmann::json;
 namespace {
 
 constexpr std::string_view kMagic = "\x93NUMPY";
-constexpr size_t kAlignment = 64;        // numpy pads magic + length + header to a multiple of 64
+constexpr size_t kAlignment = 64;  // numpy pads magic + length + header to a multiple of 64
 constexpr size_t kMaxHeaderBytes = 1 << 20;  // a sane header is < 1 KiB; numpy's limit is 10 KiB
 constexpr int kMaxNesting = 8;
 
@@ -75,9 +74,8 @@ class PyLiteralParser {
   }
 
   Status ParseWord(json* out) {
-    for (auto [word, value] : {std::pair<std::string_view, json>{"True", true},
-                               {"False", false},
-                               {"None", nullptr}}) {
+    for (auto [word, value] :
+         {std::pair<std::string_view, json>{"True", true}, {"False", false}, {"None", nullptr}}) {
       if (text_.substr(pos_, word.size()) == word) {
         pos_ += word.size();
         *out = value;
@@ -158,7 +156,8 @@ std::string SupportedDescrs() {
     auto dtype = DTypeFromCode(static_cast<uint8_t>(code));
     if (!dtype || DTypeNumpyDescr(*dtype).empty()) continue;
     if (!out.empty()) out += ", ";
-    out += "'" + std::string(DTypeNumpyDescr(*dtype)) + "' (" + std::string(DTypeName(*dtype)) + ")";
+    out +=
+        "'" + std::string(DTypeNumpyDescr(*dtype)) + "' (" + std::string(DTypeName(*dtype)) + ")";
   }
   return out;
 }
@@ -191,7 +190,8 @@ Status DescrToDType(const json& descr, DType* out) {
 
 Status ShapeFromJson(const json& shape, std::vector<int64_t>* out) {
   if (!shape.is_array()) {
-    return InvalidArgument(".npy header 'shape': expected a tuple of integers, got " + shape.dump());
+    return InvalidArgument(".npy header 'shape': expected a tuple of integers, got " +
+                           shape.dump());
   }
   if (shape.size() > static_cast<size_t>(kMaxRank)) {
     return InvalidArgument(".npy header 'shape': rank " + std::to_string(shape.size()) +
@@ -268,10 +268,10 @@ Status CheckDataSize(const TensorSpec& spec, size_t available) {
   auto expected = ByteSize(spec);
   if (!expected) return InvalidArgument("shape " + ShapeToString(spec.shape) + " is too large");
   if (*expected == available) return Status::Ok();
-  return InvalidArgument(std::string(available < *expected ? "truncated .npy file" :
-                                                             "trailing bytes in .npy file") +
-                         ": " + SpecToString(spec) + " expected " + std::to_string(*expected) +
-                         " data bytes, got " + std::to_string(available));
+  return InvalidArgument(
+      std::string(available < *expected ? "truncated .npy file" : "trailing bytes in .npy file") +
+      ": " + SpecToString(spec) + " expected " + std::to_string(*expected) + " data bytes, got " +
+      std::to_string(available));
 }
 
 std::string ShapeAsPythonTuple(const std::vector<int64_t>& shape) {
@@ -344,10 +344,9 @@ Status ParseNpy(std::string_view bytes, TensorSpec* spec, std::string* data) {
 Status MakeNpyHeader(const TensorSpec& spec, std::string* header) {
   std::string_view descr = DTypeNumpyDescr(spec.dtype);
   if (descr.empty()) {
-    return InvalidArgument(std::string(DTypeName(spec.dtype)) +
-                           " cannot be written to a .npy file: numpy has no " +
-                           std::string(DTypeName(spec.dtype)) +
-                           " dtype; convert the tensor to float32 first");
+    return InvalidArgument(
+        std::string(DTypeName(spec.dtype)) + " cannot be written to a .npy file: numpy has no " +
+        std::string(DTypeName(spec.dtype)) + " dtype; convert the tensor to float32 first");
   }
   if (!NumElements(spec.shape)) {
     return InvalidArgument("cannot write shape " + ShapeToString(spec.shape) +
@@ -359,11 +358,13 @@ Status MakeNpyHeader(const TensorSpec& spec, std::string* header) {
   // Version 1.0 unless the padded header overflows its 16-bit length field.
   int major = 1;
   size_t preamble = kMagic.size() + 2 + 2;
-  size_t padded = dict.size() + 1 + (kAlignment - (preamble + dict.size() + 1) % kAlignment) % kAlignment;
+  size_t padded =
+      dict.size() + 1 + (kAlignment - (preamble + dict.size() + 1) % kAlignment) % kAlignment;
   if (padded > 0xffff) {
     major = 2;
     preamble = kMagic.size() + 2 + 4;
-    padded = dict.size() + 1 + (kAlignment - (preamble + dict.size() + 1) % kAlignment) % kAlignment;
+    padded =
+        dict.size() + 1 + (kAlignment - (preamble + dict.size() + 1) % kAlignment) % kAlignment;
   }
   std::string out(kMagic);
   out.push_back(static_cast<char>(major));

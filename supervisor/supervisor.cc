@@ -366,6 +366,7 @@ void Supervisor::HandleControl() {
       control_.send(zmq::buffer(routing), zmq::send_flags::sndmore);
       control_.send(zmq::str_buffer(R"({"type":"ack"})"), zmq::send_flags::none);
     } else if (type == ipc::kMsgHello) {
+      slot->OnHello(now);
       int version = message.value("layout_version", 0);
       if (version != static_cast<int>(ipc::kLayoutVersion)) {
         TF_LOG(kError) << "worker speaks another shared-memory layout; killing it"
@@ -379,7 +380,7 @@ void Supervisor::HandleControl() {
       std::string reason = message.value("message", "unknown error");
       TF_LOG(kError) << "worker reported an error" << Kv("worker", slot->id())
                      << Kv("model", slot->model_name()) << Kv("error", reason);
-      slot->set_failure_reason(reason);
+      if (message.value("fatal", false)) slot->OnFatalError(reason, now);
     }
   }
 }
@@ -445,8 +446,7 @@ void Supervisor::CheckWorkerLiveness() {
   TimePoint now = clock_.Now();
   auto limit = Millis(config_.heartbeat_ms) * ipc::kLivenessHeartbeats;
   for (auto& slot : slots_) {
-    bool live = slot->state() == SlotState::kStarting || slot->state() == SlotState::kReady;
-    if (live && slot->pid() > 0 && now - slot->last_heard() > limit) {
+    if (slot->LivenessExpired(now, limit)) {
       TF_LOG(kWarn) << "worker missed its heartbeats; killing it" << Kv("worker", slot->id())
                     << Kv("pid", slot->pid()) << Kv("silent_ms", ToMicros(now - slot->last_heard()) / 1000);
       ::kill(slot->pid(), SIGKILL);

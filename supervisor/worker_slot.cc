@@ -76,6 +76,8 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now) {
     return s;
   }
   last_heard_ = now;
+  hello_received_ = false;
+  fatal_reported_ = false;
   TransitionTo(SlotState::kStarting, "launched generation " + std::to_string(generation_));
   return Status::Ok();
 }
@@ -86,6 +88,19 @@ void WorkerSlot::OnReady(TimePoint now, double load_ms) {
   std::ostringstream why;
   why << "model loaded in " << load_ms << " ms";
   TransitionTo(SlotState::kReady, why.str());
+}
+
+void WorkerSlot::OnFatalError(const std::string& reason, TimePoint now) {
+  failure_reason_ = reason;
+  fatal_reported_ = true;
+  fatal_at_ = now;
+}
+
+bool WorkerSlot::LivenessExpired(TimePoint now, Clock::duration heartbeat_limit) const {
+  if (pid_ <= 0 || (state_ != SlotState::kStarting && state_ != SlotState::kReady)) return false;
+  if (fatal_reported_) return now - fatal_at_ > kStartupGrace;
+  if (!hello_received_) return now - last_heard_ > kStartupGrace;
+  return now - last_heard_ > heartbeat_limit;
 }
 
 bool WorkerSlot::CanAccept() const {
@@ -143,10 +158,8 @@ std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,
     pid_ = -1;
     return orphans;
   }
-  if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == ipc::kExitModelLoad &&
-      failure_reason_.empty()) {
-    failure_reason_ = "worker could not load the model (" + last_exit_ + ")";
-  } else if (!(WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == ipc::kExitModelLoad)) {
+  // A reason the worker reported itself (why the model did not load) beats the exit status.
+  if (!fatal_reported_) {
     failure_reason_ = "worker pid " + std::to_string(old_pid) + " " + last_exit_;
   }
   if (state_ == SlotState::kReady && now - ready_since_ >= policy.healthy_after) {

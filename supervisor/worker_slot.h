@@ -67,7 +67,15 @@ class WorkerSlot {
 
   // The worker said hello / ready / heartbeat; any message counts as liveness.
   void OnMessage(TimePoint now) { last_heard_ = now; }
+  void OnHello(TimePoint now) { hello_received_ = true; last_heard_ = now; }
   void OnReady(TimePoint now, double load_ms);
+  // The worker reported a fatal error (e.g. the model does not load) and is about to exit.
+  void OnFatalError(const std::string& reason, TimePoint now);
+  // True when the process should be presumed hung: silent for `heartbeat_limit` after its hello;
+  // silent for kStartupGrace before it (exec and loading LibTorch can be slow on a busy host);
+  // or still alive kStartupGrace after reporting a fatal error.
+  bool LivenessExpired(TimePoint now, Clock::duration heartbeat_limit) const;
+  static constexpr Millis kStartupGrace{30'000};
 
   bool CanAccept() const;
   // Copies the batch's tensors into a free request slot (one copy per request) and rings the
@@ -126,6 +134,9 @@ class WorkerSlot {
   std::deque<InflightBatch> inflight_;
 
   TimePoint last_heard_{};
+  bool hello_received_ = false;
+  bool fatal_reported_ = false;
+  TimePoint fatal_at_{};
   TimePoint ready_since_{};
   TimePoint restart_at_{};
   std::deque<TimePoint> restart_history_;

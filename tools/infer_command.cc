@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <limits>
 
 #include "common/npy.h"
 #include "torchfarm/client.h"
@@ -65,8 +66,8 @@ std::string InferCommand::OutputPath(const std::vector<std::string>& paths, size
   const std::string& base = paths[0];
   const std::string suffix = ".npy";
   const std::string number = "." + std::to_string(index);
-  if (base.size() > suffix.size() && base.compare(base.size() - suffix.size(), suffix.size(),
-                                                  suffix) == 0) {
+  if (base.size() > suffix.size() &&
+      base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0) {
     return base.substr(0, base.size() - suffix.size()) + number + suffix;
   }
   return base + number;
@@ -80,9 +81,10 @@ int InferCommand::Run() {
     if (!s.ok()) return ReportError(s, kExitUsage);
     views.push_back(TensorView{tensors[i].spec, tensors[i].data.data(), tensors[i].data.size()});
   }
-  int io_timeout = static_cast<int>(
-      std::min<int64_t>(INT32_MAX, std::max<int64_t>(io_timeout_ms_, timeout_ms_ + kDeadlineGraceMs)));
-  Client client(endpoint_, io_timeout);
+  int64_t io_timeout = io_timeout_ms_;
+  if (timeout_ms_ > 0) io_timeout = std::max(io_timeout, timeout_ms_ + kDeadlineGraceMs);
+  io_timeout = std::min<int64_t>(io_timeout, std::numeric_limits<int>::max());
+  Client client(endpoint_, static_cast<int>(io_timeout));
   if (!client.connect_status().ok()) return ReportError(client.connect_status(), kExitUsage);
 
   InferResult result;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/log.h"
 #include "tools/command.h"
 #include "tools/infer_command.h"
 
@@ -20,6 +21,8 @@ std::vector<std::unique_ptr<torchfarm::Command>> MakeCommands(CLI::App* app) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The CLI reports failures itself on stderr; library warnings would only repeat them.
+  torchfarm::SetLogLevel(torchfarm::LogLevel::kError);
   CLI::App app{"torchfarm: talk to a torchfarm inference farm"};
   app.require_subcommand(1);
   auto commands = MakeCommands(&app);

@@ -58,7 +58,9 @@ std::string ForwardErrorText(std::string text) {
 ComputeLoop::ComputeLoop(ComputeLoopConfig config, ipc::WorkerSegment* segment,
                          const ipc::Doorbell* request_doorbell,
                          const ipc::Doorbell* response_doorbell)
-    : config_(std::move(config)), segment_(segment), request_doorbell_(request_doorbell),
+    : config_(std::move(config)),
+      segment_(segment),
+      request_doorbell_(request_doorbell),
       response_doorbell_(response_doorbell) {}
 
 ComputeLoop::~ComputeLoop() {

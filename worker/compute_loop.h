@@ -10,10 +10,10 @@
 // that calls into torch. Thread-count settings are made on that thread because intra-op settings
 // made on another thread were measured not to reach OpenBLAS.
 //
-// Per batch: read the request's TensorDescs, wrap the request slot's bytes with from_blob (no copy),
-// run forward() under InferenceMode, copy the outputs into a response slot, publish, ring the
-// response doorbell and only then pop the request (the input tensors point into it). A batch that
-// fails gets a response with a status and message; the loop keeps serving.
+// Per batch: read the request's TensorDescs, wrap the request slot's bytes with from_blob (no
+// copy), run forward() under InferenceMode, copy the outputs into a response slot, publish, ring
+// the response doorbell and only then pop the request (the input tensors point into it). A batch
+// that fails gets a response with a status and message; the loop keeps serving.
 #pragma once
 
 #include <torch/script.h>

@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
   }
   torchfarm::LogLevel level;
   if (!torchfarm::ParseLogLevel(args.log_level, &level)) {
-    std::fprintf(stderr, "torchfarm-worker: --log-level: expected debug|info|warn|error, got '%s'\n",
+    std::fprintf(stderr,
+                 "torchfarm-worker: --log-level: expected debug|info|warn|error, got '%s'\n",
                  args.log_level.c_str());
     return ipc::kExitBadArguments;
   }

@@ -8,16 +8,26 @@ namespace torchfarm::worker {
 
 c10::ScalarType ToScalarType(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return c10::ScalarType::Float;
-    case DType::kFloat64: return c10::ScalarType::Double;
-    case DType::kFloat16: return c10::ScalarType::Half;
-    case DType::kBFloat16: return c10::ScalarType::BFloat16;
-    case DType::kInt64: return c10::ScalarType::Long;
-    case DType::kInt32: return c10::ScalarType::Int;
-    case DType::kInt16: return c10::ScalarType::Short;
-    case DType::kInt8: return c10::ScalarType::Char;
-    case DType::kUInt8: return c10::ScalarType::Byte;
-    case DType::kBool: return c10::ScalarType::Bool;
+    case DType::kFloat32:
+      return c10::ScalarType::Float;
+    case DType::kFloat64:
+      return c10::ScalarType::Double;
+    case DType::kFloat16:
+      return c10::ScalarType::Half;
+    case DType::kBFloat16:
+      return c10::ScalarType::BFloat16;
+    case DType::kInt64:
+      return c10::ScalarType::Long;
+    case DType::kInt32:
+      return c10::ScalarType::Int;
+    case DType::kInt16:
+      return c10::ScalarType::Short;
+    case DType::kInt8:
+      return c10::ScalarType::Char;
+    case DType::kUInt8:
+      return c10::ScalarType::Byte;
+    case DType::kBool:
+      return c10::ScalarType::Bool;
   }
   // DType values come from DTypeFromCode, which admits only the cases above.
   return c10::ScalarType::Undefined;
@@ -25,17 +35,28 @@ c10::ScalarType ToScalarType(DType dtype) {
 
 std::optional<DType> FromScalarType(c10::ScalarType type) {
   switch (type) {
-    case c10::ScalarType::Float: return DType::kFloat32;
-    case c10::ScalarType::Double: return DType::kFloat64;
-    case c10::ScalarType::Half: return DType::kFloat16;
-    case c10::ScalarType::BFloat16: return DType::kBFloat16;
-    case c10::ScalarType::Long: return DType::kInt64;
-    case c10::ScalarType::Int: return DType::kInt32;
-    case c10::ScalarType::Short: return DType::kInt16;
-    case c10::ScalarType::Char: return DType::kInt8;
-    case c10::ScalarType::Byte: return DType::kUInt8;
-    case c10::ScalarType::Bool: return DType::kBool;
-    default: return std::nullopt;
+    case c10::ScalarType::Float:
+      return DType::kFloat32;
+    case c10::ScalarType::Double:
+      return DType::kFloat64;
+    case c10::ScalarType::Half:
+      return DType::kFloat16;
+    case c10::ScalarType::BFloat16:
+      return DType::kBFloat16;
+    case c10::ScalarType::Long:
+      return DType::kInt64;
+    case c10::ScalarType::Int:
+      return DType::kInt32;
+    case c10::ScalarType::Short:
+      return DType::kInt16;
+    case c10::ScalarType::Char:
+      return DType::kInt8;
+    case c10::ScalarType::Byte:
+      return DType::kUInt8;
+    case c10::ScalarType::Bool:
+      return DType::kBool;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -44,6 +65,8 @@ std::string ScalarTypeName(c10::ScalarType type) { return c10::toString(type); }
 void SetIntraOpThreads(int threads) { at::set_num_threads(threads); }
 
 void SetInterOpThreadsOnce(int threads) {
+  // Reading the size does not start the pool; skip the call (and its warning) when nothing changes.
+  if (at::get_num_interop_threads() == threads) return;
   try {
     at::set_num_interop_threads(threads);
   } catch (const c10::Error& e) {

@@ -22,10 +22,13 @@ constexpr int kFatalLingerMs = 1000;
 
 }  // namespace
 
-Worker::Worker(ipc::WorkerLaunchArgs args, pid_t parent_pid, int signal_fd,
-               const TimeSource* time)
-    : args_(std::move(args)), parent_pid_(parent_pid), signal_fd_(signal_fd), time_(time),
-      context_(1), socket_(context_, zmq::socket_type::dealer) {}
+Worker::Worker(ipc::WorkerLaunchArgs args, pid_t parent_pid, int signal_fd, const TimeSource* time)
+    : args_(std::move(args)),
+      parent_pid_(parent_pid),
+      signal_fd_(signal_fd),
+      time_(time),
+      context_(1),
+      socket_(context_, zmq::socket_type::dealer) {}
 
 // Members go in reverse order: the compute thread is joined before the doorbells and the segment
 // it uses are released, and the socket closes before the context terminates.
@@ -123,8 +126,11 @@ bool Worker::Poll(zmq::pollitem_t* items, size_t count) {
 
 std::optional<int> Worker::OnComputeEvent() {
   compute_->events().Drain();
+  // finished() before load_report(): the thread reports its load before it finishes, so a
+  // finished thread's report is final.
+  const bool finished = compute_->finished();
   const LoadReport report = compute_->load_report();
-  if (compute_->finished()) {
+  if (finished) {
     compute_->Join();
     if (report.state == LoadState::kFailed) {
       return FatalError("cannot load model '" + args_.model_path + "': " + report.error,
@@ -238,9 +244,11 @@ int Worker::AbandonAndExit(int exit_code) {
 }
 
 void Worker::Send(const nlohmann::json& message) {
-  const std::string text = message.dump();
+  // Replace invalid UTF-8 (a model path is arbitrary bytes) instead of throwing.
+  const std::string text = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (!socket_.send(zmq::buffer(text), zmq::send_flags::dontwait)) {
-    TF_LOG(kWarn) << "control message dropped: send queue full" << Kv("type", message.value("type", std::string()));
+    TF_LOG(kWarn) << "control message dropped: send queue full"
+                  << Kv("type", message.value("type", std::string()));
   }
 }
 

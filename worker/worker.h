@@ -19,11 +19,10 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <zmq.hpp>
-
-#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "ipc/control_protocol.h"

@@ -7,7 +7,6 @@
 #include <mutex>
 #include <optional>
 #include <utility>
-
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -75,9 +74,12 @@ std::string BuildHeader(uint64_t id, const std::string& model,
                         const std::vector<TensorView>& inputs, const InferOptions& options) {
   json specs = json::array();
   for (const auto& view : inputs) specs.push_back(TensorSpecToJson(view.spec));
-  json header = {{"v", kProtocolVersion},         {"id", id},
-                 {"model", model},                {"inputs", std::move(specs)},
-                 {"timeout_ms", options.timeout_ms}, {"priority", options.priority}};
+  json header = {{"v", kProtocolVersion},
+                 {"id", id},
+                 {"model", model},
+                 {"inputs", std::move(specs)},
+                 {"timeout_ms", options.timeout_ms},
+                 {"priority", options.priority}};
   return header.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -105,11 +107,10 @@ Status DecodeOutputs(const std::vector<zmq::message_t>& frames, const ReplyHeade
     const zmq::message_t& frame = frames[i + 1];
     auto expected = ByteSize(header.outputs[i]);
     if (!expected || *expected != frame.size()) {
-      return Internal("malformed reply: outputs[" + std::to_string(i) + "] " +
-                      SpecToString(header.outputs[i]) + " needs " +
-                      (expected ? std::to_string(*expected) : std::string("too many")) +
-                      " bytes, frame " + std::to_string(i + 1) + " has " +
-                      std::to_string(frame.size()));
+      return Internal(
+          "malformed reply: outputs[" + std::to_string(i) + "] " + SpecToString(header.outputs[i]) +
+          " needs " + (expected ? std::to_string(*expected) : std::string("too many")) +
+          " bytes, frame " + std::to_string(i + 1) + " has " + std::to_string(frame.size()));
     }
     outputs->push_back(Tensor{header.outputs[i], frame.to_string()});
   }
@@ -315,8 +316,8 @@ Status Client::ReceiveRaw(std::vector<std::string>* frames, int timeout_ms) {
   std::vector<zmq::message_t> messages;
   try {
     if (!ReceiveFrames(*socket_, deadline, &messages)) {
-      return Status(StatusCode::kDeadlineExceeded, "no reply from " + endpoint_ + " within " +
-                                                       std::to_string(timeout_ms) + " ms");
+      return Status(StatusCode::kDeadlineExceeded,
+                    "no reply from " + endpoint_ + " within " + std::to_string(timeout_ms) + " ms");
     }
   } catch (const zmq::error_t& e) {
     return Unavailable("cannot receive from " + endpoint_ + ": " + e.what());

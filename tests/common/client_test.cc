@@ -1,6 +1,8 @@
 // Client against a scripted in-test ROUTER server (no supervisor, no worker processes).
 #include "torchfarm/client.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -9,9 +11,6 @@
 #include <functional>
 #include <memory>
 #include <thread>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -219,8 +218,9 @@ TEST(ClientTest, PipelinedRepliesOutOfOrder) {
   std::vector<uint64_t> ids;
   for (const auto& input : inputs) {
     uint64_t id = 0;
-    ASSERT_TRUE(client.Send("m", {View(input, DType::kInt32, {static_cast<int64_t>(input.size())})},
-                            InferOptions{}, &id)
+    ASSERT_TRUE(client
+                    .Send("m", {View(input, DType::kInt32, {static_cast<int64_t>(input.size())})},
+                          InferOptions{}, &id)
                     .ok());
     ids.push_back(id);
   }
@@ -321,7 +321,6 @@ TEST(ClientTest, InvalidEndpointAndInputsAreReported) {
 TEST(ClientTest, RawFramesForMalformedRequests) {
   FakeServer server([](FakeServer& s) {
     FakeServer::Request r;
-    zmq::context_t unused;
     ASSERT_TRUE(s.Receive(&r));  // header "{}" parses as JSON
     s.Reply(r.identity, MakeErrorReply(nullptr, InvalidArgument("bad")), {"extra"});
   });

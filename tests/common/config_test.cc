@@ -1,9 +1,9 @@
 #include "common/config.h"
 
-#include <fstream>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
 
 namespace torchfarm {
 namespace {
@@ -62,8 +62,8 @@ TEST(ConfigTest, ExplicitValuesAreRead) {
   j["models"][0]["max_batch_size"] = 16;
   j["models"][0]["preferred_batch_sizes"] = {8, 4, 16};
   j["models"][0]["max_inflight_per_worker"] = 8;
-  j["models"][0]["instances"] = json::parse(
-      R"([{"device": "cuda:1", "count": 2, "threads": 3, "cores": [0, 2]}])");
+  j["models"][0]["instances"] =
+      json::parse(R"([{"device": "cuda:1", "count": 2, "threads": 3, "cores": [0, 2]}])");
   FarmConfig c;
   ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
   EXPECT_EQ(c.endpoint, "tcp://0.0.0.0:6000");
@@ -114,10 +114,12 @@ TEST(ConfigTest, WrongTypesNamePathExpectedAndReceived) {
   EXPECT_EQ(ParseError(j), "config.endpoint: expected a non-empty string, got number 5");
   j = MinimalConfig();
   j["heartbeat_ms"] = "fast";
-  EXPECT_EQ(ParseError(j), "config.heartbeat_ms: expected an integer in 10..600000, got string \"fast\"");
+  EXPECT_EQ(ParseError(j),
+            "config.heartbeat_ms: expected an integer in 10..600000, got string \"fast\"");
   j = MinimalConfig();
   j["models"][0]["max_batch_size"] = 0;
-  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].max_batch_size: expected an integer in 1.."));
+  EXPECT_THAT(ParseError(j),
+              HasSubstr("config.models[0].max_batch_size: expected an integer in 1.."));
   j = MinimalConfig();
   j["models"][0]["instances"] = json::parse(R"([{"count": 2.5}])");
   EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].instances[0].count: expected an integer"));
@@ -174,8 +176,7 @@ TEST(ConfigTest, RingSlotsBelowMaxInflightIsRejected) {
   json j = MinimalConfig();
   j["models"][0]["max_inflight_per_worker"] = 4;
   j["models"][0]["ring_slots"] = 2;
-  EXPECT_EQ(ParseError(j),
-            "config.models[0].ring_slots: 2 is less than max_inflight_per_worker 4");
+  EXPECT_EQ(ParseError(j), "config.models[0].ring_slots: 2 is less than max_inflight_per_worker 4");
   j["models"][0]["ring_slots"] = 4;
   FarmConfig c;
   EXPECT_TRUE(ParseConfig(j, "/base", &c).ok());

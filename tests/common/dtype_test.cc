@@ -28,7 +28,9 @@ TEST(DTypeTest, NamesSizesAndDescriptorsOfEveryType) {
     EXPECT_EQ(DTypeNumpyDescr(e.dtype), e.descr);
     EXPECT_EQ(ParseDType(e.name), e.dtype);
     EXPECT_EQ(DTypeFromCode(static_cast<uint8_t>(e.dtype)), e.dtype);
-    if (e.descr[0] != '\0') EXPECT_EQ(DTypeFromNumpyDescr(e.descr), e.dtype);
+    if (e.descr[0] != '\0') {
+      EXPECT_EQ(DTypeFromNumpyDescr(e.descr), e.dtype);
+    }
   }
 }
 

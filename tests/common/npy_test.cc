@@ -1,5 +1,7 @@
 #include "common/npy.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,9 +10,6 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace torchfarm {
 namespace {
@@ -40,7 +39,8 @@ std::string BuildNpy(const std::string& dict, const std::string& data, int major
   std::string header = dict;
   while ((8 + width + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
-  for (size_t i = 0; i < width; ++i) out.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
+  for (size_t i = 0; i < width; ++i)
+    out.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
   return out + header + data;
 }
 
@@ -69,7 +69,8 @@ TEST(NpyTest, RoundTripEveryDtypeThroughFiles) {
 }
 
 TEST(NpyTest, ScalarOneDimensionalAndEmptyShapes) {
-  for (const auto& shape : std::vector<std::vector<int64_t>>{{}, {5}, {0}, {3, 0, 2}, {1, 1, 1, 1, 1, 1, 1, 1}}) {
+  for (const auto& shape :
+       std::vector<std::vector<int64_t>>{{}, {5}, {0}, {3, 0, 2}, {1, 1, 1, 1, 1, 1, 1, 1}}) {
     TensorSpec spec{DType::kFloat64, shape};
     std::string data = Pattern(*ByteSize(spec));
     std::string bytes;
@@ -117,9 +118,9 @@ TEST(NpyTest, ReadsFormatVersions2And3) {
   for (int major : {2, 3}) {
     TensorSpec spec;
     std::string out;
-    Status s = ParseNpy(
-        BuildNpy("{'descr': '<i8', 'fortran_order': False, 'shape': (1,), }", data, major), &spec,
-        &out);
+    Status s =
+        ParseNpy(BuildNpy("{'descr': '<i8', 'fortran_order': False, 'shape': (1,), }", data, major),
+                 &spec, &out);
     ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_EQ(spec, (TensorSpec{DType::kInt64, {1}}));
     EXPECT_EQ(out, data);
@@ -129,41 +130,41 @@ TEST(NpyTest, ReadsFormatVersions2And3) {
 TEST(NpyTest, RejectsBigEndian) {
   TensorSpec spec;
   std::string out;
-  Status s = ParseNpy(BuildNpy("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }",
-                               Pattern(8)),
-                      &spec, &out);
+  Status s =
+      ParseNpy(BuildNpy("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", Pattern(8)),
+               &spec, &out);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("big-endian arrays are not supported"));
   EXPECT_THAT(s.message(), HasSubstr("convert with arr.astype('<f4')"));
   // One-byte elements have no byte order.
-  EXPECT_TRUE(
-      ParseNpy(BuildNpy("{'descr': '>u1', 'fortran_order': False, 'shape': (2,), }", "ab"), &spec,
-               &out)
-          .ok());
+  EXPECT_TRUE(ParseNpy(BuildNpy("{'descr': '>u1', 'fortran_order': False, 'shape': (2,), }", "ab"),
+                       &spec, &out)
+                  .ok());
   EXPECT_EQ(spec.dtype, DType::kUInt8);
 }
 
 TEST(NpyTest, RejectsFortranOrder) {
   TensorSpec spec;
   std::string out;
-  Status s = ParseNpy(BuildNpy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
-                               Pattern(24)),
-                      &spec, &out);
+  Status s =
+      ParseNpy(BuildNpy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", Pattern(24)),
+               &spec, &out);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("Fortran-ordered arrays not supported; use np.ascontiguousarray"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("Fortran-ordered arrays not supported; use np.ascontiguousarray"));
   // For rank <= 1 both orders are the same bytes.
-  EXPECT_TRUE(ParseNpy(BuildNpy("{'descr': '<f4', 'fortran_order': True, 'shape': (6,), }",
-                                Pattern(24)),
-                       &spec, &out)
-                  .ok());
+  EXPECT_TRUE(
+      ParseNpy(BuildNpy("{'descr': '<f4', 'fortran_order': True, 'shape': (6,), }", Pattern(24)),
+               &spec, &out)
+          .ok());
 }
 
 TEST(NpyTest, RejectsUnsupportedAndStructuredDescr) {
   TensorSpec spec;
   std::string out;
-  Status s = ParseNpy(BuildNpy("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }",
-                               Pattern(8)),
-                      &spec, &out);
+  Status s =
+      ParseNpy(BuildNpy("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", Pattern(8)),
+               &spec, &out);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("unsupported .npy dtype descr '<c8'"));
   EXPECT_THAT(s.message(), HasSubstr("'<f4' (float32)"));
@@ -183,7 +184,8 @@ TEST(NpyTest, RejectsTruncatedAndOversizedData) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "truncated .npy file: float32 [2, 3] expected 24 data bytes, got 20");
   s = ParseNpy(BuildNpy(dict, Pattern(28)), &spec, &out);
-  EXPECT_EQ(s.message(), "trailing bytes in .npy file: float32 [2, 3] expected 24 data bytes, got 28");
+  EXPECT_EQ(s.message(),
+            "trailing bytes in .npy file: float32 [2, 3] expected 24 data bytes, got 28");
   // A file cut inside its header.
   std::string whole = BuildNpy(dict, Pattern(24));
   s = ParseNpy(whole.substr(0, 30), &spec, &out);
@@ -194,7 +196,8 @@ TEST(NpyTest, RejectsTruncatedAndOversizedData) {
 
 TEST(NpyTest, TruncatedFileErrorNamesThePath) {
   std::string path = TempPath("truncated.npy");
-  WriteFile(path, BuildNpy("{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", Pattern(10)));
+  WriteFile(path,
+            BuildNpy("{'descr': '<i4', 'fortran_order': False, 'shape': (4,), }", Pattern(10)));
   TensorSpec spec;
   std::string data;
   Status s = ReadNpy(path, &spec, &data);
@@ -211,7 +214,8 @@ TEST(NpyTest, RejectsBadMagicAndVersion) {
   std::string out;
   Status s = ParseNpy("PK\x03\x04 this is a zip", &spec, &out);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("not a .npy file: expected magic \\x93NUMPY, got \"PK\\x03\\x04"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("not a .npy file: expected magic \\x93NUMPY, got \"PK\\x03\\x04"));
   s = ParseNpy("", &spec, &out);
   EXPECT_THAT(s.message(), HasSubstr("not a .npy file"));
   std::string v4 = BuildNpy("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", Pattern(4));
@@ -223,15 +227,15 @@ TEST(NpyTest, RejectsBadMagicAndVersion) {
 TEST(NpyTest, RejectsMalformedHeaders) {
   TensorSpec spec;
   std::string out;
-  for (const char* dict : {"{'descr': '<f4', 'fortran_order': False}",
-                           "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}",
-                           "{'descr': '<f4', 'fortran_order': 0, 'shape': (2,)}",
-                           "{'descr': '<f4', 'fortran_order': False, 'shape': (-2,)}",
-                           "{'descr': '<f4', 'fortran_order': False, 'shape': (2.0,)}",
-                           "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)",
-                           "{'descr': '<f4' 'fortran_order': False, 'shape': (2,)}",
-                           "['descr', '<f4']",
-                           "{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1)}"}) {
+  for (const char* dict :
+       {"{'descr': '<f4', 'fortran_order': False}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}",
+        "{'descr': '<f4', 'fortran_order': 0, 'shape': (2,)}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (-2,)}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2.0,)}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)",
+        "{'descr': '<f4' 'fortran_order': False, 'shape': (2,)}", "['descr', '<f4']",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1)}"}) {
     SCOPED_TRACE(dict);
     Status s = ParseNpy(BuildNpy(dict, Pattern(8)), &spec, &out);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
@@ -284,11 +288,20 @@ TEST(NpyTest, ReadsFilesWrittenByNumpy) {
   std::string big = TempPath("np_big.npy");
   std::string script =
       "import numpy as np; "
-      "np.save('" + f32 + "', np.arange(12, dtype=np.float32).reshape(3, 4)); "
-      "np.save('" + scalar + "', np.int64(-7)); "
-      "np.save('" + boolean + "', np.array([True, False, True])); "
-      "np.save('" + fortran + "', np.asfortranarray(np.ones((2, 3), dtype=np.float32))); "
-      "np.save('" + big + "', np.arange(3, dtype='>f8'))";
+      "np.save('" +
+      f32 +
+      "', np.arange(12, dtype=np.float32).reshape(3, 4)); "
+      "np.save('" +
+      scalar +
+      "', np.int64(-7)); "
+      "np.save('" +
+      boolean +
+      "', np.array([True, False, True])); "
+      "np.save('" +
+      fortran +
+      "', np.asfortranarray(np.ones((2, 3), dtype=np.float32))); "
+      "np.save('" +
+      big + "', np.arange(3, dtype='>f8'))";
   if (!RunNumpy(script)) GTEST_SKIP() << kPython << " with numpy is not available";
 
   TensorSpec spec;
@@ -325,7 +338,8 @@ TEST(NpyTest, NumpyReadsFilesWeWrite) {
   std::string script = "import numpy as np; a = np.load('" + path +
                        "'); assert a.dtype == np.int32 and a.shape == (2, 2), a; "
                        "assert a.tolist() == [[1, -2], [3, 40000]], a";
-  if (access(kPython, X_OK) != 0 || std::system((std::string(kPython) + " -c 'import numpy' >/dev/null 2>&1").c_str()) != 0) {
+  if (access(kPython, X_OK) != 0 ||
+      std::system((std::string(kPython) + " -c 'import numpy' >/dev/null 2>&1").c_str()) != 0) {
     GTEST_SKIP() << kPython << " with numpy is not available";
   }
   EXPECT_TRUE(RunNumpy(script));

@@ -241,9 +241,9 @@ TEST(ProtocolTest, OkReplyRoundTrip) {
 }
 
 TEST(ProtocolTest, ErrorReplyRoundTripForEveryCode) {
-  for (StatusCode code : {StatusCode::kInvalidArgument, StatusCode::kNotFound,
-                          StatusCode::kResourceExhausted, StatusCode::kDeadlineExceeded,
-                          StatusCode::kUnavailable, StatusCode::kInternal}) {
+  for (StatusCode code :
+       {StatusCode::kInvalidArgument, StatusCode::kNotFound, StatusCode::kResourceExhausted,
+        StatusCode::kDeadlineExceeded, StatusCode::kUnavailable, StatusCode::kInternal}) {
     std::string text = MakeErrorReply(json("abc"), Status(code, "it broke"));
     ReplyHeader r;
     ASSERT_TRUE(ParseReplyHeader(text, &r).ok());
@@ -277,8 +277,8 @@ TEST(ProtocolTest, MalformedRepliesAreInternalErrors) {
   EXPECT_EQ(s.code(), StatusCode::kInternal);
   EXPECT_THAT(s.message(), HasSubstr("float99"));
   // An unknown error code still reads as an error, never as ok.
-  ASSERT_TRUE(ParseReplyHeader(R"({"v":1,"id":1,"status":"error","code":"WAT","message":"m"})", &r)
-                  .ok());
+  ASSERT_TRUE(
+      ParseReplyHeader(R"({"v":1,"id":1,"status":"error","code":"WAT","message":"m"})", &r).ok());
   EXPECT_EQ(r.status.code(), StatusCode::kInternal);
 }
 
@@ -292,7 +292,8 @@ TEST(ProtocolTest, TensorSpecJsonRoundTripAndWildcards) {
   EXPECT_EQ(back, (TensorSpec{DType::kFloat32, {-1, 8}}));
   declared["shape"] = {-2, 8};
   Status s = TensorSpecFromJson(declared, "decl", true, &back);
-  EXPECT_EQ(s.message(), "decl.shape: dimension -2 (use -1 for a variable dimension) must be >= -1");
+  EXPECT_EQ(s.message(),
+            "decl.shape: dimension -2 (use -1 for a variable dimension) must be >= -1");
 }
 
 }  // namespace

@@ -39,9 +39,11 @@ TEST(TensorSpecTest, CheckAgainstDeclaredNamesWhatDiffers) {
   TensorSpec declared{DType::kFloat32, {-1, 256}};
   Status s = CheckAgainstDeclared(declared, {DType::kFloat32, {1, 255}}, 2);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "input 2: shape mismatch: expected float32 [-1, 256], got float32 [1, 255]");
+  EXPECT_EQ(s.message(),
+            "input 2: shape mismatch: expected float32 [-1, 256], got float32 [1, 255]");
   s = CheckAgainstDeclared(declared, {DType::kFloat64, {1, 256}}, 0);
-  EXPECT_EQ(s.message(), "input 0: dtype mismatch: expected float32 [-1, 256], got float64 [1, 256]");
+  EXPECT_EQ(s.message(),
+            "input 0: dtype mismatch: expected float32 [-1, 256], got float64 [1, 256]");
   s = CheckAgainstDeclared(declared, {DType::kFloat32, {256}}, 1);
   EXPECT_EQ(s.message(), "input 1: rank mismatch: expected float32 [-1, 256], got float32 [256]");
 }

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include <gtest/gtest.h>
 #include <zmq.hpp>
 
 namespace torchfarm::testing {
@@ -56,6 +57,13 @@ Farm::~Farm() {
   if (pid_ > 0) {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
+  }
+  // A failed test shows what the supervisor and its workers logged.
+  if (::testing::Test::HasFailure()) {
+    std::ifstream log(dir_ + "/supervisor.log");
+    std::string line;
+    std::fprintf(stderr, "---- supervisor.log of the failed test ----\n");
+    while (std::getline(log, line)) std::fprintf(stderr, "%s\n", line.c_str());
   }
   std::error_code ec;
   fs::remove_all(dir_, ec);

@@ -164,8 +164,8 @@ def forward(self, x):
 
 TEST_F(ComputeLoopTest, ForwardErrorFailsOnlyThatBatch) {
   at::Tensor w = torch::randn({3, 3});
-  std::string path = Save("Mm", "def forward(self, x):\n    return torch.mm(x, self.w)\n",
-                          {{"w", w}});
+  std::string path =
+      Save("Mm", "def forward(self, x):\n    return torch.mm(x, self.w)\n", {{"w", w}});
   ASSERT_EQ(Start(path).state, LoadState::kLoaded);
   Submit(1, {torch::ones({2, 4})});
   Response bad = Await();
@@ -212,8 +212,9 @@ TEST_F(ComputeLoopTest, OutputTooBigForSlotIsResourceExhausted) {
   Submit(2, {torch::arange(4, torch::kFloat32).reshape({1, 4})});
   Response small = Await();
   ASSERT_EQ(small.status, Code(StatusCode::kOk)) << small.message;
-  EXPECT_TRUE(torch::equal(small.outputs.at(0),
-                           torch::tensor({0.f, 1.f, 2.f, 3.f, 0.f, 1.f, 2.f, 3.f}).reshape({1, 8})));
+  EXPECT_TRUE(
+      torch::equal(small.outputs.at(0),
+                   torch::tensor({0.f, 1.f, 2.f, 3.f, 0.f, 1.f, 2.f, 3.f}).reshape({1, 8})));
 }
 
 TEST_F(ComputeLoopTest, UnsupportedOutputsAreNamed) {

@@ -78,8 +78,8 @@ class Client {
   // message (result->header still filled). No reply within io_timeout_ms: DEADLINE_EXCEEDED
   // "no reply from <endpoint> within N ms". Outputs that do not match the reply header (frame
   // count, byte size): INTERNAL "malformed reply: ...".
-  Status Infer(const std::string& model, const std::vector<TensorView>& inputs,
-               InferResult* result, const InferOptions& options = {});
+  Status Infer(const std::string& model, const std::vector<TensorView>& inputs, InferResult* result,
+               const InferOptions& options = {});
 
   // Pipelined use: Send returns at once with the id it assigned (sent as the header "id").
   Status Send(const std::string& model, const std::vector<TensorView>& inputs,
