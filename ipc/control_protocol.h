@@ -8,7 +8,8 @@
 //   ready      {"type":"ready","load_ms":12.5,"threads":1,"device":"cpu"}  model loaded, warmed
 //   heartbeat  {"type":"heartbeat","batches":10,"rows":40,"errors":0,"busy":false}
 //                                                            every heartbeat_ms; counters monotone
-//   error      {"type":"error","fatal":true,"message":"cannot load model …"}  then the worker exits
+//   error      {"type":"error","fatal":true,"kind":"model|device|internal","message":"…"}
+//                                                              fatal: the worker exits right after
 // supervisor -> worker
 //   ack        {"type":"ack"}     answers every heartbeat; a worker that hears nothing for
 //                                  kLivenessHeartbeats intervals assumes its supervisor is gone
@@ -40,6 +41,9 @@ inline constexpr int kExitBadArguments = 2;
 inline constexpr int kExitModelLoad = 3;
 inline constexpr int kExitSegment = 4;
 inline constexpr int kExitSupervisorLost = 5;
+// The accelerator is unusable (CUDA unavailable, or a sticky CUDA error poisoned the context).
+// The supervisor counts these per slot and falls back to CPU (gpu_failures_before_fallback).
+inline constexpr int kExitDeviceFailure = 6;
 
 // Everything a worker needs, passed on its command line by the supervisor.
 struct WorkerLaunchArgs {

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/tensor_spec.h"
+#include "worker/device_health.h"
 #include "worker/torch_compat.h"
 
 namespace torchfarm::worker {
@@ -61,7 +62,8 @@ ComputeLoop::ComputeLoop(ComputeLoopConfig config, ipc::WorkerSegment* segment,
     : config_(std::move(config)),
       segment_(segment),
       request_doorbell_(request_doorbell),
-      response_doorbell_(response_doorbell) {}
+      response_doorbell_(response_doorbell),
+      faults_(config_.faults) {}
 
 ComputeLoop::~ComputeLoop() {
   if (thread_.joinable()) {
@@ -107,6 +109,11 @@ LoadReport ComputeLoop::load_report() const {
   return load_report_;
 }
 
+std::string ComputeLoop::fatal_device_error() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return fatal_device_error_;
+}
+
 ComputeStats ComputeLoop::stats() const {
   ComputeStats stats;
   stats.batches = batches_.load(std::memory_order_relaxed);
@@ -137,6 +144,11 @@ void ComputeLoop::Run() {
   try {
     ConfigureThread();
     if (LoadModel()) Serve();
+  } catch (const FatalDeviceError& e) {
+    TF_LOG(kError) << "device unusable; leaving the batch for another worker"
+                   << Kv("device", config_.device) << Kv("error", e.what());
+    std::lock_guard<std::mutex> lock(mutex_);
+    fatal_device_error_ = e.what();
   } catch (const std::exception& e) {
     // Per-batch failures are answered in AnswerRequest; reaching this means the loop itself broke.
     // The control thread sees finished() without having asked for a stop and exits non-zero.
@@ -172,6 +184,17 @@ bool ComputeLoop::LoadModel() {
   LoadReport report;
   try {
     device_ = c10::Device(config_.device);
+    if (faults_.fake_gpu() && device_.is_cuda()) {
+      TF_LOG(kWarn) << "fault injection: serving the CUDA device on the CPU" << Kv("device", config_.device);
+      device_ = c10::Device(c10::kCPU);
+    }
+    if (Status available = CheckDeviceAvailable(device_); !available.ok()) {
+      report.state = LoadState::kFailed;
+      report.error = available.message();
+      report.device_failure = true;
+      ReportLoad(std::move(report));
+      return false;
+    }
     module_ = torch::jit::load(config_.model_path, device_);
     module_.eval();
     if (!module_.find_method("forward")) report.error = "the module has no forward() method";
@@ -251,6 +274,8 @@ void ComputeLoop::AnswerRequest(const uint8_t* request, uint8_t* response) {
   Status status;
   try {
     status = RunBatch(request, response, &rows);
+  } catch (const FatalDeviceError&) {
+    throw;  // the batch stays unanswered; the supervisor requeues it when this worker exits
   } catch (const c10::Error& e) {
     status = Internal("batch failed: " + ErrorText(e));
   } catch (const std::exception& e) {
@@ -274,18 +299,84 @@ Status ComputeLoop::RunBatch(const uint8_t* request, uint8_t* response, int64_t*
   std::vector<c10::IValue> inputs;
   Status status = BuildInputs(request, &inputs, rows);
   if (!status.ok()) return status;
-  c10::IValue output;
-  try {
-    output = module_.forward(std::move(inputs));
-  } catch (const c10::Error& e) {
-    return Internal("forward failed: " + ForwardErrorText(ErrorText(e)));
-  } catch (const std::exception& e) {
-    return Internal("forward failed: " + ForwardErrorText(e.what()));
-  }
+  const FaultKind fault = faults_.Take(batches_.load(std::memory_order_relaxed) + 1);
   std::vector<at::Tensor> tensors;
-  status = CollectOutputs(output, &tensors);
+  status = ForwardWithRecovery(inputs, fault, &tensors);
   if (!status.ok()) return status;
   return WriteOutputs(tensors, response);
+}
+
+Status ComputeLoop::ForwardOnce(const std::vector<c10::IValue>& inputs, FaultKind fault,
+                                std::vector<at::Tensor>* outputs, std::string* device_error) {
+  c10::IValue output;
+  try {
+    TriggerFault(fault);
+    output = module_.forward(inputs);
+  } catch (const c10::Error& e) {
+    *device_error = ErrorText(e);
+    return Internal("forward failed: " + ForwardErrorText(*device_error));
+  } catch (const std::exception& e) {
+    *device_error = e.what();
+    return Internal("forward failed: " + ForwardErrorText(*device_error));
+  }
+  outputs->clear();
+  return CollectOutputs(output, outputs);
+}
+
+Status ComputeLoop::ForwardWithRecovery(const std::vector<c10::IValue>& inputs, FaultKind fault,
+                                        std::vector<at::Tensor>* outputs) {
+  std::string error;
+  Status status = ForwardOnce(inputs, fault, outputs, &error);
+  if (status.ok() || error.empty()) return status;
+  switch (ClassifyDeviceError(error)) {
+    case DeviceErrorClass::kModel:
+      return status;
+    case DeviceErrorClass::kOutOfMemory:
+      return RetryInHalves(inputs, error, outputs);
+    case DeviceErrorClass::kOtherDevice:
+      if (ProbeDevice(device_)) return status;  // the device still works: the model's own error
+      throw FatalDeviceError(error);
+    case DeviceErrorClass::kSticky:
+      throw FatalDeviceError(error);
+  }
+  return status;
+}
+
+Status ComputeLoop::RetryInHalves(const std::vector<c10::IValue>& inputs, const std::string& error,
+                                  std::vector<at::Tensor>* outputs) {
+  int64_t rows = -1;
+  for (const auto& input : inputs) {
+    if (!input.isTensor() || input.toTensor().dim() == 0) rows = 0;
+    else if (rows == -1) rows = input.toTensor().size(0);
+    else if (input.toTensor().size(0) != rows) rows = 0;
+  }
+  if (rows < 2) {
+    return ResourceExhausted("out of device memory, and the batch cannot be split: " + error);
+  }
+  TF_LOG(kWarn) << "out of device memory; retrying as two half batches" << Kv("rows", rows);
+  const int64_t half = rows / 2;
+  std::vector<std::vector<at::Tensor>> parts(2);
+  for (int p = 0; p < 2; ++p) {
+    std::vector<c10::IValue> part;
+    for (const auto& input : inputs) {
+      part.emplace_back(input.toTensor().narrow(0, p == 0 ? 0 : half, p == 0 ? half : rows - half));
+    }
+    std::string part_error;
+    Status status = ForwardOnce(part, FaultKind::kNone, &parts[p], &part_error);
+    if (!status.ok()) {
+      if (ClassifyDeviceError(part_error) == DeviceErrorClass::kOutOfMemory) {
+        return ResourceExhausted("out of device memory even for half the batch (" +
+                                 std::to_string(half) + " rows): " + part_error);
+      }
+      return status;
+    }
+  }
+  if (parts[0].size() != parts[1].size()) return Internal("half batches returned different outputs");
+  outputs->clear();
+  for (size_t i = 0; i < parts[0].size(); ++i) {
+    outputs->push_back(torch::cat({parts[0][i], parts[1][i]}, 0));
+  }
+  return Status::Ok();
 }
 
 Status ComputeLoop::BuildInputs(const uint8_t* request, std::vector<c10::IValue>* inputs,

@@ -30,6 +30,7 @@
 #include "common/status.h"
 #include "ipc/doorbell.h"
 #include "ipc/worker_segment.h"
+#include "worker/fault_injection.h"
 
 namespace torchfarm::worker {
 
@@ -38,6 +39,7 @@ struct ComputeLoopConfig {
   std::string device = "cpu";  // "cpu", "cuda", "cuda:1", as at::Device parses it
   int threads = 1;             // intra-op threads
   std::vector<int> cores;      // CPU affinity of the compute thread; empty: not pinned
+  FaultPlan faults;            // tests only (TORCHFARM_FAULT)
 };
 
 enum class LoadState { kLoading, kLoaded, kFailed };
@@ -46,6 +48,7 @@ struct LoadReport {
   LoadState state = LoadState::kLoading;
   double load_ms = 0;
   std::string error;  // kFailed: why, without the model path
+  bool device_failure = false;  // kFailed because the requested accelerator is unusable
 };
 
 // A snapshot of the counters the heartbeat carries. batches and rows count every batch answered;
@@ -86,6 +89,9 @@ class ComputeLoop {
   LoadReport load_report() const;
   bool finished() const { return finished_.load(std::memory_order_acquire); }
   ComputeStats stats() const;
+  // Non-empty when the thread returned because its device became unusable (a sticky CUDA
+  // error); the batch it was running is left unanswered so the supervisor runs it elsewhere.
+  std::string fatal_device_error() const;
 
  private:
   void Run();
@@ -96,6 +102,14 @@ class ComputeLoop {
   uint8_t* ReserveResponseSlot();
   void AnswerRequest(const uint8_t* request, uint8_t* response);
   Status RunBatch(const uint8_t* request, uint8_t* response, int64_t* rows);
+  // forward() plus recovery: out of memory -> two half batches; sticky device error -> throws
+  // FatalDeviceError; anything else fails the batch.
+  Status ForwardWithRecovery(const std::vector<c10::IValue>& inputs, FaultKind fault,
+                             std::vector<at::Tensor>* outputs);
+  Status ForwardOnce(const std::vector<c10::IValue>& inputs, FaultKind fault,
+                     std::vector<at::Tensor>* outputs, std::string* device_error);
+  Status RetryInHalves(const std::vector<c10::IValue>& inputs, const std::string& error,
+                       std::vector<at::Tensor>* outputs);
   Status BuildInputs(const uint8_t* request, std::vector<c10::IValue>* inputs, int64_t* rows);
   Status CollectOutputs(const c10::IValue& output, std::vector<at::Tensor>* tensors);
   Status WriteOutputs(const std::vector<at::Tensor>& tensors, uint8_t* response);
@@ -111,6 +125,7 @@ class ComputeLoop {
   // Compute thread only.
   torch::jit::Module module_;
   c10::Device device_{c10::kCPU};
+  FaultPlan faults_;
 
   std::atomic<int> stop_mode_{static_cast<int>(StopMode::kNone)};
   std::atomic<uint64_t> batches_{0};
@@ -122,6 +137,7 @@ class ComputeLoop {
   mutable std::mutex mutex_;
   std::condition_variable finished_cv_;
   LoadReport load_report_;  // guarded by mutex_
+  std::string fatal_device_error_;  // guarded by mutex_
 
   std::thread thread_;
 };

@@ -76,7 +76,8 @@ bool Worker::Setup(int* exit_code) {
   }
   request_doorbell_ = ipc::Doorbell::Adopt(args_.request_doorbell_fd);
   response_doorbell_ = ipc::Doorbell::Adopt(args_.response_doorbell_fd);
-  ComputeLoopConfig config{args_.model_path, args_.device, args_.threads, args_.cores};
+  ComputeLoopConfig config{args_.model_path, args_.device, args_.threads, args_.cores,
+                           FaultPlan::FromEnvironment(args_.worker_id, args_.generation)};
   compute_ = std::make_unique<ComputeLoop>(std::move(config), segment_.get(), &request_doorbell_,
                                            &response_doorbell_);
   status = compute_->Start();
@@ -132,9 +133,17 @@ std::optional<int> Worker::OnComputeEvent() {
   const LoadReport report = compute_->load_report();
   if (finished) {
     compute_->Join();
+    if (report.state == LoadState::kFailed && report.device_failure) {
+      return FatalError("device " + args_.device + " unusable: " + report.error,
+                        ipc::kExitDeviceFailure, "device");
+    }
     if (report.state == LoadState::kFailed) {
       return FatalError("cannot load model '" + args_.model_path + "': " + report.error,
-                        ipc::kExitModelLoad);
+                        ipc::kExitModelLoad, "model");
+    }
+    if (std::string device_error = compute_->fatal_device_error(); !device_error.empty()) {
+      return FatalError("device " + args_.device + " failed: " + device_error,
+                        ipc::kExitDeviceFailure, "device");
     }
     if (phase_ == Phase::kStopping) {
       TF_LOG(kInfo) << "worker stopped" << Kv("batches", compute_->stats().batches);
@@ -222,9 +231,9 @@ bool Worker::SupervisorLost() {
   return false;
 }
 
-int Worker::FatalError(const std::string& message, int exit_code) {
+int Worker::FatalError(const std::string& message, int exit_code, const char* kind) {
   TF_LOG(kError) << "fatal error" << Kv("error", message) << Kv("exit_code", exit_code);
-  Send({{"type", ipc::kMsgError}, {"fatal", true}, {"message", message}});
+  Send({{"type", ipc::kMsgError}, {"fatal", true}, {"kind", kind}, {"message", message}});
   // Linger 0 would drop the message on close; give it a bounded time to reach the supervisor.
   socket_.set(zmq::sockopt::linger, kFatalLingerMs);
   return exit_code;

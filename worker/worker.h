@@ -61,7 +61,8 @@ class Worker {
   void BeginStop(const char* why);
   void SendHeartbeat();
   bool SupervisorLost();
-  int FatalError(const std::string& message, int exit_code);
+  // Reports a fatal error ("kind": model|device|internal) and returns exit_code for Run.
+  int FatalError(const std::string& message, int exit_code, const char* kind = "internal");
   int AbandonAndExit(int exit_code);
   void Send(const nlohmann::json& message);
 

@@ -3,6 +3,7 @@
 #include "worker/compute_loop.h"
 
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 #include <torch/script.h>
 #include <unistd.h>
 
@@ -54,13 +55,16 @@ class ComputeLoopTest : public ::testing::Test {
   }
 
   // Creates the segment and doorbells, starts the loop and waits until the load finished.
-  LoadReport Start(const std::string& model_path, uint64_t data_bytes = 1 << 20) {
+  LoadReport Start(const std::string& model_path, uint64_t data_bytes = 1 << 20,
+                   const std::string& device = "cpu", const std::string& faults = "") {
     std::string name = "tf-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_);
     EXPECT_TRUE(ipc::WorkerSegment::Create(name, 4, data_bytes, &segment_).ok());
     EXPECT_TRUE(ipc::Doorbell::Create(&request_doorbell_).ok());
     EXPECT_TRUE(ipc::Doorbell::Create(&response_doorbell_).ok());
     ComputeLoopConfig config;
     config.model_path = model_path;
+    config.device = device;
+    EXPECT_TRUE(FaultPlan::Parse(faults, /*worker_id=*/0, /*generation=*/0, &config.faults).ok());
     loop_ = std::make_unique<ComputeLoop>(config, segment_.get(), &request_doorbell_,
                                           &response_doorbell_);
     EXPECT_TRUE(loop_->Start().ok());
@@ -282,6 +286,53 @@ TEST_F(ComputeLoopTest, StopFinishesWhatIsInTheRing) {
     EXPECT_EQ(response.outputs.at(0).item<float>(), static_cast<float>(id));
   }
   EXPECT_EQ(loop_->stats().batches, 3u);
+}
+
+}  // namespace
+}  // namespace torchfarm::worker
+
+namespace torchfarm::worker {
+namespace {
+
+// Out-of-memory on a batch is retried as two half batches whose outputs are concatenated.
+TEST_F(ComputeLoopTest, OutOfMemoryIsRetriedAsTwoHalves) {
+  std::string path = Save("Double", "def forward(self, x):\n    return x * 2.0\n");
+  ASSERT_EQ(Start(path, 1 << 20, "cpu", "oom@1,oom@2").state, LoadState::kLoaded);
+  at::Tensor x = torch::arange(12, torch::kFloat32).reshape({6, 2});
+  Submit(1, {x});
+  Response r = Await();
+  ASSERT_EQ(r.status, Code(StatusCode::kOk)) << r.message;
+  ASSERT_EQ(r.outputs.size(), 1u);
+  EXPECT_TRUE(torch::equal(r.outputs[0], x * 2.0));
+  // A single row cannot be split: the batch fails with RESOURCE_EXHAUSTED, the loop serves on.
+  Submit(2, {torch::ones({1, 2})});
+  r = Await();
+  EXPECT_EQ(r.status, Code(StatusCode::kResourceExhausted));
+  EXPECT_NE(r.message.find("out of memory"), std::string::npos) << r.message;
+  Submit(3, {torch::ones({1, 2})});
+  EXPECT_EQ(Await().status, Code(StatusCode::kOk));
+}
+
+// A sticky device error leaves the batch unanswered and ends the loop with the reason.
+TEST_F(ComputeLoopTest, StickyDeviceErrorEndsTheLoopWithoutAnswering) {
+  std::string path = Save("Double", "def forward(self, x):\n    return x * 2.0\n");
+  ASSERT_EQ(Start(path, 1 << 20, "cuda:0", "fakegpu,sticky@2").state, LoadState::kLoaded);
+  Submit(1, {torch::ones({1, 2})});
+  EXPECT_EQ(Await().status, Code(StatusCode::kOk));
+  Submit(2, {torch::ones({1, 2})});
+  ASSERT_TRUE(loop_->JoinFor(std::chrono::seconds(10)));
+  EXPECT_NE(loop_->fatal_device_error().find("illegal memory access"), std::string::npos);
+  EXPECT_EQ(segment_->response_ring().Front(), nullptr) << "the failed batch must stay unanswered";
+  EXPECT_NE(segment_->request_ring().Front(), nullptr) << "and stay in the request ring";
+}
+
+TEST_F(ComputeLoopTest, CudaDeviceWithoutCudaIsADeviceFailure) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has CUDA";
+  std::string path = Save("Double", "def forward(self, x):\n    return x * 2.0\n");
+  LoadReport report = Start(path, 1 << 20, "cuda:0");
+  EXPECT_EQ(report.state, LoadState::kFailed);
+  EXPECT_TRUE(report.device_failure);
+  EXPECT_NE(report.error.find("CUDA is not available"), std::string::npos) << report.error;
 }
 
 }  // namespace
