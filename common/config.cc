@@ -63,7 +63,8 @@ bool ValidDevice(const std::string& device) {
 
 Status ParseInstance(const json& j, const std::string& where, InstanceConfig* out) {
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
-  Status s = CheckKeys(j, where, {"device", "count", "threads", "cores"});
+  Status s = CheckKeys(j, where, {"device", "count", "threads", "cores", "fallback",
+                                 "gpu_failures_before_fallback"});
   if (!s.ok()) return s;
   InstanceConfig inst;
   if (s = GetString(j, "device", where, false, &inst.device); !s.ok()) return s;
@@ -79,6 +80,16 @@ Status ParseInstance(const json& j, const std::string& where, InstanceConfig* ou
     }
   }
   if (s = GetInt(j, "threads", where, 1, 1024, &inst.threads); !s.ok()) return s;
+  if (s = GetString(j, "fallback", where, false, &inst.fallback); !s.ok()) return s;
+  if (inst.fallback != "cpu" && inst.fallback != "none") {
+    return InvalidArgument(where + ".fallback: expected \"cpu\" or \"none\", got \"" +
+                           inst.fallback + "\"");
+  }
+  if (s = GetInt(j, "gpu_failures_before_fallback", where, 1, 1000,
+                 &inst.gpu_failures_before_fallback);
+      !s.ok()) {
+    return s;
+  }
   if (auto c = j.find("cores"); c != j.end()) {
     if (!c->is_array()) return InvalidArgument(where + ".cores: expected an array of core numbers");
     for (const auto& core : *c) {
@@ -104,7 +115,8 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
   Status s = CheckKeys(j, where,
                        {"name", "path", "inputs", "instances", "max_batch_size",
                         "max_queue_delay_us", "preferred_batch_sizes", "max_queue_size",
-                        "max_inflight_per_worker", "priority_levels", "slot_bytes", "ring_slots"});
+                        "max_inflight_per_worker", "priority_levels", "slot_bytes", "ring_slots",
+                        "hang_timeout_ms"});
   if (!s.ok()) return s;
   ModelConfig m;
   if (s = GetString(j, "name", where, true, &m.name); !s.ok()) return s;
@@ -146,6 +158,7 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
     return s;
   if (s = GetInt(j, "priority_levels", where, 1, 16, &m.priority_levels); !s.ok()) return s;
   if (s = GetInt(j, "slot_bytes", where, 4096, int64_t{1} << 34, &m.slot_bytes); !s.ok()) return s;
+  if (s = GetInt(j, "hang_timeout_ms", where, 0, 86'400'000, &m.hang_timeout_ms); !s.ok()) return s;
   m.ring_slots = std::max(4, m.max_inflight_per_worker);
   if (s = GetInt(j, "ring_slots", where, 1, 64, &m.ring_slots); !s.ok()) return s;
   if (m.ring_slots < m.max_inflight_per_worker) {
@@ -173,10 +186,27 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
 
 }  // namespace
 
+static Status ParseRestart(const json& j, RestartConfig* out) {
+  const std::string where = "config.restart";
+  if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
+  Status s = CheckKeys(j, where, {"initial_backoff_ms", "max_backoff_ms", "max_restarts",
+                                  "window_ms", "healthy_after_ms"});
+  if (!s.ok()) return s;
+  RestartConfig r;
+  if (s = GetInt(j, "initial_backoff_ms", where, 0, 3'600'000, &r.initial_backoff_ms); !s.ok()) return s;
+  if (s = GetInt(j, "max_backoff_ms", where, 0, 3'600'000, &r.max_backoff_ms); !s.ok()) return s;
+  if (s = GetInt(j, "max_restarts", where, 0, 1'000'000, &r.max_restarts); !s.ok()) return s;
+  if (s = GetInt(j, "window_ms", where, 1, 86'400'000, &r.window_ms); !s.ok()) return s;
+  if (s = GetInt(j, "healthy_after_ms", where, 0, 86'400'000, &r.healthy_after_ms); !s.ok()) return s;
+  *out = r;
+  return Status::Ok();
+}
+
 Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) {
   if (!j.is_object()) return InvalidArgument("config: expected a JSON object, got " + Got(j));
   Status s = CheckKeys(j, "config", {"endpoint", "admin_endpoint", "run_dir", "heartbeat_ms",
-                                     "worker_binary", "models"});
+                                     "worker_binary", "models", "max_retries",
+                                     "drain_timeout_ms", "restart"});
   if (!s.ok()) return s;
   FarmConfig c;
   if (s = GetString(j, "endpoint", "config", false, &c.endpoint); !s.ok()) return s;
@@ -192,6 +222,12 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
   }
   if (s = GetInt(j, "heartbeat_ms", "config", 10, 600'000, &c.heartbeat_ms); !s.ok()) return s;
   if (s = GetString(j, "worker_binary", "config", false, &c.worker_binary); !s.ok()) return s;
+  if (s = GetInt(j, "max_retries", "config", 0, 100, &c.max_retries); !s.ok()) return s;
+  if (s = GetInt(j, "drain_timeout_ms", "config", 0, 86'400'000, &c.drain_timeout_ms); !s.ok())
+    return s;
+  if (auto r = j.find("restart"); r != j.end()) {
+    if (s = ParseRestart(*r, &c.restart); !s.ok()) return s;
+  }
   auto models = j.find("models");
   if (models == j.end() || !models->is_array() || models->empty()) {
     return InvalidArgument("config.models: expected a non-empty array of models");

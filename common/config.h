@@ -23,6 +23,8 @@ struct InstanceConfig {
   bool count_auto = false;     // "count": "auto": fill the cores the supervisor may use
   int threads = 1;             // intra-op threads of each worker
   std::vector<int> cores;      // optional CPU pinning of each worker of this group
+  std::string fallback = "cpu";  // on a GPU that keeps failing: "cpu" or "none"
+  int gpu_failures_before_fallback = 1;
 };
 
 struct ModelConfig {
@@ -40,6 +42,17 @@ struct ModelConfig {
   // Shared-memory geometry of each worker of this model.
   uint64_t slot_bytes = 4 << 20;     // tensor bytes one ring slot holds (request or response)
   int ring_slots = 4;                // slots per ring; >= max_inflight_per_worker
+  // A batch running longer than this gets its worker killed and treated as a crash; 0: never.
+  int64_t hang_timeout_ms = 60'000;
+};
+
+// Restart limits in the manner of Erlang/OTP supervisors.
+struct RestartConfig {
+  int64_t initial_backoff_ms = 100;  // doubled after each failure, plus up to 25% jitter
+  int64_t max_backoff_ms = 30'000;
+  int max_restarts = 5;              // more restarts than this within window_ms: slot failed
+  int64_t window_ms = 60'000;
+  int64_t healthy_after_ms = 10'000;  // a worker ready this long resets the backoff
 };
 
 struct FarmConfig {
@@ -48,6 +61,9 @@ struct FarmConfig {
   std::string run_dir = "/tmp/torchfarm";
   int heartbeat_ms = 1000;
   std::string worker_binary;   // default: torchfarm-worker next to the supervisor binary
+  int max_retries = 2;         // times a request is re-run after the worker running it died
+  int64_t drain_timeout_ms = 30'000;  // SIGTERM: how long queued and running jobs may take
+  RestartConfig restart;
   std::vector<ModelConfig> models;
   std::string source_path;     // the file this came from, for reloads and messages
 };

@@ -10,11 +10,12 @@ int main(int argc, char** argv) {
   CLI::App app{"torchfarm-supervisor: serves TorchScript models through a farm of worker processes"};
   std::string config_path;
   std::string log_level = "info";
-  int64_t drain_timeout_ms = 30'000;
+  int64_t drain_timeout_ms = -1;
   app.add_option("--config", config_path, "farm config (JSON)")->required();
   app.add_option("--log-level", log_level, "debug, info, warn or error");
   app.add_option("--drain-timeout-ms", drain_timeout_ms,
-                 "on SIGTERM/SIGINT, how long queued and running requests may take to finish");
+                 "on SIGTERM/SIGINT, how long queued and running requests may take to finish "
+                 "(overrides drain_timeout_ms of the config)");
   CLI11_PARSE(app, argc, argv);
 
   torchfarm::LogLevel level;
@@ -30,9 +31,8 @@ int main(int argc, char** argv) {
     TF_LOG(kError) << "invalid config: " << s.message();
     return 2;
   }
-  torchfarm::SupervisorOptions options;
-  options.log_level = log_level;
-  options.drain_timeout = torchfarm::Millis(drain_timeout_ms);
+  auto options = torchfarm::SupervisorOptions::From(config, log_level);
+  if (drain_timeout_ms >= 0) options.drain_timeout = torchfarm::Millis(drain_timeout_ms);
   torchfarm::Supervisor supervisor(std::move(config), options);
   if (auto s = supervisor.Start(); !s.ok()) {
     TF_LOG(kError) << "cannot start: " << s.message();

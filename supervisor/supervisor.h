@@ -34,6 +34,8 @@ struct SupervisorOptions {
   Millis drain_timeout{30'000};
   int max_retries = 2;  // times one request may be requeued after the worker holding it died
   RestartPolicy restart;
+
+  static SupervisorOptions From(const FarmConfig& config, const std::string& log_level);
 };
 
 class Supervisor {
@@ -75,7 +77,8 @@ class Supervisor {
   void Reply(PendingRequest& request, const std::string& header,
              std::vector<zmq::message_t>* frames);
   void OnChildExit(pid_t pid, int wait_status);
-  void Requeue(InflightBatch& batch, size_t model_index, const std::string& cause);
+  void Requeue(InflightBatch& batch, size_t model_index, const std::string& cause,
+               bool was_running);
   void LaunchSlot(WorkerSlot& slot);
   void FailModelIfNoWorkers(Model& model);
   bool ModelAvailable(const Model& model) const;

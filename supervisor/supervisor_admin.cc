@@ -80,6 +80,8 @@ json Supervisor::StatsJson() const {
                        {"model", slot->model_name()},
                        {"pid", slot->pid()},
                        {"device", slot->device()},
+                       {"fallback", slot->fallen_back()},
+                       {"fallback_reason", slot->fallback_reason()},
                        {"state", SlotStateName(slot->state())},
                        {"generation", slot->generation()},
                        {"restarts", slot->restarts()},

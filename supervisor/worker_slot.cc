@@ -17,6 +17,16 @@ constexpr int kRequestDoorbellFd = 3;
 constexpr int kResponseDoorbellFd = 4;
 }  // namespace
 
+RestartPolicy RestartPolicy::From(const RestartConfig& config) {
+  RestartPolicy p;
+  p.initial_backoff = Millis(config.initial_backoff_ms);
+  p.max_backoff = Millis(config.max_backoff_ms);
+  p.max_restarts = config.max_restarts;
+  p.window = Millis(config.window_ms);
+  p.healthy_after = Millis(config.healthy_after_ms);
+  return p;
+}
+
 const char* SlotStateName(SlotState state) {
   switch (state) {
     case SlotState::kStarting: return "starting";
@@ -33,7 +43,7 @@ WorkerSlot::WorkerSlot(int id, const ModelConfig& model, const InstanceConfig& i
                        size_t model_index)
     : id_(id), model_index_(model_index), model_name_(model.name), model_path_(model.path),
       instance_(instance), ring_slots_(model.ring_slots), slot_data_bytes_(model.slot_bytes),
-      max_inflight_(model.max_inflight_per_worker) {}
+      max_inflight_(model.max_inflight_per_worker), device_(instance.device) {}
 
 void WorkerSlot::TransitionTo(SlotState next, const std::string& why) {
   if (next == state_) return;
@@ -50,7 +60,7 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now) {
   args.generation = generation_;
   args.model_name = model_name_;
   args.model_path = model_path_;
-  args.device = instance_.device;
+  args.device = device_;
   args.threads = instance_.threads;
   args.cores = instance_.cores;
   args.segment = context.segment_prefix + "w" + std::to_string(id_) + "." +
@@ -78,6 +88,8 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now) {
   last_heard_ = now;
   hello_received_ = false;
   fatal_reported_ = false;
+  device_failure_reported_ = false;
+  kill_reason_.clear();
   TransitionTo(SlotState::kStarting, "launched generation " + std::to_string(generation_));
   return Status::Ok();
 }
@@ -90,10 +102,16 @@ void WorkerSlot::OnReady(TimePoint now, double load_ms) {
   TransitionTo(SlotState::kReady, why.str());
 }
 
-void WorkerSlot::OnFatalError(const std::string& reason, TimePoint now) {
+void WorkerSlot::OnFatalError(const std::string& reason, const std::string& kind, TimePoint now) {
   failure_reason_ = reason;
   fatal_reported_ = true;
+  device_failure_reported_ = kind == "device";
   fatal_at_ = now;
+}
+
+bool WorkerSlot::HangExpired(TimePoint now, Millis limit) const {
+  if (limit.count() <= 0 || inflight_.empty() || pid_ <= 0 || !kill_reason_.empty()) return false;
+  return now - front_started_ > limit;
 }
 
 bool WorkerSlot::LivenessExpired(TimePoint now, Clock::duration heartbeat_limit) const {
@@ -138,12 +156,14 @@ void WorkerSlot::Dispatch(InflightBatch batch) {
   }
   ring.Publish();
   request_bell_.Ring();
+  if (inflight_.empty()) front_started_ = batch.dispatched;
   inflight_.push_back(std::move(batch));
 }
 
 std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,
                                               const RestartPolicy& policy, bool shutting_down) {
   last_exit_ = DescribeWaitStatus(wait_status);
+  if (!kill_reason_.empty()) last_exit_ = kill_reason_ + " (" + last_exit_ + ")";
   pid_t old_pid = pid_;
   std::vector<InflightBatch> orphans(std::make_move_iterator(inflight_.begin()),
                                      std::make_move_iterator(inflight_.end()));
@@ -164,6 +184,21 @@ std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,
   }
   if (state_ == SlotState::kReady && now - ready_since_ >= policy.healthy_after) {
     consecutive_failures_ = 0;
+  }
+  const bool device_failure = device_failure_reported_ || (WIFEXITED(wait_status) &&
+                                                           WEXITSTATUS(wait_status) == ipc::kExitDeviceFailure);
+  if (device_failure && device_ != "cpu") {
+    ++gpu_failures_;
+    if (instance_.fallback == "cpu" && gpu_failures_ >= instance_.gpu_failures_before_fallback) {
+      fallback_reason_ = failure_reason_;
+      TF_LOG(kWarn) << "GPU keeps failing; falling back to CPU" << Kv("worker", id_)
+                    << Kv("model", model_name_) << Kv("device", device_)
+                    << Kv("gpu_failures", gpu_failures_) << Kv("reason", fallback_reason_);
+      device_ = "cpu";
+      fallen_back_ = true;
+      consecutive_failures_ = 0;
+      restart_history_.clear();  // the CPU slot starts with a clean record
+    }
   }
   restart_history_.push_back(now);
   while (!restart_history_.empty() && now - restart_history_.front() > policy.window) {

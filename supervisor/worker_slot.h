@@ -11,6 +11,9 @@
 //   exit|  |launch      exit |
 //       v  |                 v
 //    kBackoff <--------------+        (too many restarts in the window) --> kFailed
+//
+// GPU slots: an exit caused by an unusable device counts as a GPU failure; after the instance's
+// gpu_failures_before_fallback of them (and with fallback "cpu") the slot relaunches on the CPU.
 #pragma once
 
 #include <sys/types.h>
@@ -56,6 +59,8 @@ struct RestartPolicy {
   int max_restarts = 5;            // more than this many within `window` marks the slot kFailed
   Millis window{60'000};
   Millis healthy_after{10'000};    // a worker ready this long resets the backoff
+
+  static RestartPolicy From(const RestartConfig& config);
 };
 
 class WorkerSlot {
@@ -70,7 +75,12 @@ class WorkerSlot {
   void OnHello(TimePoint now) { hello_received_ = true; last_heard_ = now; }
   void OnReady(TimePoint now, double load_ms);
   // The worker reported a fatal error (e.g. the model does not load) and is about to exit.
-  void OnFatalError(const std::string& reason, TimePoint now);
+  // `kind` is "model", "device" or "internal".
+  void OnFatalError(const std::string& reason, const std::string& kind, TimePoint now);
+  // The supervisor is about to SIGKILL the process; `why` replaces the bare "killed by SIGKILL".
+  void NoteKill(const std::string& why) { kill_reason_ = why; }
+  // True when the oldest batch has run longer than `limit` (0: never).
+  bool HangExpired(TimePoint now, Millis limit) const;
   // True when the process should be presumed hung: silent for `heartbeat_limit` after its hello;
   // silent for kStartupGrace before it (exec and loading LibTorch can be slow on a busy host);
   // or still alive kStartupGrace after reporting a fatal error.
@@ -99,7 +109,10 @@ class WorkerSlot {
   int generation() const { return generation_; }
   pid_t pid() const { return pid_; }
   SlotState state() const { return state_; }
-  const std::string& device() const { return instance_.device; }
+  const std::string& device() const { return device_; }
+  bool fallen_back() const { return fallen_back_; }
+  const std::string& fallback_reason() const { return fallback_reason_; }
+  TimePoint ready_since() const { return ready_since_; }
   const std::string& last_exit() const { return last_exit_; }
   const std::string& failure_reason() const { return failure_reason_; }
   void set_failure_reason(std::string reason) { failure_reason_ = std::move(reason); }
@@ -132,11 +145,18 @@ class WorkerSlot {
   ipc::Doorbell request_bell_;
   ipc::Doorbell response_bell_;
   std::deque<InflightBatch> inflight_;
+  TimePoint front_started_{};  // when the oldest in-flight batch started running
 
   TimePoint last_heard_{};
   bool hello_received_ = false;
   bool fatal_reported_ = false;
+  bool device_failure_reported_ = false;
   TimePoint fatal_at_{};
+  std::string kill_reason_;
+  std::string device_;  // instance_.device, or "cpu" after a fallback
+  bool fallen_back_ = false;
+  std::string fallback_reason_;
+  int gpu_failures_ = 0;
   TimePoint ready_since_{};
   TimePoint restart_at_{};
   std::deque<TimePoint> restart_history_;
@@ -158,6 +178,7 @@ void WorkerSlot::CollectResponses(OnResponse&& on_response) {
     }
     InflightBatch batch = std::move(inflight_.front());
     inflight_.pop_front();
+    front_started_ = Clock::now();  // the next batch in the ring starts now
     on_response(batch, slot);
     ring.Pop();
   }

@@ -69,15 +69,17 @@ Farm::~Farm() {
   fs::remove_all(dir_, ec);
 }
 
-bool Farm::Start(const std::vector<std::string>& extra_args) {
+bool Farm::Start(const std::vector<std::string>& extra_args, const std::vector<std::string>& env) {
   std::vector<std::string> args = {BinDir() + "/torchfarm-supervisor", "--config", config_path_,
                                    "--log-level", "info"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  std::vector<std::string> environment = env;
   pid_ = ::fork();
   if (pid_ == 0) {
+    for (auto& e : environment) ::putenv(e.data());
     std::string log = dir_ + "/supervisor.log";
     FILE* f = std::freopen(log.c_str(), "w", stderr);
     (void)f;

@@ -24,8 +24,9 @@ class Farm {
   explicit Farm(nlohmann::json models, nlohmann::json extra = nlohmann::json::object());
   ~Farm();
 
-  // Starts the supervisor; returns false (with a message in error()) if it exits early.
-  bool Start(const std::vector<std::string>& extra_args = {});
+  // Starts the supervisor with `env` ("NAME=value") added to its environment.
+  bool Start(const std::vector<std::string>& extra_args = {},
+             const std::vector<std::string>& env = {});
   // Waits until every model has `min_ready` ready workers (-1: all of its workers), or false
   // after timeout_ms.
   bool WaitReady(int min_ready = -1, int timeout_ms = 60'000);

@@ -1,0 +1,208 @@
+// Supervisor, the job path: intake from the job socket, batching dispatch to workers, replies
+// split back per request, deadlines, and requeueing after a worker died.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/protocol.h"
+#include "ipc/control_protocol.h"
+#include "supervisor/job_intake.h"
+#include "supervisor/supervisor.h"
+#include "supervisor/zmq_util.h"
+
+namespace torchfarm {
+
+using nlohmann::json;
+
+void Supervisor::HandleResponses(WorkerSlot& slot) {
+  slot.CollectResponses([&](InflightBatch& batch, const uint8_t* response) {
+    ReplyBatch(slot, batch, response);
+  });
+}
+
+void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response) {
+  Model& model = models_[slot.model_index()];
+  const ipc::SlotHeader* header = ipc::SlotHeaderOf(response);
+  TimePoint now = clock_.Now();
+  slot.batches_done++;
+  slot.rows_done += static_cast<uint64_t>(batch.rows);
+  slot.requests_done += batch.requests.size();
+
+  Status failure;
+  if (header->batch_id != batch.batch_id) {
+    failure = Internal("worker answered batch " + std::to_string(header->batch_id) +
+                       " while batch " + std::to_string(batch.batch_id) + " was expected");
+  } else if (header->status != 0) {
+    std::string message(header->message, strnlen(header->message, ipc::kSlotMessageBytes));
+    auto code = static_cast<StatusCode>(header->status);
+    if (!ParseStatusCode(StatusCodeName(code))) code = StatusCode::kInternal;
+    failure = Status(code, message);
+  }
+  std::vector<TensorSpec> outputs;
+  const uint8_t* data = ipc::SlotData(response);
+  for (uint32_t i = 0; failure.ok() && i < header->tensor_count && i < ipc::kMaxTensors; ++i) {
+    TensorSpec spec;
+    const ipc::TensorDesc& desc = header->tensors[i];
+    if (!ipc::ReadTensorDesc(desc, &spec) || desc.offset + desc.nbytes > slot.data_capacity() ||
+        ByteSize(spec) != desc.nbytes) {
+      failure = Internal("worker wrote a malformed output descriptor " + std::to_string(i));
+    } else if (batch.requests.size() > 1 && (spec.shape.empty() || spec.shape[0] != batch.rows)) {
+      failure = Internal("output " + std::to_string(i) + " has shape " + ShapeToString(spec.shape) +
+                         " but the batch had " + std::to_string(batch.rows) +
+                         " rows; a batched model must keep dim 0 (set max_batch_size 1)");
+    }
+    outputs.push_back(std::move(spec));
+  }
+  if (!failure.ok()) {
+    for (auto& r : batch.requests) {
+      ++model.errors;
+      ReplyError(r, failure);
+    }
+    return;
+  }
+  int64_t row_start = 0;
+  for (auto& r : batch.requests) {
+    std::vector<TensorSpec> mine = outputs;
+    std::vector<zmq::message_t> frames;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const ipc::TensorDesc& desc = header->tensors[i];
+      uint64_t begin = 0, length = desc.nbytes;
+      if (batch.requests.size() > 1) {
+        uint64_t row_bytes = desc.nbytes / static_cast<uint64_t>(batch.rows);
+        begin = row_bytes * static_cast<uint64_t>(row_start);
+        length = row_bytes * static_cast<uint64_t>(r.rows);
+        mine[i].shape[0] = r.rows;
+      }
+      frames.emplace_back(data + desc.offset + begin, length);
+    }
+    row_start += r.rows;
+    StageTimes timing;
+    timing.queue_us = ToMicros(batch.dispatched - r.received);
+    timing.compute_us = static_cast<int64_t>(header->compute_us);
+    timing.total_us = ToMicros(now - r.received);
+    ++model.requests;
+    Reply(r, MakeOkReply(r.id, mine, timing, slot.id()), &frames);
+  }
+}
+
+void Supervisor::Reply(PendingRequest& request, const std::string& header,
+                       std::vector<zmq::message_t>* frames) {
+  // A client that went away makes ROUTER drop the message; that is the only loss, and it is the
+  // client's own.
+  const bool has_frames = frames && !frames->empty();
+  jobs_.send(request.identity, zmq::send_flags::sndmore);
+  if (request.has_delimiter) jobs_.send(zmq::message_t(), zmq::send_flags::sndmore);
+  jobs_.send(zmq::buffer(header), has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  if (!has_frames) return;
+  for (size_t i = 0; i < frames->size(); ++i) {
+    jobs_.send((*frames)[i], i + 1 < frames->size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+}
+
+void Supervisor::ReplyError(PendingRequest& request, const Status& status) {
+  Reply(request, MakeErrorReply(request.id, status), nullptr);
+}
+
+void Supervisor::HandleJobs() {
+  std::vector<zmq::message_t> frames;
+  for (int n = 0; n < kMaxMessagesPerTurn && ReceiveMultipart(jobs_, &frames); ++n) {
+    AcceptJob(frames);
+  }
+}
+
+void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
+  PendingRequest request;
+  size_t payload = 0;
+  if (!SplitEnvelope(frames, &request, &payload)) return;
+  size_t index = 0;
+  Status s = ParseJob(frames, payload, config_.models, clock_.Now(), &request, &index);
+  if (s.ok() && draining_) s = Unavailable("the farm is shutting down and accepts no new requests");
+  if (s.ok() && !ModelAvailable(models_[index])) {
+    FailModelIfNoWorkers(models_[index]);
+    std::string reason;
+    for (size_t i : models_[index].slots) {
+      if (!slots_[i]->failure_reason().empty()) reason = slots_[i]->failure_reason();
+    }
+    s = Unavailable("model '" + models_[index].config.name + "' has no live worker: " + reason);
+  }
+  if (s.ok() && !models_[index].queue.Push(request)) {
+    s = ResourceExhausted("queue of model '" + models_[index].config.name + "' is full (" +
+                          std::to_string(models_[index].queue.policy().max_queue_size) +
+                          " requests, max_queue_size); retry later");
+  }
+  if (!s.ok()) {
+    if (index < models_.size()) ++models_[index].rejected;
+    ReplyError(request, s);
+  }
+}
+
+void Supervisor::ExpireDeadlines() {
+  TimePoint now = clock_.Now();
+  for (auto& model : models_) {
+    auto next = model.queue.NextDeadline();
+    if (!next || *next > now) continue;
+    for (auto& r : model.queue.TakeExpired(now)) {
+      ++model.errors;
+      ReplyError(r, Status(StatusCode::kDeadlineExceeded,
+                           "timeout_ms expired after " +
+                               std::to_string(ToMicros(now - r.received) / 1000) +
+                               " ms in the queue of model '" + model.config.name + "'"));
+    }
+  }
+}
+
+WorkerSlot* Supervisor::PickSlot(const Model& model) {
+  WorkerSlot* best = nullptr;
+  for (size_t i : model.slots) {
+    WorkerSlot* slot = slots_[i].get();
+    if (!slot->CanAccept()) continue;
+    if (!best || slot->inflight_rows() < best->inflight_rows()) best = slot;
+  }
+  return best;
+}
+
+void Supervisor::Dispatch() {
+  TimePoint now = clock_.Now();
+  for (auto& model : models_) {
+    while (!model.queue.empty()) {
+      WorkerSlot* slot = PickSlot(model);
+      if (!slot) break;
+      std::vector<PendingRequest> requests = model.queue.TakeBatch(now);
+      if (requests.empty()) break;
+      InflightBatch batch;
+      batch.batch_id = next_batch_id_++;
+      for (const auto& r : requests) batch.rows += r.rows;
+      batch.requests = std::move(requests);
+      batch.dispatched = now;
+      slot->Dispatch(std::move(batch));
+    }
+  }
+}
+
+void Supervisor::Requeue(InflightBatch& batch, size_t model_index, const std::string& cause,
+                         bool was_running) {
+  Model& model = models_[model_index];
+  std::vector<PendingRequest> retry;
+  for (auto& r : batch.requests) {
+    if (was_running) {
+      // Each request of a batch that killed its worker runs alone from now on, so a poison
+      // request fails by itself and its batch-mates succeed.
+      ++r.attempts;
+      r.batchable = false;
+    }
+    if (r.attempts > options_.max_retries) {
+      ++model.errors;
+      ReplyError(r, Internal("worker crashed while running this request (" + cause + "); tried " +
+                             std::to_string(r.attempts) + " times"));
+    } else {
+      retry.push_back(std::move(r));
+    }
+  }
+  model.queue.PushFront(std::move(retry));
+}
+
+}  // namespace torchfarm

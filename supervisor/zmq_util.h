@@ -1,0 +1,26 @@
+// Small ZeroMQ helpers shared by the supervisor's socket handlers (loop thread only).
+#pragma once
+
+#include <vector>
+
+#include <zmq.hpp>
+
+namespace torchfarm {
+
+// Messages read from one socket per loop turn, so doorbells and signals are never starved.
+inline constexpr int kMaxMessagesPerTurn = 256;
+
+// Reads one whole multipart message without blocking for its first frame; false when none waits.
+inline bool ReceiveMultipart(zmq::socket_t& socket, std::vector<zmq::message_t>* frames) {
+  frames->clear();
+  while (true) {
+    zmq::message_t part;
+    auto got = socket.recv(part, frames->empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none);
+    if (!got) return false;
+    bool more = part.more();
+    frames->push_back(std::move(part));
+    if (!more) return true;
+  }
+}
+
+}  // namespace torchfarm

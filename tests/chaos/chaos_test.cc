@@ -1,0 +1,363 @@
+// Fault tolerance under load, with the real binaries: every accepted request gets exactly one
+// answer, and every answer is correct, while workers are SIGKILLed, SIGSTOPped, poisoned, lose
+// their (fake) GPU, and while the supervisor itself is killed or stopped.
+#include <ATen/Parallel.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <torch/script.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <zmq.hpp>
+
+#include "farm_fixture.h"
+#include "torchfarm/client.h"
+
+namespace torchfarm::testing {
+namespace {
+
+using nlohmann::json;
+using Ms = std::chrono::milliseconds;
+
+json Model(const std::string& name, const std::string& file, json shape, json extra = json::object()) {
+  json m = {{"name", name},
+            {"path", ModelDir() + "/" + file},
+            {"inputs", json::array({{{"dtype", "float32"}, {"shape", shape}}})},
+            {"instances", json::array({{{"device", "cpu"}, {"count", 2}}})}};
+  for (auto& [k, v] : extra.items()) m[k] = v;
+  return m;
+}
+
+TensorView View(const at::Tensor& t) {
+  return TensorView{{DType::kFloat32, t.sizes().vec()}, t.data_ptr(),
+                    static_cast<size_t>(t.numel() * 4)};
+}
+
+at::Tensor AsTensor(const Tensor& out) {
+  return torch::from_blob(const_cast<char*>(out.data.data()), out.spec.shape, at::kFloat).clone();
+}
+
+bool ProcessGone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+// One DEALER per client thread, one request in flight, replies counted per id so a duplicate
+// answer is caught.
+struct LoadResult {
+  std::atomic<int> sent{0}, ok{0}, wrong{0}, errors{0}, lost{0}, duplicates{0};
+};
+
+void RunIdentityClients(const std::string& endpoint, int clients, std::atomic<bool>& stop,
+                        LoadResult& result) {
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      zmq::context_t context(1);
+      zmq::socket_t socket(context, zmq::socket_type::dealer);
+      socket.set(zmq::sockopt::linger, 0);
+      socket.set(zmq::sockopt::rcvtimeo, 30'000);
+      socket.connect(endpoint);
+      std::map<int64_t, int> answers;
+      std::mt19937 rng(c);
+      for (int64_t n = 0; !stop; ++n) {
+        int64_t id = c * 1'000'000 + n;
+        std::vector<float> x(64);
+        for (auto& v : x) v = static_cast<float>(rng() % 1000);
+        json header = {{"v", 1}, {"id", id}, {"model", "identity"},
+                       {"inputs", json::array({{{"dtype", "float32"}, {"shape", {1, 64}}}})}};
+        socket.send(zmq::buffer(header.dump()), zmq::send_flags::sndmore);
+        socket.send(zmq::buffer(x.data(), x.size() * 4), zmq::send_flags::none);
+        ++result.sent;
+        zmq::message_t head;
+        if (!socket.recv(head)) {
+          ++result.lost;
+          break;
+        }
+        json reply = json::parse(head.to_string_view());
+        zmq::message_t data;
+        if (head.more()) (void)socket.recv(data);
+        ++answers[reply["id"].get<int64_t>()];
+        if (reply["status"] != "ok") {
+          ++result.errors;
+          ADD_FAILURE() << reply.dump();
+        } else if (reply["id"] == id && data.size() == x.size() * 4 &&
+                   std::memcmp(data.data(), x.data(), data.size()) == 0) {
+          ++result.ok;
+        } else {
+          ++result.wrong;
+        }
+      }
+      // Anything arriving now would be a second answer.
+      socket.set(zmq::sockopt::rcvtimeo, 300);
+      zmq::message_t extra;
+      while (socket.recv(extra)) {
+        if (!extra.more()) ++result.duplicates;
+      }
+      for (auto& [id, count] : answers) result.duplicates += count - 1;
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(Chaos, KillAWorkerEvery200msFor10sLosesAndDuplicatesNothing) {
+  json extra = {{"max_retries", 50},
+                {"restart", {{"initial_backoff_ms", 10}, {"max_backoff_ms", 200}, {"max_restarts", 10000}}}};
+  Farm farm(json::array({Model("identity", "identity.pt", {-1, 64},
+                               {{"max_batch_size", 8}, {"max_queue_delay_us", 200}})}),
+            extra);
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+
+  // Steady state first, for the throughput ratio.
+  LoadResult steady;
+  std::atomic<bool> stop{false};
+  std::thread load([&] { RunIdentityClients(farm.endpoint(), 16, stop, steady); });
+  std::this_thread::sleep_for(Ms(2000));
+  stop = true;
+  load.join();
+  const double steady_rps = steady.ok / 2.0;
+
+  LoadResult storm;
+  stop = false;
+  std::thread storm_load([&] { RunIdentityClients(farm.endpoint(), 16, stop, storm); });
+  std::mt19937 rng(7);
+  int kills = 0;
+  auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < Ms(10'000)) {
+    std::this_thread::sleep_for(Ms(200));
+    std::vector<pid_t> pids = farm.WorkerPids();
+    std::vector<pid_t> alive;
+    for (pid_t p : pids) if (p > 0) alive.push_back(p);
+    if (alive.empty()) continue;
+    if (::kill(alive[rng() % alive.size()], SIGKILL) == 0) ++kills;
+  }
+  stop = true;
+  storm_load.join();
+  const double storm_rps = storm.ok / 10.0;
+
+  EXPECT_GT(kills, 20);
+  EXPECT_EQ(storm.lost.load(), 0);
+  EXPECT_EQ(storm.errors.load(), 0);
+  EXPECT_EQ(storm.wrong.load(), 0);
+  EXPECT_EQ(storm.duplicates.load(), 0);
+  EXPECT_EQ(storm.ok.load(), storm.sent.load()) << "every request answered ok";
+  json stats = farm.Admin("stats");
+  int restarts = 0;
+  for (const auto& w : stats["workers"]) restarts += w["restarts"].get<int>();
+  EXPECT_GE(restarts, kills - 2);
+  std::printf("[ measure ] kill storm: %d kills, %d restarts, %d requests ok; throughput %.0f req/s "
+              "vs %.0f steady = %.2f\n",
+              kills, restarts, storm.ok.load(), storm_rps, steady_rps, storm_rps / steady_rps);
+  EXPECT_TRUE(farm.WaitReady(-1, 20'000)) << "both workers come back";
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(Chaos, StoppedWorkerIsDetectedAsHungAndItsJobsCompleteElsewhere) {
+  Farm farm(json::array({Model("identity", "identity.pt", {-1, 64})}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  std::vector<pid_t> pids = farm.WorkerPids();
+  LoadResult load;
+  std::atomic<bool> stop{false};
+  std::thread clients([&] { RunIdentityClients(farm.endpoint(), 8, stop, load); });
+  std::this_thread::sleep_for(Ms(300));
+  auto stopped_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(pids[0], SIGSTOP), 0);
+  // heartbeat_ms is 200 in the fixture: 3 missed heartbeats mean a hang.
+  json worker;
+  while (std::chrono::steady_clock::now() - stopped_at < Ms(10'000)) {
+    json stats = farm.Admin("stats");
+    if (stats.is_object() && stats["workers"][0]["restarts"].get<int>() >= 1) {
+      worker = stats["workers"][0];
+      break;
+    }
+    std::this_thread::sleep_for(Ms(50));
+  }
+  auto detected_ms = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - stopped_at).count();
+  std::this_thread::sleep_for(Ms(500));
+  stop = true;
+  clients.join();
+  ASSERT_TRUE(worker.is_object()) << "the stopped worker was never replaced";
+  EXPECT_NE(worker["last_exit"].get<std::string>().find("no heartbeat"), std::string::npos)
+      << worker["last_exit"];
+  EXPECT_LT(detected_ms, 3000);
+  EXPECT_EQ(load.ok.load(), load.sent.load());
+  EXPECT_EQ(load.errors.load() + load.wrong.load() + load.lost.load() + load.duplicates.load(), 0);
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(Chaos, PoisonRequestFailsAloneAndItsBatchMatesSucceed) {
+  // slow returns its input after x[:,0].max() units of busy work (~0.04 ms each here).
+  Farm farm(json::array({Model("slow", "slow.pt", {-1, 4},
+                               {{"max_batch_size", 8}, {"max_queue_delay_us", 200'000},
+                                {"preferred_batch_sizes", {8}}, {"hang_timeout_ms", 1000}})}),
+            {{"restart", {{"initial_backoff_ms", 10}, {"max_backoff_ms", 100}, {"max_restarts", 100}}}});
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  std::vector<std::thread> clients;
+  std::vector<Status> statuses(8);
+  std::vector<bool> correct(8, false);
+  for (int i = 0; i < 8; ++i) {
+    clients.emplace_back([&, i] {
+      Client client(farm.endpoint(), 60'000);
+      at::Tensor x = torch::full({1, 4}, static_cast<float>(i + 1));
+      if (i == 3) x[0][0] = 10'000'000.0f;  // minutes of work: the poison
+      InferResult result;
+      statuses[i] = client.Infer("slow", {View(x)}, &result);
+      correct[i] = statuses[i].ok() && torch::equal(AsTensor(result.outputs[0]), x);
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < 8; ++i) {
+    if (i == 3) {
+      EXPECT_EQ(statuses[i].code(), StatusCode::kInternal) << statuses[i].ToString();
+      EXPECT_NE(statuses[i].message().find("worker crashed while running this request"), std::string::npos);
+      EXPECT_NE(statuses[i].message().find("hang_timeout_ms"), std::string::npos) << statuses[i].message();
+    } else {
+      EXPECT_TRUE(correct[i]) << "request " << i << ": " << statuses[i].ToString();
+    }
+  }
+  // The farm keeps serving.
+  Client client(farm.endpoint(), 20'000);
+  at::Tensor x = torch::ones({2, 4});
+  InferResult result;
+  EXPECT_TRUE(client.Infer("slow", {View(x)}, &result).ok());
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+json GpuModel() {
+  json m = Model("mlp", "mlp.pt", {-1, 256});
+  m["instances"] = json::array({{{"device", "cuda:0"}, {"count", 1}, {"threads", 1}}});
+  return m;
+}
+
+void ExpectServesMlpCorrectly(const Farm& farm, int requests) {
+  torch::jit::Module module = torch::jit::load(ModelDir() + "/mlp.pt");
+  at::set_num_threads(1);
+  Client client(farm.endpoint(), 30'000);
+  for (int i = 0; i < requests; ++i) {
+    at::Tensor x = torch::randn({1, 256});
+    InferResult result;
+    Status s = client.Infer("mlp", {View(x)}, &result);
+    ASSERT_TRUE(s.ok()) << "request " << i << ": " << s.ToString();
+    c10::InferenceMode guard;
+    EXPECT_TRUE(torch::equal(AsTensor(result.outputs[0]), module.forward({x}).toTensor()));
+  }
+}
+
+TEST(GpuFallback, CudaRequestedWithoutAGpuServesOnCpuAndSaysSo) {
+  if (std::filesystem::exists("/dev/nvidia0")) GTEST_SKIP() << "this machine has a GPU";
+  Farm farm(json::array({GpuModel()}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady(-1, 30'000)) << farm.error();
+  json worker = farm.Admin("stats")["workers"][0];
+  EXPECT_EQ(worker["device"], "cpu");
+  EXPECT_EQ(worker["fallback"], true);
+  EXPECT_NE(worker["fallback_reason"].get<std::string>().find("CUDA is not available"), std::string::npos)
+      << worker.dump();
+  ExpectServesMlpCorrectly(farm, 20);
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(GpuFallback, StickyCudaErrorMovesTheSlotToCpuWithoutLosingTheBatch) {
+  Farm farm(json::array({GpuModel()}));
+  // The worker serves "cuda:0" on the CPU as if it were a GPU, until batch 3 poisons it.
+  ASSERT_TRUE(farm.Start({}, {"TORCHFARM_FAULT=fakegpu,sticky@3"}));
+  ASSERT_TRUE(farm.WaitReady(-1, 30'000)) << farm.error();
+  EXPECT_EQ(farm.Admin("stats")["workers"][0]["device"], "cuda:0");
+  ExpectServesMlpCorrectly(farm, 10);
+  json worker = farm.Admin("stats")["workers"][0];
+  EXPECT_EQ(worker["device"], "cpu");
+  EXPECT_EQ(worker["fallback"], true);
+  EXPECT_NE(worker["fallback_reason"].get<std::string>().find("illegal memory access"), std::string::npos)
+      << worker.dump();
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(Supervisor, KilledSupervisorTakesItsWorkersAndANewOneStartsClean) {
+  auto farm = std::make_unique<Farm>(json::array({Model("identity", "identity.pt", {-1, 64})}));
+  ASSERT_TRUE(farm->Start());
+  ASSERT_TRUE(farm->WaitReady()) << farm->error();
+  pid_t old_pid = farm->pid();
+  std::vector<pid_t> workers = farm->WorkerPids();
+  ASSERT_EQ(workers.size(), 2u);
+  ASSERT_EQ(::kill(old_pid, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(old_pid, nullptr, 0), old_pid);
+  auto killed_at = std::chrono::steady_clock::now();
+  for (pid_t w : workers) {
+    while (!ProcessGone(w) && std::chrono::steady_clock::now() - killed_at < Ms(2000)) {
+      std::this_thread::sleep_for(Ms(20));
+    }
+    EXPECT_TRUE(ProcessGone(w)) << "worker " << w << " outlived its supervisor by 2 s";
+  }
+  // The dead supervisor's segments are still in /dev/shm; a new supervisor removes them.
+  std::string prefix = "torchfarm-" + std::to_string(old_pid) + "-";
+  auto leftovers = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+      n += e.path().filename().string().rfind(prefix, 0) == 0;
+    }
+    return n;
+  };
+  ASSERT_TRUE(farm->Start()) << "same config, same run_dir";
+  ASSERT_TRUE(farm->WaitReady()) << farm->error();
+  EXPECT_EQ(leftovers(), 0) << "segments of the dead supervisor remain";
+  Client client(farm->endpoint(), 10'000);
+  at::Tensor x = torch::ones({1, 64});
+  InferResult result;
+  EXPECT_TRUE(client.Infer("identity", {View(x)}, &result).ok());
+  EXPECT_EQ(farm->Stop(), 0);
+}
+
+TEST(Supervisor, SigtermUnderLoadAnswersEverythingAndExitsZero) {
+  Farm farm(json::array({Model("identity", "identity.pt", {-1, 64})}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  pid_t pid = farm.pid();
+  LoadResult load;
+  std::atomic<bool> stop{false};
+  std::thread clients([&] {
+    // Clients see UNAVAILABLE for requests sent after the stop began: that is an answer too.
+    std::vector<std::thread> threads;
+    for (int c = 0; c < 8; ++c) {
+      threads.emplace_back([&] {
+        Client client(farm.endpoint(), 2'000);
+        at::Tensor x = torch::ones({1, 64});
+        while (!stop) {
+          InferResult result;
+          Status s = client.Infer("identity", {View(x)}, &result);
+          ++load.sent;
+          if (s.ok()) ++load.ok;
+          else if (s.code() == StatusCode::kUnavailable) ++load.errors;
+          else if (s.code() == StatusCode::kDeadlineExceeded) { ++load.lost; break; }
+          else ++load.wrong;
+          if (s.code() == StatusCode::kUnavailable) std::this_thread::sleep_for(Ms(20));
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  });
+  std::this_thread::sleep_for(Ms(500));
+  int code = farm.Stop();
+  stop = true;
+  clients.join();
+  EXPECT_EQ(code, 0);
+  EXPECT_GT(load.ok.load(), 0);
+  EXPECT_EQ(load.wrong.load(), 0);
+  // Requests in flight at the end may meet a closed socket (no supervisor any more): they were
+  // never accepted. Everything accepted was answered: no client waited out its timeout
+  // while the supervisor was still alive, which Stop() (returning) proves.
+  std::string prefix = "torchfarm-" + std::to_string(pid) + "-";
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    EXPECT_NE(e.path().filename().string().rfind(prefix, 0), 0u) << e.path();
+  }
+}
+
+}  // namespace
+}  // namespace torchfarm::testing
