@@ -206,7 +206,7 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
   if (!j.is_object()) return InvalidArgument("config: expected a JSON object, got " + Got(j));
   Status s = CheckKeys(j, "config", {"endpoint", "admin_endpoint", "run_dir", "heartbeat_ms",
                                      "worker_binary", "models", "max_retries",
-                                     "drain_timeout_ms", "restart"});
+                                     "drain_timeout_ms", "restart", "metrics_endpoint"});
   if (!s.ok()) return s;
   FarmConfig c;
   if (s = GetString(j, "endpoint", "config", false, &c.endpoint); !s.ok()) return s;
@@ -223,6 +223,7 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
   if (s = GetInt(j, "heartbeat_ms", "config", 10, 600'000, &c.heartbeat_ms); !s.ok()) return s;
   if (s = GetString(j, "worker_binary", "config", false, &c.worker_binary); !s.ok()) return s;
   if (s = GetInt(j, "max_retries", "config", 0, 100, &c.max_retries); !s.ok()) return s;
+  if (s = GetString(j, "metrics_endpoint", "config", false, &c.metrics_endpoint); !s.ok()) return s;
   if (s = GetInt(j, "drain_timeout_ms", "config", 0, 86'400'000, &c.drain_timeout_ms); !s.ok())
     return s;
   if (auto r = j.find("restart"); r != j.end()) {

@@ -61,6 +61,7 @@ struct FarmConfig {
   std::string run_dir = "/tmp/torchfarm";
   int heartbeat_ms = 1000;
   std::string worker_binary;   // default: torchfarm-worker next to the supervisor binary
+  std::string metrics_endpoint;  // Prometheus HOST:PORT (/metrics); empty: off
   int max_retries = 2;         // times a request is re-run after the worker running it died
   int64_t drain_timeout_ms = 30'000;  // SIGTERM: how long queued and running jobs may take
   RestartConfig restart;

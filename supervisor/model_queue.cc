@@ -22,6 +22,29 @@ bool BatchCompatible(const PendingRequest& a, const PendingRequest& b) {
   return true;
 }
 
+BatchingPolicy BatchingPolicyFor(const ModelConfig& m) {
+  BatchingPolicy p;
+  p.max_batch_size = m.max_batch_size;
+  p.max_queue_delay_us = m.max_queue_delay_us;
+  p.preferred_batch_sizes = m.preferred_batch_sizes;
+  p.max_queue_size = m.max_queue_size;
+  p.priority_levels = m.priority_levels;
+  p.max_batch_bytes = m.slot_bytes;
+  return p;
+}
+
+void ModelQueue::SetPolicy(BatchingPolicy policy) {
+  std::vector<PendingRequest> all = TakeAll();
+  policy_ = std::move(policy);
+  levels_.clear();
+  levels_.resize(static_cast<size_t>(std::max(1, policy_.priority_levels)));
+  for (auto& r : all) {
+    size_t level = std::min<size_t>(std::max(0, r.priority), levels_.size() - 1);
+    levels_[level].push_back(std::move(r));
+    ++size_;
+  }
+}
+
 ModelQueue::ModelQueue(BatchingPolicy policy)
     : policy_(std::move(policy)), levels_(std::max(1, policy_.priority_levels)) {}
 

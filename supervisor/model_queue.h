@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/config.h"
 #include "supervisor/pending_request.h"
 
 namespace torchfarm {
@@ -33,9 +34,15 @@ struct BatchingPolicy {
   uint64_t max_batch_bytes = UINT64_MAX;  // the data capacity of a ring slot
 };
 
+BatchingPolicy BatchingPolicyFor(const ModelConfig& model);
+
 class ModelQueue {
  public:
   explicit ModelQueue(BatchingPolicy policy);
+
+  // A reload changed the model's batching settings; queued requests keep their order (and are
+  // never refused, even if max_queue_size shrank below the queue's length).
+  void SetPolicy(BatchingPolicy policy);
 
   // Queues a request at the back of its priority level (clamped to the last level). Returns false,
   // leaving `request` untouched, when max_queue_size requests are already queued.

@@ -24,27 +24,10 @@ namespace {
 constexpr Millis kMaxPollTimeout{100};
 constexpr Millis kStopGrace{5'000};
 
-int AvailableCores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-}
-
 std::string SelfDirectory() {
   std::error_code ec;
   auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? "." : exe.parent_path().string();
-}
-
-BatchingPolicy PolicyFor(const ModelConfig& m) {
-  BatchingPolicy p;
-  p.max_batch_size = m.max_batch_size;
-  p.max_queue_delay_us = m.max_queue_delay_us;
-  p.preferred_batch_sizes = m.preferred_batch_sizes;
-  p.max_queue_size = m.max_queue_size;
-  p.priority_levels = m.priority_levels;
-  p.max_batch_bytes = m.slot_bytes;
-  return p;
 }
 
 }  // namespace
@@ -98,19 +81,15 @@ Status Supervisor::Start() {
     }
   }
 
+  if (!config_.metrics_endpoint.empty()) {
+    if (Status m = MetricsExporter::Start(config_.metrics_endpoint, &metrics_); !m.ok()) return m;
+  }
   int cores = AvailableCores();
+  for (const ModelConfig& mc : config_.models) AddModel(mc);
+  RebuildServedModels();
   int cpu_threads = 0;
-  for (size_t m = 0; m < config_.models.size(); ++m) {
-    const ModelConfig& mc = config_.models[m];
-    models_.push_back(Model{mc, ModelQueue(PolicyFor(mc)), {}});
-    for (const auto& instance : mc.instances) {
-      int count = ResolveInstanceCount(instance, cores);
-      for (int i = 0; i < count; ++i) {
-        models_[m].slots.push_back(slots_.size());
-        slots_.push_back(std::make_unique<WorkerSlot>(static_cast<int>(slots_.size()), mc, instance, m));
-        if (instance.device == "cpu") cpu_threads += instance.threads;
-      }
-    }
+  for (const auto& slot : slots_) {
+    if (slot->device() == "cpu") cpu_threads += slot->instance().threads;
   }
   if (cpu_threads > cores) {
     TF_LOG(kWarn) << "CPU workers' threads exceed the cores this supervisor may use; expect "
@@ -120,16 +99,18 @@ Status Supervisor::Start() {
   for (auto& slot : slots_) LaunchSlot(*slot);
   TF_LOG(kInfo) << "supervisor serving" << Kv("endpoint", config_.endpoint)
                 << Kv("admin", config_.admin_endpoint) << Kv("workers", slots_.size())
-                << Kv("models", config_.models.size());
+                << Kv("models", config_.models.size())
+                << Kv("metrics", config_.metrics_endpoint.empty() ? "off" : config_.metrics_endpoint);
   return Status::Ok();
 }
 
 int Supervisor::Run() {
+  enum class Source { kResponses, kOutput };
   std::vector<zmq::pollitem_t> items;
-  std::vector<WorkerSlot*> bell_owners;
+  std::vector<std::pair<WorkerSlot*, Source>> owners;
   while (!done_) {
     items.clear();
-    bell_owners.clear();
+    owners.clear();
     items.push_back({static_cast<void*>(jobs_), 0, ZMQ_POLLIN, 0});
     items.push_back({static_cast<void*>(control_), 0, ZMQ_POLLIN, 0});
     items.push_back({static_cast<void*>(admin_), 0, ZMQ_POLLIN, 0});
@@ -137,14 +118,24 @@ int Supervisor::Run() {
     for (auto& slot : slots_) {
       if (slot->response_fd() >= 0) {
         items.push_back({nullptr, slot->response_fd(), ZMQ_POLLIN, 0});
-        bell_owners.push_back(slot.get());
+        owners.emplace_back(slot.get(), Source::kResponses);
+      }
+      if (slot->output_fd() >= 0) {
+        items.push_back({nullptr, slot->output_fd(), ZMQ_POLLIN, 0});
+        owners.emplace_back(slot.get(), Source::kOutput);
       }
     }
     zmq::poll(items.data(), items.size(), std::chrono::milliseconds(PollTimeoutMs()));
 
+    for (size_t i = 0; i < owners.size(); ++i) {
+      if (!(items[4 + i].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) continue;
+      if (owners[i].second == Source::kOutput) HandleWorkerOutput(*owners[i].first);
+    }
     if (items[3].revents & ZMQ_POLLIN) HandleSignals();
-    for (size_t i = 0; i < bell_owners.size(); ++i) {
-      if (items[4 + i].revents & ZMQ_POLLIN) HandleResponses(*bell_owners[i]);
+    for (size_t i = 0; i < owners.size(); ++i) {
+      if (owners[i].second == Source::kResponses && (items[4 + i].revents & ZMQ_POLLIN)) {
+        HandleResponses(*owners[i].first);
+      }
     }
     if (items[1].revents & ZMQ_POLLIN) HandleControl();
     if (items[0].revents & ZMQ_POLLIN) HandleJobs();
@@ -153,7 +144,9 @@ int Supervisor::Run() {
     CheckWorkerLiveness();
     RestartDueSlots();
     Dispatch();
+    RetireIdleSlots();
     DrainStep();
+    Housekeeping();
   }
   CleanUp();
   TF_LOG(kInfo) << "supervisor stopped";
@@ -162,7 +155,7 @@ int Supervisor::Run() {
 
 int Supervisor::PollTimeoutMs() const {
   TimePoint now = clock_.Now();
-  TimePoint next = now + kMaxPollTimeout;
+  TimePoint next = std::min(now + kMaxPollTimeout, notifier_.next_watchdog());
   for (const auto& model : models_) {
     if (auto due = model.queue.NextDue(); due && *due < next) next = *due;
   }
@@ -178,23 +171,26 @@ void Supervisor::HandleSignals() {
       pid_t pid;
       while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) OnChildExit(pid, status);
     } else if (signo == SIGTERM || signo == SIGINT) {
-      if (draining_) {
+      if (draining_ && exit_after_drain_) {
         TF_LOG(kWarn) << "second stop signal: skipping the rest of the drain" << Kv("signal", SignalName(signo));
         drain_deadline_ = clock_.Now();
       } else {
         TF_LOG(kInfo) << "stop signal: draining" << Kv("signal", SignalName(signo))
                       << Kv("drain_timeout_ms", options_.drain_timeout.count());
+        if (!draining_) notifier_.Stopping();
         draining_ = true;
+        exit_after_drain_ = true;
         drain_deadline_ = clock_.Now() + options_.drain_timeout;
       }
     } else if (signo == SIGHUP) {
-      TF_LOG(kInfo) << "SIGHUP received; config reload is not supported yet, ignoring";
+      TF_LOG(kInfo) << "SIGHUP: reloading the config" << Kv("config", config_.source_path);
+      Reload();
     }
   }
 }
 
 void Supervisor::DrainStep() {
-  if (!draining_) return;
+  if (!draining_ || !exit_after_drain_) return;  // an admin drain keeps the farm up, not ready
   TimePoint now = clock_.Now();
   if (!stopping_workers_) {
     bool idle = true;
@@ -203,8 +199,7 @@ void Supervisor::DrainStep() {
     if (!idle && now < drain_deadline_) return;
     for (auto& model : models_) {
       for (auto& r : model.queue.TakeAll()) {
-        ++model.errors;
-        ReplyError(r, Unavailable("the farm shut down before this request could run"));
+        FailRequest(model, r, Unavailable("the farm shut down before this request could run"));
       }
     }
     StopWorkers();
@@ -223,6 +218,7 @@ void Supervisor::DrainStep() {
 
 void Supervisor::StopWorkers() {
   stopping_workers_ = true;
+  notifier_.Stopping();
   stop_deadline_ = clock_.Now() + kStopGrace;
   for (auto& slot : slots_) {
     if (slot->pid() <= 0) {

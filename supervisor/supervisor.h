@@ -6,12 +6,14 @@
 //
 // Loop:  poll(job, control, admin, signals, every worker's response doorbell; timeout = next timer)
 //          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> HandleAdmin
-//          -> ExpireDeadlines -> CheckWorkerLiveness -> RestartDueSlots -> Dispatch -> DrainStep
+//          -> HandleWorkerOutput -> ExpireDeadlines -> CheckWorkerLiveness -> RestartDueSlots
+//          -> Dispatch -> RetireIdleSlots -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
 //
 // Every accepted request is answered exactly once: with its result, or with an error code.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,8 +24,12 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/status.h"
+#include "supervisor/metrics_exporter.h"
 #include "supervisor/model_queue.h"
+#include "supervisor/model_stats.h"
+#include "supervisor/process_stats.h"
 #include "supervisor/run_dir_lock.h"
+#include "supervisor/service_notifier.h"
 #include "supervisor/signal_fd.h"
 #include "supervisor/worker_slot.h"
 
@@ -52,10 +58,9 @@ class Supervisor {
   struct Model {
     ModelConfig config;
     ModelQueue queue;
-    std::vector<size_t> slots;  // indices into slots_
-    uint64_t requests = 0;      // answered ok
-    uint64_t errors = 0;        // answered with an error after being accepted
-    uint64_t rejected = 0;      // refused at intake (invalid, queue full, unavailable)
+    ModelStats stats;
+    std::vector<size_t> slots;  // indices into slots_ (retired slots are removed)
+    bool removed = false;       // dropped by a reload: serves its queue, accepts nothing new
   };
 
   // Event handlers, in loop order.
@@ -64,15 +69,20 @@ class Supervisor {
   void HandleControl();
   void HandleJobs();
   void HandleAdmin();
+  void HandleWorkerOutput(WorkerSlot& slot);
   void ExpireDeadlines();
   void CheckWorkerLiveness();
   void RestartDueSlots();
   void Dispatch();
+  void RetireIdleSlots();
   void DrainStep();
+  void Housekeeping();
 
   // Helpers.
   void AcceptJob(std::vector<zmq::message_t>& frames);
   void ReplyError(PendingRequest& request, const Status& status);
+  // Answers an accepted request with an error and counts it against its model.
+  void FailRequest(Model& model, PendingRequest& request, const Status& status);
   void ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response);
   void Reply(PendingRequest& request, const std::string& header,
              std::vector<zmq::message_t>* frames);
@@ -86,7 +96,19 @@ class Supervisor {
   WorkerSlot* PickSlot(const Model& model);
   int PollTimeoutMs() const;
   nlohmann::json HealthJson() const;
-  nlohmann::json StatsJson() const;
+  nlohmann::json StatsJson();
+  nlohmann::json WorkerJson(WorkerSlot& slot, TimePoint now);
+  nlohmann::json RunAdminCommand(const nlohmann::json& request);
+  // Admin commands (supervisor_control.cc).
+  nlohmann::json Drain();
+  nlohmann::json RestartWorker(int worker_id);
+  nlohmann::json Scale(const std::string& model, int count);
+  nlohmann::json Reload();
+  void AddModel(const ModelConfig& config);
+  void AddSlot(size_t model_index, const InstanceConfig& instance);
+  void RetireSlot(WorkerSlot& slot, const std::string& why);
+  void RebuildServedModels();
+  Model* FindModel(const std::string& name);
   void StopWorkers();
   void CleanUp();
 
@@ -105,10 +127,18 @@ class Supervisor {
   RunDirLock lock_;
 
   std::vector<Model> models_;
+  // What clients may name: configs of the models not removed, and their index in models_.
+  std::vector<ModelConfig> served_configs_;
+  std::vector<size_t> served_index_;
+  std::unique_ptr<MetricsExporter> metrics_;
+  ServiceNotifier notifier_;
+  TimePoint next_housekeeping_{};
+  std::map<pid_t, ProcessSample> process_samples_;
   std::vector<std::unique_ptr<WorkerSlot>> slots_;
   uint64_t next_batch_id_ = 1;
 
   bool draining_ = false;
+  bool exit_after_drain_ = true;  // false for an admin drain: stay up, not ready
   bool stopping_workers_ = false;
   bool done_ = false;
   TimePoint drain_deadline_{};

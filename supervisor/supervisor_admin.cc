@@ -1,39 +1,31 @@
-// The admin socket of Supervisor: JSON commands from `torchfarm` tools and probes.
-//   {"cmd":"health"} -> {"live":true,"ready":bool,"models":[{"name","ready_workers","workers"}]}
-//   {"cmd":"stats"}  -> {"supervisor":{…},"models":[…],"workers":[…]}
+// Supervisor, the admin socket: JSON commands from `torchfarm stats|top|ctl` and probes
+// (docs/operations.md). One JSON frame in, one JSON frame out; REQ and DEALER clients both work.
+//   {"cmd":"health"}  {"cmd":"stats"}  {"cmd":"drain"}  {"cmd":"reload"}
+//   {"cmd":"restart","worker":N}  {"cmd":"scale","model":"mlp","count":N}
 #include <unistd.h>
 
 #include "common/log.h"
 #include "supervisor/supervisor.h"
+#include "supervisor/zmq_util.h"
 
 namespace torchfarm {
 
 using nlohmann::json;
 
+namespace {
+constexpr const char* kVersion = "0.1.0";
+
+json Error(const std::string& message) { return {{"ok", false}, {"error", message}}; }
+}  // namespace
+
 void Supervisor::HandleAdmin() {
-  for (int n = 0; n < 64; ++n) {
-    std::vector<zmq::message_t> frames;
-    while (true) {
-      zmq::message_t part;
-      if (!admin_.recv(part, frames.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none)) break;
-      bool more = part.more();
-      frames.push_back(std::move(part));
-      if (!more) break;
-    }
-    if (frames.empty()) return;
+  std::vector<zmq::message_t> frames;
+  for (int n = 0; n < 64 && ReceiveMultipart(admin_, &frames); ++n) {
+    if (frames.size() < 2) continue;
     // Envelope: identity, optional empty delimiter (REQ clients), one JSON frame.
     bool delimiter = frames.size() > 2 && frames[1].size() == 0;
     json request = json::parse(frames.back().to_string_view(), nullptr, false);
-    json reply;
-    std::string cmd = request.is_object() ? request.value("cmd", "") : "";
-    if (cmd == "health") {
-      reply = HealthJson();
-    } else if (cmd == "stats") {
-      reply = StatsJson();
-    } else {
-      reply = {{"error", "expected {\"cmd\": \"health\"|\"stats\"}, got " +
-                             frames.back().to_string().substr(0, 200)}};
-    }
+    json reply = RunAdminCommand(request);
     admin_.send(frames[0], zmq::send_flags::sndmore);
     if (delimiter) admin_.send(zmq::message_t(), zmq::send_flags::sndmore);
     admin_.send(zmq::buffer(reply.dump(-1, ' ', false, json::error_handler_t::replace)),
@@ -41,10 +33,39 @@ void Supervisor::HandleAdmin() {
   }
 }
 
+json Supervisor::RunAdminCommand(const json& request) {
+  const std::string usage =
+      "expected {\"cmd\": \"health\"|\"stats\"|\"drain\"|\"reload\"}, {\"cmd\": \"restart\", "
+      "\"worker\": N} or {\"cmd\": \"scale\", \"model\": NAME, \"count\": N}";
+  if (!request.is_object() || !request.contains("cmd") || !request["cmd"].is_string()) {
+    return Error(usage + ", got " + request.dump().substr(0, 200));
+  }
+  const std::string cmd = request["cmd"];
+  if (cmd == "health") return HealthJson();
+  if (cmd == "stats") return StatsJson();
+  if (cmd == "drain") return Drain();
+  if (cmd == "reload") return Reload();
+  if (cmd == "restart") {
+    if (!request.contains("worker") || !request["worker"].is_number_integer()) {
+      return Error("restart: expected an integer \"worker\" id");
+    }
+    return RestartWorker(request["worker"].get<int>());
+  }
+  if (cmd == "scale") {
+    if (!request.contains("model") || !request["model"].is_string() || !request.contains("count") ||
+        !request["count"].is_number_integer() || request["count"].get<int>() < 0) {
+      return Error("scale: expected a \"model\" name and a non-negative integer \"count\"");
+    }
+    return Scale(request["model"].get<std::string>(), request["count"].get<int>());
+  }
+  return Error("unknown command '" + cmd + "'; " + usage);
+}
+
 json Supervisor::HealthJson() const {
   json models = json::array();
   bool all_ready = true;
   for (const auto& model : models_) {
+    if (model.removed) continue;
     int ready = 0;
     for (size_t i : model.slots) ready += slots_[i]->state() == SlotState::kReady;
     all_ready = all_ready && ready > 0;
@@ -56,50 +77,67 @@ json Supervisor::HealthJson() const {
   return {{"live", true}, {"ready", all_ready && !draining_}, {"draining", draining_}, {"models", models}};
 }
 
-json Supervisor::StatsJson() const {
+json Supervisor::WorkerJson(WorkerSlot& slot, TimePoint now) {
+  std::string state = SlotStateName(slot.state());
+  if (slot.state() == SlotState::kReady && slot.inflight() > 0) state = "busy";
+  json rss = nullptr, cpu = nullptr;
+  if (auto sample = SampleProcess(slot.pid(), now)) {
+    rss = sample->rss_bytes;
+    auto previous = process_samples_.find(slot.pid());
+    if (previous != process_samples_.end() && now - previous->second.taken > Millis(100)) {
+      cpu = CpuPercent(previous->second, *sample);
+    }
+    if (previous == process_samples_.end() || now - previous->second.taken > Millis(900)) {
+      process_samples_[slot.pid()] = *sample;
+    }
+  }
+  double uptime = slot.state() == SlotState::kReady ? ToMicros(now - slot.ready_since()) / 1e6 : 0.0;
+  return {{"id", slot.id()},
+          {"model", slot.model_name()},
+          {"pid", slot.pid()},
+          {"device", slot.device()},
+          {"fallback", slot.fallen_back()},
+          {"fallback_reason", slot.fallback_reason()},
+          {"state", state},
+          {"generation", slot.generation()},
+          {"uptime_s", uptime},
+          {"restarts", slot.restarts()},
+          {"last_exit", slot.last_exit()},
+          {"failure_reason", slot.failure_reason()},
+          {"requests", slot.requests_done},
+          {"batches", slot.batches_done},
+          {"mean_batch_size",
+           slot.batches_done ? static_cast<double>(slot.rows_done) / slot.batches_done : 0.0},
+          {"inflight", slot.inflight()},
+          {"rss_bytes", rss},
+          {"cpu_percent", cpu},
+          {"gpu_mem_bytes", nullptr}};
+}
+
+json Supervisor::StatsJson() {
   TimePoint now = clock_.Now();
   json models = json::array();
   for (const auto& model : models_) {
-    uint64_t batches = 0, rows = 0;
-    for (size_t i : model.slots) {
-      batches += slots_[i]->batches_done;
-      rows += slots_[i]->rows_done;
-    }
-    models.push_back({{"name", model.config.name},
-                      {"state", ModelAvailable(model) ? "available" : "unavailable"},
-                      {"queue_depth", model.queue.size()},
-                      {"requests", model.requests},
-                      {"errors", model.errors},
-                      {"rejected", model.rejected},
-                      {"batches", batches},
-                      {"mean_batch_size", batches ? static_cast<double>(rows) / batches : 0.0}});
+    if (model.removed && model.slots.empty()) continue;
+    json m = model.stats.ToJson(now);
+    m["name"] = model.config.name;
+    m["state"] = model.removed ? "removing" : ModelAvailable(model) ? "available" : "unavailable";
+    m["queue_depth"] = model.queue.size();
+    m["workers"] = model.slots.size();
+    models.push_back(std::move(m));
   }
   json workers = json::array();
-  for (const auto& slot : slots_) {
-    workers.push_back({{"id", slot->id()},
-                       {"model", slot->model_name()},
-                       {"pid", slot->pid()},
-                       {"device", slot->device()},
-                       {"fallback", slot->fallen_back()},
-                       {"fallback_reason", slot->fallback_reason()},
-                       {"state", SlotStateName(slot->state())},
-                       {"generation", slot->generation()},
-                       {"restarts", slot->restarts()},
-                       {"last_exit", slot->last_exit()},
-                       {"requests", slot->requests_done},
-                       {"batches", slot->batches_done},
-                       {"mean_batch_size", slot->batches_done ? static_cast<double>(slot->rows_done) /
-                                                                    slot->batches_done
-                                                              : 0.0},
-                       {"inflight", slot->inflight()}});
+  for (auto& slot : slots_) {
+    if (slot->retiring() && slot->state() == SlotState::kStopped) continue;
+    workers.push_back(WorkerJson(*slot, now));
   }
-  return {{"supervisor",
-           {{"pid", ::getpid()},
-            {"uptime_s", ToMicros(now - started_) / 1e6},
-            {"version", "0.1.0"},
-            {"config", config_.source_path}}},
-          {"models", models},
-          {"workers", workers}};
+  json supervisor = {{"pid", ::getpid()},
+                     {"uptime_s", ToMicros(now - started_) / 1e6},
+                     {"version", kVersion},
+                     {"config", config_.source_path},
+                     {"draining", draining_}};
+  if (auto self = SampleProcess(::getpid(), now)) supervisor["rss_bytes"] = self->rss_bytes;
+  return {{"supervisor", supervisor}, {"models", models}, {"workers", workers}};
 }
 
 }  // namespace torchfarm

@@ -31,6 +31,8 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
   slot.batches_done++;
   slot.rows_done += static_cast<uint64_t>(batch.rows);
   slot.requests_done += batch.requests.size();
+  model.stats.RecordBatch(batch.rows);
+  if (metrics_) metrics_->Batch(model.config.name, batch.rows);
 
   Status failure;
   if (header->batch_id != batch.batch_id) {
@@ -59,8 +61,7 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
   }
   if (!failure.ok()) {
     for (auto& r : batch.requests) {
-      ++model.errors;
-      ReplyError(r, failure);
+      FailRequest(model, r, failure);
     }
     return;
   }
@@ -84,7 +85,12 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
     timing.queue_us = ToMicros(batch.dispatched - r.received);
     timing.compute_us = static_cast<int64_t>(header->compute_us);
     timing.total_us = ToMicros(now - r.received);
-    ++model.requests;
+    model.stats.RecordOk(timing.queue_us, timing.compute_us, timing.total_us, now);
+    if (metrics_) {
+      metrics_->RequestDone(model.config.name, StatusCode::kOk);
+      metrics_->Latency(model.config.name, timing.queue_us * 1e-6, timing.compute_us * 1e-6,
+                        timing.total_us * 1e-6);
+    }
     Reply(r, MakeOkReply(r.id, mine, timing, slot.id()), &frames);
   }
 }
@@ -107,6 +113,12 @@ void Supervisor::ReplyError(PendingRequest& request, const Status& status) {
   Reply(request, MakeErrorReply(request.id, status), nullptr);
 }
 
+void Supervisor::FailRequest(Model& model, PendingRequest& request, const Status& status) {
+  model.stats.RecordError(clock_.Now());
+  if (metrics_) metrics_->RequestDone(model.config.name, status.code());
+  ReplyError(request, status);
+}
+
 void Supervisor::HandleJobs() {
   std::vector<zmq::message_t> frames;
   for (int n = 0; n < kMaxMessagesPerTurn && ReceiveMultipart(jobs_, &frames); ++n) {
@@ -118,24 +130,28 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
   PendingRequest request;
   size_t payload = 0;
   if (!SplitEnvelope(frames, &request, &payload)) return;
-  size_t index = 0;
-  Status s = ParseJob(frames, payload, config_.models, clock_.Now(), &request, &index);
-  if (s.ok() && draining_) s = Unavailable("the farm is shutting down and accepts no new requests");
-  if (s.ok() && !ModelAvailable(models_[index])) {
-    FailModelIfNoWorkers(models_[index]);
+  size_t served = 0;
+  Status s = ParseJob(frames, payload, served_configs_, clock_.Now(), &request, &served);
+  Model* model = s.ok() ? &models_[served_index_[served]] : nullptr;
+  if (s.ok() && draining_) s = Unavailable("the farm is draining and accepts no new requests");
+  if (s.ok() && !ModelAvailable(*model)) {
+    FailModelIfNoWorkers(*model);
     std::string reason;
-    for (size_t i : models_[index].slots) {
+    for (size_t i : model->slots) {
       if (!slots_[i]->failure_reason().empty()) reason = slots_[i]->failure_reason();
     }
-    s = Unavailable("model '" + models_[index].config.name + "' has no live worker: " + reason);
+    s = Unavailable("model '" + model->config.name + "' has no live worker: " + reason);
   }
-  if (s.ok() && !models_[index].queue.Push(request)) {
-    s = ResourceExhausted("queue of model '" + models_[index].config.name + "' is full (" +
-                          std::to_string(models_[index].queue.policy().max_queue_size) +
+  if (s.ok() && !model->queue.Push(request)) {
+    s = ResourceExhausted("queue of model '" + model->config.name + "' is full (" +
+                          std::to_string(model->queue.policy().max_queue_size) +
                           " requests, max_queue_size); retry later");
   }
   if (!s.ok()) {
-    if (index < models_.size()) ++models_[index].rejected;
+    if (model) {
+      model->stats.RecordRejected();
+      if (metrics_) metrics_->RequestDone(model->config.name, s.code());
+    }
     ReplyError(request, s);
   }
 }
@@ -146,8 +162,7 @@ void Supervisor::ExpireDeadlines() {
     auto next = model.queue.NextDeadline();
     if (!next || *next > now) continue;
     for (auto& r : model.queue.TakeExpired(now)) {
-      ++model.errors;
-      ReplyError(r, Status(StatusCode::kDeadlineExceeded,
+      FailRequest(model, r, Status(StatusCode::kDeadlineExceeded,
                            "timeout_ms expired after " +
                                std::to_string(ToMicros(now - r.received) / 1000) +
                                " ms in the queue of model '" + model.config.name + "'"));
@@ -195,8 +210,7 @@ void Supervisor::Requeue(InflightBatch& batch, size_t model_index, const std::st
       r.batchable = false;
     }
     if (r.attempts > options_.max_retries) {
-      ++model.errors;
-      ReplyError(r, Internal("worker crashed while running this request (" + cause + "); tried " +
+      FailRequest(model, r, Internal("worker crashed while running this request (" + cause + "); tried " +
                              std::to_string(r.attempts) + " times"));
     } else {
       retry.push_back(std::move(r));

@@ -22,6 +22,7 @@ void Supervisor::OnChildExit(pid_t pid, int wait_status) {
   for (auto& slot : slots_) {
     if (slot->pid() != pid) continue;
     bool expected = stopping_workers_ || slot->state() == SlotState::kStopping;
+    HandleWorkerOutput(*slot);  // what it printed last (a crash message) comes first
     auto orphans = slot->OnExit(wait_status, clock_.Now(), options_.restart, stopping_workers_);
     TF_LOG_AT(expected ? LogLevel::kInfo : LogLevel::kWarn) << "worker exited" << Kv("worker", slot->id())
                                      << Kv("pid", pid) << Kv("model", slot->model_name())
@@ -30,6 +31,9 @@ void Supervisor::OnChildExit(pid_t pid, int wait_status) {
     // Only the oldest batch was running; the ones behind it in the ring never started.
     for (size_t i = 0; i < orphans.size(); ++i) {
       Requeue(orphans[i], slot->model_index(), slot->last_exit(), i == 0);
+    }
+    if (metrics_ && slot->state() == SlotState::kBackoff && !expected) {
+      metrics_->WorkerRestart(slot->model_name());
     }
     FailModelIfNoWorkers(models_[slot->model_index()]);
     return;
@@ -45,8 +49,7 @@ void Supervisor::FailModelIfNoWorkers(Model& model) {
   Status status = Unavailable("model '" + model.config.name + "' has no live worker: " +
                               (reason.empty() ? "all workers failed" : reason));
   for (auto& r : model.queue.TakeAll()) {
-    ++model.errors;
-    ReplyError(r, status);
+    FailRequest(model, r, status);
   }
 }
 

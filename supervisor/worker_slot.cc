@@ -1,6 +1,8 @@
 #include "supervisor/worker_slot.h"
 
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -75,16 +77,27 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now) {
                                         slot_data_bytes_, &segment_);
   if (s.ok()) s = ipc::Doorbell::Create(&request_bell_);
   if (s.ok()) s = ipc::Doorbell::Create(&response_bell_);
+  int pipe_fds[2] = {-1, -1};
+  if (s.ok() && ::pipe2(pipe_fds, O_CLOEXEC) != 0) s = Internal("cannot create the output pipe");
+  UniqueFd write_end(pipe_fds[1]);
+  output_ = UniqueFd(pipe_fds[0]);
   if (s.ok()) {
+    ::fcntl(output_.get(), F_SETFL, O_NONBLOCK);
     s = LaunchProcess(args.ToArgv(context.worker_binary),
                       {{request_bell_.fd(), kRequestDoorbellFd},
-                       {response_bell_.fd(), kResponseDoorbellFd}},
+                       {response_bell_.fd(), kResponseDoorbellFd},
+                       {write_end.get(), STDOUT_FILENO},
+                       {write_end.get(), STDERR_FILENO}},
                       &pid_);
   }
   if (!s.ok()) {
     segment_.reset();
+    output_.Reset();
     return s;
   }
+  output_partial_.clear();
+  stop_sent_ = false;
+  restart_requested_ = false;
   last_heard_ = now;
   hello_received_ = false;
   fatal_reported_ = false;
@@ -122,7 +135,25 @@ bool WorkerSlot::LivenessExpired(TimePoint now, Clock::duration heartbeat_limit)
 }
 
 bool WorkerSlot::CanAccept() const {
-  return state_ == SlotState::kReady && inflight_.size() < static_cast<size_t>(max_inflight_);
+  return state_ == SlotState::kReady && !retiring_ && !restart_requested_ &&
+         inflight_.size() < static_cast<size_t>(max_inflight_);
+}
+
+bool WorkerSlot::TakeStopRequest() {
+  if (stop_sent_ || !(retiring_ || restart_requested_) || pid_ <= 0 || !inflight_.empty()) return false;
+  if (state_ != SlotState::kReady && state_ != SlotState::kStarting) return false;
+  stop_sent_ = true;
+  TransitionTo(SlotState::kStopping, retiring_ ? "retiring" : "graceful restart");
+  return true;
+}
+
+void WorkerSlot::UpdateConfig(const ModelConfig& model, const InstanceConfig& instance) {
+  model_path_ = model.path;
+  ring_slots_ = model.ring_slots;
+  slot_data_bytes_ = model.slot_bytes;
+  max_inflight_ = model.max_inflight_per_worker;
+  if (!fallen_back_) device_ = instance.device;
+  instance_ = instance;
 }
 
 int64_t WorkerSlot::inflight_rows() const {
@@ -173,8 +204,14 @@ std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,
   response_bell_ = ipc::Doorbell();
 
   bool clean = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == ipc::kExitOk;
-  if (shutting_down || (state_ == SlotState::kStopping && clean)) {
+  if (shutting_down || retiring_ || (state_ == SlotState::kStopping && clean && !restart_requested_)) {
     TransitionTo(SlotState::kStopped, last_exit_);
+    pid_ = -1;
+    return orphans;
+  }
+  if (restart_requested_ && clean) {
+    restart_at_ = now;  // a requested replacement: no backoff, not a failure
+    TransitionTo(SlotState::kBackoff, "graceful restart");
     pid_ = -1;
     return orphans;
   }

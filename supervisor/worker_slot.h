@@ -27,6 +27,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/status.h"
+#include "common/unique_fd.h"
 #include "ipc/doorbell.h"
 #include "ipc/worker_segment.h"
 #include "supervisor/pending_request.h"
@@ -88,6 +89,25 @@ class WorkerSlot {
   static constexpr Millis kStartupGrace{30'000};
 
   bool CanAccept() const;
+
+  // Graceful removal (scale down, reload) or replacement (admin restart): no new batches; once
+  // the ring is empty the supervisor sends stop. A retired slot ends kStopped; a restarted one
+  // relaunches at once without counting as a failure.
+  void BeginRetire() { retiring_ = true; }
+  void BeginGracefulRestart() { restart_requested_ = true; }
+  bool retiring() const { return retiring_; }
+  bool restart_requested() const { return restart_requested_; }
+  // True once, when the slot wants the stop message sent (ready, winding down, nothing in flight).
+  bool TakeStopRequest();
+  // The worker's configuration for the next launch (reload).
+  void UpdateConfig(const ModelConfig& model, const InstanceConfig& instance);
+  const InstanceConfig& instance() const { return instance_; }
+
+  // The worker's stdout+stderr pipe; ReadOutput calls emit(line) for each complete line and, at
+  // end of file, for the unterminated rest.
+  int output_fd() const { return output_.get(); }
+  template <typename Emit>
+  void ReadOutput(Emit&& emit);
   // Copies the batch's tensors into a free request slot (one copy per request) and rings the
   // worker. The caller checked CanAccept() and the byte budget.
   void Dispatch(InflightBatch batch);
@@ -144,6 +164,8 @@ class WorkerSlot {
   std::unique_ptr<ipc::WorkerSegment> segment_;
   ipc::Doorbell request_bell_;
   ipc::Doorbell response_bell_;
+  UniqueFd output_;
+  std::string output_partial_;
   std::deque<InflightBatch> inflight_;
   TimePoint front_started_{};  // when the oldest in-flight batch started running
 
@@ -157,6 +179,9 @@ class WorkerSlot {
   bool fallen_back_ = false;
   std::string fallback_reason_;
   int gpu_failures_ = 0;
+  bool retiring_ = false;
+  bool restart_requested_ = false;
+  bool stop_sent_ = false;
   TimePoint ready_since_{};
   TimePoint restart_at_{};
   std::deque<TimePoint> restart_history_;
@@ -181,6 +206,30 @@ void WorkerSlot::CollectResponses(OnResponse&& on_response) {
     front_started_ = Clock::now();  // the next batch in the ring starts now
     on_response(batch, slot);
     ring.Pop();
+  }
+}
+
+template <typename Emit>
+void WorkerSlot::ReadOutput(Emit&& emit) {
+  if (!output_.valid()) return;
+  char buffer[4096];
+  for (;;) {
+    ssize_t n = ::read(output_.get(), buffer, sizeof(buffer));
+    if (n > 0) {
+      output_partial_.append(buffer, static_cast<size_t>(n));
+      size_t newline;
+      while ((newline = output_partial_.find('\n')) != std::string::npos) {
+        emit(output_partial_.substr(0, newline));
+        output_partial_.erase(0, newline + 1);
+      }
+      continue;
+    }
+    if (n == 0) {  // every writer closed: the process is gone
+      if (!output_partial_.empty()) emit(output_partial_);
+      output_partial_.clear();
+      output_.Reset();
+    }
+    return;  // EAGAIN: nothing more for now
   }
 }
 

@@ -13,6 +13,9 @@ packages=(
   libcli11-dev
   libgtest-dev libgmock-dev
   libbenchmark-dev
+  prometheus-cpp-dev     # /metrics exposition (civetweb inside)
+  libsystemd-dev         # sd_notify: Type=notify, watchdog
+  systemd                # systemd-analyze verify of configs/*.service (tests/tools)
   python3-numpy python3-zmq python3-pytest
 )
 

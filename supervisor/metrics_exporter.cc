@@ -1,0 +1,143 @@
+#include "supervisor/metrics_exporter.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+namespace torchfarm {
+
+namespace {
+
+// Seconds: 50 us .. 30 s, roughly x2.5 apart.
+const prometheus::Histogram::BucketBoundaries& DurationBuckets() {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+      0.05,    0.1,    0.25,    0.5,    1.0,   2.5,    5.0,   10.0, 30.0};
+  return kBuckets;
+}
+
+const prometheus::Histogram::BucketBoundaries& BatchBuckets() {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  return kBuckets;
+}
+
+}  // namespace
+
+struct MetricsExporter::ModelHandles {
+  std::map<StatusCode, prometheus::Counter*> requests;
+  prometheus::Histogram* queue = nullptr;
+  prometheus::Histogram* compute = nullptr;
+  prometheus::Histogram* total = nullptr;
+  prometheus::Histogram* batch = nullptr;
+  prometheus::Gauge* depth = nullptr;
+  prometheus::Counter* restarts = nullptr;
+};
+
+MetricsExporter::MetricsExporter() : registry_(std::make_shared<prometheus::Registry>()) {
+  requests_ = &prometheus::BuildCounter()
+                   .Name("torchfarm_requests_total")
+                   .Help("Requests answered, by model and status (OK or the error code)")
+                   .Register(*registry_);
+  duration_ = &prometheus::BuildHistogram()
+                   .Name("torchfarm_request_duration_seconds")
+                   .Help("Request latency by stage: queue (arrival to dispatch), compute (the "
+                         "batch's forward), total (arrival to reply)")
+                   .Register(*registry_);
+  batch_size_ = &prometheus::BuildHistogram()
+                     .Name("torchfarm_batch_size")
+                     .Help("Rows per batch sent to a worker")
+                     .Register(*registry_);
+  queue_depth_ = &prometheus::BuildGauge()
+                      .Name("torchfarm_queue_depth")
+                      .Help("Requests waiting for a worker")
+                      .Register(*registry_);
+  workers_ = &prometheus::BuildGauge()
+                  .Name("torchfarm_workers")
+                  .Help("Worker slots by state")
+                  .Register(*registry_);
+  restarts_ = &prometheus::BuildCounter()
+                   .Name("torchfarm_worker_restarts_total")
+                   .Help("Worker restarts after a crash, hang or device failure")
+                   .Register(*registry_);
+  rss_ = &prometheus::BuildGauge()
+              .Name("torchfarm_worker_rss_bytes")
+              .Help("Resident memory of each worker process")
+              .Register(*registry_);
+  fallback_ = &prometheus::BuildGauge()
+                   .Name("torchfarm_gpu_fallback")
+                   .Help("1 when a GPU worker slot serves on the CPU after GPU failures")
+                   .Register(*registry_);
+}
+
+MetricsExporter::~MetricsExporter() = default;
+
+Status MetricsExporter::Start(const std::string& endpoint, std::unique_ptr<MetricsExporter>* out) {
+  std::unique_ptr<MetricsExporter> exporter(new MetricsExporter());
+  try {
+    exporter->exposer_ = std::make_unique<prometheus::Exposer>(endpoint, /*num_threads=*/1);
+  } catch (const std::exception& e) {
+    return Unavailable("cannot serve metrics on '" + endpoint + "': " + e.what() +
+                       " (expected HOST:PORT such as 127.0.0.1:9464)");
+  }
+  exporter->exposer_->RegisterCollectable(exporter->registry_);
+  *out = std::move(exporter);
+  return Status::Ok();
+}
+
+MetricsExporter::ModelHandles& MetricsExporter::For(const std::string& model) {
+  auto& handles = models_[model];
+  if (!handles) {
+    handles = std::make_unique<ModelHandles>();
+    handles->queue = &duration_->Add({{"model", model}, {"stage", "queue"}}, DurationBuckets());
+    handles->compute = &duration_->Add({{"model", model}, {"stage", "compute"}}, DurationBuckets());
+    handles->total = &duration_->Add({{"model", model}, {"stage", "total"}}, DurationBuckets());
+    handles->batch = &batch_size_->Add({{"model", model}}, BatchBuckets());
+    handles->depth = &queue_depth_->Add({{"model", model}});
+    handles->restarts = &restarts_->Add({{"model", model}});
+  }
+  return *handles;
+}
+
+void MetricsExporter::RequestDone(const std::string& model, StatusCode code) {
+  auto& handles = For(model);
+  auto& counter = handles.requests[code];
+  if (!counter) {
+    counter = &requests_->Add({{"model", model}, {"status", std::string(StatusCodeName(code))}});
+  }
+  counter->Increment();
+}
+
+void MetricsExporter::Latency(const std::string& model, double queue_s, double compute_s,
+                              double total_s) {
+  auto& handles = For(model);
+  handles.queue->Observe(queue_s);
+  handles.compute->Observe(compute_s);
+  handles.total->Observe(total_s);
+}
+
+void MetricsExporter::Batch(const std::string& model, int64_t rows) {
+  For(model).batch->Observe(static_cast<double>(rows));
+}
+
+void MetricsExporter::QueueDepth(const std::string& model, size_t depth) {
+  For(model).depth->Set(static_cast<double>(depth));
+}
+
+void MetricsExporter::Workers(const std::string& model, const std::string& state, int count) {
+  workers_->Add({{"model", model}, {"state", state}}).Set(count);
+}
+
+void MetricsExporter::WorkerRestart(const std::string& model) { For(model).restarts->Increment(); }
+
+void MetricsExporter::WorkerRss(int worker, const std::string& model, uint64_t bytes) {
+  rss_->Add({{"worker", std::to_string(worker)}, {"model", model}}).Set(static_cast<double>(bytes));
+}
+
+void MetricsExporter::GpuFallback(int worker, const std::string& model, bool fallen_back) {
+  fallback_->Add({{"worker", std::to_string(worker)}, {"model", model}}).Set(fallen_back ? 1 : 0);
+}
+
+}  // namespace torchfarm

@@ -1,0 +1,70 @@
+// Counters, latency percentiles and throughput of one model, as `torchfarm stats` and `top` show
+// them.
+//
+// Owns: lifetime counters, windowed latency histograms per stage (queue, compute, total; the last
+// 30-60 s, so a live view reflects now rather than the whole uptime) and per-second completion
+// counts for the 1 s and 60 s throughput. Loop thread only; time is passed in.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "common/clock.h"
+#include "common/latency_histogram.h"
+
+namespace torchfarm {
+
+// Two histograms rotated every kRotation: a snapshot merges them, covering 30 to 60 s.
+class WindowedHistogram {
+ public:
+  static constexpr std::chrono::seconds kRotation{30};
+  void Record(int64_t micros, TimePoint now);
+  LatencyHistogram Snapshot(TimePoint now) const;
+
+ private:
+  void Rotate(TimePoint now) const;
+  mutable LatencyHistogram current_;
+  mutable LatencyHistogram previous_;
+  mutable TimePoint rotated_{};
+};
+
+class ModelStats {
+ public:
+  explicit ModelStats(TimePoint started) : started_(started) {}
+
+  void RecordOk(int64_t queue_us, int64_t compute_us, int64_t total_us, TimePoint now);
+  void RecordError(TimePoint now);
+  void RecordRejected() { ++rejected_; }
+  void RecordBatch(int64_t rows);
+
+  // {requests, errors, rejected, batches, mean_batch_size, latency_us: {queue: {p50, p99}, …},
+  //  throughput_rps_1s, throughput_rps_60s}
+  nlohmann::json ToJson(TimePoint now) const;
+
+  uint64_t requests() const { return requests_; }
+  uint64_t errors() const { return errors_; }
+  uint64_t rejected() const { return rejected_; }
+  double mean_batch_size() const { return batches_ ? static_cast<double>(rows_) / batches_ : 0.0; }
+  double ThroughputOver(TimePoint now, int seconds) const;
+
+ private:
+  void CountCompletion(TimePoint now);
+
+  TimePoint started_;
+  uint64_t requests_ = 0;
+  uint64_t errors_ = 0;
+  uint64_t rejected_ = 0;
+  uint64_t batches_ = 0;
+  uint64_t rows_ = 0;
+  WindowedHistogram queue_;
+  WindowedHistogram compute_;
+  WindowedHistogram total_;
+  // Completions per whole second since start, in a ring indexed by second % size.
+  static constexpr size_t kSeconds = 64;
+  std::array<int64_t, kSeconds> second_of_{};
+  std::array<uint64_t, kSeconds> completed_{};
+};
+
+}  // namespace torchfarm

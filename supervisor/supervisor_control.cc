@@ -1,0 +1,270 @@
+// Supervisor, changing a running farm: admin drain, graceful worker restart, scale, config
+// reload (also on SIGHUP), retiring slots once idle, worker output capture, and the once-a-second
+// housekeeping that feeds Prometheus gauges and systemd.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/log.h"
+#include "ipc/control_protocol.h"
+#include "supervisor/supervisor.h"
+
+namespace torchfarm {
+
+using nlohmann::json;
+
+namespace {
+
+json Ok(const std::string& message) { return {{"ok", true}, {"message", message}}; }
+json Error(const std::string& message) { return {{"ok", false}, {"error", message}}; }
+
+// One InstanceConfig per worker, in the order the config lists them.
+std::vector<InstanceConfig> ExpandInstances(const ModelConfig& model, int cores) {
+  std::vector<InstanceConfig> out;
+  for (const auto& instance : model.instances) {
+    int count = ResolveInstanceCount(instance, cores);
+    for (int i = 0; i < count; ++i) out.push_back(instance);
+  }
+  return out;
+}
+
+bool SameInstance(const InstanceConfig& a, const InstanceConfig& b) {
+  return a.device == b.device && a.threads == b.threads && a.cores == b.cores &&
+         a.fallback == b.fallback;
+}
+
+// Changes that a running worker cannot pick up: it must be replaced.
+bool NeedsNewWorkers(const ModelConfig& old_config, const ModelConfig& fresh) {
+  return old_config.path != fresh.path || old_config.slot_bytes != fresh.slot_bytes ||
+         old_config.ring_slots != fresh.ring_slots ||
+         old_config.max_inflight_per_worker != fresh.max_inflight_per_worker ||
+         !(old_config.inputs == fresh.inputs);
+}
+
+}  // namespace
+
+Supervisor::Model* Supervisor::FindModel(const std::string& name) {
+  for (auto& model : models_) {
+    if (model.config.name == name && !model.removed) return &model;
+  }
+  return nullptr;
+}
+
+void Supervisor::RebuildServedModels() {
+  served_configs_.clear();
+  served_index_.clear();
+  for (size_t i = 0; i < models_.size(); ++i) {
+    if (models_[i].removed) continue;
+    served_configs_.push_back(models_[i].config);
+    served_index_.push_back(i);
+  }
+}
+
+void Supervisor::AddSlot(size_t model_index, const InstanceConfig& instance) {
+  Model& model = models_[model_index];
+  model.slots.push_back(slots_.size());
+  slots_.push_back(std::make_unique<WorkerSlot>(static_cast<int>(slots_.size()), model.config,
+                                                instance, model_index));
+}
+
+void Supervisor::RetireSlot(WorkerSlot& slot, const std::string& why) {
+  TF_LOG(kInfo) << "retiring worker" << Kv("worker", slot.id()) << Kv("model", slot.model_name())
+                << Kv("why", why);
+  slot.BeginRetire();
+  if (slot.pid() <= 0) slot.TransitionTo(SlotState::kStopped, why);
+}
+
+json Supervisor::Drain() {
+  if (draining_) return Ok("already draining");
+  draining_ = true;
+  exit_after_drain_ = false;
+  notifier_.Stopping();
+  size_t queued = 0;
+  for (const auto& model : models_) queued += model.queue.size();
+  TF_LOG(kInfo) << "drain requested over the admin socket" << Kv("queued", queued);
+  return Ok("draining: " + std::to_string(queued) +
+            " queued request(s) will finish; new requests get UNAVAILABLE; health is not ready");
+}
+
+json Supervisor::RestartWorker(int worker_id) {
+  if (worker_id < 0 || worker_id >= static_cast<int>(slots_.size()) ||
+      slots_[worker_id]->retiring()) {
+    return Error("no worker " + std::to_string(worker_id) + " (see torchfarm stats)");
+  }
+  WorkerSlot& slot = *slots_[worker_id];
+  if (slot.state() != SlotState::kReady && slot.state() != SlotState::kStarting) {
+    return Error("worker " + std::to_string(worker_id) + " is " + SlotStateName(slot.state()) +
+                 "; only a starting or ready worker can be restarted");
+  }
+  slot.BeginGracefulRestart();
+  return Ok("worker " + std::to_string(worker_id) + " will be replaced after its " +
+            std::to_string(slot.inflight()) + " batch(es) in flight");
+}
+
+json Supervisor::Scale(const std::string& name, int count) {
+  Model* model = FindModel(name);
+  if (!model) return Error("no model '" + name + "'");
+  std::vector<size_t> live;
+  for (size_t i : model->slots) {
+    if (!slots_[i]->retiring()) live.push_back(i);
+  }
+  int before = static_cast<int>(live.size());
+  size_t model_index = static_cast<size_t>(model - models_.data());
+  for (int n = before; n < count; ++n) {
+    const auto& instances = model->config.instances;
+    AddSlot(model_index, instances.empty() ? InstanceConfig{} : instances.back());
+    if (!draining_) LaunchSlot(*slots_.back());
+  }
+  // Remove the youngest workers first: the older ones are warm.
+  for (int n = before; n > count; --n) RetireSlot(*slots_[live[static_cast<size_t>(n - 1)]], "scaled down");
+  TF_LOG(kInfo) << "scaled" << Kv("model", name) << Kv("from", before) << Kv("to", count);
+  return Ok("model '" + name + "': " + std::to_string(before) + " -> " + std::to_string(count) +
+            " worker(s)");
+}
+
+void Supervisor::AddModel(const ModelConfig& config) {
+  models_.push_back(Model{config, ModelQueue(BatchingPolicyFor(config)), ModelStats(clock_.Now()), {}});
+  size_t index = models_.size() - 1;
+  for (const auto& instance : ExpandInstances(config, AvailableCores())) AddSlot(index, instance);
+}
+
+json Supervisor::Reload() {
+  FarmConfig fresh;
+  Status s = LoadConfigFile(config_.source_path, &fresh);
+  if (!s.ok()) {
+    TF_LOG(kError) << "reload refused; keeping the running config" << Kv("error", s.message());
+    return Error("reload refused, the running config stays: " + s.message());
+  }
+  notifier_.Reloading();
+  std::vector<std::string> notes;
+  if (fresh.endpoint != config_.endpoint || fresh.admin_endpoint != config_.admin_endpoint ||
+      fresh.run_dir != config_.run_dir) {
+    notes.push_back("endpoint, admin_endpoint and run_dir changes need a restart");
+  }
+  for (const ModelConfig& m : fresh.models) {
+    Model* existing = FindModel(m.name);
+    if (!existing) {
+      size_t first_new = slots_.size();
+      AddModel(m);
+      for (size_t i = first_new; i < slots_.size(); ++i) LaunchSlot(*slots_[i]);
+      notes.push_back("added " + m.name);
+      continue;
+    }
+    bool replace = NeedsNewWorkers(existing->config, m);
+    existing->config = m;
+    existing->queue.SetPolicy(BatchingPolicyFor(m));
+    std::vector<InstanceConfig> wanted = ExpandInstances(m, AvailableCores());
+    size_t k = 0;
+    for (size_t i : existing->slots) {
+      WorkerSlot& slot = *slots_[i];
+      if (slot.retiring()) continue;
+      const InstanceConfig& instance = wanted.empty() ? slot.instance() : wanted[std::min(k++, wanted.size() - 1)];
+      bool changed = replace || !SameInstance(slot.instance(), instance);
+      slot.UpdateConfig(m, instance);
+      if (changed && (slot.state() == SlotState::kReady || slot.state() == SlotState::kStarting)) {
+        slot.BeginGracefulRestart();
+      }
+    }
+    json scaled = Scale(m.name, static_cast<int>(wanted.size()));
+    notes.push_back(m.name + (replace ? " (workers replaced)" : "") + ": " +
+                    scaled.value("message", std::string()));
+  }
+  for (auto& model : models_) {
+    bool kept = std::any_of(fresh.models.begin(), fresh.models.end(),
+                            [&](const ModelConfig& m) { return m.name == model.config.name; });
+    if (!kept && !model.removed) {
+      model.removed = true;
+      notes.push_back("removing " + model.config.name + " once its " +
+                      std::to_string(model.queue.size()) + " queued request(s) are served");
+    }
+  }
+  config_.models = fresh.models;
+  config_.heartbeat_ms = fresh.heartbeat_ms;
+  config_.max_retries = fresh.max_retries;
+  options_.max_retries = fresh.max_retries;
+  options_.restart = RestartPolicy::From(fresh.restart);
+  RebuildServedModels();
+  std::string summary;
+  for (const auto& n : notes) summary += (summary.empty() ? "" : "; ") + n;
+  TF_LOG(kInfo) << "config reloaded" << Kv("changes", summary);
+  return Ok("reloaded: " + summary);
+}
+
+void Supervisor::RetireIdleSlots() {
+  for (auto& slot : slots_) {
+    if (slot->TakeStopRequest()) {
+      control_.send(zmq::buffer(ipc::WorkerRoutingId(slot->id(), slot->generation())),
+                    zmq::send_flags::sndmore);
+      control_.send(zmq::str_buffer(R"({"type":"stop"})"), zmq::send_flags::none);
+    }
+  }
+  for (size_t m = 0; m < models_.size(); ++m) {
+    Model& model = models_[m];
+    if (model.removed && model.queue.empty()) {
+      for (size_t i : model.slots) {
+        if (!slots_[i]->retiring()) RetireSlot(*slots_[i], "model removed by reload");
+      }
+    }
+    auto gone = [&](size_t i) {
+      return slots_[i]->retiring() && slots_[i]->state() == SlotState::kStopped;
+    };
+    model.slots.erase(std::remove_if(model.slots.begin(), model.slots.end(), gone), model.slots.end());
+  }
+}
+
+void Supervisor::HandleWorkerOutput(WorkerSlot& slot) {
+  slot.ReadOutput([&](const std::string& line) {
+    if (line.rfind("ts=", 0) == 0) {
+      // Already a logfmt line with the worker's id, pid and model: pass it through whole.
+      std::string out = line + "\n";
+      ssize_t ignored = ::write(STDERR_FILENO, out.data(), out.size());
+      (void)ignored;
+    } else if (!line.empty()) {
+      TF_LOG(kInfo) << line << Kv("worker", slot.id()) << Kv("worker_pid", slot.pid())
+                    << Kv("model", slot.model_name()) << Kv("stream", "output");
+    }
+  });
+}
+
+void Supervisor::Housekeeping() {
+  TimePoint now = clock_.Now();
+  notifier_.Tick(now);
+  if (now < next_housekeeping_) return;
+  next_housekeeping_ = now + std::chrono::seconds(1);
+  bool all_ready = true;
+  std::ostringstream status;
+  double rps = 0;
+  for (auto& model : models_) {
+    if (model.removed) continue;
+    std::map<std::string, int> states;
+    int ready = 0;
+    for (size_t i : model.slots) {
+      WorkerSlot& slot = *slots_[i];
+      ++states[SlotStateName(slot.state())];
+      ready += slot.state() == SlotState::kReady;
+      if (metrics_) {
+        metrics_->GpuFallback(slot.id(), slot.model_name(), slot.fallen_back());
+        if (auto sample = SampleProcess(slot.pid(), now)) {
+          metrics_->WorkerRss(slot.id(), slot.model_name(), sample->rss_bytes);
+        }
+      }
+    }
+    if (metrics_) {
+      metrics_->QueueDepth(model.config.name, model.queue.size());
+      for (const char* state : {"starting", "ready", "stopping", "restarting", "failed", "stopped"}) {
+        metrics_->Workers(model.config.name, state, states[state]);
+      }
+    }
+    all_ready = all_ready && ready > 0;
+    rps += model.stats.ThroughputOver(now, 1);
+    status << model.config.name << " " << ready << "/" << model.slots.size() << " ready, queue "
+           << model.queue.size() << "; ";
+  }
+  if (all_ready && !draining_) notifier_.Ready();
+  status << static_cast<int64_t>(rps) << " req/s" << (draining_ ? "; draining" : "");
+  notifier_.Status(status.str());
+}
+
+}  // namespace torchfarm
