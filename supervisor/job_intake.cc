@@ -67,6 +67,7 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                     ServedModels(models) + ")");
   }
   const ModelConfig& model = models[index];
+  *model_index = index;  // known from here on, so errors below count against the model
 
   std::vector<size_t> sizes;
   for (size_t i = payload_start + 1; i < frames.size(); ++i) sizes.push_back(frames[i].size());

@@ -24,7 +24,7 @@ bool SplitEnvelope(std::vector<zmq::message_t>& frames, PendingRequest* request,
 
 // Fills `request` from the payload frames. On error the returned status is the reply to send;
 // request->id is set whenever the header was readable. `models` are the served models;
-// *model_index is set on success.
+// *model_index is set as soon as the model is known (also when a later check fails).
 Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                 const std::vector<ModelConfig>& models, TimePoint now, PendingRequest* request,
                 size_t* model_index);

@@ -130,9 +130,9 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
   PendingRequest request;
   size_t payload = 0;
   if (!SplitEnvelope(frames, &request, &payload)) return;
-  size_t served = 0;
+  size_t served = served_index_.size();
   Status s = ParseJob(frames, payload, served_configs_, clock_.Now(), &request, &served);
-  Model* model = s.ok() ? &models_[served_index_[served]] : nullptr;
+  Model* model = served < served_index_.size() ? &models_[served_index_[served]] : nullptr;
   if (s.ok() && draining_) s = Unavailable("the farm is draining and accepts no new requests");
   if (s.ok() && !ModelAvailable(*model)) {
     FailModelIfNoWorkers(*model);

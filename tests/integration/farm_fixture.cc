@@ -1,6 +1,9 @@
 #include "farm_fixture.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,7 +53,28 @@ Farm::Farm(json models, json extra) {
                  {"heartbeat_ms", 200}};
   for (auto& [key, value] : extra.items()) config[key] = value;
   config_path_ = dir_ + "/config.json";
+  base_config_ = config;
   std::ofstream(config_path_) << config.dump(2);
+}
+
+void Farm::RewriteConfig(json models, json extra) {
+  json config = base_config_;
+  config["models"] = std::move(models);
+  for (auto& [key, value] : extra.items()) config[key] = value;
+  std::ofstream(config_path_ + ".tmp") << config.dump(2);
+  fs::rename(config_path_ + ".tmp", config_path_);
+}
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
 }
 
 Farm::~Farm() {

@@ -14,6 +14,9 @@
 
 namespace torchfarm::testing {
 
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int FreePort();
+
 // Folder holding models written once per test binary by torchfarm-mkmodel --all.
 const std::string& ModelDir();
 std::string BinDir();
@@ -24,6 +27,8 @@ class Farm {
   explicit Farm(nlohmann::json models, nlohmann::json extra = nlohmann::json::object());
   ~Farm();
 
+  // Rewrites the config file's "models" (and extra keys) for a reload.
+  void RewriteConfig(nlohmann::json models, nlohmann::json extra = nlohmann::json::object());
   // Starts the supervisor with `env` ("NAME=value") added to its environment.
   bool Start(const std::vector<std::string>& extra_args = {},
              const std::vector<std::string>& env = {});
@@ -47,6 +52,7 @@ class Farm {
   std::string endpoint_;
   std::string admin_;
   std::string config_path_;
+  nlohmann::json base_config_;
   pid_t pid_ = -1;
   std::string error_;
 };

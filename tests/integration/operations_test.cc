@@ -1,0 +1,356 @@
+// Operating a running farm: stats with real histograms, graceful restart, scale under load,
+// config reload (admin and SIGHUP), admin drain, Prometheus scrape, sd_notify, and capture of
+// what workers print.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <torch/script.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <sstream>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <zmq.hpp>
+
+#include "farm_fixture.h"
+#include "torchfarm/client.h"
+
+namespace torchfarm::testing {
+namespace {
+
+using nlohmann::json;
+using Ms = std::chrono::milliseconds;
+
+json Identity(int count, const std::string& name = "identity") {
+  return {{"name", name},
+          {"path", ModelDir() + "/identity.pt"},
+          {"inputs", json::array({{{"dtype", "float32"}, {"shape", {-1, 16}}}})},
+          {"instances", json::array({{{"count", count}}})}};
+}
+
+json Mlp(int count) {
+  return {{"name", "mlp"},
+          {"path", ModelDir() + "/mlp.pt"},
+          {"inputs", json::array({{{"dtype", "float32"}, {"shape", {-1, 256}}}})},
+          {"instances", json::array({{{"count", count}}})}};
+}
+
+Status Send(Client& client, const std::string& model, int width) {
+  std::vector<float> x(static_cast<size_t>(width), 1.5f);
+  InferResult result;
+  return client.Infer(model, {{{DType::kFloat32, {1, width}}, x.data(), x.size() * 4}}, &result);
+}
+
+// Background load on one model; counts failures.
+struct Load {
+  Load(const std::string& endpoint, const std::string& model, int width, int clients) {
+    for (int c = 0; c < clients; ++c) {
+      threads.emplace_back([=] {
+        Client client(endpoint, 20'000);
+        while (!stop) {
+          Status s = Send(client, model, width);
+          (s.ok() ? ok : failed)++;
+          if (!s.ok()) last_error = s.ToString();
+        }
+      });
+    }
+  }
+  ~Load() { Stop(); }
+  void Stop() {
+    stop = true;
+    for (auto& t : threads) if (t.joinable()) t.join();
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0};
+  std::string last_error;
+  std::vector<std::thread> threads;
+};
+
+// Polls `predicate(stats)` until true or timeout.
+bool WaitFor(const Farm& farm, const std::function<bool(const json&)>& predicate, int ms = 20'000) {
+  auto deadline = std::chrono::steady_clock::now() + Ms(ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    json stats = farm.Admin("stats", 2000);
+    if (stats.is_object() && predicate(stats)) return true;
+    std::this_thread::sleep_for(Ms(50));
+  }
+  return false;
+}
+
+int ReadyWorkers(const json& stats, const std::string& model) {
+  int n = 0;
+  for (const auto& w : stats["workers"]) {
+    n += w["model"] == model && (w["state"] == "ready" || w["state"] == "busy");
+  }
+  return n;
+}
+
+json AdminCommand(const Farm& farm, json command) {
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::req);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::rcvtimeo, 5000);
+  socket.connect("ipc://" + farm.dir() + "/run/admin.sock");
+  socket.send(zmq::buffer(command.dump()), zmq::send_flags::none);
+  zmq::message_t reply;
+  if (!socket.recv(reply)) return nullptr;
+  return json::parse(reply.to_string_view());
+}
+
+TEST(Operations, StatsCarryPercentilesThroughputAndResources) {
+  Farm farm(json::array({Mlp(2)}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  Client client(farm.endpoint());
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(Send(client, "mlp", 256).ok());
+  std::this_thread::sleep_for(Ms(1100));
+  farm.Admin("stats");  // first sample for cpu_percent
+  std::this_thread::sleep_for(Ms(300));
+  json stats = farm.Admin("stats");
+  const json& model = stats["models"][0];
+  EXPECT_EQ(model["requests"], 300);
+  EXPECT_EQ(model["errors"], 0);
+  EXPECT_GT(model["latency_us"]["total"]["p50"].get<int64_t>(), 0);
+  EXPECT_GE(model["latency_us"]["total"]["p99"].get<int64_t>(),
+            model["latency_us"]["total"]["p50"].get<int64_t>());
+  EXPECT_GT(model["latency_us"]["compute"]["p50"].get<int64_t>(), 0);
+  EXPECT_GT(model["throughput_rps_60s"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(model["mean_batch_size"].get<double>(), 1.0);
+  for (const auto& w : stats["workers"]) {
+    EXPECT_GT(w["rss_bytes"].get<uint64_t>(), 10u << 20) << w.dump();
+    EXPECT_FALSE(w["cpu_percent"].is_null()) << w.dump();
+    EXPECT_GT(w["uptime_s"].get<double>(), 0.0);
+    EXPECT_EQ(w["fallback"], false);
+    EXPECT_TRUE(w["gpu_mem_bytes"].is_null());
+  }
+  EXPECT_LT(stats["supervisor"]["rss_bytes"].get<uint64_t>(), 64u << 20);
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(Operations, ScaleUpAndDownUnderLoadFailsNoRequest) {
+  Farm farm(json::array({Identity(1)}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  Load load(farm.endpoint(), "identity", 16, 4);
+  json reply = AdminCommand(farm, {{"cmd", "scale"}, {"model", "identity"}, {"count", 3}});
+  EXPECT_EQ(reply["ok"], true) << reply.dump();
+  EXPECT_TRUE(WaitFor(farm, [](const json& s) { return ReadyWorkers(s, "identity") == 3; }));
+  reply = AdminCommand(farm, {{"cmd", "scale"}, {"model", "identity"}, {"count", 1}});
+  EXPECT_EQ(reply["ok"], true) << reply.dump();
+  EXPECT_TRUE(WaitFor(farm, [](const json& s) { return s["workers"].size() == 1; }))
+      << farm.Admin("stats").dump();
+  std::this_thread::sleep_for(Ms(300));
+  load.Stop();
+  EXPECT_GT(load.ok.load(), 100);
+  EXPECT_EQ(load.failed.load(), 0) << load.last_error;
+  EXPECT_EQ(AdminCommand(farm, {{"cmd", "scale"}, {"model", "nope"}, {"count", 1}})["ok"], false);
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(Operations, RestartReplacesAWorkerGracefully) {
+  Farm farm(json::array({Identity(2)}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  pid_t before = farm.WorkerPids()[0];
+  Load load(farm.endpoint(), "identity", 16, 4);
+  json reply = AdminCommand(farm, {{"cmd", "restart"}, {"worker", 0}});
+  EXPECT_EQ(reply["ok"], true) << reply.dump();
+  EXPECT_TRUE(WaitFor(farm, [&](const json& s) {
+    return s["workers"][0]["pid"].get<pid_t>() != before && s["workers"][0]["state"] != "starting" &&
+           s["workers"][0]["pid"].get<pid_t>() > 0 && ReadyWorkers(s, "identity") == 2;
+  }));
+  load.Stop();
+  EXPECT_EQ(load.failed.load(), 0) << load.last_error;
+  json worker = farm.Admin("stats")["workers"][0];
+  EXPECT_EQ(worker["restarts"], 0) << "a requested restart is not a failure";
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(Operations, ReloadAddsResizesAndRemovesModels) {
+  Farm farm(json::array({Mlp(1)}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  Client client(farm.endpoint());
+  EXPECT_EQ(Send(client, "identity", 16).code(), StatusCode::kNotFound);
+
+  farm.RewriteConfig(json::array({Mlp(2), Identity(1)}));
+  json reply = AdminCommand(farm, {{"cmd", "reload"}});
+  EXPECT_EQ(reply["ok"], true) << reply.dump();
+  EXPECT_TRUE(WaitFor(farm, [](const json& s) {
+    return ReadyWorkers(s, "mlp") == 2 && ReadyWorkers(s, "identity") == 1;
+  }));
+  EXPECT_TRUE(Send(client, "identity", 16).ok());
+
+  // SIGHUP reloads too: mlp goes away, identity stays.
+  farm.RewriteConfig(json::array({Identity(1)}));
+  ASSERT_EQ(::kill(farm.pid(), SIGHUP), 0);
+  EXPECT_TRUE(WaitFor(farm, [](const json& s) { return ReadyWorkers(s, "mlp") == 0; }));
+  EXPECT_EQ(Send(client, "mlp", 256).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Send(client, "identity", 16).ok());
+
+  // A broken config is refused and the farm keeps its running one.
+  std::ofstream(farm.dir() + "/config.json") << "{ not json";
+  reply = AdminCommand(farm, {{"cmd", "reload"}});
+  EXPECT_EQ(reply["ok"], false);
+  EXPECT_NE(reply["error"].get<std::string>().find("not valid JSON"), std::string::npos);
+  EXPECT_TRUE(Send(client, "identity", 16).ok());
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(Operations, AdminDrainFinishesTheQueueAndRefusesNewWork) {
+  Farm farm(json::array({Identity(1)}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  Client client(farm.endpoint());
+  std::vector<float> x(16, 2.0f);
+  for (int i = 0; i < 100; ++i) {
+    uint64_t id;
+    ASSERT_TRUE(client.Send("identity", {{{DType::kFloat32, {1, 16}}, x.data(), 64}}, {}, &id).ok());
+  }
+  json reply = AdminCommand(farm, {{"cmd", "drain"}});
+  EXPECT_EQ(reply["ok"], true);
+  int ok = 0;
+  for (int i = 0; i < 100; ++i) {
+    InferResult result;
+    uint64_t id;
+    ok += client.Receive(&result, &id, 10'000).ok();
+  }
+  // Requests that reached the supervisor before the drain finish; the rest are refused.
+  EXPECT_GT(ok, 0);
+  EXPECT_EQ(Send(client, "identity", 16).code(), StatusCode::kUnavailable);
+  json health = farm.Admin("health");
+  EXPECT_EQ(health["ready"], false);
+  EXPECT_EQ(health["draining"], true);
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  ssize_t sent = ::send(fd, request.data(), request.size(), 0);
+  (void)sent;
+  std::string response;
+  char buffer[8192];
+  ssize_t n;
+  while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) response.append(buffer, static_cast<size_t>(n));
+  ::close(fd);
+  return response;
+}
+
+double MetricValue(const std::string& text, const std::string& series) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+TEST(Operations, PrometheusMetricsMoveWithTraffic) {
+  int port = FreePort();
+  Farm farm(json::array({Identity(2)}), {{"metrics_endpoint", "127.0.0.1:" + std::to_string(port)}});
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  Client client(farm.endpoint());
+  for (int i = 0; i < 25; ++i) ASSERT_TRUE(Send(client, "identity", 16).ok());
+  EXPECT_EQ(Send(client, "identity", 15).code(), StatusCode::kInvalidArgument);
+  std::this_thread::sleep_for(Ms(1200));  // gauges refresh once a second
+  std::string first = HttpGet(port, "/metrics");
+  ASSERT_NE(first.find("200 OK"), std::string::npos) << first.substr(0, 200);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_requests_total{model="identity",status="OK"})"), 25);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_requests_total{model="identity",status="INVALID_ARGUMENT"})"), 1);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_workers{model="identity",state="ready"})"), 2);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_queue_depth{model="identity"})"), 0);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_request_duration_seconds_count{model="identity",stage="total"})"), 25);
+  EXPECT_NE(first.find("torchfarm_batch_size_bucket"), std::string::npos);
+  EXPECT_NE(first.find("torchfarm_worker_rss_bytes{"), std::string::npos);
+  EXPECT_NE(first.find("torchfarm_gpu_fallback{"), std::string::npos);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(Send(client, "identity", 16).ok());
+  ::kill(farm.WorkerPids()[0], SIGKILL);
+  EXPECT_TRUE(farm.WaitReady(-1, 20'000));
+  std::this_thread::sleep_for(Ms(1200));
+  std::string second = HttpGet(port, "/metrics");
+  EXPECT_EQ(MetricValue(second, R"(torchfarm_requests_total{model="identity",status="OK"})"), 35);
+  EXPECT_EQ(MetricValue(second, R"(torchfarm_worker_restarts_total{model="identity"})"), 1);
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(Operations, SdNotifySaysReadyWatchdogAndStoppingInOrder) {
+  Farm farm(json::array({Identity(1)}));
+  std::string path = farm.dir() + "/notify.sock";
+  int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  timeval timeout{0, 200'000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  ASSERT_TRUE(farm.Start({}, {"NOTIFY_SOCKET=" + path, "WATCHDOG_USEC=400000"}));
+  std::vector<std::string> seen;
+  auto read_until = [&](const std::string& wanted, int ms) {
+    auto deadline = std::chrono::steady_clock::now() + Ms(ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      char buffer[512];
+      ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+      if (n <= 0) continue;
+      std::istringstream lines(std::string(buffer, static_cast<size_t>(n)));
+      std::string line;
+      bool found = false;
+      while (std::getline(lines, line)) {
+        seen.push_back(line);
+        found = found || line == wanted;
+      }
+      if (found) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(read_until("READY=1", 30'000));
+  EXPECT_TRUE(read_until("WATCHDOG=1", 2'000));
+  ::kill(farm.pid(), SIGTERM);
+  EXPECT_TRUE(read_until("STOPPING=1", 10'000));
+  EXPECT_EQ(farm.Stop(), 0);
+  ::close(fd);
+  bool status_seen = false;
+  for (const auto& line : seen) status_seen = status_seen || line.rfind("STATUS=identity 1/1 ready", 0) == 0;
+  EXPECT_TRUE(status_seen);
+}
+
+TEST(Operations, WhatAWorkerPrintsReachesTheSupervisorLogWithItsId) {
+  torch::jit::Module module("Chatty");
+  module.define("def forward(self, x):\n    print('hello from the model')\n    return x\n");
+  std::string path = "/tmp/torchfarm-chatty-" + std::to_string(::getpid()) + ".pt";
+  module.save(path);
+  json model = Identity(1, "chatty");
+  model["path"] = path;
+  Farm farm(json::array({model}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  Client client(farm.endpoint());
+  ASSERT_TRUE(Send(client, "chatty", 16).ok());
+  EXPECT_EQ(farm.Stop(), 0);
+  std::ifstream log(farm.dir() + "/supervisor.log");
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  std::regex line(R"(msg="hello from the model".* worker=0 worker_pid=\d+ model=chatty stream=output)");
+  EXPECT_TRUE(std::regex_search(text, line)) << text.substr(0, 3000);
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace torchfarm::testing
