@@ -51,6 +51,7 @@ ModelQueue::ModelQueue(BatchingPolicy policy)
 bool ModelQueue::Push(PendingRequest& request) {
   if (size_ >= static_cast<size_t>(policy_.max_queue_size)) return false;
   size_t level = std::min<size_t>(std::max(0, request.priority), levels_.size() - 1);
+  earliest_deadline_ = std::min(earliest_deadline_, request.deadline);
   levels_[level].push_back(std::move(request));
   ++size_;
   return true;
@@ -59,6 +60,7 @@ bool ModelQueue::Push(PendingRequest& request) {
 void ModelQueue::PushFront(std::vector<PendingRequest> requests) {
   for (auto it = requests.rbegin(); it != requests.rend(); ++it) {
     size_t level = std::min<size_t>(std::max(0, it->priority), levels_.size() - 1);
+    earliest_deadline_ = std::min(earliest_deadline_, it->deadline);
     levels_[level].push_front(std::move(*it));
     ++size_;
   }
@@ -146,6 +148,8 @@ std::optional<TimePoint> ModelQueue::NextDue() const {
 
 std::vector<PendingRequest> ModelQueue::TakeExpired(TimePoint now) {
   std::vector<PendingRequest> expired;
+  if (now < earliest_deadline_) return expired;
+  TimePoint earliest = TimePoint::max();
   for (auto& level : levels_) {
     for (auto it = level.begin(); it != level.end();) {
       if (it->deadline <= now) {
@@ -153,21 +157,18 @@ std::vector<PendingRequest> ModelQueue::TakeExpired(TimePoint now) {
         it = level.erase(it);
         --size_;
       } else {
+        earliest = std::min(earliest, it->deadline);
         ++it;
       }
     }
   }
+  earliest_deadline_ = earliest;
   return expired;
 }
 
 std::optional<TimePoint> ModelQueue::NextDeadline() const {
-  std::optional<TimePoint> next;
-  for (const auto& level : levels_) {
-    for (const auto& r : level) {
-      if (r.deadline != TimePoint::max() && (!next || r.deadline < *next)) next = r.deadline;
-    }
-  }
-  return next;
+  if (earliest_deadline_ == TimePoint::max()) return std::nullopt;
+  return earliest_deadline_;
 }
 
 std::vector<PendingRequest> ModelQueue::TakeAll() {
@@ -177,6 +178,7 @@ std::vector<PendingRequest> ModelQueue::TakeAll() {
     level.clear();
   }
   size_ = 0;
+  earliest_deadline_ = TimePoint::max();
   return all;
 }
 

@@ -58,6 +58,7 @@ class ModelQueue {
 
   // Removes and returns every queued request whose deadline is at or before `now`.
   std::vector<PendingRequest> TakeExpired(TimePoint now);
+  // A lower bound of the earliest queued deadline (exact right after TakeExpired).
   std::optional<TimePoint> NextDeadline() const;
   std::vector<PendingRequest> TakeAll();
 
@@ -76,6 +77,9 @@ class ModelQueue {
   BatchingPolicy policy_;
   std::vector<std::deque<PendingRequest>> levels_;
   size_t size_ = 0;
+  // A lower bound of the earliest deadline queued (max: none), so the loop scans the queue for
+  // expired requests only when one may have expired, not on every turn.
+  TimePoint earliest_deadline_ = TimePoint::max();
 };
 
 }  // namespace torchfarm

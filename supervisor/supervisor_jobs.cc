@@ -159,8 +159,6 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
 void Supervisor::ExpireDeadlines() {
   TimePoint now = clock_.Now();
   for (auto& model : models_) {
-    auto next = model.queue.NextDeadline();
-    if (!next || *next > now) continue;
     for (auto& r : model.queue.TakeExpired(now)) {
       FailRequest(model, r, Status(StatusCode::kDeadlineExceeded,
                            "timeout_ms expired after " +
