@@ -141,6 +141,8 @@ bool WorkerSlot::CanAccept() const {
 
 bool WorkerSlot::TakeStopRequest() {
   if (stop_sent_ || !(retiring_ || restart_requested_) || pid_ <= 0 || !inflight_.empty()) return false;
+  // ROUTER drops messages to a peer that has not connected yet: wait for its hello.
+  if (!hello_received_) return false;
   if (state_ != SlotState::kReady && state_ != SlotState::kStarting) return false;
   stop_sent_ = true;
   TransitionTo(SlotState::kStopping, retiring_ ? "retiring" : "graceful restart");

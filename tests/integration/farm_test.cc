@@ -309,6 +309,81 @@ TEST(Batching, ThirtyTwoClientsShareBatchesAndEachGetsItsOwnRows) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
+uint64_t RssOf(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+TEST(Batching, OverloadBeyondTheQueueIsRefusedAtOnceAndMemoryStaysBounded) {
+  json slow = MlpModel(1, {{"max_queue_size", 64}});
+  slow["name"] = "slow";
+  slow["path"] = ModelDir() + "/slow.pt";
+  slow["inputs"] = json::array({{{"dtype", "float32"}, {"shape", {-1, 4}}}});
+  Farm farm(json::array({slow}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  uint64_t rss_before = RssOf(farm.pid());
+  // 4x max_queue_size at once, each ~2 ms of work: most must be refused, none buffered.
+  Client client(farm.endpoint(), 60'000);
+  at::Tensor x = torch::full({1, 4}, 50.0f);
+  for (int i = 0; i < 256; ++i) {
+    uint64_t id;
+    ASSERT_TRUE(client.Send("slow", {View(x)}, {}, &id).ok());
+  }
+  int ok = 0, exhausted = 0, other = 0;
+  for (int i = 0; i < 256; ++i) {
+    InferResult result;
+    uint64_t id = 0;
+    Status s = client.Receive(&result, &id, 60'000);
+    ASSERT_NE(id, 0u) << "every request is answered";
+    if (s.ok() && torch::equal(AsTensor(result.outputs[0]), x)) ++ok;
+    else if (s.code() == StatusCode::kResourceExhausted) ++exhausted;
+    else ++other;
+  }
+  EXPECT_EQ(other, 0);
+  EXPECT_GE(exhausted, 256 - 64 - 2 - 8) << "the surplus beyond the queue (and in-flight) is refused";
+  EXPECT_GE(ok, 64) << "a full queue's worth is served";
+  EXPECT_LT(RssOf(farm.pid()), rss_before + (16u << 20)) << "the supervisor did not buffer the surplus";
+  json stats = farm.Admin("stats");
+  EXPECT_EQ(stats["models"][0]["rejected"].get<int>(), exhausted);
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(Batching, RequestWhoseDeadlinePassesInTheQueueIsNeverRun) {
+  json slow = MlpModel(1);
+  slow["name"] = "slow";
+  slow["path"] = ModelDir() + "/slow.pt";
+  slow["inputs"] = json::array({{{"dtype", "float32"}, {"shape", {-1, 4}}}});
+  slow["max_inflight_per_worker"] = 1;
+  Farm farm(json::array({slow}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  Client busy(farm.endpoint(), 60'000);
+  at::Tensor long_job = torch::full({1, 4}, 20'000.0f);  // ~1 s of work
+  uint64_t id;
+  ASSERT_TRUE(busy.Send("slow", {View(long_job)}, {}, &id).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  Client client(farm.endpoint(), 10'000);
+  at::Tensor x = torch::ones({1, 4});
+  InferResult result;
+  InferOptions options;
+  options.timeout_ms = 200;
+  auto start = std::chrono::steady_clock::now();
+  Status s = client.Infer("slow", {View(x)}, &result, options);
+  auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+  EXPECT_LT(waited, std::chrono::milliseconds(800)) << "answered when the deadline passed";
+  InferResult first;
+  EXPECT_TRUE(busy.Receive(&first, &id, 30'000).ok());
+  json stats = farm.Admin("stats");
+  EXPECT_EQ(stats["workers"][0]["batches"], 1) << "the expired request never ran";
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
 TEST(Faults, KilledWorkerIsRestartedAndNoRequestIsLost) {
   Farm farm(json::array({MlpModel(2)}));
   ASSERT_TRUE(farm.Start());
