@@ -1,12 +1,17 @@
 # The two set-up commands of README.md:
 #   make run   installs what is missing, builds, writes the demo models and serves configs/demo.json
 #   make test  installs what is missing, builds and runs the test suite (ctest)
+# and the benchmark suite (not part of make test):
+#   make bench builds in Release (build-release), writes its models, runs bench/run_suite.py:
+#              prints one table and writes docs/benchmarks.md. BENCH_ARGS=--quick shortens it.
 BUILD_DIR ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
+PREFIX ?= /usr/local
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build models run test test-unit test-integration clean
+.PHONY: all deps configure build models run test test-unit test-integration bench clean install \
+        test-asan fuzz
 
 all: build
 
@@ -34,5 +39,50 @@ test-unit: build
 test-integration: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L integration $(CTEST_ARGS)
 
+BENCH_TARGETS = torchfarm torchfarm-supervisor torchfarm-worker torchfarm-mkmodel \
+                torchfarm-bench-inprocess torchfarm-microbench
+BENCH_ARGS ?=
+
+bench:
+	$(MAKE) configure BUILD_DIR=build-release BUILD_TYPE=Release
+	cmake --build build-release -j $(JOBS) --target $(BENCH_TARGETS)
+	/usr/bin/python3 bench/run_suite.py --build-dir build-release --out docs/benchmarks.md $(BENCH_ARGS)
+
+# Binaries, the C++ client + find_package(torchfarm) files, the Python client, configs, docs
+# (layout: docs/clients.md).
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+
 clean:
 	rm -rf $(BUILD_DIR) models
+
+# Security checks (docs/security.md); not part of make test.
+#   make test-asan  ASan+UBSan build of the non-LibTorch parts in build-asan; runs their unit tests
+#                   and the end-to-end security tests against a sanitized supervisor (the workers
+#                   and torchfarm-mkmodel come unsanitized from $(BUILD_DIR)).
+#   make fuzz       libFuzzer over request intake for FUZZ_SECONDS (clang-14, build-fuzz); crash
+#                   inputs land in build-fuzz/artifacts/: copy them to tests/fuzz/regressions/.
+ASAN_DIR ?= build-asan
+ASAN_TESTS = common_test common_client_test ipc_test supervisor_unit_test fuzz_regression_test \
+             security_test
+ASAN_TARGETS = torchfarm-supervisor torchfarm $(ASAN_TESTS)
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 60
+
+test-asan: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target torchfarm-worker torchfarm-mkmodel
+	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORCHFARM_SANITIZE=ON
+	cmake --build $(ASAN_DIR) -j $(JOBS) --target $(ASAN_TARGETS)
+	ln -sf $(abspath $(BUILD_DIR))/bin/torchfarm-worker $(ASAN_DIR)/bin/torchfarm-worker
+	ln -sf $(abspath $(BUILD_DIR))/bin/torchfarm-mkmodel $(ASAN_DIR)/bin/torchfarm-mkmodel
+	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure --timeout 900 -R '^($(subst $(eval) ,|,$(strip $(ASAN_TESTS))))$$' $(CTEST_ARGS)
+
+fuzz:
+	./tools/install-deps.sh --fuzz
+	CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORCHFARM_FUZZ=ON
+	cmake --build $(FUZZ_DIR) -j $(JOBS) --target protocol_fuzzer
+	mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/artifacts
+	$(FUZZ_DIR)/bin/protocol_fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=80000 -timeout=10 \
+	  -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/ $(FUZZ_DIR)/corpus tests/fuzz/corpus

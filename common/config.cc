@@ -1,6 +1,7 @@
 #include "common/config.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -202,11 +203,114 @@ static Status ParseRestart(const json& j, RestartConfig* out) {
   return Status::Ok();
 }
 
+static Status ParseCurve(const json& j, const std::string& base_dir, CurveConfig* out) {
+  const std::string where = "config.curve";
+  if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
+  Status s = CheckKeys(j, where, {"secret_key_file", "authorized_clients_dir"});
+  if (!s.ok()) return s;
+  CurveConfig c;
+  if (s = GetString(j, "secret_key_file", where, true, &c.secret_key_file); !s.ok()) return s;
+  if (s = GetString(j, "authorized_clients_dir", where, true, &c.authorized_clients_dir); !s.ok())
+    return s;
+  for (std::string* path : {&c.secret_key_file, &c.authorized_clients_dir}) {
+    std::filesystem::path p(*path);
+    if (p.is_relative()) *path = (std::filesystem::path(base_dir) / p).lexically_normal().string();
+  }
+  *out = std::move(c);
+  return Status::Ok();
+}
+
+// Defaults that depend on the models: a request never needs more than the largest ring slot plus
+// its header, so that is what the socket accepts unless the config says otherwise.
+static Status ParseLimits(const json* j, const std::vector<ModelConfig>& models, LimitsConfig* out) {
+  const std::string where = "config.limits";
+  LimitsConfig l;
+  uint64_t largest_slot = 0;
+  for (const auto& m : models) largest_slot = std::max(largest_slot, m.slot_bytes);
+  int64_t max_frames = static_cast<int64_t>(kMaxInputs) + 1;
+  bool tensor_set = false, request_set = false;
+  if (j) {
+    if (!j->is_object()) return InvalidArgument(where + ": expected an object, got " + Got(*j));
+    Status s = CheckKeys(*j, where, {"max_header_bytes", "max_frames", "max_tensor_bytes",
+                                     "max_rank", "max_request_bytes", "max_queued_per_client"});
+    if (!s.ok()) return s;
+    RequestLimits& r = l.request;
+    if (s = GetInt(*j, "max_header_bytes", where, 256, 16 << 20, &r.max_header_bytes); !s.ok())
+      return s;
+    if (s = GetInt(*j, "max_frames", where, 2, 1025, &max_frames); !s.ok()) return s;
+    if (s = GetInt(*j, "max_rank", where, 0, kMaxRank, &r.max_rank); !s.ok()) return s;
+    if (s = GetInt(*j, "max_tensor_bytes", where, 0, int64_t{1} << 40, &r.max_tensor_bytes); !s.ok())
+      return s;
+    if (s = GetInt(*j, "max_request_bytes", where, 1024, int64_t{1} << 40, &r.max_request_bytes);
+        !s.ok())
+      return s;
+    if (s = GetInt(*j, "max_queued_per_client", where, 1, 10'000'000, &l.max_queued_per_client);
+        !s.ok())
+      return s;
+    tensor_set = j->contains("max_tensor_bytes");
+    request_set = j->contains("max_request_bytes");
+  }
+  l.request.max_inputs = static_cast<size_t>(max_frames - 1);
+  if (!request_set) l.request.max_request_bytes = largest_slot + l.request.max_header_bytes;
+  if (!tensor_set) l.request.max_tensor_bytes = l.request.max_request_bytes;
+  *out = l;
+  return Status::Ok();
+}
+
+bool IsLocalEndpoint(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0) return true;
+  if (endpoint.rfind("tcp://", 0) != 0) return false;
+  std::string rest = endpoint.substr(6);
+  // A "source;destination" form names a remote peer; never local for a bind.
+  if (rest.find(';') != std::string::npos) return false;
+  std::string host;
+  if (!rest.empty() && rest[0] == '[') {
+    size_t close = rest.find(']');
+    if (close == std::string::npos) return false;
+    host = rest.substr(1, close - 1);
+  } else {
+    size_t colon = rest.rfind(':');
+    host = colon == std::string::npos ? rest : rest.substr(0, colon);
+  }
+  if (host == "localhost" || host == "::1" || host == "lo") return true;
+  // 127.0.0.0/8, written as four decimal octets.
+  int a, b, c, d;
+  char tail;
+  if (std::sscanf(host.c_str(), "%d.%d.%d.%d%c", &a, &b, &c, &d, &tail) != 4) return false;
+  return a == 127 && b >= 0 && b <= 255 && c >= 0 && c <= 255 && d >= 0 && d <= 255;
+}
+
+// The job socket may face the network only with CURVE (or an explicit "insecure": true); the admin
+// socket never faces it, and a TCP admin socket needs CURVE even on loopback.
+static Status CheckEndpointSecurity(const FarmConfig& c) {
+  if (!IsLocalEndpoint(c.endpoint) && !c.curve.enabled() && !c.insecure) {
+    return InvalidArgument("config.endpoint: \"" + c.endpoint +
+                           "\" is reachable from the network but \"curve\" is not configured; "
+                           "set \"curve\": {\"secret_key_file\", \"authorized_clients_dir\"} "
+                           "(docs/security.md), bind a loopback or ipc endpoint, or set "
+                           "\"insecure\": true to serve unauthenticated clients anyway");
+  }
+  const std::string& admin = c.admin_endpoint;
+  if (admin.rfind("ipc://", 0) == 0) return Status::Ok();
+  if (admin.rfind("tcp://", 0) != 0 || !IsLocalEndpoint(admin)) {
+    return InvalidArgument("config.admin_endpoint: \"" + admin +
+                           "\" must be ipc://PATH or a loopback tcp:// endpoint with \"curve\"; "
+                           "the admin socket never faces the network");
+  }
+  if (!c.curve.enabled()) {
+    return InvalidArgument("config.admin_endpoint: tcp endpoint \"" + admin +
+                           "\" needs \"curve\" (any local user could connect to it); use "
+                           "ipc://PATH (the default) or configure \"curve\"");
+  }
+  return Status::Ok();
+}
+
 Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) {
   if (!j.is_object()) return InvalidArgument("config: expected a JSON object, got " + Got(j));
   Status s = CheckKeys(j, "config", {"endpoint", "admin_endpoint", "run_dir", "heartbeat_ms",
                                      "worker_binary", "models", "max_retries",
-                                     "drain_timeout_ms", "restart", "metrics_endpoint"});
+                                     "drain_timeout_ms", "restart", "metrics_endpoint", "curve",
+                                     "insecure", "ipc_group", "limits"});
   if (!s.ok()) return s;
   FarmConfig c;
   if (s = GetString(j, "endpoint", "config", false, &c.endpoint); !s.ok()) return s;
@@ -229,6 +333,21 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
   if (auto r = j.find("restart"); r != j.end()) {
     if (s = ParseRestart(*r, &c.restart); !s.ok()) return s;
   }
+  if (auto curve = j.find("curve"); curve != j.end()) {
+    if (s = ParseCurve(*curve, base_dir, &c.curve); !s.ok()) return s;
+  }
+  if (auto insecure = j.find("insecure"); insecure != j.end()) {
+    if (!insecure->is_boolean()) {
+      return InvalidArgument("config.insecure: expected true or false, got " + Got(*insecure));
+    }
+    c.insecure = insecure->get<bool>();
+  }
+  if (s = GetString(j, "ipc_group", "config", false, &c.ipc_group); !s.ok()) return s;
+  if (!c.ipc_group.empty() && c.endpoint.rfind("ipc://", 0) != 0) {
+    return InvalidArgument("config.ipc_group: applies to an ipc:// endpoint only, endpoint is \"" +
+                           c.endpoint + "\"");
+  }
+  if (s = CheckEndpointSecurity(c); !s.ok()) return s;
   auto models = j.find("models");
   if (models == j.end() || !models->is_array() || models->empty()) {
     return InvalidArgument("config.models: expected a non-empty array of models");
@@ -244,6 +363,9 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
     }
     c.models.push_back(std::move(m));
   }
+  auto limits = j.find("limits");
+  if (s = ParseLimits(limits == j.end() ? nullptr : &*limits, c.models, &c.limits); !s.ok())
+    return s;
   *out = std::move(c);
   return Status::Ok();
 }

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/protocol.h"
 #include "common/status.h"
 #include "common/tensor_spec.h"
 
@@ -55,6 +56,19 @@ struct RestartConfig {
   int64_t healthy_after_ms = 10'000;  // a worker ready this long resets the backoff
 };
 
+// CURVE on the job socket (and on a loopback TCP admin socket); docs/security.md.
+struct CurveConfig {
+  std::string secret_key_file;         // the server's Z85 secret key (`torchfarm keygen`), 0600
+  std::string authorized_clients_dir;  // one file per admitted client public key; SIGHUP rereads
+  bool enabled() const { return !secret_key_file.empty(); }
+};
+
+// Top-level "limits": what one client or one request may cost the supervisor.
+struct LimitsConfig {
+  RequestLimits request;               // header, frames, rank, tensor and request bytes
+  int64_t max_queued_per_client = 256;  // queued + running requests of one client identity
+};
+
 struct FarmConfig {
   std::string endpoint = "tcp://127.0.0.1:5555";
   std::string admin_endpoint;  // default: ipc://<run_dir>/admin.sock
@@ -65,6 +79,10 @@ struct FarmConfig {
   int max_retries = 2;         // times a request is re-run after the worker running it died
   int64_t drain_timeout_ms = 30'000;  // SIGTERM: how long queued and running jobs may take
   RestartConfig restart;
+  CurveConfig curve;
+  bool insecure = false;       // allow a non-loopback endpoint without CURVE (warned at start)
+  std::string ipc_group;       // ipc job socket: chown to this group and chmod 0660 after bind
+  LimitsConfig limits;
   std::vector<ModelConfig> models;
   std::string source_path;     // the file this came from, for reloads and messages
 };
@@ -73,6 +91,11 @@ struct FarmConfig {
 Status ParseConfig(const nlohmann::json& j, const std::string& base_dir, FarmConfig* out);
 // Reads and parses a file; errors name the file.
 Status LoadConfigFile(const std::string& path, FarmConfig* out);
+
+// True for ipc:// and inproc:// endpoints and for tcp:// on 127.0.0.0/8, [::1] or localhost:
+// endpoints another host cannot reach. Every other endpoint (tcp://*, tcp://0.0.0.0, an interface
+// name, ws://, pgm://...) counts as reachable from the network.
+bool IsLocalEndpoint(const std::string& endpoint);
 
 // Total worker count after "auto" resolution with `available_cores`.
 int ResolveInstanceCount(const InstanceConfig& instance, int available_cores);

@@ -22,6 +22,24 @@ inline constexpr int kProtocolVersion = 1;
 // Hard ceiling on a request header; larger headers are rejected before JSON parsing.
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
 inline constexpr size_t kMaxInputs = 16;
+// Deepest nesting of arrays and objects in a header (the id included). Copying and printing a JSON
+// value recurses once per level, so a 64 KiB "[[[[..." id would otherwise overflow the stack.
+inline constexpr int kMaxHeaderDepth = 32;
+
+// True when no array or object in `text` nests deeper than `max_depth`. One pass, strings and
+// escapes skipped; meant to run before json::parse on untrusted text.
+bool JsonNestingWithin(std::string_view text, int max_depth);
+
+// What one request may cost the supervisor before any model looks at it. Defaults are the
+// protocol's own ceilings; the supervisor fills these from the config's "limits" (config.h).
+// Every limit is checked before the bytes it bounds are used, and its error names the limit.
+struct RequestLimits {
+  size_t max_header_bytes = kMaxHeaderBytes;
+  size_t max_inputs = kMaxInputs;  // data frames after the header ("max_frames" - 1)
+  int max_rank = kMaxRank;
+  uint64_t max_tensor_bytes = uint64_t{1} << 40;   // one input's bytes
+  uint64_t max_request_bytes = uint64_t{1} << 40;  // header + every data frame
+};
 
 struct RequestHeader {
   nlohmann::json id;  // echoed verbatim in the reply; null when absent
@@ -33,11 +51,13 @@ struct RequestHeader {
 
 // Parses frame 0. On failure `out->id` still holds the id when the JSON was readable, so the
 // error reply can carry it.
-Status ParseRequestHeader(std::string_view text, RequestHeader* out);
+Status ParseRequestHeader(std::string_view text, RequestHeader* out,
+                          const RequestLimits& limits = RequestLimits{});
 
 // Checks that the frames after the header match the declared inputs one to one, by count and by
 // byte size (dtype size x shape).
-Status CheckInputFrames(const RequestHeader& header, const std::vector<size_t>& frame_sizes);
+Status CheckInputFrames(const RequestHeader& header, const std::vector<size_t>& frame_sizes,
+                        const RequestLimits& limits = RequestLimits{});
 
 struct StageTimes {
   int64_t queue_us = 0;

@@ -46,7 +46,7 @@ void SetRows(PendingRequest* request) {
 
 Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                 const std::vector<ModelConfig>& models, TimePoint now, PendingRequest* request,
-                size_t* model_index) {
+                size_t* model_index, const RequestLimits& limits) {
   if (frames.size() <= payload_start) {
     return InvalidArgument("empty message: expected a JSON header frame followed by one frame "
                            "per input tensor");
@@ -54,9 +54,21 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   RequestHeader header;
   const auto& head = frames[payload_start];
   Status s = ParseRequestHeader(std::string_view(static_cast<const char*>(head.data()), head.size()),
-                                &header);
+                                &header, limits);
   request->id = header.id;
   if (!s.ok()) return s;
+  if (frames.size() - payload_start > limits.max_inputs + 1) {
+    return InvalidArgument("message has more than " + std::to_string(limits.max_inputs + 1) +
+                           " frames after the envelope (the header and at most " +
+                           std::to_string(limits.max_inputs) + " inputs; limits.max_frames)");
+  }
+  uint64_t request_bytes = 0;
+  for (size_t i = payload_start; i < frames.size(); ++i) request_bytes += frames[i].size();
+  if (request_bytes > limits.max_request_bytes) {
+    return ResourceExhausted("request of " + std::to_string(request_bytes) +
+                             " bytes exceeds the limit of " +
+                             std::to_string(limits.max_request_bytes) + " (limits.max_request_bytes)");
+  }
 
   size_t index = models.size();
   for (size_t i = 0; i < models.size(); ++i) {
@@ -71,7 +83,7 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
 
   std::vector<size_t> sizes;
   for (size_t i = payload_start + 1; i < frames.size(); ++i) sizes.push_back(frames[i].size());
-  if (s = CheckInputFrames(header, sizes); !s.ok()) return s;
+  if (s = CheckInputFrames(header, sizes, limits); !s.ok()) return s;
   if (header.inputs.size() != model.inputs.size()) {
     return InvalidArgument("model '" + model.name + "' takes " +
                            std::to_string(model.inputs.size()) + " input(s), got " +

@@ -12,6 +12,7 @@
 #include <zmq.hpp>
 
 #include "common/config.h"
+#include "common/protocol.h"
 #include "common/status.h"
 #include "supervisor/pending_request.h"
 
@@ -24,9 +25,11 @@ bool SplitEnvelope(std::vector<zmq::message_t>& frames, PendingRequest* request,
 
 // Fills `request` from the payload frames. On error the returned status is the reply to send;
 // request->id is set whenever the header was readable. `models` are the served models;
-// *model_index is set as soon as the model is known (also when a later check fails).
+// *model_index is set as soon as the model is known (also when a later check fails). `limits`
+// bound the header, the frame count, rank and bytes (config "limits"); the header is read first
+// (it is bounded by max_header_bytes) so that even a refusal echoes the request's id.
 Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                 const std::vector<ModelConfig>& models, TimePoint now, PendingRequest* request,
-                size_t* model_index);
+                size_t* model_index, const RequestLimits& limits = RequestLimits{});
 
 }  // namespace torchfarm

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +29,8 @@ struct PendingRequest {
   TimePoint deadline = TimePoint::max();
   int priority = 0;
   int attempts = 0;  // times this request was handed to a worker that then died
+  std::string client;       // ClientKey: what limits.max_queued_per_client counts by
+  bool quota_held = false;  // counted in the supervisor's ClientQuota until answered
 };
 
 // True when `a` and `b` may share a batch: same number of inputs, and for each input the same

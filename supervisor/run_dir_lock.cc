@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -23,12 +25,41 @@ RunDirLock::~RunDirLock() {
   }
 }
 
+Status CheckRunDirOwnership(const std::string& run_dir) {
+  struct stat st {};
+  if (::lstat(run_dir.c_str(), &st) != 0) {
+    return Internal("cannot stat run_dir '" + run_dir + "': " + std::strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return InvalidArgument("run_dir '" + run_dir + "' is not a directory" +
+                           (S_ISLNK(st.st_mode) ? " (a symbolic link; name the real folder)" : ""));
+  }
+  if (st.st_uid != ::geteuid()) {
+    return InvalidArgument("run_dir '" + run_dir + "' is owned by uid " +
+                           std::to_string(st.st_uid) + ", not by this user (uid " +
+                           std::to_string(::geteuid()) +
+                           "); another user may control it: use a run_dir of your own");
+  }
+  if ((st.st_mode & 022) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return InvalidArgument("run_dir '" + run_dir + "' has mode " + mode +
+                           ": group or others may write to it; chmod 700 '" + run_dir +
+                           "' or use another run_dir");
+  }
+  return Status::Ok();
+}
+
 Status RunDirLock::Acquire(const std::string& run_dir) {
   std::error_code ec;
-  fs::create_directories(run_dir, ec);
+  bool created = fs::create_directories(run_dir, ec);
   if (ec) return Internal("cannot create run_dir '" + run_dir + "': " + ec.message());
+  if (created && ::chmod(run_dir.c_str(), 0700) != 0) {
+    return Internal("cannot chmod 700 run_dir '" + run_dir + "': " + std::strerror(errno));
+  }
+  if (Status s = CheckRunDirOwnership(run_dir); !s.ok()) return s;
   path_ = run_dir + "/supervisor.pid";
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd_ < 0) {
     return Internal("cannot open '" + path_ + "': " + std::strerror(errno));
   }

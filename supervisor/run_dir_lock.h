@@ -19,13 +19,17 @@ class RunDirLock {
   RunDirLock(const RunDirLock&) = delete;
   RunDirLock& operator=(const RunDirLock&) = delete;
 
-  // Creates run_dir (mode 0700) if needed and takes the lock.
+  // Creates run_dir (mode 0700) if needed, checks it (CheckRunDirOwnership) and takes the lock.
   Status Acquire(const std::string& run_dir);
 
  private:
   int fd_ = -1;
   std::string path_;
 };
+
+// Refuses a run_dir that is not a real directory owned by this user, or that group or others may
+// write to: whoever controls the folder controls the sockets and the pid file in it.
+Status CheckRunDirOwnership(const std::string& run_dir);
 
 // Removes /dev/shm segments "torchfarm-<pid>-…" of supervisors that are no longer alive and
 // control sockets in run_dir whose owner is gone. Returns how many were removed.

@@ -60,7 +60,11 @@ Status Supervisor::Start() {
   launch_.control_endpoint = "ipc://" + control_path_;
   launch_.worker_binary = config_.worker_binary.empty() ? SelfDirectory() + "/torchfarm-worker"
                                                         : config_.worker_binary;
-  launch_.segment_prefix = "torchfarm-" + std::to_string(::getpid()) + "-";
+  // The pid keeps RemoveStaleFiles working; the random part makes the names unguessable, so no
+  // other user can pre-create or predict a segment (docs/security.md).
+  std::string nonce;
+  if (Status s = RandomHex(8, &nonce); !s.ok()) return s;
+  launch_.segment_prefix = "torchfarm-" + std::to_string(::getpid()) + "-" + nonce + "-";
   launch_.heartbeat_ms = config_.heartbeat_ms;
   launch_.log_level = options_.log_level;
   if (::access(launch_.worker_binary.c_str(), X_OK) != 0) {
@@ -71,6 +75,7 @@ Status Supervisor::Start() {
   for (auto* socket : {&jobs_, &control_, &admin_}) socket->set(zmq::sockopt::linger, 0);
   jobs_.set(zmq::sockopt::rcvhwm, 100'000);
   jobs_.set(zmq::sockopt::sndhwm, 100'000);
+  if (Status s = SecureSockets(); !s.ok()) return s;
   const std::pair<zmq::socket_t*, std::string> binds[] = {
       {&jobs_, config_.endpoint}, {&control_, launch_.control_endpoint}, {&admin_, config_.admin_endpoint}};
   for (const auto& [socket, endpoint] : binds) {
@@ -80,6 +85,7 @@ Status Supervisor::Start() {
       return Unavailable("cannot bind '" + endpoint + "': " + e.what());
     }
   }
+  if (Status s = ApplyIpcGroup(); !s.ok()) return s;
 
   if (!config_.metrics_endpoint.empty()) {
     if (Status m = MetricsExporter::Start(config_.metrics_endpoint, &metrics_); !m.ok()) return m;
@@ -125,7 +131,10 @@ int Supervisor::Run() {
         owners.emplace_back(slot.get(), Source::kOutput);
       }
     }
+    const size_t zap_item = items.size();
+    if (curve_.started()) items.push_back({curve_.socket_handle(), 0, ZMQ_POLLIN, 0});
     zmq::poll(items.data(), items.size(), std::chrono::milliseconds(PollTimeoutMs()));
+    if (zap_item < items.size() && (items[zap_item].revents & ZMQ_POLLIN)) curve_.HandleRequests();
 
     for (size_t i = 0; i < owners.size(); ++i) {
       if (!(items[4 + i].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) continue;
@@ -157,6 +166,11 @@ int Supervisor::PollTimeoutMs() const {
   TimePoint now = clock_.Now();
   TimePoint next = std::min(now + kMaxPollTimeout, notifier_.next_watchdog());
   for (const auto& model : models_) {
+    // A batch that comes due while every worker of its model is full cannot go anyway; waking
+    // for it would spin the loop (a finishing worker rings its doorbell, which wakes us).
+    bool can_dispatch = std::any_of(model.slots.begin(), model.slots.end(),
+                                    [&](size_t i) { return slots_[i]->CanAccept(); });
+    if (!can_dispatch) continue;
     if (auto due = model.queue.NextDue(); due && *due < next) next = *due;
   }
   auto ms = std::chrono::duration_cast<Millis>(next - now).count();
@@ -185,6 +199,7 @@ void Supervisor::HandleSignals() {
     } else if (signo == SIGHUP) {
       TF_LOG(kInfo) << "SIGHUP: reloading the config" << Kv("config", config_.source_path);
       Reload();
+      if (curve_.started()) curve_.Reload();  // authorized_clients_dir: admitted client keys
     }
   }
 }

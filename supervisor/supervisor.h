@@ -24,6 +24,8 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/status.h"
+#include "supervisor/client_quota.h"
+#include "supervisor/curve_authenticator.h"
 #include "supervisor/metrics_exporter.h"
 #include "supervisor/model_queue.h"
 #include "supervisor/model_stats.h"
@@ -34,6 +36,9 @@
 #include "supervisor/worker_slot.h"
 
 namespace torchfarm {
+
+// 2*bytes lowercase hex digits from /dev/urandom (supervisor_security.cc).
+Status RandomHex(size_t bytes, std::string* out);
 
 struct SupervisorOptions {
   std::string log_level = "info";
@@ -80,6 +85,13 @@ class Supervisor {
 
   // Helpers.
   void AcceptJob(std::vector<zmq::message_t>& frames);
+  // Security set-up of Start (supervisor_security.cc).
+  Status SecureSockets();
+  Status ApplyIpcGroup();
+  // Counts an accepted request against its client (false: the client is at its limit) and
+  // forgets it once answered; Reply calls ReleaseQuota for every request.
+  Status AcquireQuota(PendingRequest& request, zmq::message_t& header_frame);
+  void ReleaseQuota(PendingRequest& request);
   void ReplyError(PendingRequest& request, const Status& status);
   // Answers an accepted request with an error and counts it against its model.
   void FailRequest(Model& model, PendingRequest& request, const Status& status);
@@ -123,6 +135,8 @@ class Supervisor {
   zmq::socket_t jobs_;
   zmq::socket_t control_;
   zmq::socket_t admin_;
+  CurveAuthenticator curve_;  // ZAP handler; bound before any CURVE socket
+  ClientQuota quota_;
   SignalFd signals_;
   RunDirLock lock_;
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/protocol.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/zmq_util.h"
 
@@ -24,7 +25,10 @@ void Supervisor::HandleAdmin() {
     if (frames.size() < 2) continue;
     // Envelope: identity, optional empty delimiter (REQ clients), one JSON frame.
     bool delimiter = frames.size() > 2 && frames[1].size() == 0;
-    json request = json::parse(frames.back().to_string_view(), nullptr, false);
+    // Nesting is bounded before parsing: printing a deep value in the error would recurse.
+    json request = JsonNestingWithin(frames.back().to_string_view(), kMaxHeaderDepth)
+                       ? json::parse(frames.back().to_string_view(), nullptr, false)
+                       : json("nested too deeply");
     json reply = RunAdminCommand(request);
     admin_.send(frames[0], zmq::send_flags::sndmore);
     if (delimiter) admin_.send(zmq::message_t(), zmq::send_flags::sndmore);

@@ -185,6 +185,14 @@ json Supervisor::Reload() {
   config_.max_retries = fresh.max_retries;
   options_.max_retries = fresh.max_retries;
   options_.restart = RestartPolicy::From(fresh.restart);
+  // Request limits apply from the next request; the socket's maxmsgsize, curve, insecure and
+  // ipc_group stay as bound until a restart.
+  config_.limits.request.max_header_bytes = fresh.limits.request.max_header_bytes;
+  config_.limits.request.max_inputs = fresh.limits.request.max_inputs;
+  config_.limits.request.max_rank = fresh.limits.request.max_rank;
+  config_.limits.request.max_tensor_bytes = fresh.limits.request.max_tensor_bytes;
+  config_.limits.max_queued_per_client = fresh.limits.max_queued_per_client;
+  quota_.set_max_per_client(fresh.limits.max_queued_per_client);
   RebuildServedModels();
   std::string summary;
   for (const auto& n : notes) summary += (summary.empty() ? "" : "; ") + n;

@@ -100,6 +100,7 @@ void Supervisor::Reply(PendingRequest& request, const std::string& header,
   // A client that went away makes ROUTER drop the message; that is the only loss, and it is the
   // client's own.
   const bool has_frames = frames && !frames->empty();
+  ReleaseQuota(request);
   jobs_.send(request.identity, zmq::send_flags::sndmore);
   if (request.has_delimiter) jobs_.send(zmq::message_t(), zmq::send_flags::sndmore);
   jobs_.send(zmq::buffer(header), has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
@@ -121,7 +122,12 @@ void Supervisor::FailRequest(Model& model, PendingRequest& request, const Status
 
 void Supervisor::HandleJobs() {
   std::vector<zmq::message_t> frames;
-  for (int n = 0; n < kMaxMessagesPerTurn && ReceiveMultipart(jobs_, &frames); ++n) {
+  // Envelope (identity, delimiter) + header + inputs, and one more so ParseJob sees the excess.
+  const size_t max_frames = config_.limits.request.max_inputs + 4;
+  bool truncated = false;
+  for (int n = 0; n < kMaxMessagesPerTurn &&
+                  ReceiveMultipartBounded(jobs_, &frames, max_frames, &truncated);
+       ++n) {
     AcceptJob(frames);
   }
 }
@@ -131,8 +137,10 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
   size_t payload = 0;
   if (!SplitEnvelope(frames, &request, &payload)) return;
   size_t served = served_index_.size();
-  Status s = ParseJob(frames, payload, served_configs_, clock_.Now(), &request, &served);
+  Status s = ParseJob(frames, payload, served_configs_, clock_.Now(), &request, &served,
+                      config_.limits.request);
   Model* model = served < served_index_.size() ? &models_[served_index_[served]] : nullptr;
+  if (s.ok()) s = AcquireQuota(request, frames[payload]);
   if (s.ok() && draining_) s = Unavailable("the farm is draining and accepts no new requests");
   if (s.ok() && !ModelAvailable(*model)) {
     FailModelIfNoWorkers(*model);

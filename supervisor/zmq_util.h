@@ -23,4 +23,26 @@ inline bool ReceiveMultipart(zmq::socket_t& socket, std::vector<zmq::message_t>*
   }
 }
 
+// As ReceiveMultipart, but keeps at most `max_frames` frames of a message: the rest is read and
+// dropped, and *truncated says so. A client cannot make the loop hold a million-frame vector.
+inline bool ReceiveMultipartBounded(zmq::socket_t& socket, std::vector<zmq::message_t>* frames,
+                                    size_t max_frames, bool* truncated) {
+  frames->clear();
+  *truncated = false;
+  zmq::message_t part;
+  while (true) {
+    auto got = socket.recv(part, frames->empty() && !*truncated ? zmq::recv_flags::dontwait
+                                                                : zmq::recv_flags::none);
+    if (!got) return false;
+    bool more = part.more();
+    if (frames->size() < max_frames) {
+      frames->push_back(std::move(part));
+      part = zmq::message_t();
+    } else {
+      *truncated = true;
+    }
+    if (!more) return true;
+  }
+}
+
 }  // namespace torchfarm

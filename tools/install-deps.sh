@@ -17,7 +17,18 @@ packages=(
   libsystemd-dev         # sd_notify: Type=notify, watchdog
   systemd                # systemd-analyze verify of configs/*.service (tests/tools)
   python3-numpy python3-zmq python3-pytest
+  python3-yaml           # offline check of deploy/kubernetes (tests/multihost)
+  iproute2               # ip netns: the multihost test (tests/multihost)
 )
+
+# Optional groups, installed only when asked for, so `make test` stays as quick to set up:
+#   --fuzz   clang and libFuzzer's runtime for `make fuzz` (about 200 MB)
+for arg in "$@"; do
+  case "$arg" in
+    --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
+    *) echo "install-deps: unknown option '$arg' (known: --fuzz)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

@@ -7,14 +7,24 @@
 #include <vector>
 
 #include "common/log.h"
+#include "tools/bench_command.h"
 #include "tools/command.h"
+#include "tools/ctl_command.h"
 #include "tools/infer_command.h"
+#include "tools/keygen_command.h"
+#include "tools/stats_command.h"
+#include "tools/top_command.h"
 
 namespace {
 
 std::vector<std::unique_ptr<torchfarm::Command>> MakeCommands(CLI::App* app) {
   std::vector<std::unique_ptr<torchfarm::Command>> commands;
   commands.push_back(std::make_unique<torchfarm::InferCommand>(app));
+  commands.push_back(std::make_unique<torchfarm::BenchCommand>(app));
+  commands.push_back(std::make_unique<torchfarm::StatsCommand>(app));
+  commands.push_back(std::make_unique<torchfarm::TopCommand>(app));
+  commands.push_back(std::make_unique<torchfarm::CtlCommand>(app));
+  commands.push_back(std::make_unique<torchfarm::KeygenCommand>(app));
   return commands;
 }
 

@@ -11,6 +11,7 @@
 #include <zmq_addon.hpp>
 
 #include "common/clock.h"
+#include "common/curve_keys.h"
 #include "common/log.h"
 
 namespace torchfarm {
@@ -153,6 +154,28 @@ Client::Client(const std::string& endpoint, int io_timeout_ms)
   connect_status_ = Connect();
 }
 
+Client::Client(const std::string& endpoint, const ClientSecurity& security, int io_timeout_ms)
+    : endpoint_(endpoint),
+      security_(security),
+      io_timeout_ms_(io_timeout_ms),
+      release_tracker_(std::make_unique<FrameReleaseTracker>()),
+      context_(std::make_unique<zmq::context_t>(1)) {
+  connect_status_ = Connect();
+}
+
+Status ClientSecurity::FromFiles(const std::string& server_public_key_file,
+                                 const std::string& client_secret_key_file, ClientSecurity* out) {
+  ClientSecurity security;
+  CurveKeyPair pair;
+  if (Status s = ReadCurveKeyFile(server_public_key_file, &security.server_public_key); !s.ok())
+    return s;
+  if (Status s = ReadCurveSecretKeyFile(client_secret_key_file, &pair); !s.ok()) return s;
+  security.public_key = pair.public_key;
+  security.secret_key = pair.secret_key;
+  *out = std::move(security);
+  return Status::Ok();
+}
+
 Client::~Client() = default;
 
 Status Client::Connect() {
@@ -161,6 +184,19 @@ Status Client::Connect() {
     socket_->set(zmq::sockopt::linger, 0);
     // A send blocks only while the outbound queue is full (high-water mark); bound that too.
     socket_->set(zmq::sockopt::sndtimeo, io_timeout_ms_);
+    if (security_.enabled()) {
+      for (const std::string* key :
+           {&security_.server_public_key, &security_.public_key, &security_.secret_key}) {
+        if (!IsCurveKey(*key)) {
+          socket_.reset();
+          return InvalidArgument("ClientSecurity: every key must be 40 Z85 characters (as "
+                                 "`torchfarm keygen` writes them)");
+        }
+      }
+      socket_->set(zmq::sockopt::curve_serverkey, security_.server_public_key);
+      socket_->set(zmq::sockopt::curve_publickey, security_.public_key);
+      socket_->set(zmq::sockopt::curve_secretkey, security_.secret_key);
+    }
     socket_->connect(endpoint_);
   } catch (const zmq::error_t& e) {
     socket_.reset();

@@ -58,6 +58,7 @@ TEST(ConfigTest, MinimalConfigGetsDefaults) {
 TEST(ConfigTest, ExplicitValuesAreRead) {
   json j = MinimalConfig();
   j["endpoint"] = "tcp://0.0.0.0:6000";
+  j["insecure"] = true;  // a network endpoint without CURVE (security_config_test.cc)
   j["heartbeat_ms"] = 250;
   j["models"][0]["max_batch_size"] = 16;
   j["models"][0]["preferred_batch_sizes"] = {8, 4, 16};

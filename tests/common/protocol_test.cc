@@ -298,3 +298,25 @@ TEST(ProtocolTest, TensorSpecJsonRoundTripAndWildcards) {
 
 }  // namespace
 }  // namespace torchfarm
+
+namespace torchfarm {
+namespace {
+
+// MakeOkReply writes its JSON by hand; it must equal what a json object would produce.
+TEST(ProtocolReply, HandWrittenOkReplyEqualsTheJsonObject) {
+  std::vector<TensorSpec> outputs = {{DType::kFloat16, {2, 3}}, {DType::kBool, {}}};
+  for (const nlohmann::json& id :
+       {nlohmann::json(nullptr), nlohmann::json(7), nlohmann::json("a \"quoted\" id \u00e9"),
+        nlohmann::json::parse(R"({"trace":[1,2,{"k":"v"}]})")}) {
+    std::string text = MakeOkReply(id, outputs, StageTimes{1, 2, 3}, 4);
+    nlohmann::json expected = {
+        {"v", 1}, {"id", id}, {"status", "ok"},
+        {"outputs", {{{"dtype", "float16"}, {"shape", {2, 3}}}, {{"dtype", "bool"}, {"shape", nlohmann::json::array()}}}},
+        {"timing_us", {{"queue", 1}, {"compute", 2}, {"total", 3}}},
+        {"worker", 4}};
+    EXPECT_EQ(nlohmann::json::parse(text), expected) << text;
+  }
+}
+
+}  // namespace
+}  // namespace torchfarm

@@ -60,12 +60,29 @@ struct InferResult {
   std::vector<Tensor> outputs;
 };
 
+// CURVE for a job socket that requires it (docs/security.md): the server's public key and this
+// client's own pair, all Z85 (40 characters). Empty server_public_key: no CURVE.
+struct ClientSecurity {
+  std::string server_public_key;
+  std::string public_key;
+  std::string secret_key;
+
+  bool enabled() const { return !server_public_key.empty(); }
+  // Reads the server's public key file (SERVER.key) and this client's secret key file
+  // (NAME.key_secret, mode 0600; its public key is derived), as `torchfarm keygen` writes them.
+  static Status FromFiles(const std::string& server_public_key_file,
+                          const std::string& client_secret_key_file, ClientSecurity* out);
+};
+
 class Client {
  public:
   // `endpoint`: "tcp://127.0.0.1:5555", "ipc:///tmp/x.sock". `io_timeout_ms` bounds each wait of
   // Infer for its reply. A malformed endpoint does not throw: connect_status() reports it and
   // every call returns it.
   explicit Client(const std::string& endpoint, int io_timeout_ms = 30000);
+  // The same over CURVE. Invalid keys do not throw: connect_status() reports them. A server that
+  // does not know this client's key never answers: calls end with DEADLINE_EXCEEDED.
+  Client(const std::string& endpoint, const ClientSecurity& security, int io_timeout_ms = 30000);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -116,6 +133,7 @@ class Client {
   void ResetSocketIfFramesQueued();
 
   std::string endpoint_;
+  ClientSecurity security_;
   int io_timeout_ms_;
   Status connect_status_;
   uint64_t next_id_ = 1;

@@ -1,0 +1,95 @@
+// Batch assembly: what the supervisor does per batch between receiving requests and ringing a
+// worker: queue the requests (ModelQueue::Push), form the batch (TakeBatch), and concatenate the
+// rows into a ring slot. The copy loop mirrors WorkerSlot::Dispatch (which needs a live worker, so
+// it is not called here): memcpy per request, then one TensorDesc per input.
+// Argument: batch size (requests of one [1, 256] float32 row each).
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "ipc/worker_segment.h"
+#include "supervisor/model_queue.h"
+
+namespace torchfarm {
+namespace {
+
+constexpr int64_t kWidth = 256;
+
+PendingRequest MakeRequest(int tag) {
+  PendingRequest r;
+  r.inputs = {TensorSpec{DType::kFloat32, {1, kWidth}}};
+  r.rows = 1;
+  r.slot_bytes = kWidth * 4;
+  r.id = tag;
+  r.frames.emplace_back(static_cast<size_t>(kWidth * 4));
+  std::memset(r.frames.back().data(), tag & 0xff, kWidth * 4);
+  return r;
+}
+
+void CopyIntoSlot(const std::vector<PendingRequest>& batch, int64_t rows, uint8_t* slot) {
+  ipc::SlotHeader* header = ipc::SlotHeaderOf(slot);
+  uint8_t* data = ipc::SlotData(slot);
+  const PendingRequest& first = batch.front();
+  header->tensor_count = static_cast<uint32_t>(first.inputs.size());
+  uint64_t offset = 0;
+  for (size_t i = 0; i < first.inputs.size(); ++i) {
+    TensorSpec spec = first.inputs[i];
+    if (batch.size() > 1) spec.shape[0] = rows;
+    uint64_t written = 0;
+    for (const PendingRequest& r : batch) {
+      std::memcpy(data + offset + written, r.frames[i].data(), r.frames[i].size());
+      written += r.frames[i].size();
+    }
+    ipc::FillTensorDesc(spec, offset, written, &header->tensors[i]);
+    offset = ipc::AlignUp(offset + written, ipc::kTensorAlignment);
+  }
+}
+
+void BM_BatchAssembly(benchmark::State& state) {
+  const int64_t batch_size = state.range(0);
+  BatchingPolicy policy;
+  policy.max_batch_size = batch_size;
+  ModelQueue queue(policy);
+  std::unique_ptr<ipc::WorkerSegment> segment;
+  std::string name = "torchfarm-microbench-batch-" + std::to_string(::getpid());
+  if (!ipc::WorkerSegment::Create(name, 4, 1 << 20, &segment).ok()) std::abort();
+  ipc::SpscRing ring = segment->request_ring();
+  std::vector<PendingRequest> requests;
+  for (int i = 0; i < batch_size; ++i) requests.push_back(MakeRequest(i));
+  const TimePoint now = Clock::now();
+  for (auto _ : state) {
+    for (auto& r : requests) queue.Push(r);
+    std::vector<PendingRequest> batch = queue.TakeBatch(now);
+    uint8_t* slot = ring.TryReserve();
+    CopyIntoSlot(batch, static_cast<int64_t>(batch.size()), slot);
+    ring.Publish();
+    ring.Front();
+    ring.Pop();
+    requests = std::move(batch);  // the same requests again next round, as fresh arrivals
+  }
+  state.SetItemsProcessed(state.iterations() * batch_size);
+  state.SetBytesProcessed(state.iterations() * batch_size * kWidth * 4);
+}
+BENCHMARK(BM_BatchAssembly)->Arg(1)->Arg(8)->Arg(32)->Arg(64);
+
+// The queue alone: Push + TakeBatch, no copy.
+void BM_ModelQueuePushTake(benchmark::State& state) {
+  const int64_t batch_size = state.range(0);
+  BatchingPolicy policy;
+  policy.max_batch_size = batch_size;
+  ModelQueue queue(policy);
+  std::vector<PendingRequest> requests;
+  for (int i = 0; i < batch_size; ++i) requests.push_back(MakeRequest(i));
+  const TimePoint now = Clock::now();
+  for (auto _ : state) {
+    for (auto& r : requests) queue.Push(r);
+    requests = queue.TakeBatch(now);
+  }
+  state.SetItemsProcessed(state.iterations() * batch_size);
+}
+BENCHMARK(BM_ModelQueuePushTake)->Arg(1)->Arg(64);
+
+}  // namespace
+}  // namespace torchfarm

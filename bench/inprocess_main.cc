@@ -1,0 +1,150 @@
+// torchfarm-bench-inprocess: the in-process baseline the farm is measured against. One process,
+// one thread calling forward() in a loop (LibTorch's intra-op pool does the parallel work), the
+// same TorchScript file and the same InferenceMode the worker uses, no IPC at all.
+//
+// Owns: the loaded module, a few random input batches per batch size (cycled, so the loop is not
+// served from a single hot buffer), and the per-forward latencies. Runs on its main thread, which
+// is also the thread whose intra-op count is set (as the worker does on its compute thread).
+//
+//   torchfarm-bench-inprocess --model FILE --shape 1,3,32,32 [--batch 1,8,32] [--threads 2]
+//                             [--seconds 2] [--warmup 0.5] [--dtype float32]
+//
+// Prints one JSON object: per batch size rows/s, forwards/s and forward latency percentiles, the
+// best rows/s, the process's RSS (VmRSS, VmHWM) and the LibTorch version.
+#include <torch/script.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kDistinctInputs = 8;
+constexpr int kMinForwards = 3;
+
+// kB value of a /proc/self/status line such as "VmRSS:", or -1.
+int64_t StatusKib(const std::string& key) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(key.size()));
+  }
+  return -1;
+}
+
+double Percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(values.size())));
+  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+}
+
+std::vector<int64_t> ParseShape(const std::string& text) {
+  std::vector<int64_t> shape;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) shape.push_back(std::stoll(part));
+  return shape;
+}
+
+torch::Tensor RandomInput(std::vector<int64_t> shape, int64_t batch, torch::ScalarType type) {
+  shape[0] = batch;
+  return (torch::rand(shape) * 2 - 1).to(type);
+}
+
+// Runs forward() on batches of `batch` rows for `seconds` (at least kMinForwards times).
+json Measure(torch::jit::Module& module, const std::vector<int64_t>& shape, torch::ScalarType type,
+             int64_t batch, double warmup, double seconds) {
+  std::vector<torch::Tensor> inputs;
+  for (int i = 0; i < kDistinctInputs; ++i) inputs.push_back(RandomInput(shape, batch, type));
+  c10::InferenceMode guard;
+  auto run_for = [&](double duration, std::vector<double>* latencies_us) {
+    const auto start = Clock::now();
+    const auto end = start + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(duration));
+    int64_t n = 0;
+    while (Clock::now() < end || (latencies_us && n < kMinForwards)) {
+      const auto t0 = Clock::now();
+      torch::IValue out = module.forward({inputs[n % kDistinctInputs]});
+      const auto t1 = Clock::now();
+      if (latencies_us)
+        latencies_us->push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      ++n;
+    }
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  run_for(warmup, nullptr);
+  std::vector<double> latencies;
+  const double elapsed = run_for(seconds, &latencies);
+  const double forwards = static_cast<double>(latencies.size());
+  return {
+      {"batch", batch},
+      {"forwards", latencies.size()},
+      {"seconds", elapsed},
+      {"forwards_per_s", forwards / elapsed},
+      {"rows_per_s", forwards * static_cast<double>(batch) / elapsed},
+      {"latency_us",
+       {{"p50", Percentile(latencies, 0.5)},
+        {"p99", Percentile(latencies, 0.99)},
+        {"mean",
+         forwards > 0 ? std::accumulate(latencies.begin(), latencies.end(), 0.0) / forwards : 0}}}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "torchfarm-bench-inprocess: forward() in a loop, the baseline of the farm benchmarks"};
+  std::string model_path, shape_text, dtype = "float32";
+  std::vector<int64_t> batches = {1};
+  int threads = 1;
+  double seconds = 2, warmup = 0.5;
+  app.add_option("--model", model_path, "TorchScript file")->required()->check(CLI::ExistingFile);
+  app.add_option("--shape", shape_text, "Input shape; dim 0 is replaced by each batch size")
+      ->required();
+  app.add_option("--batch", batches, "Batch sizes to measure")->delimiter(',');
+  app.add_option("--threads", threads, "Intra-op threads")->check(CLI::PositiveNumber);
+  app.add_option("--seconds", seconds, "Measured seconds per batch size");
+  app.add_option("--warmup", warmup, "Unmeasured seconds per batch size");
+  app.add_option("--dtype", dtype, "float32 or float64");
+  CLI11_PARSE(app, argc, argv);
+
+  at::set_num_interop_threads(1);
+  at::set_num_threads(threads);
+  const torch::ScalarType type = dtype == "float64" ? torch::kFloat64 : torch::kFloat32;
+  const int64_t rss_before_load = StatusKib("VmRSS:");
+  torch::jit::Module module = torch::jit::load(model_path);
+  module.eval();
+  json results = json::array();
+  json best;
+  for (int64_t batch : batches) {
+    json r = Measure(module, ParseShape(shape_text), type, batch, warmup, seconds);
+    if (best.is_null() || r["rows_per_s"].get<double>() > best["rows_per_s"].get<double>())
+      best = r;
+    results.push_back(std::move(r));
+  }
+  json report = {{"model", model_path},
+                 {"shape", shape_text},
+                 {"threads", threads},
+                 {"torch_version", TORCH_VERSION},
+                 {"results", results},
+                 {"best", best},
+                 {"rss_kib_before_load", rss_before_load},
+                 {"rss_kib", StatusKib("VmRSS:")},
+                 {"hwm_kib", StatusKib("VmHWM:")}};
+  std::cout << report.dump(2) << std::endl;
+  return 0;
+}

@@ -1,0 +1,41 @@
+// Per-client admission: how many requests one client may have queued or running at once, so one
+// noisy client cannot take a whole model queue (config "limits.max_queued_per_client").
+//
+// Owns: a count per client key, erased when it drops to zero (the map never holds more entries
+// than there are requests in the supervisor). A client key is the ROUTER routing id of the
+// connection, or the CURVE public key (ZAP User-Id) when the job socket runs CURVE, so that one
+// key is one client however many connections it opens. Pure; runs on the supervisor's loop thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <zmq.hpp>
+
+namespace torchfarm {
+
+class ClientQuota {
+ public:
+  explicit ClientQuota(int64_t max_per_client = 256) : max_per_client_(max_per_client) {}
+
+  // Counts one more request of `client`; false (nothing counted) when it already holds the max.
+  bool TryAcquire(const std::string& client);
+  // The request of `client` was answered.
+  void Release(const std::string& client);
+
+  int64_t held(const std::string& client) const;
+  size_t clients() const { return held_.size(); }
+  int64_t max_per_client() const { return max_per_client_; }
+  void set_max_per_client(int64_t max) { max_per_client_ = max; }
+
+ private:
+  int64_t max_per_client_;
+  std::unordered_map<std::string, int64_t> held_;
+};
+
+// The key a request is counted under: the ZAP User-Id when `per_key` and the message carries one
+// (CURVE), else the routing id. `payload` is any frame of the request after the
+// envelope (libzmq attaches the connection's metadata to received frames).
+std::string ClientKey(const zmq::message_t& identity, zmq::message_t& payload, bool per_key);
+
+}  // namespace torchfarm

@@ -1,0 +1,114 @@
+"""Starts one real torchfarm farm for the Python client tests (session scope).
+
+The binaries come from $TORCHFARM_BIN_DIR (set by ctest to <build>/bin; default: build/bin of the
+repository). The farm gets a scratch folder under /tmp holding the models written by
+torchfarm-mkmodel, the config, the ipc sockets and the run_dir; it is stopped with SIGTERM at the
+end of the session, and its log is printed when it did not stop cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import zmq
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "clients" / "python"))
+
+# Each dtype gets its own identity model entry: a model declares one dtype per input.
+IDENTITY_DTYPES = ["float32", "float64", "int64", "int32", "uint8", "bool", "float16"]
+
+
+@dataclass
+class Farm:
+    endpoint: str
+    admin_endpoint: str
+    model_dir: Path
+    dir: Path
+
+
+def _bin_dir() -> Path:
+    return Path(os.environ.get("TORCHFARM_BIN_DIR", REPO / "build" / "bin"))
+
+
+def _admin(endpoint: str, cmd: str, timeout_ms: int = 500):
+    context = zmq.Context.instance()
+    with context.socket(zmq.REQ) as socket:
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.connect(endpoint)
+        socket.send_json({"cmd": cmd})
+        if not socket.poll(timeout_ms):
+            return None
+        return socket.recv_json()
+
+
+def _config(scratch: Path, models: Path) -> dict:
+    def model(name: str, path: str, inputs: list, **extra) -> dict:
+        return {"name": name, "path": str(models / path), "inputs": inputs,
+                "instances": [{"device": "cpu", "count": 1, "threads": 1}], **extra}
+
+    entries = [model(f"identity_{d}", "identity.pt", [{"dtype": d, "shape": [-1, -1]}])
+               for d in IDENTITY_DTYPES]
+    entries += [
+        model("pair", "pair.pt", [{"dtype": "float32", "shape": [-1, 5]}] * 2),
+        model("mlp", "mlp.pt", [{"dtype": "float32", "shape": [-1, 256]}],
+              max_batch_size=8, max_queue_delay_us=200),
+        model("slow", "slow.pt", [{"dtype": "float32", "shape": [-1, 4]}]),
+    ]
+    return {"endpoint": f"ipc://{scratch}/jobs.sock",
+            "admin_endpoint": f"ipc://{scratch}/admin.sock", "run_dir": str(scratch / "run"),
+            "heartbeat_ms": 200, "models": entries}
+
+
+@pytest.fixture(scope="session")
+def farm():
+    bin_dir = _bin_dir()
+    for binary in ("torchfarm-supervisor", "torchfarm-worker", "torchfarm-mkmodel"):
+        if not (bin_dir / binary).exists():
+            pytest.fail(f"{bin_dir / binary} not found: build first or set TORCHFARM_BIN_DIR")
+    scratch = Path(tempfile.mkdtemp(prefix="tf-py-", dir="/tmp"))
+    models = scratch / "models"
+    subprocess.run([str(bin_dir / "torchfarm-mkmodel"), "--all", str(models)], check=True,
+                   stdout=subprocess.DEVNULL)
+    config = _config(scratch, models)
+    (scratch / "config.json").write_text(json.dumps(config, indent=2))
+    log_path = scratch / "supervisor.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [str(bin_dir / "torchfarm-supervisor"), "--config", str(scratch / "config.json"),
+             "--drain-timeout-ms", "1000"], stderr=log, stdout=log)
+    clean = False
+    try:
+        give_up = time.monotonic() + 90
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"supervisor exited with {process.returncode}:\n{log_path.read_text()}")
+            health = _admin(config["admin_endpoint"], "health")
+            if health and health.get("ready"):
+                break
+            if time.monotonic() > give_up:
+                pytest.fail(f"farm not ready in 90 s; last health {health}:\n"
+                            f"{log_path.read_text()}")
+            time.sleep(0.1)
+        yield Farm(config["endpoint"], config["admin_endpoint"], models, scratch)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            clean = process.wait(timeout=20) == 0
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if not clean:
+            sys.stderr.write(f"---- supervisor.log (exit {process.returncode}) ----\n"
+                             f"{log_path.read_text()}\n")
+        shutil.rmtree(scratch, ignore_errors=True)

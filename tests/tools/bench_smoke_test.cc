@@ -1,0 +1,138 @@
+// `torchfarm bench` smoke run: a few hundred requests against a real farm and against the echo
+// server; checks the JSON report's shape, zero errors, and that error replies are counted by code.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "farm_fixture.h"
+
+namespace torchfarm::testing {
+namespace {
+
+using nlohmann::json;
+
+struct CommandOutput {
+  int exit_code = -1;
+  std::string out;
+};
+
+CommandOutput RunCommand(const std::string& command) {
+  CommandOutput result;
+  FILE* pipe = ::popen((command + " 2>/dev/null").c_str(), "r");
+  if (!pipe) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
+  int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string Bench(const std::string& endpoint, const std::string& args) {
+  return BinDir() + "/torchfarm bench --endpoint " + endpoint +
+         " --model identity --seconds 1 --warmup 0.2 --concurrency 2 --requests 300 --json " + args;
+}
+
+// The fields every step of every report carries.
+void ExpectStepShape(const json& step) {
+  for (const char* key :
+       {"concurrency", "depth", "target_rate", "window_s", "sent", "ok", "requests_per_s",
+        "latency_us", "errors", "error_count", "mean_batch_size", "server_us"}) {
+    EXPECT_TRUE(step.contains(key)) << key << " missing in " << step.dump();
+  }
+  const json& latency = step["latency_us"];
+  for (const char* key : {"p50", "p90", "p99", "p999", "min", "max", "mean", "count"}) {
+    EXPECT_TRUE(latency[key].is_number()) << key << " in " << latency.dump();
+  }
+  EXPECT_LE(latency["p50"].get<double>(), latency["p99"].get<double>());
+  EXPECT_LE(latency["p99"].get<double>(), latency["p999"].get<double>());
+}
+
+json Identity(int64_t max_batch) {
+  return json::array({{{"name", "identity"},
+                       {"path", ModelDir() + "/identity.pt"},
+                       {"inputs", {{{"dtype", "float32"}, {"shape", {-1, 256}}}}},
+                       {"instances", {{{"device", "cpu"}, {"count", 1}}}},
+                       {"max_batch_size", max_batch}}});
+}
+
+TEST(BenchSmoke, ClosedLoopAgainstAFarmHasNoErrors) {
+  Farm farm(Identity(8));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  std::string admin = "ipc://" + farm.dir() + "/run/admin.sock";
+  CommandOutput run = RunCommand(Bench(farm.endpoint(), "--shape 1,256 --admin-endpoint " + admin));
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  json report = json::parse(run.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << run.out;
+  EXPECT_EQ(report["model"], "identity");
+  EXPECT_EQ(report["mode"], "closed");
+  EXPECT_EQ(report["total_errors"], 0);
+  ASSERT_EQ(report["steps"].size(), 1u);
+  const json& step = report["steps"][0];
+  ExpectStepShape(step);
+  EXPECT_EQ(step["concurrency"], 2);
+  EXPECT_EQ(step["error_count"], 0);
+  EXPECT_TRUE(step["errors"].empty()) << step["errors"].dump();
+  EXPECT_GT(step["ok"].get<int64_t>(), 0);
+  EXPECT_LE(step["ok"].get<int64_t>(), 300 + 2) << "--requests ends the window";
+  EXPECT_GT(step["requests_per_s"].get<double>(), 0);
+  ASSERT_TRUE(step["mean_batch_size"].is_number()) << "from the admin socket";
+  EXPECT_GE(step["mean_batch_size"].get<double>(), 1.0);
+  EXPECT_LE(step["mean_batch_size"].get<double>(), 2.0) << "2 clients, one request each";
+  EXPECT_TRUE(step["server_us"]["total"].is_number());
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(BenchSmoke, ErrorRepliesAreCountedByCode) {
+  Farm farm(Identity(1));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  CommandOutput run = RunCommand(Bench(farm.endpoint(), "--shape 1,255"));
+  EXPECT_EQ(run.exit_code, 1) << "error replies exit 1";
+  json report = json::parse(run.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << run.out;
+  const json& step = report["steps"][0];
+  EXPECT_EQ(step["ok"], 0);
+  EXPECT_GT(step["errors"].value("INVALID_ARGUMENT", 0), 0) << step["errors"].dump();
+  EXPECT_EQ(step["error_count"], report["total_errors"]);
+}
+
+TEST(BenchSmoke, EchoServerServesTheSameClientPath) {
+  std::string dir = "/tmp/tf-bench-echo-" + std::to_string(::getpid());
+  ASSERT_EQ(::system(("mkdir -p " + dir).c_str()), 0);
+  std::string endpoint = "ipc://" + dir + "/echo.sock";
+  pid_t echo = ::fork();
+  if (echo == 0) {
+    std::string binary = BinDir() + "/torchfarm";
+    ::execl(binary.c_str(), binary.c_str(), "bench", "--echo-server", endpoint.c_str(), nullptr);
+    ::_exit(127);
+  }
+  CommandOutput run =
+      RunCommand(Bench(endpoint, "--shape 1,256 --shape 3 --dtype float32 --dtype int64"));
+  ::kill(echo, SIGTERM);
+  int status = 0;
+  ::waitpid(echo, &status, 0);
+  ::system(("rm -rf " + dir).c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "echo server stops cleanly on SIGTERM";
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  json report = json::parse(run.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << run.out;
+  ASSERT_EQ(report["inputs"].size(), 2u);
+  const json& step = report["steps"][0];
+  ExpectStepShape(step);
+  EXPECT_EQ(step["error_count"], 0) << step["errors"].dump();
+  EXPECT_GT(step["ok"].get<int64_t>(), 0);
+  EXPECT_TRUE(step["mean_batch_size"].is_null()) << "no admin socket given";
+  // Both tensors come back: (1*256*4 + 3*8) bytes per reply.
+  EXPECT_GT(step["reply_mb_per_s"].get<double>(), 0);
+}
+
+}  // namespace
+}  // namespace torchfarm::testing

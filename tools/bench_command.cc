@@ -1,0 +1,285 @@
+#include "tools/bench_command.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+#include <zmq.hpp>
+
+#include "tools/echo_server.h"
+#include "tools/load_generator.h"
+
+namespace torchfarm {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kAdminTimeoutMs = 2000;
+
+int ReportError(const Status& status, int exit_code) {
+  std::cerr << "error: " << status.ToString() << "\n";
+  return exit_code;
+}
+
+json Round(double value, int decimals) {
+  if (!std::isfinite(value)) return nullptr;
+  const double scale = std::pow(10.0, decimals);
+  return std::round(value * scale) / scale;
+}
+
+json LatencyJson(const LatencySummary& s) {
+  return {{"count", s.count},
+          {"min", Round(s.min_us, 1)},
+          {"mean", Round(s.mean_us, 1)},
+          {"p50", Round(s.p50_us, 1)},
+          {"p90", Round(s.p90_us, 1)},
+          {"p99", Round(s.p99_us, 1)},
+          {"p999", Round(s.p999_us, 1)},
+          {"max", Round(s.max_us, 1)}};
+}
+
+json ServerMean(double value) { return value < 0 ? json(nullptr) : Round(value, 1); }
+
+// The admin socket's {"cmd": "stats"}; null on timeout or a non-object reply.
+json AdminStats(const std::string& endpoint) {
+  try {
+    zmq::context_t context(1);
+    zmq::socket_t socket(context, zmq::socket_type::req);
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::rcvtimeo, kAdminTimeoutMs);
+    socket.set(zmq::sockopt::sndtimeo, kAdminTimeoutMs);
+    socket.connect(endpoint);
+    socket.send(zmq::str_buffer(R"({"cmd":"stats"})"), zmq::send_flags::none);
+    zmq::message_t reply;
+    if (!socket.recv(reply)) return nullptr;
+    json j = json::parse(reply.to_string_view(), nullptr, false);
+    return j.is_object() ? j : json(nullptr);
+  } catch (const zmq::error_t&) {
+    return nullptr;
+  }
+}
+
+json MeanBatchSize(const json& before, const json& after) {
+  if (!before.is_object() || !after.is_object()) return nullptr;
+  double batches = after["batches"].get<double>() - before["batches"].get<double>();
+  double rows = after["rows"].get<double>() - before["rows"].get<double>();
+  return batches > 0 ? Round(rows / batches, 2) : json(nullptr);
+}
+
+std::string Fixed(const json& value, int decimals) {
+  if (!value.is_number()) return "-";
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", decimals, value.get<double>());
+  return buffer;
+}
+
+}  // namespace
+
+BenchCommand::BenchCommand(CLI::App* parent) {
+  app_ = parent->add_subcommand("bench", "Load-test a farm (closed-loop sweep or open-loop rate)");
+  app_->add_option("--endpoint", endpoint_, "Supervisor endpoint")->capture_default_str();
+  app_->add_option("--model", model_, "Model name (required unless --echo-server)");
+  app_->add_option("--shape", shapes_, "Input shape, e.g. 1,256; once per model input");
+  app_->add_option("--dtype", dtypes_, "Input dtype, once per input (one applies to all)")
+      ->capture_default_str();
+  app_->add_option("--concurrency", concurrency_, "Clients per step (a sweep: 1,4,16,64)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app_->add_option("--depth", depth_, "Closed loop: requests each client keeps in flight")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app_->add_option("--rate", rates_,
+                   "Open loop: requests/s over all clients (a list: one step each)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app_->add_option("--seconds", seconds_, "Measured seconds per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app_->add_option("--warmup", warmup_, "Unmeasured seconds before each step")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app_->add_option("--requests", requests_, "End each step after this many replies (0: time only)")
+      ->check(CLI::NonNegativeNumber);
+  app_->add_option("--threads", threads_, "Generator threads (0: min(concurrency, cores))")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app_->add_option("--io-threads", io_threads_, "ZeroMQ I/O threads of the generator")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app_->add_option("--io-timeout-ms", io_timeout_ms_, "A request unanswered this long is NO_REPLY")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app_->add_option("--timeout-ms", timeout_ms_,
+                   "Server-side deadline sent with each request (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  app_->add_option("--admin-endpoint", admin_endpoint_,
+                   "Admin socket of the farm; adds the mean batch size of each step");
+  app_->add_option("--seed", seed_, "Seed of the random inputs")->capture_default_str();
+  app_->add_flag("--json", json_, "Print one JSON report instead of a table");
+  app_->add_option("--echo-server", echo_endpoint_,
+                   "Serve as a trivial echo target on this endpoint (until SIGINT/SIGTERM)");
+}
+
+Status BenchCommand::ParseShape(const std::string& text, std::vector<int64_t>* shape) {
+  shape->clear();
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string part =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    long long value = part.empty() ? -1 : std::strtoll(part.c_str(), &end, 10);
+    if (part.empty() || *end != '\0' || value < 0) {
+      return InvalidArgument("--shape '" + text + "': expected non-negative integers like 1,256");
+    }
+    shape->push_back(value);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (shape->size() > static_cast<size_t>(kMaxRank)) {
+    return InvalidArgument("--shape '" + text + "': rank above " + std::to_string(kMaxRank));
+  }
+  return Status::Ok();
+}
+
+Status BenchCommand::BuildInputs(std::vector<TensorSpec>* inputs) const {
+  if (shapes_.empty()) return InvalidArgument("--shape is required (e.g. --shape 1,256)");
+  if (dtypes_.size() != 1 && dtypes_.size() != shapes_.size()) {
+    return InvalidArgument("give one --dtype, or one per --shape");
+  }
+  for (size_t i = 0; i < shapes_.size(); ++i) {
+    TensorSpec spec;
+    const std::string& name = dtypes_.size() == 1 ? dtypes_[0] : dtypes_[i];
+    auto dtype = ParseDType(name);
+    if (!dtype)
+      return InvalidArgument("--dtype '" + name + "': expected one of " + AllDTypeNames());
+    spec.dtype = *dtype;
+    if (Status s = ParseShape(shapes_[i], &spec.shape); !s.ok()) return s;
+    inputs->push_back(std::move(spec));
+  }
+  return Status::Ok();
+}
+
+json BenchCommand::StepJson(int concurrency, int depth, double rate, const StepResult& r,
+                            const json& mean_batch_size) {
+  json step = {{"concurrency", concurrency},
+               {"depth", rate > 0 ? json(nullptr) : json(depth)},
+               {"target_rate", rate > 0 ? json(rate) : json(nullptr)},
+               {"window_s", Round(r.window_s, 3)},
+               {"sent", r.sent},
+               {"ok", r.ok},
+               {"requests_per_s", Round(r.requests_per_s, 1)},
+               {"ok_per_s", Round(r.ok_per_s, 1)},
+               {"reply_mb_per_s", Round(r.reply_bytes_per_s / 1e6, 2)},
+               {"latency_us", LatencyJson(r.latency)},
+               {"errors", r.errors},
+               {"error_count", r.error_count},
+               {"mean_batch_size", mean_batch_size},
+               {"server_us",
+                {{"queue", ServerMean(r.server_queue_us)},
+                 {"compute", ServerMean(r.server_compute_us)},
+                 {"total", ServerMean(r.server_total_us)}}}};
+  if (rate > 0) step["send_lag_us"] = LatencyJson(r.send_lag);
+  return step;
+}
+
+json BenchCommand::ModelCounters() const {
+  if (admin_endpoint_.empty()) return nullptr;
+  json stats = AdminStats(admin_endpoint_);
+  if (!stats.is_object() || !stats.contains("models")) return nullptr;
+  for (const auto& m : stats["models"]) {
+    if (m.value("name", "") != model_) continue;
+    double batches = m.value("batches", 0.0);
+    return {{"batches", batches}, {"rows", std::round(m.value("mean_batch_size", 0.0) * batches)}};
+  }
+  return nullptr;
+}
+
+int BenchCommand::Run() {
+  if (!echo_endpoint_.empty()) {
+    EchoStats stats;
+    Status s = RunEchoServer(echo_endpoint_, &stats);
+    if (!s.ok()) return ReportError(s, kExitUsage);
+    std::cerr << "echo server stopped after " << stats.requests << " requests (" << stats.fallbacks
+              << " parsed the slow way)\n";
+    return kExitOk;
+  }
+  if (model_.empty()) return ReportError(InvalidArgument("--model is required"), kExitUsage);
+  std::vector<TensorSpec> inputs;
+  if (Status s = BuildInputs(&inputs); !s.ok()) return ReportError(s, kExitUsage);
+  return RunSteps(inputs);
+}
+
+int BenchCommand::RunSteps(const std::vector<TensorSpec>& inputs) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  json specs = json::array();
+  for (const auto& spec : inputs)
+    specs.push_back({{"dtype", DTypeName(spec.dtype)}, {"shape", spec.shape}});
+  json report = {{"endpoint", endpoint_}, {"model", model_},
+                 {"inputs", specs},       {"mode", rates_.empty() ? "closed" : "open"},
+                 {"seconds", seconds_},   {"warmup", warmup_},
+                 {"steps", json::array()}};
+  std::vector<double> rates = rates_.empty() ? std::vector<double>{0.0} : rates_;
+  int64_t errors = 0, ok = 0;
+  for (double rate : rates) {
+    for (int concurrency : concurrency_) {
+      LoadSpec spec{endpoint_, model_, inputs};
+      spec.concurrency = concurrency;
+      spec.depth = depth_;
+      spec.rate = rate;
+      spec.warmup_s = warmup_;
+      spec.seconds = seconds_;
+      spec.max_requests = requests_;
+      spec.threads = threads_ > 0 ? threads_ : std::min(concurrency, cores);
+      spec.io_threads = io_threads_;
+      spec.io_timeout_ms = io_timeout_ms_;
+      spec.timeout_ms = timeout_ms_;
+      spec.seed = seed_ + static_cast<uint64_t>(report["steps"].size());
+      report["threads"] = spec.threads;
+      LoadGenerator generator(spec);
+      if (Status s = generator.Start(); !s.ok()) return ReportError(s, kExitUsage);
+      std::this_thread::sleep_until(generator.measure_begin());
+      json before = ModelCounters();
+      generator.WaitMeasureEnd();
+      json after = ModelCounters();
+      StepResult result = generator.Finish();
+      errors += result.error_count;
+      ok += result.ok;
+      report["steps"].push_back(
+          StepJson(concurrency, depth_, rate, result, MeanBatchSize(before, after)));
+      if (!json_) PrintTable(report);
+    }
+  }
+  report["total_errors"] = errors;
+  if (json_) std::cout << report.dump(2) << std::endl;
+  if (ok == 0 && errors == 0) {
+    std::cerr << "error: no reply from " << endpoint_ << " in any step\n";
+    return kExitTransport;
+  }
+  return errors > 0 ? kExitServerError : kExitOk;
+}
+
+void BenchCommand::PrintTable(const json& report) const {
+  const json& steps = report["steps"];
+  if (steps.size() == 1) {
+    std::printf("%-6s %-6s %-9s %11s %9s %9s %9s %9s %7s %6s\n", "conc", "depth", "rate", "req/s",
+                "p50_us", "p90_us", "p99_us", "p999_us", "errors", "batch");
+  }
+  const json& s = steps.back();
+  const json& l = s["latency_us"];
+  std::printf("%-6d %-6s %-9s %11s %9s %9s %9s %9s %7lld %6s\n", s["concurrency"].get<int>(),
+              Fixed(s["depth"], 0).c_str(), Fixed(s["target_rate"], 0).c_str(),
+              Fixed(s["requests_per_s"], 1).c_str(), Fixed(l["p50"], 1).c_str(),
+              Fixed(l["p90"], 1).c_str(), Fixed(l["p99"], 1).c_str(), Fixed(l["p999"], 1).c_str(),
+              static_cast<long long>(s["error_count"].get<int64_t>()),
+              Fixed(s["mean_batch_size"], 2).c_str());
+  for (const auto& [code, n] : s["errors"].items()) {
+    std::printf("       %s: %lld\n", code.c_str(), static_cast<long long>(n.get<int64_t>()));
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace torchfarm

@@ -1,0 +1,76 @@
+// `torchfarm bench`: a load generator for a running farm, and the trivial echo target that proves
+// the generator is not what limits it.
+//
+// Owns: the flags of the subcommand, the list of steps (one per concurrency, and per rate in the
+// open loop), the admin-socket queries around each step's window, and the report (a table, or
+// JSON with --json). The load itself comes from LoadGenerator (tools/load_generator.h). Runs in
+// the CLI process; no LibTorch.
+//
+//   torchfarm bench --endpoint EP --model NAME --shape 1,256 [--shape ...] [--dtype float32 ...]
+//                   [--concurrency 1,4,16,64] [--depth 1] [--rate R[,R...]] [--seconds 5]
+//                   [--warmup 1] [--requests N] [--threads T] [--admin-endpoint EP] [--json]
+//   torchfarm bench --echo-server EP
+//
+// Closed loop (default): each of C clients (one DEALER socket each) keeps --depth requests in
+// flight. Open loop (--rate): requests leave on a fixed schedule and latency counts from the
+// scheduled time. Every step reports requests/s, p50/p90/p99/p99.9 latency, errors by code and,
+// with --admin-endpoint, the farm's mean batch size over the window (from {"cmd":"stats"}).
+//
+// Exit codes: 0 every reply ok; 1 some replies were errors; 2 usage; 3 no reply at all.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tensor_spec.h"
+#include "tools/command.h"
+
+namespace torchfarm {
+
+struct StepResult;
+
+class BenchCommand : public Command {
+ public:
+  explicit BenchCommand(CLI::App* parent);
+
+  CLI::App* app() const override { return app_; }
+  int Run() override;
+
+  // "1,3,32,32" -> {1, 3, 32, 32}; every dimension >= 0.
+  static Status ParseShape(const std::string& text, std::vector<int64_t>* shape);
+  // The JSON object of one step, as --json prints it in "steps".
+  static nlohmann::json StepJson(int concurrency, int depth, double rate, const StepResult& result,
+                                 const nlohmann::json& mean_batch_size);
+
+ private:
+  Status BuildInputs(std::vector<TensorSpec>* inputs) const;
+  int RunSteps(const std::vector<TensorSpec>& inputs);
+  // Batches and rows the farm ran for the model so far (admin "stats"); null without
+  // --admin-endpoint or on failure.
+  nlohmann::json ModelCounters() const;
+  void PrintTable(const nlohmann::json& report) const;
+
+  CLI::App* app_;
+  std::string endpoint_ = "tcp://127.0.0.1:5555";
+  std::string echo_endpoint_;
+  std::string admin_endpoint_;
+  std::string model_;
+  std::vector<std::string> shapes_;
+  std::vector<std::string> dtypes_ = {"float32"};
+  std::vector<int> concurrency_ = {1, 4, 16, 64};
+  std::vector<double> rates_;
+  int depth_ = 1;
+  double seconds_ = 5;
+  double warmup_ = 1;
+  int64_t requests_ = 0;
+  int threads_ = 0;
+  int io_threads_ = 1;
+  int io_timeout_ms_ = 10000;
+  int64_t timeout_ms_ = 0;
+  uint64_t seed_ = 1;
+  bool json_ = false;
+};
+
+}  // namespace torchfarm

@@ -1,0 +1,49 @@
+// `torchfarm ctl`: operator actions on a running farm through its admin socket.
+//
+// Owns: the flags of the subcommand and its actions, and the mapping of outcomes to exit codes
+// (tools/command.h). Runs in the CLI process only, on its main thread.
+//
+//   torchfarm ctl [--admin EP] [--timeout-ms N] [--json] health
+//   torchfarm ctl [--admin EP] drain | reload | restart WORKER | scale MODEL COUNT
+//
+// health prints liveness and readiness per model and exits 0 when the farm is ready, 1 when it
+// is not, 3 when nothing answers: a readiness probe as it stands. The other actions print the
+// supervisor's message and exit 0 when it says ok, 1 when it refuses.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tools/admin_client.h"
+#include "tools/command.h"
+
+namespace torchfarm {
+
+class CtlCommand : public Command {
+ public:
+  explicit CtlCommand(CLI::App* parent);
+
+  CLI::App* app() const override { return app_; }
+  int Run() override;
+
+ private:
+  int RunHealth(const nlohmann::json& reply) const;
+  int RunAction(const nlohmann::json& reply) const;
+  // The request of the parsed action.
+  nlohmann::json Request() const;
+
+  CLI::App* app_;
+  CLI::App* health_;
+  CLI::App* drain_;
+  CLI::App* reload_;
+  CLI::App* restart_;
+  CLI::App* scale_;
+  std::string admin_ = kDefaultAdminEndpoint;
+  int timeout_ms_ = kDefaultAdminTimeoutMs;
+  bool json_ = false;
+  int worker_ = 0;
+  std::string model_;
+  int count_ = 0;
+};
+
+}  // namespace torchfarm

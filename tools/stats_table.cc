@@ -1,0 +1,138 @@
+#include "tools/stats_table.h"
+
+#include "tools/stats_fields.h"
+#include "tools/text_table.h"
+
+namespace torchfarm {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr auto kLeft = TextTable::Align::kLeft;
+constexpr auto kRight = TextTable::Align::kRight;
+
+std::string SupervisorLine(const json& stats) {
+  return "supervisor  pid " + TextField(stats, {"supervisor", "pid"}) + "  uptime " +
+         FormatSeconds(NumberField(stats, {"supervisor", "uptime_s"})) + "  version " +
+         TextField(stats, {"supervisor", "version"}) + "  config " +
+         TextField(stats, {"supervisor", "config"}) +
+         (FlagField(stats, {"supervisor", "draining"}) ? "  DRAINING" : "");
+}
+
+std::vector<std::string> ModelTable(const json& models) {
+  TextTable table({{"MODEL", kLeft},
+                   {"STATE", kLeft},
+                   {"QUEUE", kRight},
+                   {"REQUESTS", kRight},
+                   {"ERRORS", kRight},
+                   {"REJECTED", kRight},
+                   {"BATCH", kRight},
+                   {"RPS_1S", kRight},
+                   {"RPS_60S", kRight},
+                   {"P50", kRight},
+                   {"P99", kRight},
+                   {"QUEUE_P99", kRight},
+                   {"COMPUTE_P99", kRight}});
+  for (const auto& m : models) {
+    table.AddRow({{TextField(m, {"name"})},
+                  {TextField(m, {"state"})},
+                  {FormatCount(NumberField(m, {"queue_depth"}))},
+                  {FormatCount(NumberField(m, {"requests"}))},
+                  {FormatCount(NumberField(m, {"errors"}))},
+                  {FormatCount(NumberField(m, {"rejected"}))},
+                  {FormatDecimal(NumberField(m, {"mean_batch_size"}), 2)},
+                  {FormatDecimal(NumberField(m, {"throughput_rps_1s"}), 1)},
+                  {FormatDecimal(NumberField(m, {"throughput_rps_60s"}), 1)},
+                  {FormatMicros(LatencyField(m, "total", "p50"))},
+                  {FormatMicros(LatencyField(m, "total", "p99"))},
+                  {FormatMicros(LatencyField(m, "queue", "p99"))},
+                  {FormatMicros(LatencyField(m, "compute", "p99"))}});
+  }
+  return table.Render(/*colour=*/false);
+}
+
+std::vector<std::string> WorkerTable(const json& workers) {
+  TextTable table({{"ID", kRight},
+                   {"MODEL", kLeft},
+                   {"PID", kRight},
+                   {"DEVICE", kLeft},
+                   {"STATE", kLeft},
+                   {"UPTIME", kRight},
+                   {"RESTARTS", kRight},
+                   {"LAST_EXIT", kLeft},
+                   {"REQUESTS", kRight},
+                   {"BATCHES", kRight},
+                   {"BATCH", kRight},
+                   {"INFLIGHT", kRight},
+                   {"RSS", kRight},
+                   {"CPU%", kRight},
+                   {"GPU_MEM", kRight}});
+  for (const auto& w : workers) {
+    // A slot between processes reports pid 0 or -1: there is no process to name.
+    auto pid = NumberField(w, {"pid"});
+    table.AddRow({{TextField(w, {"id"})},
+                  {TextField(w, {"model"})},
+                  {pid && *pid > 0 ? FormatCount(pid) : kMissing},
+                  {DeviceText(w, /*compact=*/false)},
+                  {TextField(w, {"state"})},
+                  {FormatSeconds(NumberField(w, {"uptime_s"}))},
+                  {FormatCount(NumberField(w, {"restarts"}))},
+                  {TextField(w, {"last_exit"})},
+                  {FormatCount(NumberField(w, {"requests"}))},
+                  {FormatCount(NumberField(w, {"batches"}))},
+                  {FormatDecimal(NumberField(w, {"mean_batch_size"}), 2)},
+                  {FormatCount(NumberField(w, {"inflight"}))},
+                  {FormatBytes(NumberField(w, {"rss_bytes"}))},
+                  {FormatDecimal(NumberField(w, {"cpu_percent"}), 1)},
+                  {FormatBytes(NumberField(w, {"gpu_mem_bytes"}))}});
+  }
+  return table.Render(/*colour=*/false);
+}
+
+std::string YesNo(const json& object, const char* key) {
+  const json* value = FindField(object, {key});
+  if (value == nullptr || !value->is_boolean()) return kMissing;
+  return value->get<bool>() ? "yes" : "no";
+}
+
+}  // namespace
+
+std::string DeviceText(const json& worker, bool compact) {
+  std::string device = TextField(worker, {"device"});
+  if (!FlagField(worker, {"fallback"})) return device;
+  return compact ? device + "*" : device + " (fallback)";
+}
+
+std::vector<std::string> RenderStatsTable(const json& stats) {
+  std::vector<std::string> lines = {SupervisorLine(stats), ""};
+  for (auto& line : ModelTable(ArrayField(stats, "models"))) lines.push_back(std::move(line));
+  lines.emplace_back();
+  for (auto& line : WorkerTable(ArrayField(stats, "workers"))) lines.push_back(std::move(line));
+  return lines;
+}
+
+std::vector<std::string> RenderHealthTable(const json& health) {
+  std::vector<std::string> lines = {"live " + YesNo(health, "live") + "  ready " +
+                                    YesNo(health, "ready") + "  draining " +
+                                    YesNo(health, "draining")};
+  const json* models = FindField(health, {"models"});
+  if (models == nullptr || !models->is_array() || models->empty()) return lines;
+  TextTable table({{"MODEL", TextTable::Align::kLeft},
+                   {"READY", TextTable::Align::kLeft},
+                   {"WORKERS", TextTable::Align::kLeft}});
+  for (const auto& m : *models) {
+    // Older supervisors send no per-model "ready": a model with a ready worker is ready.
+    std::string ready = YesNo(m, "ready");
+    auto ready_workers = NumberField(m, {"ready_workers"});
+    if (ready == kMissing && ready_workers) ready = *ready_workers > 0 ? "yes" : "no";
+    table.AddRow(
+        {{TextField(m, {"name"})},
+         {ready},
+         {FormatCount(ready_workers) + "/" + FormatCount(NumberField(m, {"workers"})) + " ready"}});
+  }
+  for (auto& line : table.Render(/*colour=*/false)) lines.push_back(std::move(line));
+  return lines;
+}
+
+}  // namespace torchfarm

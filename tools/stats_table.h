@@ -1,0 +1,24 @@
+// The plain text of the admin replies: what `torchfarm stats` prints (a supervisor line, a table
+// of models, a table of workers) and what `torchfarm ctl health` prints.
+//
+// Owns: nothing; pure functions of the admin replies (docs/operations.md), so they are
+// unit-tested without a farm. Fields a reply lacks print as "-".
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace torchfarm {
+
+// Lines without trailing newlines and without escapes; column widths fit the widest cell.
+std::vector<std::string> RenderStatsTable(const nlohmann::json& stats);
+
+// The health reply: "live yes  ready no  draining no", then a MODEL/READY/WORKERS table.
+std::vector<std::string> RenderHealthTable(const nlohmann::json& health);
+
+// "cuda:0", or "cpu (fallback)" for a worker that fell back from its GPU; `compact` writes
+// "cpu*" instead.
+std::string DeviceText(const nlohmann::json& worker, bool compact);
+
+}  // namespace torchfarm
