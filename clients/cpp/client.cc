@@ -1,5 +1,7 @@
 #include "torchfarm/client.h"
 
+#include "request_codec.h"
+
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -43,57 +45,14 @@ struct Client::FrameReleaseTracker {
   }
 };
 
+using client_internal::CheckInputViews;
+using client_internal::EncodeRequestHeader;
+using client_internal::ReplyIdOf;
+
 namespace {
 
 void ReleaseFrame(void* /*data*/, void* hint) {
   static_cast<Client::FrameReleaseTracker*>(hint)->Release();
-}
-
-// Only what protects memory is checked here (a view must cover its spec's bytes); everything else
-// is the server's to judge, so its messages stay the single source of truth.
-Status CheckViews(const std::vector<TensorView>& inputs) {
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const TensorView& view = inputs[i];
-    auto expected = ByteSize(view.spec);
-    if (!expected) {
-      return InvalidArgument("inputs[" + std::to_string(i) + "]: shape " +
-                             ShapeToString(view.spec.shape) + " is negative or too large");
-    }
-    if (*expected != view.nbytes) {
-      return InvalidArgument("inputs[" + std::to_string(i) + "]: " + SpecToString(view.spec) +
-                             " needs " + std::to_string(*expected) + " bytes, got " +
-                             std::to_string(view.nbytes));
-    }
-    if (view.nbytes > 0 && view.data == nullptr) {
-      return InvalidArgument("inputs[" + std::to_string(i) + "]: data is null");
-    }
-  }
-  return Status::Ok();
-}
-
-std::string BuildHeader(uint64_t id, const std::string& model,
-                        const std::vector<TensorView>& inputs, const InferOptions& options) {
-  json specs = json::array();
-  for (const auto& view : inputs) specs.push_back(TensorSpecToJson(view.spec));
-  json header = {{"v", kProtocolVersion},
-                 {"id", id},
-                 {"model", model},
-                 {"inputs", std::move(specs)},
-                 {"timeout_ms", options.timeout_ms},
-                 {"priority", options.priority}};
-  return header.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-bool ReplyId(const json& id, uint64_t* out) {
-  if (id.is_number_unsigned()) {
-    *out = id.get<uint64_t>();
-    return *out != 0;
-  }
-  if (id.is_number_integer() && id.get<int64_t>() > 0) {
-    *out = static_cast<uint64_t>(id.get<int64_t>());
-    return true;
-  }
-  return false;
 }
 
 // Checks the data frames against the outputs the header lists and copies them out.
@@ -208,11 +167,11 @@ Status Client::Connect() {
 Status Client::SendRequest(const std::string& model, const std::vector<TensorView>& inputs,
                            const InferOptions& options, bool zero_copy, uint64_t* id) {
   if (!connect_status_.ok()) return connect_status_;
-  Status s = CheckViews(inputs);
+  Status s = CheckInputViews(inputs);
   if (!s.ok()) return s;
   const uint64_t request_id = next_id_++;
   std::vector<zmq::message_t> frames;
-  frames.emplace_back(BuildHeader(request_id, model, inputs, options));
+  frames.emplace_back(EncodeRequestHeader(request_id, model, inputs, options));
   for (const auto& view : inputs) {
     if (zero_copy && view.nbytes > 0) {
       frames.emplace_back(const_cast<void*>(view.data), view.nbytes, &ReleaseFrame,
@@ -249,7 +208,7 @@ Status Client::AwaitReply(uint64_t infer_id, int timeout_ms, ReadyReply* out) {
     }
     ReadyReply reply;
     Status parsed = ParseReplyHeader(frames[0].to_string_view(), &reply.result.header);
-    if (!ReplyId(reply.result.header.id, &reply.id)) {
+    if (!ReplyIdOf(reply.result.header.id, &reply.id)) {
       TF_LOG(kWarn) << "dropping a reply without a request id" << Kv("endpoint", endpoint_)
                     << Kv("header", frames[0].to_string().substr(0, 200));
       continue;

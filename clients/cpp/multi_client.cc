@@ -1,5 +1,7 @@
 #include "torchfarm/multi_client.h"
 
+#include "request_codec.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -27,6 +29,10 @@ struct MultiClient::PendingRequest {
   std::optional<ReadyReply> last_refusal;
 };
 
+using client_internal::CheckInputViews;
+using client_internal::EncodeRequestHeader;
+using client_internal::ReplyIdOf;
+
 namespace {
 
 // libzmq drops its reference from its I/O thread once the frame is sent or discarded.
@@ -34,49 +40,9 @@ void ReleaseShared(void* /*data*/, void* hint) {
   delete static_cast<std::shared_ptr<const std::string>*>(hint);
 }
 
-// The same memory-safety check as Client's: a view must cover its spec's bytes.
-Status CheckInputs(const std::vector<TensorView>& inputs) {
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    auto expected = ByteSize(inputs[i].spec);
-    if (!expected || *expected != inputs[i].nbytes) {
-      return InvalidArgument("inputs[" + std::to_string(i) + "]: " + SpecToString(inputs[i].spec) +
-                             " needs " + (expected ? std::to_string(*expected) : "too many") +
-                             " bytes, got " + std::to_string(inputs[i].nbytes));
-    }
-    if (inputs[i].nbytes > 0 && inputs[i].data == nullptr) {
-      return InvalidArgument("inputs[" + std::to_string(i) + "]: data is null");
-    }
-  }
-  return Status::Ok();
-}
-
-std::string EncodeRequestHeader(uint64_t id, const std::string& model,
-                                const std::vector<TensorView>& inputs,
-                                const InferOptions& options) {
-  json specs = json::array();
-  for (const auto& view : inputs) specs.push_back(TensorSpecToJson(view.spec));
-  json header = {{"v", kProtocolVersion},
-                 {"id", id},
-                 {"model", model},
-                 {"inputs", std::move(specs)},
-                 {"timeout_ms", options.timeout_ms},
-                 {"priority", options.priority}};
-  return header.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
 // protocol.md "Liveness probe": an empty model name, answered at once by the supervisor's loop.
 std::string ProbeHeader(uint64_t id) {
   return json{{"v", kProtocolVersion}, {"id", id}, {"model", ""}, {"inputs", json::array()}}.dump();
-}
-
-bool ReplyIdOf(const json& id, uint64_t* out) {
-  if (id.is_number_unsigned())
-    *out = id.get<uint64_t>();
-  else if (id.is_number_integer() && id.get<int64_t>() > 0)
-    *out = id.get<int64_t>();
-  else
-    return false;
-  return *out != 0;
 }
 
 Status DecodeFrames(const std::vector<std::string>& frames, const ReplyHeader& header,
@@ -361,7 +327,7 @@ Status MultiClient::Send(const std::string& model, const std::vector<TensorView>
                          const InferOptions& options, uint64_t* id) {
   *id = 0;
   if (!connect_status_.ok()) return connect_status_;
-  if (Status s = CheckInputs(inputs); !s.ok()) return s;
+  if (Status s = CheckInputViews(inputs); !s.ok()) return s;
   const uint64_t request_id = next_id_++;
   auto request = std::make_unique<PendingRequest>();
   request->frames.push_back(
