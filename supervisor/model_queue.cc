@@ -40,6 +40,7 @@ void ModelQueue::SetPolicy(BatchingPolicy policy) {
   levels_.resize(static_cast<size_t>(std::max(1, policy_.priority_levels)));
   for (auto& r : all) {
     size_t level = std::min<size_t>(std::max(0, r.priority), levels_.size() - 1);
+    rows_ += r.rows;
     levels_[level].push_back(std::move(r));
     ++size_;
   }
@@ -52,6 +53,7 @@ bool ModelQueue::Push(PendingRequest& request) {
   if (size_ >= static_cast<size_t>(policy_.max_queue_size)) return false;
   size_t level = std::min<size_t>(std::max(0, request.priority), levels_.size() - 1);
   earliest_deadline_ = std::min(earliest_deadline_, request.deadline);
+  rows_ += request.rows;
   levels_[level].push_back(std::move(request));
   ++size_;
   return true;
@@ -61,6 +63,7 @@ void ModelQueue::PushFront(std::vector<PendingRequest> requests) {
   for (auto it = requests.rbegin(); it != requests.rend(); ++it) {
     size_t level = std::min<size_t>(std::max(0, it->priority), levels_.size() - 1);
     earliest_deadline_ = std::min(earliest_deadline_, it->deadline);
+    rows_ += it->rows;
     levels_[level].push_front(std::move(*it));
     ++size_;
   }
@@ -81,18 +84,18 @@ const std::deque<PendingRequest>* ModelQueue::HighestLevel() const {
 }
 
 std::vector<size_t> ModelQueue::Candidates(const std::deque<PendingRequest>& level,
-                                           int64_t* rows) const {
+                                           int64_t max_rows, int64_t* rows) const {
   const PendingRequest& head = level.front();
   std::vector<size_t> picked = {0};
   *rows = head.rows;
   uint64_t bytes = head.slot_bytes;
-  if (!head.batchable || head.rows >= policy_.max_batch_size) return picked;
+  if (!head.batchable || head.rows >= max_rows) return picked;
   size_t window = std::max<size_t>(kMinScanWindow,
                                    kScanWindowFactor * static_cast<size_t>(policy_.max_batch_size));
-  for (size_t i = 1; i < level.size() && i < window && *rows < policy_.max_batch_size; ++i) {
+  for (size_t i = 1; i < level.size() && i < window && *rows < max_rows; ++i) {
     const PendingRequest& r = level[i];
     if (!BatchCompatible(head, r)) continue;
-    if (*rows + r.rows > policy_.max_batch_size) continue;
+    if (*rows + r.rows > max_rows) continue;
     if (bytes + r.slot_bytes > policy_.max_batch_bytes) continue;
     picked.push_back(i);
     *rows += r.rows;
@@ -115,14 +118,15 @@ size_t ModelQueue::PreferredPrefix(const std::deque<PendingRequest>& level,
   return best;
 }
 
-std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now) {
+std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap) {
   std::deque<PendingRequest>* level = HighestLevel();
   if (!level) return {};
+  const int64_t max_rows = std::max<int64_t>(1, std::min(policy_.max_batch_size, row_cap));
   int64_t rows = 0;
-  std::vector<size_t> picked = Candidates(*level, &rows);
+  std::vector<size_t> picked = Candidates(*level, max_rows, &rows);
   const PendingRequest& head = level->front();
-  bool alone = !head.batchable || head.rows >= policy_.max_batch_size;
-  bool full = rows >= policy_.max_batch_size;
+  bool alone = !head.batchable || head.rows >= max_rows;
+  bool full = rows >= max_rows;
   bool waited = now - head.received >= Micros(policy_.max_queue_delay_us);
   if (!alone && !full && !waited) {
     size_t prefix = PreferredPrefix(*level, picked);
@@ -131,7 +135,10 @@ std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now) {
   }
   std::vector<PendingRequest> batch;
   batch.reserve(picked.size());
-  for (size_t index : picked) batch.push_back(std::move((*level)[index]));
+  for (size_t index : picked) {
+    rows_ -= (*level)[index].rows;
+    batch.push_back(std::move((*level)[index]));
+  }
   // Erase from the back so earlier indices stay valid.
   for (auto it = picked.rbegin(); it != picked.rend(); ++it) {
     level->erase(level->begin() + static_cast<std::ptrdiff_t>(*it));
@@ -153,6 +160,7 @@ std::vector<PendingRequest> ModelQueue::TakeExpired(TimePoint now) {
   for (auto& level : levels_) {
     for (auto it = level.begin(); it != level.end();) {
       if (it->deadline <= now) {
+        rows_ -= it->rows;
         expired.push_back(std::move(*it));
         it = level.erase(it);
         --size_;
@@ -178,6 +186,7 @@ std::vector<PendingRequest> ModelQueue::TakeAll() {
     level.clear();
   }
   size_ = 0;
+  rows_ = 0;
   earliest_deadline_ = TimePoint::max();
   return all;
 }

@@ -51,8 +51,12 @@ class ModelQueue {
   // their order. Never refused: they were accepted already.
   void PushFront(std::vector<PendingRequest> requests);
 
-  // The next batch to send now, or empty when nothing is due (see NextDue).
-  std::vector<PendingRequest> TakeBatch(TimePoint now);
+  // The next batch to send now, or empty when nothing is due (see NextDue). `row_cap` lowers
+  // max_batch_size for this batch; a batch that reaches it counts as full and goes at once (the
+  // supervisor caps batches to split the queue over several idle workers).
+  std::vector<PendingRequest> TakeBatch(TimePoint now, int64_t row_cap = INT64_MAX);
+  // Rows (dim 0) of every queued request.
+  int64_t queued_rows() const { return rows_; }
   // When the head's delay runs out, if a batch is waiting for company.
   std::optional<TimePoint> NextDue() const;
 
@@ -70,13 +74,15 @@ class ModelQueue {
   std::deque<PendingRequest>* HighestLevel();
   const std::deque<PendingRequest>* HighestLevel() const;
   // Indices (ascending) of the requests that would form the batch headed by level.front().
-  std::vector<size_t> Candidates(const std::deque<PendingRequest>& level, int64_t* rows) const;
+  std::vector<size_t> Candidates(const std::deque<PendingRequest>& level, int64_t max_rows,
+                                 int64_t* rows) const;
   size_t PreferredPrefix(const std::deque<PendingRequest>& level,
                          const std::vector<size_t>& picked) const;
 
   BatchingPolicy policy_;
   std::vector<std::deque<PendingRequest>> levels_;
   size_t size_ = 0;
+  int64_t rows_ = 0;
   // A lower bound of the earliest deadline queued (max: none), so the loop scans the queue for
   // expired requests only when one may have expired, not on every turn.
   TimePoint earliest_deadline_ = TimePoint::max();

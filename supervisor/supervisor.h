@@ -66,6 +66,7 @@ class Supervisor {
     ModelStats stats;
     std::vector<size_t> slots;  // indices into slots_ (retired slots are removed)
     bool removed = false;       // dropped by a reload: serves its queue, accepts nothing new
+    double batch_compute_us = 0;  // moving average of a batch's compute time
   };
 
   // Event handlers, in loop order.

@@ -200,3 +200,34 @@ TEST(ModelQueue, RequeuedRequestsGoFirstInTheirOrder) {
 
 }  // namespace
 }  // namespace torchfarm
+
+namespace torchfarm {
+namespace {
+
+// The supervisor caps a batch to split the queue over idle workers: a capped batch that is full
+// goes at once, without waiting for the delay, and queued_rows() tracks what is left.
+TEST(ModelQueue, RowCapSplitsTheQueueAndCountsAsFull) {
+  FakeTimeSource clock;
+  BatchingPolicy p;
+  p.max_batch_size = 16;
+  p.max_queue_delay_us = 1'000'000;
+  ModelQueue q(p);
+  for (int i = 0; i < 10; ++i) {
+    PendingRequest r;
+    r.inputs = {TensorSpec{DType::kFloat32, {1, 4}}};
+    r.rows = 1;
+    r.slot_bytes = 16;
+    r.received = clock.Now();
+    r.id = i;
+    q.Push(r);
+  }
+  EXPECT_EQ(q.queued_rows(), 10);
+  EXPECT_TRUE(q.TakeBatch(clock.Now()).empty()) << "10 of 16 rows wait for the delay";
+  EXPECT_EQ(q.TakeBatch(clock.Now(), 5).size(), 5u) << "a cap of 5 is reached: it goes now";
+  EXPECT_EQ(q.queued_rows(), 5);
+  EXPECT_EQ(q.TakeBatch(clock.Now(), 5).size(), 5u);
+  EXPECT_EQ(q.queued_rows(), 0);
+}
+
+}  // namespace
+}  // namespace torchfarm
