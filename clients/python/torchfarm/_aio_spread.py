@@ -16,9 +16,9 @@ import zmq
 import zmq.asyncio
 
 from ._pool import ALL_REFUSED, EndpointPool
-from ._spread import is_refusal, no_reply_message, probe_frames
+from ._spread import is_refusal, no_reply_message, open_dealer, probe_frames
 from ._wire import decode_reply, reply_id
-from .errors import InvalidArgument, DeadlineExceeded, TorchfarmError
+from .errors import DeadlineExceeded, TorchfarmError
 
 _Reply = Tuple[dict, List[Any]]
 
@@ -55,16 +55,7 @@ class AsyncSpreader:
     def _socket(self, i: int) -> zmq.asyncio.Socket:
         socket = self._sockets.get(i)
         if socket is None:
-            socket = self._context.socket(zmq.DEALER)
-            socket.setsockopt(zmq.LINGER, 0)
-            socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
-            if self._configure is not None:
-                self._configure(socket)
-            try:
-                socket.connect(self.endpoints[i])
-            except zmq.ZMQError as e:
-                socket.close()
-                raise InvalidArgument(f"cannot connect to {self.endpoints[i]!r}: {e}") from None
+            socket = open_dealer(self._context, self.endpoints[i], self._configure)
             self._sockets[i] = socket
             self._readers[i] = asyncio.get_running_loop().create_task(self._read(i, socket))
         return socket

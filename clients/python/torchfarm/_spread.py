@@ -76,17 +76,7 @@ class Spreader:
         old = self._sockets[i]
         if old is not None:
             old.close(linger=0)
-        socket = self._context.socket(zmq.DEALER)
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
-        if self._configure is not None:
-            self._configure(socket)
-        try:
-            socket.connect(self.endpoints[i])
-        except zmq.ZMQError as e:
-            socket.close()
-            raise InvalidArgument(f"cannot connect to {self.endpoints[i]!r}: {e}") from None
-        self._sockets[i] = socket
+        self._sockets[i] = open_dealer(self._context, self.endpoints[i], self._configure)
 
     def _ensure_open(self) -> None:
         for i, socket in enumerate(self._sockets):
@@ -242,3 +232,19 @@ class Spreader:
             outcome = e
         self._finish(request_id, p, outcome, pending, results, return_exceptions)
 
+
+def open_dealer(context: Any, endpoint: str,
+                configure: Optional[Callable[[Any], None]] = None) -> Any:
+    """A connected DEALER for one endpoint (sync or asyncio context): linger 0, reconnects capped
+    at 1 s, `configure` (CURVE keys) applied before connect."""
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+    if configure is not None:
+        configure(socket)
+    try:
+        socket.connect(endpoint)
+    except zmq.ZMQError as e:
+        socket.close()
+        raise InvalidArgument(f"cannot connect to {endpoint!r}: {e}") from None
+    return socket
