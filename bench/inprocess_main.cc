@@ -8,9 +8,20 @@
 //
 //   torchfarm-bench-inprocess --model FILE --shape 1,3,32,32 [--batch 1,8,32] [--threads 2]
 //                             [--seconds 2] [--warmup 0.5] [--dtype float32]
+//                             [--device cpu|cuda:N] [--precision fp32|fp16|bf16]
+//                             [--cudnn-benchmark]
+//
+// On a GPU the module and the input batches live on the device before the clock starts (so a
+// forward's time excludes the host -> device copy), floating-point parameters, buffers and inputs
+// are cast to --precision, and every forward is followed by a device synchronize: the latency is
+// the forward's, and forwards do not overlap. The module must not be frozen on another device
+// (tools/export_torchvision.py --no-freeze): freezing turns weights into graph constants that
+// Module::to() does not move.
 //
 // Prints one JSON object: per batch size rows/s, forwards/s and forward latency percentiles, the
-// best rows/s, the process's RSS (VmRSS, VmHWM) and the LibTorch version.
+// best rows/s, the device and precision, the process's RSS (VmRSS, VmHWM) and the LibTorch
+// version.
+#include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -60,16 +71,47 @@ std::vector<int64_t> ParseShape(const std::string& text) {
   return shape;
 }
 
-torch::Tensor RandomInput(std::vector<int64_t> shape, int64_t batch, torch::ScalarType type) {
+torch::Tensor RandomInput(std::vector<int64_t> shape, int64_t batch, torch::ScalarType type,
+                          const torch::Device& device) {
   shape[0] = batch;
-  return (torch::rand(shape) * 2 - 1).to(type);
+  return (torch::rand(shape) * 2 - 1).to(device, type);
+}
+
+// "fp32" -> kFloat, "fp16" -> kHalf, "bf16" -> kBFloat16 (the worker's `precision` values).
+torch::ScalarType PrecisionType(const std::string& precision) {
+  if (precision == "fp16") return torch::kHalf;
+  if (precision == "bf16") return torch::kBFloat16;
+  return torch::kFloat;
+}
+
+// Moves the module to `device` and casts its floating-point parameters and buffers to `type`.
+// Module::to(dtype) would cast every buffer, integer ones included (BatchNorm's
+// num_batches_tracked, index tables), so the cast is done tensor by tensor.
+void PlaceModule(torch::jit::Module& module, const torch::Device& device, torch::ScalarType type) {
+  module.to(device);
+  if (type == torch::kFloat) return;
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor t : module.parameters()) {
+    if (t.is_floating_point()) t.set_data(t.to(type));
+  }
+  for (torch::Tensor t : module.buffers()) {
+    if (t.is_floating_point()) t.set_data(t.to(type));
+  }
+}
+
+// Waits for the device's queued work, so the clock reads completed forwards (no-op on the CPU).
+void Synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
 // Runs forward() on batches of `batch` rows for `seconds` (at least kMinForwards times).
 json Measure(torch::jit::Module& module, const std::vector<int64_t>& shape, torch::ScalarType type,
-             int64_t batch, double warmup, double seconds) {
+             const torch::Device& device, int64_t batch, double warmup, double seconds) {
   std::vector<torch::Tensor> inputs;
-  for (int i = 0; i < kDistinctInputs; ++i) inputs.push_back(RandomInput(shape, batch, type));
+  for (int i = 0; i < kDistinctInputs; ++i) {
+    inputs.push_back(RandomInput(shape, batch, type, device));
+  }
+  Synchronize(device);
   c10::InferenceMode guard;
   auto run_for = [&](double duration, std::vector<double>* latencies_us) {
     const auto start = Clock::now();
@@ -79,6 +121,7 @@ json Measure(torch::jit::Module& module, const std::vector<int64_t>& shape, torc
     while (Clock::now() < end || (latencies_us && n < kMinForwards)) {
       const auto t0 = Clock::now();
       torch::IValue out = module.forward({inputs[n % kDistinctInputs]});
+      Synchronize(device);
       const auto t1 = Clock::now();
       if (latencies_us)
         latencies_us->push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
@@ -103,48 +146,89 @@ json Measure(torch::jit::Module& module, const std::vector<int64_t>& shape, torc
          forwards > 0 ? std::accumulate(latencies.begin(), latencies.end(), 0.0) / forwards : 0}}}};
 }
 
+// What the command line asks for.
+struct Options {
+  std::string model_path, shape_text, dtype = "float32", device = "cpu", precision = "fp32";
+  std::vector<int64_t> batches = {1};
+  int threads = 1;
+  double seconds = 2, warmup = 0.5;
+  bool cudnn_benchmark = false;
+};
+
+// Loads the module, places it, measures every batch size; the JSON report.
+json Run(const Options& o, const torch::Device& device) {
+  at::globalContext().setBenchmarkCuDNN(o.cudnn_benchmark);
+  const torch::ScalarType type =
+      o.precision != "fp32" ? PrecisionType(o.precision)
+                            : (o.dtype == "float64" ? torch::kFloat64 : torch::kFloat32);
+  const int64_t rss_before_load = StatusKib("VmRSS:");
+  torch::jit::Module module = torch::jit::load(o.model_path);
+  module.eval();
+  PlaceModule(module, device, PrecisionType(o.precision));
+  json results = json::array();
+  json best;
+  for (int64_t batch : o.batches) {
+    json r = Measure(module, ParseShape(o.shape_text), type, device, batch, o.warmup, o.seconds);
+    if (best.is_null() || r["rows_per_s"].get<double>() > best["rows_per_s"].get<double>())
+      best = r;
+    results.push_back(std::move(r));
+  }
+  return {{"model", o.model_path},
+          {"shape", o.shape_text},
+          {"threads", o.threads},
+          {"device", device.str()},
+          {"precision", o.precision},
+          {"cudnn_benchmark", o.cudnn_benchmark},
+          {"torch_version", TORCH_VERSION},
+          {"results", results},
+          {"best", best},
+          {"rss_kib_before_load", rss_before_load},
+          {"rss_kib", StatusKib("VmRSS:")},
+          {"hwm_kib", StatusKib("VmHWM:")}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
       "torchfarm-bench-inprocess: forward() in a loop, the baseline of the farm benchmarks"};
-  std::string model_path, shape_text, dtype = "float32";
-  std::vector<int64_t> batches = {1};
-  int threads = 1;
-  double seconds = 2, warmup = 0.5;
-  app.add_option("--model", model_path, "TorchScript file")->required()->check(CLI::ExistingFile);
-  app.add_option("--shape", shape_text, "Input shape; dim 0 is replaced by each batch size")
+  Options o;
+  app.add_option("--model", o.model_path, "TorchScript file")->required()->check(CLI::ExistingFile);
+  app.add_option("--shape", o.shape_text, "Input shape; dim 0 is replaced by each batch size")
       ->required();
-  app.add_option("--batch", batches, "Batch sizes to measure")->delimiter(',');
-  app.add_option("--threads", threads, "Intra-op threads")->check(CLI::PositiveNumber);
-  app.add_option("--seconds", seconds, "Measured seconds per batch size");
-  app.add_option("--warmup", warmup, "Unmeasured seconds per batch size");
-  app.add_option("--dtype", dtype, "float32 or float64");
+  app.add_option("--batch", o.batches, "Batch sizes to measure")->delimiter(',');
+  app.add_option("--threads", o.threads, "Intra-op threads")->check(CLI::PositiveNumber);
+  app.add_option("--seconds", o.seconds, "Measured seconds per batch size");
+  app.add_option("--warmup", o.warmup, "Unmeasured seconds per batch size");
+  app.add_option("--dtype", o.dtype, "float32 or float64 (inputs, when --precision is fp32)")
+      ->check(CLI::IsMember({"float32", "float64"}));
+  app.add_option("--device", o.device, "cpu or cuda:N")->capture_default_str();
+  app.add_option("--precision", o.precision, "Cast parameters and inputs: fp32, fp16 or bf16")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+      ->capture_default_str();
+  app.add_flag("--cudnn-benchmark", o.cudnn_benchmark, "Let cuDNN time its algorithms per shape");
   CLI11_PARSE(app, argc, argv);
 
   at::set_num_interop_threads(1);
-  at::set_num_threads(threads);
-  const torch::ScalarType type = dtype == "float64" ? torch::kFloat64 : torch::kFloat32;
-  const int64_t rss_before_load = StatusKib("VmRSS:");
-  torch::jit::Module module = torch::jit::load(model_path);
-  module.eval();
-  json results = json::array();
-  json best;
-  for (int64_t batch : batches) {
-    json r = Measure(module, ParseShape(shape_text), type, batch, warmup, seconds);
-    if (best.is_null() || r["rows_per_s"].get<double>() > best["rows_per_s"].get<double>())
-      best = r;
-    results.push_back(std::move(r));
+  at::set_num_threads(o.threads);
+  try {
+    const torch::Device device(o.device);
+    if (device.is_cuda() && !torch::cuda::is_available()) {
+      std::cerr << "torchfarm-bench-inprocess: " << o.device
+                << " requested, but this LibTorch has no CUDA or sees no device\n";
+      return 1;
+    }
+    if (device.is_cuda() && device.index() >= static_cast<int>(torch::cuda::device_count())) {
+      std::cerr << "torchfarm-bench-inprocess: no " << o.device << "\n";
+      return 1;
+    }
+    std::cout << Run(o, device).dump(2) << std::endl;
+  } catch (const c10::Error& e) {  // a bad device name, model file or precision for the device
+    std::cerr << "torchfarm-bench-inprocess: " << e.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "torchfarm-bench-inprocess: " << e.what() << "\n";
+    return 1;
   }
-  json report = {{"model", model_path},
-                 {"shape", shape_text},
-                 {"threads", threads},
-                 {"torch_version", TORCH_VERSION},
-                 {"results", results},
-                 {"best", best},
-                 {"rss_kib_before_load", rss_before_load},
-                 {"rss_kib", StatusKib("VmRSS:")},
-                 {"hwm_kib", StatusKib("VmHWM:")}};
-  std::cout << report.dump(2) << std::endl;
   return 0;
 }

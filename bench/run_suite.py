@@ -159,6 +159,9 @@ class Farm:
                 "workers": [w["pid"] for w in stats["workers"] if w.get("pid", -1) > 0]}
 
     def memory(self):
+        # Read after the requests the generator left in flight have been answered: a 16 MiB request
+        # still being received or copied would otherwise count as the farm's resting memory.
+        time.sleep(1.0)
         stats = admin_call(self.admin, "stats")
         workers = [proc_memory_kib(w["pid"]) for w in stats["workers"] if w.get("pid", -1) > 0]
         return {"supervisor": proc_memory_kib(self.proc.pid), "workers": workers}

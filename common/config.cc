@@ -56,6 +56,16 @@ Status GetInt(const json& j, const std::string& key, const std::string& where, i
   return Status::Ok();
 }
 
+Status GetBool(const json& j, const std::string& key, const std::string& where, bool* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::Ok();
+  if (!it->is_boolean()) {
+    return InvalidArgument(where + "." + key + ": expected true or false, got " + Got(*it));
+  }
+  *out = it->get<bool>();
+  return Status::Ok();
+}
+
 bool ValidDevice(const std::string& device) {
   if (device == "cpu") return true;
   if (device.rfind("cuda:", 0) != 0 || device.size() == 5) return false;
@@ -65,7 +75,8 @@ bool ValidDevice(const std::string& device) {
 Status ParseInstance(const json& j, const std::string& where, InstanceConfig* out) {
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
   Status s = CheckKeys(j, where, {"device", "count", "threads", "cores", "fallback",
-                                 "gpu_failures_before_fallback"});
+                                 "gpu_failures_before_fallback", "precision", "streams",
+                                 "cudnn_benchmark", "pin_memory"});
   if (!s.ok()) return s;
   InstanceConfig inst;
   if (s = GetString(j, "device", where, false, &inst.device); !s.ok()) return s;
@@ -91,6 +102,18 @@ Status ParseInstance(const json& j, const std::string& where, InstanceConfig* ou
       !s.ok()) {
     return s;
   }
+  if (s = GetString(j, "precision", where, false, &inst.precision); !s.ok()) return s;
+  if (inst.precision != "fp32" && inst.precision != "fp16" && inst.precision != "bf16") {
+    return InvalidArgument(where + ".precision: expected \"fp32\", \"fp16\" or \"bf16\", got \"" +
+                           inst.precision + "\"");
+  }
+  if (s = GetInt(j, "streams", where, 1, 16, &inst.streams); !s.ok()) return s;
+  if (inst.streams > 1 && !inst.is_gpu()) {
+    return InvalidArgument(where + ".streams: " + std::to_string(inst.streams) +
+                           " streams need a \"cuda:N\" device, got \"" + inst.device + "\"");
+  }
+  if (s = GetBool(j, "cudnn_benchmark", where, &inst.cudnn_benchmark); !s.ok()) return s;
+  if (s = GetBool(j, "pin_memory", where, &inst.pin_memory); !s.ok()) return s;
   if (auto c = j.find("cores"); c != j.end()) {
     if (!c->is_array()) return InvalidArgument(where + ".cores: expected an array of core numbers");
     for (const auto& core : *c) {
@@ -110,6 +133,76 @@ bool ValidModelName(const std::string& name) {
   });
 }
 
+// One warm-up batch: an integer batch size (every other dimension from the declared inputs) or
+// an array with one shape per input (dtypes from the declared inputs).
+Status ParseWarmupEntry(const json& j, const std::string& where, const ModelConfig& m,
+                        std::vector<TensorSpec>* out) {
+  std::vector<TensorSpec> specs = m.inputs;
+  if (j.is_number_integer()) {
+    const int64_t rows = j.get<int64_t>();
+    if (rows < 1 || rows > m.max_batch_size) {
+      return InvalidArgument(where + ": expected a batch size in 1.." +
+                             std::to_string(m.max_batch_size) + " (max_batch_size), got " + Got(j));
+    }
+    for (size_t i = 0; i < specs.size(); ++i) {
+      std::vector<int64_t>& shape = specs[i].shape;
+      if (shape.empty()) {
+        return InvalidArgument(where + ": input " + std::to_string(i) +
+                               " is a scalar and has no batch dimension; give shapes instead");
+      }
+      shape[0] = rows;
+      for (size_t d = 1; d < shape.size(); ++d) {
+        if (shape[d] < 0) {
+          return InvalidArgument(where + ": input " + std::to_string(i) + " declares shape " +
+                                 ShapeToString(m.inputs[i].shape) +
+                                 " with a free trailing dimension; give shapes, e.g. [[" +
+                                 std::to_string(rows) + ", ...]]");
+        }
+      }
+    }
+  } else if (j.is_array() && j.size() == specs.size()) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const json& shape = j[i];
+      std::vector<int64_t> dims;
+      if (shape.is_array()) {
+        for (const auto& d : shape) {
+          if (!d.is_number_integer() || d.get<int64_t>() < 0) break;
+          dims.push_back(d.get<int64_t>());
+        }
+      }
+      if (!shape.is_array() || dims.size() != shape.size()) {
+        return InvalidArgument(where + "[" + std::to_string(i) +
+                               "]: expected a shape of non-negative integers, got " + Got(shape));
+      }
+      TensorSpec got{m.inputs[i].dtype, dims};
+      if (Status s = CheckAgainstDeclared(m.inputs[i], got, i); !s.ok()) {
+        return InvalidArgument(where + ": " + s.message());
+      }
+      specs[i].shape = dims;
+    }
+  } else {
+    return InvalidArgument(where + ": expected a batch size or an array of " +
+                           std::to_string(specs.size()) + " shape(s) (one per input), got " + Got(j));
+  }
+  *out = std::move(specs);
+  return Status::Ok();
+}
+
+Status ParseWarmup(const json& j, const std::string& where, const ModelConfig& m,
+                   std::vector<std::vector<TensorSpec>>* out) {
+  if (!j.is_array() || j.size() > 64) {
+    return InvalidArgument(where + ": expected an array of at most 64 batch sizes or shape lists, "
+                           "got " + Got(j));
+  }
+  for (size_t i = 0; i < j.size(); ++i) {
+    std::vector<TensorSpec> entry;
+    if (Status s = ParseWarmupEntry(j[i], where + "[" + std::to_string(i) + "]", m, &entry); !s.ok())
+      return s;
+    out->push_back(std::move(entry));
+  }
+  return Status::Ok();
+}
+
 Status ParseModel(const json& j, const std::string& where, const std::string& base_dir,
                   ModelConfig* out) {
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
@@ -117,7 +210,7 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
                        {"name", "path", "inputs", "instances", "max_batch_size",
                         "max_queue_delay_us", "preferred_batch_sizes", "max_queue_size",
                         "max_inflight_per_worker", "priority_levels", "slot_bytes", "ring_slots",
-                        "hang_timeout_ms"});
+                        "hang_timeout_ms", "warmup"});
   if (!s.ok()) return s;
   ModelConfig m;
   if (s = GetString(j, "name", where, true, &m.name); !s.ok()) return s;
@@ -181,6 +274,18 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
     }
     std::sort(m.preferred_batch_sizes.begin(), m.preferred_batch_sizes.end());
   }
+  for (size_t i = 0; i < m.instances.size(); ++i) {
+    if (m.instances[i].streams > m.max_inflight_per_worker) {
+      return InvalidArgument(where + ".instances[" + std::to_string(i) + "].streams: " +
+                             std::to_string(m.instances[i].streams) +
+                             " streams need at least as many batches in flight, but "
+                             "max_inflight_per_worker is " +
+                             std::to_string(m.max_inflight_per_worker) + " (raise it)");
+    }
+  }
+  if (auto warmup = j.find("warmup"); warmup != j.end()) {
+    if (s = ParseWarmup(*warmup, where + ".warmup", m, &m.warmup); !s.ok()) return s;
+  }
   *out = std::move(m);
   return Status::Ok();
 }
@@ -200,6 +305,24 @@ static Status ParseRestart(const json& j, RestartConfig* out) {
   if (s = GetInt(j, "window_ms", where, 1, 86'400'000, &r.window_ms); !s.ok()) return s;
   if (s = GetInt(j, "healthy_after_ms", where, 0, 86'400'000, &r.healthy_after_ms); !s.ok()) return s;
   *out = r;
+  return Status::Ok();
+}
+
+static Status ParseGpu(const json& j, GpuConfig* out) {
+  const std::string where = "config.gpu";
+  if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
+  Status s = CheckKeys(j, where, {"mps", "active_thread_percentage", "mps_control"});
+  if (!s.ok()) return s;
+  GpuConfig g;
+  if (s = GetString(j, "mps", where, false, &g.mps); !s.ok()) return s;
+  if (g.mps != "off" && g.mps != "auto" && g.mps != "required") {
+    return InvalidArgument(where + ".mps: expected \"off\", \"auto\" or \"required\", got \"" +
+                           g.mps + "\"");
+  }
+  if (s = GetInt(j, "active_thread_percentage", where, 1, 100, &g.active_thread_percentage); !s.ok())
+    return s;
+  if (s = GetString(j, "mps_control", where, false, &g.mps_control); !s.ok()) return s;
+  *out = std::move(g);
   return Status::Ok();
 }
 
@@ -310,7 +433,7 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
   Status s = CheckKeys(j, "config", {"endpoint", "admin_endpoint", "run_dir", "heartbeat_ms",
                                      "worker_binary", "models", "max_retries",
                                      "drain_timeout_ms", "restart", "metrics_endpoint", "curve",
-                                     "insecure", "ipc_group", "limits"});
+                                     "insecure", "ipc_group", "limits", "gpu"});
   if (!s.ok()) return s;
   FarmConfig c;
   if (s = GetString(j, "endpoint", "config", false, &c.endpoint); !s.ok()) return s;
@@ -335,6 +458,9 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
   }
   if (auto curve = j.find("curve"); curve != j.end()) {
     if (s = ParseCurve(*curve, base_dir, &c.curve); !s.ok()) return s;
+  }
+  if (auto gpu = j.find("gpu"); gpu != j.end()) {
+    if (s = ParseGpu(*gpu, &c.gpu); !s.ok()) return s;
   }
   if (auto insecure = j.find("insecure"); insecure != j.end()) {
     if (!insecure->is_boolean()) {
@@ -381,6 +507,35 @@ Status LoadConfigFile(const std::string& path, FarmConfig* out) {
   Status s = ParseConfig(j, base, out);
   if (!s.ok()) return Status(s.code(), path + ": " + s.message());
   out->source_path = std::filesystem::absolute(path).string();
+  return Status::Ok();
+}
+
+std::string WarmupToJson(const std::vector<std::vector<TensorSpec>>& warmup) {
+  json entries = json::array();
+  for (const auto& entry : warmup) {
+    json specs = json::array();
+    for (const TensorSpec& spec : entry) specs.push_back(TensorSpecToJson(spec));
+    entries.push_back(std::move(specs));
+  }
+  return entries.dump();
+}
+
+Status WarmupFromJson(const std::string& text, std::vector<std::vector<TensorSpec>>* out) {
+  json j = json::parse(text, nullptr, false);
+  if (!j.is_array()) return InvalidArgument("--warmup: expected a JSON array, got '" + text + "'");
+  out->clear();
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_array()) return InvalidArgument("--warmup[" + std::to_string(i) + "]: expected an array");
+    std::vector<TensorSpec> entry;
+    for (size_t k = 0; k < j[i].size(); ++k) {
+      TensorSpec spec;
+      Status s = TensorSpecFromJson(j[i][k], "--warmup[" + std::to_string(i) + "][" + std::to_string(k) + "]",
+                                    false, &spec);
+      if (!s.ok()) return s;
+      entry.push_back(std::move(spec));
+    }
+    out->push_back(std::move(entry));
+  }
   return Status::Ok();
 }
 

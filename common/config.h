@@ -26,6 +26,12 @@ struct InstanceConfig {
   std::vector<int> cores;      // optional CPU pinning of each worker of this group
   std::string fallback = "cpu";  // on a GPU that keeps failing: "cpu" or "none"
   int gpu_failures_before_fallback = 1;
+  // GPU instances (docs/gpu.md). precision also applies on the CPU (bf16 is useful there).
+  std::string precision = "fp32";  // "fp32", "fp16" or "bf16"
+  int streams = 1;                 // CUDA streams: batches in flight on the device at once
+  bool cudnn_benchmark = false;
+  bool pin_memory = true;          // cudaHostRegister the ring segment
+  bool is_gpu() const { return device.rfind("cuda", 0) == 0; }
 };
 
 struct ModelConfig {
@@ -45,6 +51,18 @@ struct ModelConfig {
   int ring_slots = 4;                // slots per ring; >= max_inflight_per_worker
   // A batch running longer than this gets its worker killed and treated as a crash; 0: never.
   int64_t hang_timeout_ms = 60'000;
+  // Batches each worker runs (zero-filled) after loading and before it reports ready; one spec per
+  // input. Written as batch sizes (trailing dims from `inputs`) or as shape lists.
+  std::vector<std::vector<TensorSpec>> warmup;
+};
+
+// Top-level "gpu": how GPU workers share their devices (docs/gpu.md).
+struct GpuConfig {
+  // NVIDIA MPS: "off" (time-slicing), "auto" (use or start a daemon, else time-slicing, said in
+  // the log and stats), "required" (start-up fails without MPS).
+  std::string mps = "off";
+  int active_thread_percentage = 0;  // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for workers; 0: unset
+  std::string mps_control = "nvidia-cuda-mps-control";  // looked up on PATH unless absolute
 };
 
 // Restart limits in the manner of Erlang/OTP supervisors.
@@ -83,6 +101,7 @@ struct FarmConfig {
   bool insecure = false;       // allow a non-loopback endpoint without CURVE (warned at start)
   std::string ipc_group;       // ipc job socket: chown to this group and chmod 0660 after bind
   LimitsConfig limits;
+  GpuConfig gpu;
   std::vector<ModelConfig> models;
   std::string source_path;     // the file this came from, for reloads and messages
 };
@@ -96,6 +115,11 @@ Status LoadConfigFile(const std::string& path, FarmConfig* out);
 // endpoints another host cannot reach. Every other endpoint (tcp://*, tcp://0.0.0.0, an interface
 // name, ws://, pgm://...) counts as reachable from the network.
 bool IsLocalEndpoint(const std::string& endpoint);
+
+// The warm-up batches as the worker's --warmup argument takes them: a JSON array of arrays of
+// {"dtype", "shape"}; and back.
+std::string WarmupToJson(const std::vector<std::vector<TensorSpec>>& warmup);
+Status WarmupFromJson(const std::string& text, std::vector<std::vector<TensorSpec>>* out);
 
 // Total worker count after "auto" resolution with `available_cores`.
 int ResolveInstanceCount(const InstanceConfig& instance, int available_cores);

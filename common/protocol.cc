@@ -1,5 +1,8 @@
 #include "common/protocol.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace torchfarm {
 
 using nlohmann::json;
@@ -83,7 +86,213 @@ json TensorSpecToJson(const TensorSpec& spec) {
   return json{{"dtype", DTypeName(spec.dtype)}, {"shape", spec.shape}};
 }
 
+namespace {
+
+// A cursor over a header for ParseRequestHeaderFast. Every method returns false on anything it
+// does not handle; the caller then gives the text to the JSON parser.
+class HeaderScanner {
+ public:
+  explicit HeaderScanner(std::string_view text) : text_(text) {}
+
+  void SkipBlanks() {
+    while (at_ < text_.size() &&
+           (text_[at_] == ' ' || text_[at_] == '\n' || text_[at_] == '\t' || text_[at_] == '\r')) {
+      ++at_;
+    }
+  }
+  bool Take(char c) {
+    SkipBlanks();
+    if (at_ >= text_.size() || text_[at_] != c) return false;
+    ++at_;
+    return true;
+  }
+  bool Peek(char c) {
+    SkipBlanks();
+    return at_ < text_.size() && text_[at_] == c;
+  }
+  bool AtEnd() {
+    SkipBlanks();
+    return at_ == text_.size();
+  }
+  // A string of printable ASCII without escapes; `allowed`, when given, restricts its characters.
+  bool String(std::string_view* out, bool (*allowed)(char) = nullptr) {
+    if (!Take('"')) return false;
+    size_t start = at_;
+    while (at_ < text_.size() && text_[at_] != '"') {
+      char c = text_[at_];
+      if (c < 0x20 || c > 0x7e || c == '\\' || (allowed && !allowed(c))) return false;
+      ++at_;
+    }
+    if (at_ >= text_.size()) return false;
+    *out = text_.substr(start, at_ - start);
+    ++at_;
+    return true;
+  }
+  // A non-negative integer of at most 18 digits, without leading zeros or a fraction/exponent.
+  bool Unsigned(uint64_t* out) {
+    SkipBlanks();
+    size_t start = at_;
+    uint64_t value = 0;
+    while (at_ < text_.size() && text_[at_] >= '0' && text_[at_] <= '9') {
+      value = value * 10 + static_cast<uint64_t>(text_[at_] - '0');
+      ++at_;
+    }
+    size_t digits = at_ - start;
+    if (digits == 0 || digits > 18 || (digits > 1 && text_[start] == '0')) return false;
+    if (at_ < text_.size() && (text_[at_] == '.' || text_[at_] == 'e' || text_[at_] == 'E')) {
+      return false;
+    }
+    *out = value;
+    return true;
+  }
+  bool Literal(std::string_view word) {
+    SkipBlanks();
+    if (text_.substr(at_, word.size()) != word) return false;
+    at_ += word.size();
+    return true;
+  }
+
+ private:
+  std::string_view text_;
+  size_t at_ = 0;
+};
+
+bool KeyChar(char c) { return (c >= 'a' && c <= 'z') || c == '_'; }
+bool NameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '-' || c == '.';
+}
+
+bool ScanId(HeaderScanner& in, json* id) {
+  if (in.Peek('"')) {
+    std::string_view text;
+    if (!in.String(&text)) return false;
+    *id = std::string(text);
+    return true;
+  }
+  if (in.Literal("null")) {
+    *id = nullptr;
+    return true;
+  }
+  if (in.Literal("true")) {
+    *id = true;
+    return true;
+  }
+  if (in.Literal("false")) {
+    *id = false;
+    return true;
+  }
+  uint64_t value;
+  if (!in.Unsigned(&value)) return false;
+  *id = value;  // number_unsigned, as json::parse makes it
+  return true;
+}
+
+// {"dtype": "...", "shape": [...]} with exactly those two keys.
+bool ScanTensorSpec(HeaderScanner& in, int max_rank, TensorSpec* spec) {
+  if (!in.Take('{')) return false;
+  bool have_dtype = false, have_shape = false;
+  do {
+    std::string_view key;
+    if (!in.String(&key, KeyChar) || !in.Take(':')) return false;
+    if (key == "dtype" && !have_dtype) {
+      std::string_view name;
+      if (!in.String(&name, NameChar)) return false;
+      auto dtype = ParseDType(name);
+      if (!dtype) return false;
+      spec->dtype = *dtype;
+      have_dtype = true;
+    } else if (key == "shape" && !have_shape) {
+      if (!in.Take('[')) return false;
+      if (!in.Take(']')) {
+        do {
+          uint64_t dim;
+          if (!in.Unsigned(&dim) || static_cast<int>(spec->shape.size()) >= max_rank) return false;
+          spec->shape.push_back(static_cast<int64_t>(dim));
+        } while (in.Take(','));
+        if (!in.Take(']')) return false;
+      }
+      have_shape = true;
+    } else {
+      return false;
+    }
+  } while (in.Take(','));
+  return in.Take('}') && have_dtype && have_shape;
+}
+
+// An integer field that may also be null (then `*out` keeps its default).
+bool ScanOptionalInteger(HeaderScanner& in, uint64_t max, int64_t* out) {
+  if (in.Literal("null")) return true;
+  uint64_t value;
+  if (!in.Unsigned(&value) || value > max) return false;
+  *out = static_cast<int64_t>(value);
+  return true;
+}
+
+}  // namespace
+
+bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out, const RequestLimits& limits) {
+  if (text.size() > limits.max_header_bytes) return false;
+  RequestHeader header;
+  HeaderScanner in(text);
+  if (!in.Take('{')) return false;
+  enum Seen : unsigned { kV = 1, kId = 2, kModel = 4, kInputs = 8, kTimeout = 16, kPriority = 32 };
+  unsigned seen = 0;
+  const int max_rank = std::min(limits.max_rank, kMaxRank);
+  do {
+    std::string_view key;
+    if (!in.String(&key, KeyChar) || !in.Take(':')) return false;
+    unsigned field;
+    if (key == "v") {
+      uint64_t v;
+      if (!in.Unsigned(&v) || v != static_cast<uint64_t>(kProtocolVersion)) return false;
+      field = kV;
+    } else if (key == "id") {
+      if (!ScanId(in, &header.id)) return false;
+      field = kId;
+    } else if (key == "model") {
+      std::string_view model;
+      if (!in.String(&model, NameChar) || model.empty()) return false;
+      header.model = std::string(model);
+      field = kModel;
+    } else if (key == "inputs") {
+      if (!in.Take('[')) return false;
+      do {
+        TensorSpec spec;
+        if (header.inputs.size() >= limits.max_inputs || !ScanTensorSpec(in, max_rank, &spec)) {
+          return false;
+        }
+        header.inputs.push_back(std::move(spec));
+      } while (in.Take(','));
+      if (!in.Take(']')) return false;
+      field = kInputs;
+    } else if (key == "timeout_ms") {
+      if (!ScanOptionalInteger(in, UINT64_MAX, &header.timeout_ms)) return false;
+      field = kTimeout;
+    } else if (key == "priority") {
+      int64_t priority = 0;
+      if (!ScanOptionalInteger(in, 1000, &priority)) return false;
+      header.priority = static_cast<int>(priority);
+      field = kPriority;
+    } else {
+      return false;
+    }
+    if (seen & field) return false;  // a repeated key: the JSON path decides which one counts
+    seen |= field;
+  } while (in.Take(','));
+  if (!in.Take('}') || !in.AtEnd()) return false;
+  if ((seen & (kV | kModel | kInputs)) != (kV | kModel | kInputs)) return false;
+  *out = std::move(header);
+  return true;
+}
+
 Status ParseRequestHeader(std::string_view text, RequestHeader* out, const RequestLimits& limits) {
+  if (ParseRequestHeaderFast(text, out, limits)) return Status::Ok();
+  return ParseRequestHeaderJson(text, out, limits);
+}
+
+Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
+                              const RequestLimits& limits) {
   *out = RequestHeader{};
   if (text.size() > limits.max_header_bytes) {
     return InvalidArgument("header of " + std::to_string(text.size()) +
@@ -192,7 +401,14 @@ std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
   std::string out;
   out.reserve(160 + outputs.size() * 48);
   out += "{\"v\":1,\"id\":";
-  out += id.dump(-1, ' ', false, json::error_handler_t::replace);
+  // The ids clients use are integers; dump() builds a serializer (and allocates) for each.
+  if (id.is_number_unsigned()) {
+    out += std::to_string(id.get<uint64_t>());
+  } else if (id.is_null()) {
+    out += "null";
+  } else {
+    out += id.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
   out += ",\"status\":\"ok\",\"outputs\":[";
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (i) out += ',';

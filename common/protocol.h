@@ -50,9 +50,20 @@ struct RequestHeader {
 };
 
 // Parses frame 0. On failure `out->id` still holds the id when the JSON was readable, so the
-// error reply can carry it.
+// error reply can carry it. Tries ParseRequestHeaderFast first, then ParseRequestHeaderJson.
 Status ParseRequestHeader(std::string_view text, RequestHeader* out,
                           const RequestLimits& limits = RequestLimits{});
+
+// The two halves of ParseRequestHeader, public so tests and the fuzzer can hold them against each
+// other. The fast path is a single scan for the common header (plain keys, ASCII strings without
+// escapes, non-negative integers, an id that is null, a boolean, such an integer or such a
+// string); it returns true only for a header it fully read and found valid, with the same result
+// the JSON path would give. Anything else (every error included) returns false untouched-in-kind,
+// and the JSON path, a full nlohmann parse, decides and words the error.
+bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out,
+                            const RequestLimits& limits = RequestLimits{});
+Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
+                              const RequestLimits& limits = RequestLimits{});
 
 // Checks that the frames after the header match the declared inputs one to one, by count and by
 // byte size (dtype size x shape).

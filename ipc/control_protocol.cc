@@ -23,7 +23,15 @@ std::vector<std::string> WorkerLaunchArgs::ToArgv(const std::string& worker_bina
                                    "--response-doorbell-fd", std::to_string(response_doorbell_fd),
                                    "--control", control_endpoint,
                                    "--heartbeat-ms", std::to_string(heartbeat_ms),
-                                   "--log-level", log_level};
+                                   "--log-level", log_level,
+                                   "--precision", precision,
+                                   "--streams", std::to_string(streams)};
+  if (cudnn_benchmark) argv.push_back("--cudnn-benchmark");
+  if (!pin_memory) argv.push_back("--no-pin-memory");
+  if (!warmup.empty()) {
+    argv.push_back("--warmup");
+    argv.push_back(warmup);
+  }
   if (!cores.empty()) {
     std::string list;
     for (int c : cores) list += (list.empty() ? "" : ",") + std::to_string(c);
@@ -50,12 +58,19 @@ Status WorkerLaunchArgs::Parse(int argc, char** argv, WorkerLaunchArgs* out) {
   app.add_option("--control", a.control_endpoint)->required();
   app.add_option("--heartbeat-ms", a.heartbeat_ms)->check(CLI::PositiveNumber);
   app.add_option("--log-level", a.log_level);
+  app.add_option("--precision", a.precision)->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
+  app.add_option("--streams", a.streams)->check(CLI::Range(1, 16));
+  app.add_flag("--cudnn-benchmark", a.cudnn_benchmark);
+  bool no_pin = false;
+  app.add_flag("--no-pin-memory", no_pin);
+  app.add_option("--warmup", a.warmup);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return InvalidArgument(std::string(e.what()) +
                            " (torchfarm-worker is started by torchfarm-supervisor, not by hand)");
   }
+  a.pin_memory = !no_pin;
   size_t start = 0;
   while (start < cores.size()) {
     size_t comma = cores.find(',', start);

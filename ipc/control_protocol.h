@@ -5,9 +5,13 @@
 // worker -> supervisor
 //   hello      {"type":"hello","worker":3,"generation":0,"pid":1234,"layout_version":1,
 //               "device":"cpu"}                                     first thing after connect
-//   ready      {"type":"ready","load_ms":12.5,"threads":1,"device":"cpu"}  model loaded, warmed
-//   heartbeat  {"type":"heartbeat","batches":10,"rows":40,"errors":0,"busy":false}
-//                                                            every heartbeat_ms; counters monotone
+//   ready      {"type":"ready","load_ms":12.5,"warmup_ms":3.1,"threads":1,"device":"cpu",
+//               "precision":"fp32"}                                 model loaded, warmed up
+//   heartbeat  {"type":"heartbeat","batches":10,"rows":40,"errors":0,"busy":false,
+//               "stage_us":{"h2d":120,"compute":9000,"d2h":80},
+//               "device":{"name":"NVIDIA H200","streams":2,"pinned":true,"mps_attached":true,
+//                         "memory_allocated":123,"memory_reserved":456}}
+//                                           every heartbeat_ms; counters and stage sums monotone
 //   error      {"type":"error","fatal":true,"kind":"model|device|internal","message":"…"}
 //                                                              fatal: the worker exits right after
 // supervisor -> worker
@@ -60,6 +64,12 @@ struct WorkerLaunchArgs {
   std::string control_endpoint;
   int heartbeat_ms = 1000;
   std::string log_level = "info";
+  // GPU and precision settings of the instance group (common/config.h, InstanceConfig).
+  std::string precision = "fp32";
+  int streams = 1;
+  bool cudnn_benchmark = false;
+  bool pin_memory = true;
+  std::string warmup;  // JSON (common/config.h, WarmupToJson); empty: no warm-up
 
   std::vector<std::string> ToArgv(const std::string& worker_binary) const;
   // Parses argv as written by ToArgv; on error returns InvalidArgument with CLI11's message.

@@ -26,6 +26,13 @@ class SpscRing {
     if (head - tail_->load(std::memory_order_acquire) >= slot_count_) return nullptr;
     return SlotAt(head);
   }
+  // Producer: the slot `ahead` places after head (0: TryReserve's), or nullptr when not free yet.
+  // Lets a producer with several batches in flight fill slots it will publish in order later.
+  uint8_t* TryReserveAhead(uint64_t ahead) const {
+    uint64_t head = head_->load(std::memory_order_relaxed) + ahead;
+    if (head - tail_->load(std::memory_order_acquire) >= slot_count_) return nullptr;
+    return SlotAt(head);
+  }
   // Producer: makes the slot returned by TryReserve visible to the consumer.
   void Publish() const { head_->store(head_->load(std::memory_order_relaxed) + 1, std::memory_order_release); }
 
@@ -34,6 +41,12 @@ class SpscRing {
     uint64_t tail = tail_->load(std::memory_order_relaxed);
     if (tail == head_->load(std::memory_order_acquire)) return nullptr;
     return SlotAt(tail);
+  }
+  // Consumer: the published slot `behind` places after the oldest (0: Front's), or nullptr.
+  uint8_t* PeekAt(uint64_t behind) const {
+    uint64_t index = tail_->load(std::memory_order_relaxed) + behind;
+    if (index >= head_->load(std::memory_order_acquire)) return nullptr;
+    return SlotAt(index);
   }
   // Consumer: hands the slot returned by Front back to the producer.
   void Pop() const { tail_->store(tail_->load(std::memory_order_relaxed) + 1, std::memory_order_release); }

@@ -55,7 +55,7 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   const auto& head = frames[payload_start];
   Status s = ParseRequestHeader(std::string_view(static_cast<const char*>(head.data()), head.size()),
                                 &header, limits);
-  request->id = header.id;
+  request->id = std::move(header.id);
   if (!s.ok()) return s;
   if (frames.size() - payload_start > limits.max_inputs + 1) {
     return InvalidArgument("message has more than " + std::to_string(limits.max_inputs + 1) +

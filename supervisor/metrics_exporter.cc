@@ -70,6 +70,18 @@ MetricsExporter::MetricsExporter() : registry_(std::make_shared<prometheus::Regi
                    .Name("torchfarm_gpu_fallback")
                    .Help("1 when a GPU worker slot serves on the CPU after GPU failures")
                    .Register(*registry_);
+  gpu_memory_ = &prometheus::BuildGauge()
+                     .Name("torchfarm_worker_gpu_memory_bytes")
+                     .Help("GPU memory of each GPU worker's caching allocator (kind: allocated, reserved)")
+                     .Register(*registry_);
+  stage_seconds_ = &prometheus::BuildGauge()
+                        .Name("torchfarm_worker_stage_seconds")
+                        .Help("Seconds the current worker process's batches spent per stage (h2d, compute, d2h)")
+                        .Register(*registry_);
+  mps_ = &prometheus::BuildGauge()
+              .Name("torchfarm_mps_active")
+              .Help("1 when GPU workers share their devices through an NVIDIA MPS server")
+              .Register(*registry_);
 }
 
 MetricsExporter::~MetricsExporter() = default;
@@ -139,5 +151,22 @@ void MetricsExporter::WorkerRss(int worker, const std::string& model, uint64_t b
 void MetricsExporter::GpuFallback(int worker, const std::string& model, bool fallen_back) {
   fallback_->Add({{"worker", std::to_string(worker)}, {"model", model}}).Set(fallen_back ? 1 : 0);
 }
+
+void MetricsExporter::WorkerGpuMemory(int worker, const std::string& model, int64_t allocated,
+                                      int64_t reserved) {
+  const std::string id = std::to_string(worker);
+  gpu_memory_->Add({{"worker", id}, {"model", model}, {"kind", "allocated"}}).Set(static_cast<double>(allocated));
+  gpu_memory_->Add({{"worker", id}, {"model", model}, {"kind", "reserved"}}).Set(static_cast<double>(reserved));
+}
+
+void MetricsExporter::WorkerStageSeconds(int worker, const std::string& model, double h2d,
+                                         double compute, double d2h) {
+  const std::string id = std::to_string(worker);
+  stage_seconds_->Add({{"worker", id}, {"model", model}, {"stage", "h2d"}}).Set(h2d);
+  stage_seconds_->Add({{"worker", id}, {"model", model}, {"stage", "compute"}}).Set(compute);
+  stage_seconds_->Add({{"worker", id}, {"model", model}, {"stage", "d2h"}}).Set(d2h);
+}
+
+void MetricsExporter::MpsActive(bool active) { mps_->Add({}).Set(active ? 1 : 0); }
 
 }  // namespace torchfarm

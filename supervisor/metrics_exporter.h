@@ -49,6 +49,12 @@ class MetricsExporter {
   void WorkerRestart(const std::string& model);
   void WorkerRss(int worker, const std::string& model, uint64_t bytes);
   void GpuFallback(int worker, const std::string& model, bool fallen_back);
+  // What a GPU worker's heartbeat reported: caching-allocator bytes and the seconds its batches
+  // spent in each stage (h2d, compute, d2h; sums over its current process).
+  void WorkerGpuMemory(int worker, const std::string& model, int64_t allocated, int64_t reserved);
+  void WorkerStageSeconds(int worker, const std::string& model, double h2d, double compute,
+                          double d2h);
+  void MpsActive(bool active);
 
  private:
   MetricsExporter();
@@ -65,6 +71,9 @@ class MetricsExporter {
   prometheus::Family<prometheus::Counter>* restarts_;
   prometheus::Family<prometheus::Gauge>* rss_;
   prometheus::Family<prometheus::Gauge>* fallback_;
+  prometheus::Family<prometheus::Gauge>* gpu_memory_;
+  prometheus::Family<prometheus::Gauge>* stage_seconds_;
+  prometheus::Family<prometheus::Gauge>* mps_;
   std::map<std::string, std::unique_ptr<ModelHandles>> models_;
 };
 

@@ -11,15 +11,37 @@
 
 #include "supervisor/signal_fd.h"
 
+extern char** environ;
+
 namespace torchfarm {
 
+std::vector<std::string> EnvironmentWith(const std::vector<std::string>& overrides) {
+  std::vector<std::string> env;
+  for (char** entry = environ; entry && *entry; ++entry) {
+    std::string item(*entry);
+    bool replaced = false;
+    for (const auto& o : overrides) {
+      const size_t name_end = o.find('=') + 1;  // compare "NAME=" prefixes
+      if (item.compare(0, name_end, o, 0, name_end) == 0) replaced = true;
+    }
+    if (!replaced) env.push_back(std::move(item));
+  }
+  env.insert(env.end(), overrides.begin(), overrides.end());
+  return env;
+}
+
 Status LaunchProcess(const std::vector<std::string>& argv, const std::vector<FdMapping>& fds,
-                     pid_t* pid) {
+                     pid_t* pid, const std::vector<std::string>& extra_env) {
   // Everything the child needs is prepared here: after fork only async-signal-safe calls run.
   std::vector<char*> raw;
   raw.reserve(argv.size() + 1);
   for (const auto& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
   raw.push_back(nullptr);
+  const std::vector<std::string> env = extra_env.empty() ? std::vector<std::string>{}
+                                                         : EnvironmentWith(extra_env);
+  std::vector<char*> raw_env;
+  for (const auto& e : env) raw_env.push_back(const_cast<char*>(e.c_str()));
+  raw_env.push_back(nullptr);
   const pid_t parent = ::getpid();
 
   pid_t child = ::fork();
@@ -38,7 +60,11 @@ Status LaunchProcess(const std::vector<std::string>& argv, const std::vector<FdM
     for (size_t i = 0; i < n; ++i) {
       if (moved[i] < 0 || ::dup2(moved[i], fds[i].target) < 0) ::_exit(127);
     }
-    ::execv(raw[0], raw.data());
+    if (env.empty()) {
+      ::execv(raw[0], raw.data());
+    } else {
+      ::execve(raw[0], raw.data(), raw_env.data());
+    }
     const char msg[] = "torchfarm: exec of worker binary failed\n";
     ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
     (void)ignored;

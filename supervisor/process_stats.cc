@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -14,9 +15,23 @@ namespace torchfarm {
 std::optional<ProcessSample> SampleProcess(pid_t pid, TimePoint now) {
   if (pid <= 0) return std::nullopt;
   const std::string base = "/proc/" + std::to_string(pid);
-  std::ifstream statm(base + "/statm");
-  uint64_t size_pages = 0, resident_pages = 0;
-  if (!(statm >> size_pages >> resident_pages)) return std::nullopt;
+  ProcessSample sample;
+  std::ifstream status(base + "/status");
+  bool have_rss = false;
+  for (std::string key; status >> key;) {
+    uint64_t* field = key == "VmRSS:"    ? &sample.rss_bytes
+                      : key == "RssAnon:"  ? &sample.rss_anon_bytes
+                      : key == "RssFile:"  ? &sample.rss_file_bytes
+                      : key == "RssShmem:" ? &sample.rss_shmem_bytes
+                                           : nullptr;
+    if (field) {
+      uint64_t kib = 0;
+      if (status >> kib) *field = kib * 1024;  // "VmRSS:  1234 kB"
+      have_rss = have_rss || field == &sample.rss_bytes;
+    }
+    status.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  if (!have_rss) return std::nullopt;  // gone, or a zombie
   std::ifstream stat(base + "/stat");
   std::string line;
   if (!std::getline(stat, line)) return std::nullopt;
@@ -31,9 +46,6 @@ std::optional<ProcessSample> SampleProcess(pid_t pid, TimePoint now) {
     if (i == 15) stime = std::stoull(field);
   }
   static const long kTicks = ::sysconf(_SC_CLK_TCK);
-  static const long kPage = ::sysconf(_SC_PAGESIZE);
-  ProcessSample sample;
-  sample.rss_bytes = resident_pages * static_cast<uint64_t>(kPage);
   sample.cpu_seconds = static_cast<double>(utime + stime) / static_cast<double>(kTicks);
   sample.taken = now;
   return sample;

@@ -13,6 +13,12 @@ namespace torchfarm {
 
 struct ProcessSample {
   uint64_t rss_bytes = 0;
+  // The parts of rss_bytes (/proc/PID/status): private anonymous memory (heap, stacks, the
+  // process's own), file pages (binaries, libraries) and shared memory (the worker segments as
+  // far as this process touched them; the same pages count in the worker's RSS too).
+  uint64_t rss_anon_bytes = 0;
+  uint64_t rss_file_bytes = 0;
+  uint64_t rss_shmem_bytes = 0;
   double cpu_seconds = 0;  // user + system
   TimePoint taken{};
 };

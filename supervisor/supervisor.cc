@@ -23,6 +23,7 @@ namespace {
 
 constexpr Millis kMaxPollTimeout{100};
 constexpr Millis kStopGrace{5'000};
+constexpr Millis kPinnedReplyPoll{2};
 
 std::string SelfDirectory() {
   std::error_code ec;
@@ -67,6 +68,7 @@ Status Supervisor::Start() {
   launch_.segment_prefix = "torchfarm-" + std::to_string(::getpid()) + "-" + nonce + "-";
   launch_.heartbeat_ms = config_.heartbeat_ms;
   launch_.log_level = options_.log_level;
+  launch_.response_rings = &response_rings_;
   if (::access(launch_.worker_binary.c_str(), X_OK) != 0) {
     return NotFound("worker binary '" + launch_.worker_binary +
                     "' is missing or not executable (set worker_binary in the config)");
@@ -102,11 +104,17 @@ Status Supervisor::Start() {
                      "oversubscription (set threads, count or cores)"
                   << Kv("threads", cpu_threads) << Kv("cores", cores);
   }
+  const bool has_gpu_instances = std::any_of(slots_.begin(), slots_.end(), [](const auto& slot) {
+    return slot->instance().is_gpu();
+  });
+  if (Status s = mps_.Start(config_.gpu, config_.run_dir, has_gpu_instances); !s.ok()) return s;
+  launch_.gpu_env = mps_.WorkerEnvironment();
   for (auto& slot : slots_) LaunchSlot(*slot);
   TF_LOG(kInfo) << "supervisor serving" << Kv("endpoint", config_.endpoint)
                 << Kv("admin", config_.admin_endpoint) << Kv("workers", slots_.size())
                 << Kv("models", config_.models.size())
-                << Kv("metrics", config_.metrics_endpoint.empty() ? "off" : config_.metrics_endpoint);
+                << Kv("metrics", config_.metrics_endpoint.empty() ? "off" : config_.metrics_endpoint)
+                << Kv("mps", mps_.state());
   return Status::Ok();
 }
 
@@ -153,6 +161,7 @@ int Supervisor::Run() {
     CheckWorkerLiveness();
     RestartDueSlots();
     Dispatch();
+    ReleasePinnedReplies();
     RetireIdleSlots();
     DrainStep();
     Housekeeping();
@@ -165,6 +174,8 @@ int Supervisor::Run() {
 int Supervisor::PollTimeoutMs() const {
   TimePoint now = clock_.Now();
   TimePoint next = std::min(now + kMaxPollTimeout, notifier_.next_watchdog());
+  // Zero-copy replies still in libzmq free their slots without waking the loop: look again soon.
+  if (response_rings_.HasPins()) next = std::min(next, now + kPinnedReplyPoll);
   for (const auto& model : models_) {
     // A batch that comes due while every worker of its model is full cannot go anyway; waking
     // for it would spin the loop (a finishing worker rings its doorbell, which wakes us).

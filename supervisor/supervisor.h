@@ -7,7 +7,7 @@
 // Loop:  poll(job, control, admin, signals, every worker's response doorbell; timeout = next timer)
 //          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> HandleAdmin
 //          -> HandleWorkerOutput -> ExpireDeadlines -> CheckWorkerLiveness -> RestartDueSlots
-//          -> Dispatch -> RetireIdleSlots -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
+//          -> Dispatch -> ReleasePinnedReplies -> RetireIdleSlots -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
 //
 // Every accepted request is answered exactly once: with its result, or with an error code.
 #pragma once
@@ -29,6 +29,7 @@
 #include "supervisor/metrics_exporter.h"
 #include "supervisor/model_queue.h"
 #include "supervisor/model_stats.h"
+#include "supervisor/mps_controller.h"
 #include "supervisor/process_stats.h"
 #include "supervisor/run_dir_lock.h"
 #include "supervisor/service_notifier.h"
@@ -80,6 +81,7 @@ class Supervisor {
   void CheckWorkerLiveness();
   void RestartDueSlots();
   void Dispatch();
+  void ReleasePinnedReplies();
   void RetireIdleSlots();
   void DrainStep();
   void Housekeeping();
@@ -103,6 +105,7 @@ class Supervisor {
   void Requeue(InflightBatch& batch, size_t model_index, const std::string& cause,
                bool was_running);
   void LaunchSlot(WorkerSlot& slot);
+  void RecycleMpsPeers(const WorkerSlot& failed);
   void FailModelIfNoWorkers(Model& model);
   bool ModelAvailable(const Model& model) const;
   WorkerSlot* FindSlotByRoutingId(const std::string& routing_id);
@@ -131,6 +134,9 @@ class Supervisor {
   TimePoint started_{};
   LaunchContext launch_;
   std::string control_path_;
+  // Declared before context_ so it is destroyed after it: zmq messages of zero-copy replies point
+  // into these rings until the context has freed the last of them.
+  PinnedRingKeeper response_rings_;
 
   zmq::context_t context_;
   zmq::socket_t jobs_;
@@ -146,6 +152,7 @@ class Supervisor {
   std::vector<ModelConfig> served_configs_;
   std::vector<size_t> served_index_;
   std::unique_ptr<MetricsExporter> metrics_;
+  MpsController mps_;
   ServiceNotifier notifier_;
   TimePoint next_housekeeping_{};
   std::map<pid_t, ProcessSample> process_samples_;

@@ -81,12 +81,33 @@ json Supervisor::HealthJson() const {
   return {{"live", true}, {"ready", all_ready && !draining_}, {"draining", draining_}, {"models", models}};
 }
 
+// The worker's own account of its device; stage times as means per batch of its current process.
+static json DeviceStatsJson(const DeviceTelemetry& t) {
+  auto mean = [&](uint64_t sum) { return t.batches ? static_cast<double>(sum) / t.batches : 0.0; };
+  json j = {{"name", t.name},
+            {"precision", t.precision},
+            {"streams", t.streams},
+            {"pinned", t.pinned},
+            {"mps_attached", t.mps_attached},
+            {"warmup_ms", t.warmup_ms},
+            {"mean_h2d_us", mean(t.h2d_us)},
+            {"mean_compute_us", mean(t.compute_us)},
+            {"mean_d2h_us", mean(t.d2h_us)}};
+  if (t.memory_allocated >= 0) {
+    j["memory_allocated"] = t.memory_allocated;
+    j["memory_reserved"] = t.memory_reserved;
+  }
+  return j;
+}
+
 json Supervisor::WorkerJson(WorkerSlot& slot, TimePoint now) {
   std::string state = SlotStateName(slot.state());
   if (slot.state() == SlotState::kReady && slot.inflight() > 0) state = "busy";
-  json rss = nullptr, cpu = nullptr;
+  json rss = nullptr, rss_anon = nullptr, rss_shmem = nullptr, cpu = nullptr;
   if (auto sample = SampleProcess(slot.pid(), now)) {
     rss = sample->rss_bytes;
+    rss_anon = sample->rss_anon_bytes;
+    rss_shmem = sample->rss_shmem_bytes;
     auto previous = process_samples_.find(slot.pid());
     if (previous != process_samples_.end() && now - previous->second.taken > Millis(100)) {
       cpu = CpuPercent(previous->second, *sample);
@@ -114,8 +135,12 @@ json Supervisor::WorkerJson(WorkerSlot& slot, TimePoint now) {
            slot.batches_done ? static_cast<double>(slot.rows_done) / slot.batches_done : 0.0},
           {"inflight", slot.inflight()},
           {"rss_bytes", rss},
+          {"rss_anon_bytes", rss_anon},
+          {"rss_shmem_bytes", rss_shmem},
           {"cpu_percent", cpu},
-          {"gpu_mem_bytes", nullptr}};
+          {"gpu_mem_bytes", slot.telemetry.memory_allocated >= 0
+                                ? json(slot.telemetry.memory_allocated) : json(nullptr)},
+          {"device_stats", DeviceStatsJson(slot.telemetry)}};
 }
 
 json Supervisor::StatsJson() {
@@ -140,8 +165,14 @@ json Supervisor::StatsJson() {
                      {"version", kVersion},
                      {"config", config_.source_path},
                      {"draining", draining_}};
-  if (auto self = SampleProcess(::getpid(), now)) supervisor["rss_bytes"] = self->rss_bytes;
-  return {{"supervisor", supervisor}, {"models", models}, {"workers", workers}};
+  if (auto self = SampleProcess(::getpid(), now)) {
+    // RSS counts the worker segments' pages this process touched; the private part is RssAnon.
+    supervisor["rss_bytes"] = self->rss_bytes;
+    supervisor["rss_anon_bytes"] = self->rss_anon_bytes;
+    supervisor["rss_shmem_bytes"] = self->rss_shmem_bytes;
+  }
+  json gpu = {{"mps", config_.gpu.mps}, {"mps_state", mps_.state()}};
+  return {{"supervisor", supervisor}, {"gpu", gpu}, {"models", models}, {"workers", workers}};
 }
 
 }  // namespace torchfarm

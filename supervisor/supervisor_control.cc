@@ -241,6 +241,7 @@ void Supervisor::Housekeeping() {
   notifier_.Tick(now);
   if (now < next_housekeeping_) return;
   next_housekeeping_ = now + std::chrono::seconds(1);
+  if (metrics_) metrics_->MpsActive(mps_.active());
   bool all_ready = true;
   std::ostringstream status;
   double rps = 0;
@@ -256,6 +257,13 @@ void Supervisor::Housekeeping() {
         metrics_->GpuFallback(slot.id(), slot.model_name(), slot.fallen_back());
         if (auto sample = SampleProcess(slot.pid(), now)) {
           metrics_->WorkerRss(slot.id(), slot.model_name(), sample->rss_bytes);
+        }
+        const DeviceTelemetry& t = slot.telemetry;
+        metrics_->WorkerStageSeconds(slot.id(), slot.model_name(), t.h2d_us * 1e-6,
+                                     t.compute_us * 1e-6, t.d2h_us * 1e-6);
+        if (t.memory_allocated >= 0) {
+          metrics_->WorkerGpuMemory(slot.id(), slot.model_name(), t.memory_allocated,
+                                    t.memory_reserved);
         }
       }
     }

@@ -18,6 +18,19 @@ namespace torchfarm {
 
 using nlohmann::json;
 
+namespace {
+
+// Reply frames at least this long point into the worker's response slot instead of being copied
+// (PinnedResponseRing). Below it a copy is cheaper than libzmq's separate content block and the
+// slot held until the frame is on the wire (measured: bench/analysis.md, "Zero-copy replies").
+constexpr uint64_t kZeroCopyMinBytes = 128 * 1024;
+// A reply pinned this long means its client stopped reading; once the pins also cost the worker
+// its in-flight capacity, the worker is replaced on a fresh segment (the old one stays mapped
+// until libzmq lets go of the reply).
+constexpr Millis kStuckReplyLimit{2'000};
+
+}  // namespace
+
 void Supervisor::HandleResponses(WorkerSlot& slot) {
   slot.CollectResponses([&](InflightBatch& batch, const uint8_t* response) {
     ReplyBatch(slot, batch, response);
@@ -47,10 +60,13 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
   }
   std::vector<TensorSpec> outputs;
   const uint8_t* data = ipc::SlotData(response);
+  // The segment's own capacity: a reload may have changed slot_bytes for the next launch.
+  const uint64_t capacity = slot.responses()->segment().data_capacity();
   for (uint32_t i = 0; failure.ok() && i < header->tensor_count && i < ipc::kMaxTensors; ++i) {
     TensorSpec spec;
     const ipc::TensorDesc& desc = header->tensors[i];
-    if (!ipc::ReadTensorDesc(desc, &spec) || desc.offset + desc.nbytes > slot.data_capacity() ||
+    if (!ipc::ReadTensorDesc(desc, &spec) || desc.offset > capacity ||
+        desc.nbytes > capacity - desc.offset ||
         ByteSize(spec) != desc.nbytes) {
       failure = Internal("worker wrote a malformed output descriptor " + std::to_string(i));
     } else if (batch.requests.size() > 1 && (spec.shape.empty() || spec.shape[0] != batch.rows)) {
@@ -66,10 +82,12 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
     }
     return;
   }
+  const bool may_pin = slot.CanPinResponse();
   int64_t row_start = 0;
+  std::vector<zmq::message_t> frames;
   for (auto& r : batch.requests) {
-    std::vector<TensorSpec> mine = outputs;
-    std::vector<zmq::message_t> frames;
+    // `outputs` becomes this request's: only dim 0 differs between the requests of a batch.
+    frames.clear();
     for (size_t i = 0; i < outputs.size(); ++i) {
       const ipc::TensorDesc& desc = header->tensors[i];
       uint64_t begin = 0, length = desc.nbytes;
@@ -77,9 +95,13 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
         uint64_t row_bytes = desc.nbytes / static_cast<uint64_t>(batch.rows);
         begin = row_bytes * static_cast<uint64_t>(row_start);
         length = row_bytes * static_cast<uint64_t>(r.rows);
-        mine[i].shape[0] = r.rows;
+        outputs[i].shape[0] = r.rows;
       }
-      frames.emplace_back(data + desc.offset + begin, length);
+      if (may_pin && length >= kZeroCopyMinBytes) {
+        frames.push_back(slot.responses()->PinFrame(data + desc.offset + begin, length));
+      } else {
+        frames.emplace_back(data + desc.offset + begin, length);
+      }
     }
     row_start += r.rows;
     StageTimes timing;
@@ -92,7 +114,7 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
       metrics_->Latency(model.config.name, timing.queue_us * 1e-6, timing.compute_us * 1e-6,
                         timing.total_us * 1e-6);
     }
-    Reply(r, MakeOkReply(r.id, mine, timing, slot.id()), &frames);
+    Reply(r, MakeOkReply(r.id, outputs, timing, slot.id()), &frames);
   }
 }
 
@@ -214,6 +236,24 @@ void Supervisor::Dispatch() {
       batch.dispatched = now;
       slot->Dispatch(std::move(batch));
     }
+  }
+}
+
+void Supervisor::ReleasePinnedReplies() {
+  response_rings_.ReleaseFreed();
+  TimePoint now = clock_.Now();
+  for (auto& slot : slots_) {
+    if (slot->state() != SlotState::kReady || slot->restart_requested() || slot->retiring() ||
+        !slot->ResponsesStuck(now, kStuckReplyLimit)) {
+      continue;
+    }
+    // The ring is in-order: a reply its client does not read keeps every later slot from going
+    // back to the worker. Copying no longer helps; a fresh segment does.
+    TF_LOG(kWarn) << "a client stopped reading a zero-copy reply; replacing the worker on a fresh "
+                     "segment"
+                  << Kv("worker", slot->id()) << Kv("pid", slot->pid())
+                  << Kv("pinned_slots", slot->responses()->unpopped());
+    slot->BeginGracefulRestart();
   }
 }
 

@@ -18,6 +18,35 @@ namespace torchfarm {
 
 using nlohmann::json;
 
+namespace {
+
+// Heartbeat "stage_us" and "device" (ipc/control_protocol.h); absent or mistyped fields keep
+// their previous value (a malformed heartbeat must not crash the supervisor).
+void ReadTelemetry(const json& message, DeviceTelemetry* t) {
+  auto number = [](const json& j, const char* key, auto fallback) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_number() ? it->get<decltype(fallback)>() : fallback;
+  };
+  t->batches = number(message, "batches", t->batches);
+  if (auto stage = message.find("stage_us"); stage != message.end() && stage->is_object()) {
+    t->h2d_us = number(*stage, "h2d", t->h2d_us);
+    t->compute_us = number(*stage, "compute", t->compute_us);
+    t->d2h_us = number(*stage, "d2h", t->d2h_us);
+  }
+  if (auto device = message.find("device"); device != message.end() && device->is_object()) {
+    if (auto name = device->find("name"); name != device->end() && name->is_string()) {
+      t->name = name->get<std::string>();
+    }
+    t->streams = number(*device, "streams", t->streams);
+    t->pinned = device->value("pinned", false);
+    t->mps_attached = device->value("mps_attached", false);
+    t->memory_allocated = number(*device, "memory_allocated", int64_t{-1});
+    t->memory_reserved = number(*device, "memory_reserved", int64_t{-1});
+  }
+}
+
+}  // namespace
+
 void Supervisor::OnChildExit(pid_t pid, int wait_status) {
   for (auto& slot : slots_) {
     if (slot->pid() != pid) continue;
@@ -35,8 +64,24 @@ void Supervisor::OnChildExit(pid_t pid, int wait_status) {
     if (metrics_ && slot->state() == SlotState::kBackoff && !expected) {
       metrics_->WorkerRestart(slot->model_name());
     }
+    if (!expected && slot->last_exit_was_device_failure()) RecycleMpsPeers(*slot);
     FailModelIfNoWorkers(models_[slot->model_index()]);
     return;
+  }
+}
+
+void Supervisor::RecycleMpsPeers(const WorkerSlot& failed) {
+  const std::string& device = failed.instance().device;
+  if (!mps_.ShouldRecycleDevice(device)) return;
+  const std::string why = "MPS server of " + device + " recovering from a fault in worker " +
+                          std::to_string(failed.id());
+  for (auto& slot : slots_) {
+    if (slot.get() == &failed || slot->pid() <= 0 || slot->instance().device != device ||
+        slot->device() == "cpu") {
+      continue;
+    }
+    TF_LOG(kWarn) << "recycling MPS client" << Kv("worker", slot->id()) << Kv("why", why);
+    slot->RecycleForMps(why);
   }
 }
 
@@ -78,6 +123,7 @@ void Supervisor::HandleControl() {
     if (type == ipc::kMsgHeartbeat) {
       control_.send(zmq::buffer(routing), zmq::send_flags::sndmore);
       control_.send(zmq::str_buffer(R"({"type":"ack"})"), zmq::send_flags::none);
+      ReadTelemetry(message, &slot->telemetry);
     } else if (type == ipc::kMsgHello) {
       slot->OnHello(now);
       int version = message.value("layout_version", 0);
@@ -88,6 +134,8 @@ void Supervisor::HandleControl() {
         ::kill(slot->pid(), SIGKILL);
       }
     } else if (type == ipc::kMsgReady && slot->state() == SlotState::kStarting) {
+      slot->telemetry.precision = message.value("precision", "fp32");
+      slot->telemetry.warmup_ms = message.value("warmup_ms", 0.0);
       slot->OnReady(now, message.value("load_ms", 0.0));
     } else if (type == ipc::kMsgError) {
       std::string reason = message.value("message", "unknown error");

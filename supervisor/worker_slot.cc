@@ -1,6 +1,7 @@
 #include "supervisor/worker_slot.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,14 @@
 namespace torchfarm {
 
 namespace {
+
+// CUDA's MPS errors by name (cudaErrorMps*, as worker/accelerator_cuda.cc reports them) or text.
+bool IsMpsServerFault(const std::string& reason) {
+  return reason.find("cudaErrorMps") != std::string::npos ||
+         reason.find("MPS server") != std::string::npos ||
+         reason.find("MPS client") != std::string::npos;
+}
+
 constexpr int kRequestDoorbellFd = 3;
 constexpr int kResponseDoorbellFd = 4;
 }  // namespace
@@ -44,7 +53,9 @@ const char* SlotStateName(SlotState state) {
 WorkerSlot::WorkerSlot(int id, const ModelConfig& model, const InstanceConfig& instance,
                        size_t model_index)
     : id_(id), model_index_(model_index), model_name_(model.name), model_path_(model.path),
-      instance_(instance), ring_slots_(model.ring_slots), slot_data_bytes_(model.slot_bytes),
+      instance_(instance),
+      warmup_json_(model.warmup.empty() ? std::string() : WarmupToJson(model.warmup)),
+      ring_slots_(model.ring_slots), slot_data_bytes_(model.slot_bytes),
       max_inflight_(model.max_inflight_per_worker), device_(instance.device) {}
 
 void WorkerSlot::TransitionTo(SlotState next, const std::string& why) {
@@ -72,9 +83,28 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now) {
   args.control_endpoint = context.control_endpoint;
   args.heartbeat_ms = context.heartbeat_ms;
   args.log_level = context.log_level;
+  args.warmup = warmup_json_;
+  const bool on_gpu = device_.rfind("cuda", 0) == 0;
+  if (on_gpu) {
+    args.precision = instance_.precision;
+    args.streams = instance_.streams;
+    args.cudnn_benchmark = instance_.cudnn_benchmark;
+    args.pin_memory = instance_.pin_memory;
+  } else if (!fallen_back_) {
+    args.precision = instance_.precision;  // bf16 on the CPU is the user's choice
+  }  // after a fallback the CPU runs fp32: fp16 kernels are missing or slow there
+  telemetry = DeviceTelemetry{};
+  mps_ = on_gpu && !context.gpu_env.empty();
+  mps_recycled_ = false;
 
+  std::unique_ptr<ipc::WorkerSegment> segment;
   Status s = ipc::WorkerSegment::Create(args.segment, static_cast<uint32_t>(ring_slots_),
-                                        slot_data_bytes_, &segment_);
+                                        slot_data_bytes_, &segment);
+  if (s.ok()) {
+    segment_ = std::move(segment);
+    responses_ = std::make_shared<PinnedResponseRing>(segment_);
+    if (context.response_rings) context.response_rings->Add(responses_);
+  }
   if (s.ok()) s = ipc::Doorbell::Create(&request_bell_);
   if (s.ok()) s = ipc::Doorbell::Create(&response_bell_);
   int pipe_fds[2] = {-1, -1};
@@ -88,10 +118,11 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now) {
                        {response_bell_.fd(), kResponseDoorbellFd},
                        {write_end.get(), STDOUT_FILENO},
                        {write_end.get(), STDERR_FILENO}},
-                      &pid_);
+                      &pid_, on_gpu ? context.gpu_env : std::vector<std::string>{});
   }
   if (!s.ok()) {
     segment_.reset();
+    responses_.reset();
     output_.Reset();
     return s;
   }
@@ -115,6 +146,13 @@ void WorkerSlot::OnReady(TimePoint now, double load_ms) {
   TransitionTo(SlotState::kReady, why.str());
 }
 
+void WorkerSlot::RecycleForMps(const std::string& why) {
+  if (pid_ <= 0 || !kill_reason_.empty()) return;
+  NoteKill(why);
+  mps_recycled_ = true;
+  ::kill(pid_, SIGKILL);
+}
+
 void WorkerSlot::OnFatalError(const std::string& reason, const std::string& kind, TimePoint now) {
   failure_reason_ = reason;
   fatal_reported_ = true;
@@ -135,8 +173,23 @@ bool WorkerSlot::LivenessExpired(TimePoint now, Clock::duration heartbeat_limit)
 }
 
 bool WorkerSlot::CanAccept() const {
+  // Every batch in flight gets a response slot: the worker then never waits for the ring, however
+  // long clients take to receive the replies that pin answered slots.
   return state_ == SlotState::kReady && !retiring_ && !restart_requested_ &&
-         inflight_.size() < static_cast<size_t>(max_inflight_);
+         inflight_.size() < static_cast<size_t>(max_inflight_) && responses_ &&
+         inflight_.size() + responses_->unpopped() < responses_->slot_count();
+}
+
+bool WorkerSlot::CanPinResponse() const {
+  // Counts the response being answered (not popped yet) as pinned.
+  return responses_ &&
+         responses_->unpopped() + 1 + static_cast<uint32_t>(max_inflight_) <= responses_->slot_count();
+}
+
+bool WorkerSlot::ResponsesStuck(TimePoint now, Clock::duration limit) const {
+  return responses_ && pid_ > 0 &&
+         responses_->unpopped() + static_cast<uint32_t>(max_inflight_) > responses_->slot_count() &&
+         responses_->Stuck(now, limit);
 }
 
 bool WorkerSlot::TakeStopRequest() {
@@ -201,7 +254,11 @@ std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,
   std::vector<InflightBatch> orphans(std::make_move_iterator(inflight_.begin()),
                                      std::make_move_iterator(inflight_.end()));
   inflight_.clear();
-  segment_.reset();  // unlinks the segment
+  // The name goes now; the mapping stays while zero-copy replies still point into it (the
+  // PinnedRingKeeper holds it), and the last reference unmaps it.
+  if (segment_) ipc::WorkerSegment::Remove(segment_->name());
+  segment_.reset();
+  responses_.reset();
   request_bell_ = ipc::Doorbell();
   response_bell_ = ipc::Doorbell();
 
@@ -226,7 +283,11 @@ std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,
   }
   const bool device_failure = device_failure_reported_ || (WIFEXITED(wait_status) &&
                                                            WEXITSTATUS(wait_status) == ipc::kExitDeviceFailure);
-  if (device_failure && device_ != "cpu") {
+  last_exit_device_failure_ = device_failure && !mps_recycled_;
+  // An MPS server recovering from another client's fault refuses clients for a while (807): that
+  // is the server's state, not this GPU failing, so it does not count towards the fallback.
+  const bool mps_fault = mps_ && (mps_recycled_ || IsMpsServerFault(failure_reason_));
+  if (device_failure && device_ != "cpu" && !mps_fault) {
     ++gpu_failures_;
     if (instance_.fallback == "cpu" && gpu_failures_ >= instance_.gpu_failures_before_fallback) {
       fallback_reason_ = failure_reason_;

@@ -31,6 +31,7 @@
 #include "ipc/doorbell.h"
 #include "ipc/worker_segment.h"
 #include "supervisor/pending_request.h"
+#include "supervisor/pinned_response_ring.h"
 
 namespace torchfarm {
 
@@ -51,6 +52,27 @@ struct LaunchContext {
   std::string segment_prefix;  // unique to this supervisor instance
   int heartbeat_ms = 1000;
   std::string log_level = "info";
+  // Keeps every response ring alive while zmq messages point into it (zero-copy replies).
+  PinnedRingKeeper* response_rings = nullptr;
+  // Added to the environment of workers on a cuda:N device (MPS pipe directory, thread share).
+  std::vector<std::string> gpu_env;
+};
+
+// A worker's own account of its device (heartbeat "stage_us" and "device", ready "precision";
+// worker/accelerator.h). Reset at each launch.
+struct DeviceTelemetry {
+  uint64_t batches = 0;  // batches of the current process the stage sums cover
+  uint64_t h2d_us = 0;
+  uint64_t compute_us = 0;
+  uint64_t d2h_us = 0;
+  std::string name;
+  int streams = 1;
+  bool pinned = false;
+  bool mps_attached = false;
+  int64_t memory_allocated = -1;  // -1: not reported (CPU)
+  int64_t memory_reserved = -1;
+  std::string precision;
+  double warmup_ms = 0;
 };
 
 // Restart limits in the manner of Erlang/OTP supervisors (documented in README.md).
@@ -80,6 +102,11 @@ class WorkerSlot {
   void OnFatalError(const std::string& reason, const std::string& kind, TimePoint now);
   // The supervisor is about to SIGKILL the process; `why` replaces the bare "killed by SIGKILL".
   void NoteKill(const std::string& why) { kill_reason_ = why; }
+  // Under MPS a fatal fault in one client poisons every client of the GPU: kills this worker so
+  // the server can recover; its exit does not count as a GPU failure of this slot.
+  void RecycleForMps(const std::string& why);
+  // Whether the last exit was caused by an unusable device (before any MPS recycling).
+  bool last_exit_was_device_failure() const { return last_exit_device_failure_; }
   // True when the oldest batch has run longer than `limit` (0: never).
   bool HangExpired(TimePoint now, Millis limit) const;
   // True when the process should be presumed hung: silent for `heartbeat_limit` after its hello;
@@ -88,7 +115,17 @@ class WorkerSlot {
   bool LivenessExpired(TimePoint now, Clock::duration heartbeat_limit) const;
   static constexpr Millis kStartupGrace{30'000};
 
+  // Ready, not winding down, under max_inflight_per_worker, and with a free response slot for
+  // every batch in flight even while answered slots stay pinned by zero-copy replies.
   bool CanAccept() const;
+  // True when the response being answered may be sent zero-copy: pinning it still leaves
+  // max_inflight_per_worker response slots to the worker.
+  bool CanPinResponse() const;
+  // The response ring's consumer side (PinFrame for zero-copy replies); null without a process.
+  PinnedResponseRing* responses() const { return responses_.get(); }
+  // True when a reply pinned in the response ring has not been sent for `limit` (its client
+  // stopped reading) and the pins cost the worker part of max_inflight_per_worker.
+  bool ResponsesStuck(TimePoint now, Clock::duration limit) const;
 
   // Graceful removal (scale down, reload) or replacement (admin restart): no new batches; once
   // the ring is empty the supervisor sends stop. A retired slot ends kStopped; a restarted one
@@ -143,6 +180,7 @@ class WorkerSlot {
   int response_fd() const { return response_bell_.fd(); }
   uint64_t data_capacity() const { return slot_data_bytes_; }
 
+  DeviceTelemetry telemetry;
   // Counters: requests and batches answered through this slot, over all its processes.
   uint64_t requests_done = 0;
   uint64_t batches_done = 0;
@@ -154,6 +192,7 @@ class WorkerSlot {
   std::string model_name_;
   std::string model_path_;
   InstanceConfig instance_;
+  std::string warmup_json_;  // the model's warm-up batches as the worker's --warmup takes them
   int ring_slots_;
   uint64_t slot_data_bytes_;
   int max_inflight_;
@@ -161,7 +200,8 @@ class WorkerSlot {
   SlotState state_ = SlotState::kStopped;
   int generation_ = -1;
   pid_t pid_ = -1;
-  std::unique_ptr<ipc::WorkerSegment> segment_;
+  std::shared_ptr<ipc::WorkerSegment> segment_;
+  std::shared_ptr<PinnedResponseRing> responses_;  // shares segment_; also held by the keeper
   ipc::Doorbell request_bell_;
   ipc::Doorbell response_bell_;
   UniqueFd output_;
@@ -173,6 +213,9 @@ class WorkerSlot {
   bool hello_received_ = false;
   bool fatal_reported_ = false;
   bool device_failure_reported_ = false;
+  bool last_exit_device_failure_ = false;
+  bool mps_ = false;           // this process was launched as an MPS client
+  bool mps_recycled_ = false;  // killed because another MPS client of its GPU failed
   TimePoint fatal_at_{};
   std::string kill_reason_;
   std::string device_;  // instance_.device, or "cpu" after a fallback
@@ -193,19 +236,20 @@ class WorkerSlot {
 
 template <typename OnResponse>
 void WorkerSlot::CollectResponses(OnResponse&& on_response) {
-  if (!segment_) return;
+  if (!responses_) return;
   response_bell_.Drain();
-  ipc::SpscRing ring = segment_->response_ring();
-  while (const uint8_t* slot = ring.Front()) {
+  responses_->ReleaseFreed();
+  while (const uint8_t* slot = responses_->Next()) {
     if (inflight_.empty()) {
-      ring.Pop();  // a response with nothing in flight: a protocol bug, never silently trusted
+      // A response with nothing in flight: a protocol bug, never silently trusted.
+      responses_->Finish(Clock::now());
       continue;
     }
     InflightBatch batch = std::move(inflight_.front());
     inflight_.pop_front();
     front_started_ = Clock::now();  // the next batch in the ring starts now
     on_response(batch, slot);
-    ring.Pop();
+    responses_->Finish(front_started_);
   }
 }
 

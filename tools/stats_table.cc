@@ -90,6 +90,43 @@ std::vector<std::string> WorkerTable(const json& workers) {
   return table.Render(/*colour=*/false);
 }
 
+// GPU workers only: what their own heartbeats say about the device (docs/gpu.md).
+std::vector<std::string> GpuTable(const json& workers) {
+  TextTable table({{"ID", kRight},
+                   {"GPU", kLeft},
+                   {"PRECISION", kLeft},
+                   {"STREAMS", kRight},
+                   {"PINNED", kLeft},
+                   {"MPS", kLeft},
+                   {"H2D", kRight},
+                   {"COMPUTE", kRight},
+                   {"D2H", kRight},
+                   {"ALLOCATED", kRight},
+                   {"RESERVED", kRight}});
+  size_t rows = 0;
+  for (const auto& w : workers) {
+    if (TextField(w, {"device"}).rfind("cuda", 0) != 0 || FlagField(w, {"fallback"})) continue;
+    ++rows;
+    auto flag = [&](const char* key) {
+      const json* value = FindField(w, {"device_stats", key});
+      return value && value->is_boolean() ? (value->get<bool>() ? "yes" : "no") : kMissing;
+    };
+    table.AddRow({{TextField(w, {"id"})},
+                  {TextField(w, {"device_stats", "name"})},
+                  {TextField(w, {"device_stats", "precision"})},
+                  {FormatCount(NumberField(w, {"device_stats", "streams"}))},
+                  {flag("pinned")},
+                  {flag("mps_attached")},
+                  {FormatMicros(NumberField(w, {"device_stats", "mean_h2d_us"}))},
+                  {FormatMicros(NumberField(w, {"device_stats", "mean_compute_us"}))},
+                  {FormatMicros(NumberField(w, {"device_stats", "mean_d2h_us"}))},
+                  {FormatBytes(NumberField(w, {"device_stats", "memory_allocated"}))},
+                  {FormatBytes(NumberField(w, {"device_stats", "memory_reserved"}))}});
+  }
+  if (rows == 0) return {};
+  return table.Render(/*colour=*/false);
+}
+
 std::string YesNo(const json& object, const char* key) {
   const json* value = FindField(object, {key});
   if (value == nullptr || !value->is_boolean()) return kMissing;
@@ -109,6 +146,12 @@ std::vector<std::string> RenderStatsTable(const json& stats) {
   for (auto& line : ModelTable(ArrayField(stats, "models"))) lines.push_back(std::move(line));
   lines.emplace_back();
   for (auto& line : WorkerTable(ArrayField(stats, "workers"))) lines.push_back(std::move(line));
+  std::vector<std::string> gpu = GpuTable(ArrayField(stats, "workers"));
+  if (!gpu.empty()) {
+    lines.emplace_back();
+    lines.push_back("gpu  mps " + TextField(stats, {"gpu", "mps_state"}));
+    for (auto& line : gpu) lines.push_back(std::move(line));
+  }
   return lines;
 }
 

@@ -120,6 +120,11 @@ ComputeStats ComputeLoop::stats() const {
   stats.rows = rows_.load(std::memory_order_relaxed);
   stats.errors = errors_.load(std::memory_order_relaxed);
   stats.busy = busy_.load(std::memory_order_relaxed);
+  stats.h2d_us = h2d_us_.load(std::memory_order_relaxed);
+  stats.compute_us = compute_us_.load(std::memory_order_relaxed);
+  stats.d2h_us = d2h_us_.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats.device = device_report_;
   return stats;
 }
 
@@ -150,10 +155,12 @@ void ComputeLoop::Run() {
     std::lock_guard<std::mutex> lock(mutex_);
     fatal_device_error_ = e.what();
   } catch (const std::exception& e) {
-    // Per-batch failures are answered in AnswerRequest; reaching this means the loop itself broke.
+    // Per-batch failures are answered in Launch/CompleteOldest; reaching this means the loop itself broke.
     // The control thread sees finished() without having asked for a stop and exits non-zero.
     TF_LOG(kError) << "compute loop failed" << Kv("error", e.what());
   }
+  // Before the control thread may unmap the segment (it waits for finished()).
+  if (accelerator_) accelerator_->UnpinHostMemory();
   MarkFinished();
 }
 
@@ -183,37 +190,118 @@ bool ComputeLoop::LoadModel() {
   const TimePoint start = Clock::now();
   LoadReport report;
   try {
-    device_ = c10::Device(config_.device);
-    if (faults_.fake_gpu() && device_.is_cuda()) {
-      TF_LOG(kWarn) << "fault injection: serving the CUDA device on the CPU" << Kv("device", config_.device);
-      device_ = c10::Device(c10::kCPU);
-    }
-    if (Status available = CheckDeviceAvailable(device_); !available.ok()) {
-      report.state = LoadState::kFailed;
-      report.error = available.message();
-      report.device_failure = true;
+    if (!SetUpDevice(&report)) {
       ReportLoad(std::move(report));
       return false;
     }
     module_ = torch::jit::load(config_.model_path, device_);
     module_.eval();
-    if (!module_.find_method("forward")) report.error = "the module has no forward() method";
+    if (!module_.find_method("forward")) {
+      report.error = "the module has no forward() method";
+    } else if (Status status = ConvertPrecision(); !status.ok()) {
+      report.error = status.message();
+    }
   } catch (const c10::Error& e) {
     report.error = ErrorText(e);
   } catch (const std::exception& e) {
     report.error = e.what();
+  }
+  if (report.error.empty()) {
+    // The rings are pinned before warm-up so its copies take the same path as real batches.
+    Status pinned = accelerator_->PinHostMemory(segment_->base(), segment_->size());
+    if (!pinned.ok()) {
+      TF_LOG(kWarn) << "ring segment not pinned; copies go through pageable memory"
+                    << Kv("error", pinned.message());
+    }
+    const TimePoint warmup_start = Clock::now();
+    if (Status warmed = RunWarmup(); !warmed.ok()) report.error = warmed.message();
+    report.warmup_ms = ToMicros(Clock::now() - warmup_start) / 1000.0;
   }
   if (!report.error.empty()) {
     report.state = LoadState::kFailed;
     ReportLoad(std::move(report));
     return false;
   }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    device_report_ = accelerator_->Report();
+  }
   report.state = LoadState::kLoaded;
   report.load_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   TF_LOG(kInfo) << "model loaded" << Kv("path", config_.model_path) << Kv("device", config_.device)
-                << Kv("threads", config_.threads) << Kv("load_ms", report.load_ms);
+                << Kv("threads", config_.threads) << Kv("precision", config_.precision)
+                << Kv("lanes", accelerator_->lanes()) << Kv("load_ms", report.load_ms)
+                << Kv("warmup_ms", report.warmup_ms);
   ReportLoad(std::move(report));
   return true;
+}
+
+bool ComputeLoop::SetUpDevice(LoadReport* report) {
+  device_ = c10::Device(config_.device);
+  if (faults_.fake_gpu() && device_.is_cuda()) {
+    TF_LOG(kWarn) << "fault injection: serving the CUDA device on the CPU" << Kv("device", config_.device);
+    device_ = c10::Device(c10::kCPU);
+  }
+  Status status = Status::Ok();
+  if (device_.is_cpu()) {
+    accelerator_ = MakeCpuAccelerator();
+  } else if (!device_.is_cuda()) {
+    status = Unavailable("device type " + device_.str() + " is not supported (use cpu or cuda:N)");
+  } else {
+    status = MakeCudaAccelerator(device_, config_.accelerator, &accelerator_);
+    if (status.ok()) device_ = accelerator_->device();  // "cuda" -> "cuda:0"
+  }
+  if (!status.ok()) {
+    report->state = LoadState::kFailed;
+    report->error = status.message();
+    report->device_failure = true;
+    return false;
+  }
+  return true;
+}
+
+Status ComputeLoop::ConvertPrecision() {
+  if (config_.precision == "fp32") return Status::Ok();
+  if (config_.precision == "fp16") precision_ = c10::kHalf;
+  else if (config_.precision == "bf16") precision_ = c10::kBFloat16;
+  else return InvalidArgument("precision: expected fp32, fp16 or bf16, got '" + config_.precision + "'");
+  // Floating parameters and buffers only: Module::to(dtype) would also convert integer buffers
+  // (position ids, embedding indices), which must keep their type.
+  for (at::Tensor tensor : module_.parameters()) {
+    if (tensor.is_floating_point()) tensor.set_data(tensor.to(precision_));
+  }
+  for (at::Tensor tensor : module_.buffers()) {
+    if (tensor.is_floating_point()) tensor.set_data(tensor.to(precision_));
+  }
+  // The conversions ran on the default stream; the lanes' streams do not wait for it.
+  accelerator_->Synchronize();
+  return Status::Ok();
+}
+
+Status ComputeLoop::RunWarmup() {
+  InferenceModeGuard inference_mode;
+  for (const auto& entry : config_.warmup) {
+    std::string shapes;
+    for (const TensorSpec& spec : entry) shapes += (shapes.empty() ? "" : ", ") + SpecToString(spec);
+    try {
+      accelerator_->UseLane(0);
+      accelerator_->Mark(0, Stage::kStart);
+      std::vector<c10::IValue> inputs;
+      for (const TensorSpec& spec : entry) {
+        at::Tensor host = torch::zeros(spec.shape, at::TensorOptions().dtype(ToScalarType(spec.dtype)));
+        inputs.emplace_back(PrepareInput(host));
+      }
+      module_.forward(inputs);
+      accelerator_->Mark(0, Stage::kComputed);
+      accelerator_->Wait(0);
+    } catch (const c10::Error& e) {
+      return Internal("warm-up with inputs [" + shapes + "] failed: " + ForwardErrorText(ErrorText(e)));
+    } catch (const std::exception& e) {
+      return Internal("warm-up with inputs [" + shapes + "] failed: " + e.what());
+    }
+    TF_LOG(kInfo) << "warm-up batch done" << Kv("inputs", shapes);
+  }
+  return Status::Ok();
 }
 
 void ComputeLoop::Serve() {
@@ -233,18 +321,27 @@ void ComputeLoop::Serve() {
 bool ComputeLoop::AnswerPendingRequests() {
   const ipc::SpscRing requests = segment_->request_ring();
   const ipc::SpscRing responses = segment_->response_ring();
-  while (const uint8_t* request = requests.Front()) {
-    uint8_t* response = ReserveResponseSlot();
-    if (response == nullptr) return false;
-    busy_.store(true, std::memory_order_relaxed);
-    AnswerRequest(request, response);
-    responses.Publish();
-    response_doorbell_->Ring();
-    // Only now: the input tensors of the batch pointed into the request slot.
-    requests.Pop();
-    busy_.store(false, std::memory_order_relaxed);
+  const size_t lanes = static_cast<size_t>(accelerator_->lanes());
+  for (;;) {
+    while (launched_.size() < lanes && !Abandoned()) {
+      const uint8_t* request = requests.PeekAt(launched_.size());
+      if (request == nullptr) break;
+      uint8_t* response = responses.TryReserveAhead(launched_.size());
+      if (response == nullptr) {
+        if (!launched_.empty()) break;  // answer what runs; the supervisor then frees slots
+        response = ReserveResponseSlot();
+        if (response == nullptr) return false;
+      }
+      Launch(request, response);
+    }
+    if (launched_.empty()) return !Abandoned();
+    WaitForOldest();
+    CompleteOldest();
   }
-  return true;
+}
+
+bool ComputeLoop::Abandoned() const {
+  return stop_mode_.load() == static_cast<int>(StopMode::kAbandon);
 }
 
 uint8_t* ComputeLoop::ReserveResponseSlot() {
@@ -252,7 +349,7 @@ uint8_t* ComputeLoop::ReserveResponseSlot() {
   bool warned = false;
   for (;;) {
     if (uint8_t* slot = responses.TryReserve()) return slot;
-    if (stop_mode_.load() == static_cast<int>(StopMode::kAbandon)) return nullptr;
+    if (Abandoned()) return nullptr;
     if (!warned) {
       TF_LOG(kWarn) << "response ring full; waiting for the supervisor to consume"
                     << Kv("slots", responses.slot_count());
@@ -262,36 +359,92 @@ uint8_t* ComputeLoop::ReserveResponseSlot() {
   }
 }
 
-void ComputeLoop::AnswerRequest(const uint8_t* request, uint8_t* response) {
+void ComputeLoop::Launch(const uint8_t* request, uint8_t* response) {
+  busy_.store(true, std::memory_order_relaxed);
   const ipc::SlotHeader* request_header = ipc::SlotHeaderOf(request);
   ipc::SlotHeader* header = ipc::SlotHeaderOf(response);
   header->batch_id = request_header->batch_id;
   header->tensor_count = 0;
   header->reserved = 0;
   header->message[0] = '\0';
-  const TimePoint start = Clock::now();
-  int64_t rows = 0;
-  Status status;
+  LaunchedBatch batch{request, response, next_lane_, Status::Ok(), 0, Clock::now()};
+  next_lane_ = (next_lane_ + 1) % accelerator_->lanes();
   try {
-    status = RunBatch(request, response, &rows);
+    current_lane_ = batch.lane;
+    accelerator_->UseLane(batch.lane);
+    accelerator_->Mark(batch.lane, Stage::kStart);
+    batch.status = RunBatch(request, response, &batch.rows);
   } catch (const FatalDeviceError&) {
     throw;  // the batch stays unanswered; the supervisor requeues it when this worker exits
   } catch (const c10::Error& e) {
-    status = Internal("batch failed: " + ErrorText(e));
+    batch.status = Internal("batch failed: " + ErrorText(e));
   } catch (const std::exception& e) {
-    status = Internal(std::string("batch failed: ") + e.what());
+    batch.status = Internal(std::string("batch failed: ") + e.what());
   }
-  header->compute_us = static_cast<uint64_t>(ToMicros(Clock::now() - start));
-  header->status = static_cast<int32_t>(status.code());
-  if (!status.ok()) {
+  launched_.push_back(std::move(batch));
+}
+
+void ComputeLoop::WaitForOldest() {
+  // On a GPU, keep feeding idle lanes while the oldest batch runs, so the copy of the next batch
+  // overlaps its compute. The CPU's Poll is always true.
+  const ipc::SpscRing requests = segment_->request_ring();
+  const ipc::SpscRing responses = segment_->response_ring();
+  const size_t lanes = static_cast<size_t>(accelerator_->lanes());
+  while (!accelerator_->Poll(launched_.front().lane)) {
+    if (launched_.size() < lanes && !Abandoned()) {
+      const uint8_t* request = requests.PeekAt(launched_.size());
+      uint8_t* response = request ? responses.TryReserveAhead(launched_.size()) : nullptr;
+      if (response != nullptr) {
+        Launch(request, response);
+        continue;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void ComputeLoop::CompleteOldest() {
+  LaunchedBatch batch = std::move(launched_.front());
+  launched_.pop_front();
+  ipc::SlotHeader* header = ipc::SlotHeaderOf(batch.response);
+  StageTimes times;
+  try {
+    times = accelerator_->Wait(batch.lane);
+  } catch (const c10::Error& e) {
+    // Same reading as a failing forward(): a poisoned context ends the loop, the batch unanswered.
+    const std::string error = ErrorText(e);
+    const DeviceErrorClass kind = ClassifyDeviceError(error);
+    if (kind == DeviceErrorClass::kSticky ||
+        (kind != DeviceErrorClass::kModel && !ProbeDevice(device_))) {
+      throw FatalDeviceError(error);
+    }
+    batch.status = Internal("batch failed on the device: " + error);
+  }
+  header->compute_us = static_cast<uint64_t>(ToMicros(Clock::now() - batch.start));
+  header->status = static_cast<int32_t>(batch.status.code());
+  if (!batch.status.ok()) {
     header->tensor_count = 0;
-    ipc::SetSlotMessage(header, status.message());
+    ipc::SetSlotMessage(header, batch.status.message());
     errors_.fetch_add(1, std::memory_order_relaxed);
     TF_LOG(kWarn) << "batch failed" << Kv("batch", header->batch_id)
-                  << Kv("status", StatusCodeName(status.code())) << Kv("error", status.message());
+                  << Kv("status", StatusCodeName(batch.status.code()))
+                  << Kv("error", batch.status.message());
   }
+  h2d_us_.fetch_add(static_cast<uint64_t>(times.h2d_us), std::memory_order_relaxed);
+  compute_us_.fetch_add(static_cast<uint64_t>(times.compute_us), std::memory_order_relaxed);
+  d2h_us_.fetch_add(static_cast<uint64_t>(times.d2h_us), std::memory_order_relaxed);
+  if (!device_.is_cpu()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    device_report_ = accelerator_->Report();
+  }
+  // Counters before the response is visible: a client holding its reply sees them counted.
   batches_.fetch_add(1, std::memory_order_relaxed);
-  rows_.fetch_add(rows > 0 ? static_cast<uint64_t>(rows) : 0, std::memory_order_relaxed);
+  rows_.fetch_add(batch.rows > 0 ? static_cast<uint64_t>(batch.rows) : 0, std::memory_order_relaxed);
+  segment_->response_ring().Publish();
+  response_doorbell_->Ring();
+  // Only now: the input tensors pointed into the request slot, and the lane's copies are done.
+  segment_->request_ring().Pop();
+  busy_.store(!launched_.empty(), std::memory_order_relaxed);
 }
 
 Status ComputeLoop::RunBatch(const uint8_t* request, uint8_t* response, int64_t* rows) {
@@ -299,11 +452,15 @@ Status ComputeLoop::RunBatch(const uint8_t* request, uint8_t* response, int64_t*
   std::vector<c10::IValue> inputs;
   Status status = BuildInputs(request, &inputs, rows);
   if (!status.ok()) return status;
-  const FaultKind fault = faults_.Take(batches_.load(std::memory_order_relaxed) + 1);
+  accelerator_->Mark(current_lane_, Stage::kInputsCopied);
+  const FaultKind fault = faults_.Take(++launches_);
   std::vector<at::Tensor> tensors;
   status = ForwardWithRecovery(inputs, fault, &tensors);
   if (!status.ok()) return status;
-  return WriteOutputs(tensors, response);
+  accelerator_->Mark(current_lane_, Stage::kComputed);
+  status = WriteOutputs(tensors, response);
+  accelerator_->Mark(current_lane_, Stage::kOutputsCopied);
+  return status;
 }
 
 Status ComputeLoop::ForwardOnce(const std::vector<c10::IValue>& inputs, FaultKind fault,
@@ -397,10 +554,17 @@ Status ComputeLoop::BuildInputs(const uint8_t* request, std::vector<c10::IValue>
     if (i == 0) *rows = Rows(spec);
     at::Tensor tensor = torch::from_blob(data + header->tensors[i].offset, spec.shape,
                                          at::TensorOptions().dtype(ToScalarType(spec.dtype)));
-    if (!device_.is_cpu()) tensor = tensor.to(device_);
-    inputs->emplace_back(std::move(tensor));
+    inputs->emplace_back(PrepareInput(tensor));
   }
   return Status::Ok();
+}
+
+at::Tensor ComputeLoop::PrepareInput(const at::Tensor& host) {
+  at::Tensor tensor = accelerator_->ToDevice(host);
+  // Cast on the device, after the copy: a cross-device copy that also converts would stage the
+  // conversion in pageable host memory.
+  if (precision_ != c10::kFloat && tensor.is_floating_point()) tensor = tensor.to(precision_);
+  return tensor;
 }
 
 Status ComputeLoop::CollectOutputs(const c10::IValue& output, std::vector<at::Tensor>* tensors) {
@@ -430,7 +594,10 @@ Status ComputeLoop::CollectOutputs(const c10::IValue& output, std::vector<at::Te
       return Internal(where + " has " + std::to_string(tensor.dim()) + " dimensions; at most " +
                       std::to_string(kMaxRank));
     }
-    tensors->push_back(tensor.to(at::kCPU).contiguous());
+    // A reduced-precision model answers in float32, the type its clients sent.
+    tensors->push_back(precision_ != c10::kFloat && tensor.scalar_type() == precision_
+                           ? tensor.to(c10::kFloat)
+                           : tensor);
   }
   return Status::Ok();
 }
@@ -453,7 +620,12 @@ Status ComputeLoop::WriteOutputs(const std::vector<at::Tensor>& tensors, uint8_t
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& tensor = tensors[i];
     const uint64_t nbytes = tensor.nbytes();
-    if (nbytes > 0) std::memcpy(data + offsets[i], tensor.data_ptr(), nbytes);
+    if (nbytes > 0) {
+      // Straight into the response slot: one copy, asynchronous on a GPU lane.
+      at::Tensor destination = torch::from_blob(data + offsets[i], tensor.sizes(),
+                                                at::TensorOptions().dtype(tensor.scalar_type()));
+      accelerator_->CopyToHost(tensor, destination);
+    }
     TensorSpec spec;
     spec.dtype = *FromScalarType(tensor.scalar_type());
     spec.shape.assign(tensor.sizes().begin(), tensor.sizes().end());

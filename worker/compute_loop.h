@@ -2,18 +2,24 @@
 // worker's shared-memory segment with a response slot, in ring order.
 //
 // Owns: the std::thread it starts (joined in Stop*/the destructor), the loaded torch::jit::Module
-// (touched by that thread only), the batch counters, and an eventfd that it rings when the model
-// load finished (either way) and when the thread is about to return.
+// and the Accelerator (both touched by that thread only), the batch counters, and an eventfd that
+// it rings when the model load finished (either way) and when the thread is about to return.
 //
 // Threads: Start/RequestStop/Join/stats/load_report/event_fd are called by the control thread
 // (worker/worker.h); everything else runs on the compute thread, the only thread in the worker
 // that calls into torch. Thread-count settings are made on that thread because intra-op settings
 // made on another thread were measured not to reach OpenBLAS.
 //
+// Load: device (worker/accelerator.h; a GPU that cannot be used is a device failure), model moved
+// to it once, floating parameters converted to `precision`, the ring segment registered for DMA,
+// then one forward per `warmup` entry before the load is reported.
+//
 // Per batch: read the request's TensorDescs, wrap the request slot's bytes with from_blob (no
-// copy), run forward() under InferenceMode, copy the outputs into a response slot, publish, ring
-// the response doorbell and only then pop the request (the input tensors point into it). A batch
-// that fails gets a response with a status and message; the loop keeps serving.
+// copy), move them to the device on the batch's lane, run forward() under InferenceMode, copy the
+// outputs into a response slot. Up to accelerator->lanes() batches are in flight (CUDA streams);
+// they complete in ring order: wait for the lane, publish the response, ring the response doorbell
+// and only then pop the request (the input tensors pointed into it). A batch that fails gets a
+// response with a status and message; the loop keeps serving.
 #pragma once
 
 #include <torch/script.h>
@@ -22,14 +28,19 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
+#include "common/tensor_spec.h"
 #include "ipc/doorbell.h"
 #include "ipc/worker_segment.h"
+#include "worker/accelerator.h"
 #include "worker/fault_injection.h"
 
 namespace torchfarm::worker {
@@ -39,6 +50,12 @@ struct ComputeLoopConfig {
   std::string device = "cpu";  // "cpu", "cuda", "cuda:1", as at::Device parses it
   int threads = 1;             // intra-op threads
   std::vector<int> cores;      // CPU affinity of the compute thread; empty: not pinned
+  // "fp32", "fp16" or "bf16": floating parameters, buffers and inputs are converted to it; outputs
+  // in that type come back as float32 (docs/gpu.md).
+  std::string precision = "fp32";
+  AcceleratorOptions accelerator;
+  // One forward per entry (one spec per model input, zero-filled) before the load is reported.
+  std::vector<std::vector<TensorSpec>> warmup;
   FaultPlan faults;            // tests only (TORCHFARM_FAULT)
 };
 
@@ -47,6 +64,7 @@ enum class LoadState { kLoading, kLoaded, kFailed };
 struct LoadReport {
   LoadState state = LoadState::kLoading;
   double load_ms = 0;
+  double warmup_ms = 0;
   std::string error;  // kFailed: why, without the model path
   bool device_failure = false;  // kFailed because the requested accelerator is unusable
 };
@@ -58,6 +76,11 @@ struct ComputeStats {
   uint64_t rows = 0;
   uint64_t errors = 0;
   bool busy = false;
+  // Sums over answered batches of where they spent their time (StageTimes), in microseconds.
+  uint64_t h2d_us = 0;
+  uint64_t compute_us = 0;
+  uint64_t d2h_us = 0;
+  DeviceReport device;  // as of the last answered batch (or the load)
 };
 
 enum class StopMode : int {
@@ -98,9 +121,26 @@ class ComputeLoop {
   void ConfigureThread();
   bool LoadModel();
   void Serve();
+  bool SetUpDevice(LoadReport* report);
+  Status ConvertPrecision();
+  Status RunWarmup();
+  // Answers what the request ring holds; false when the loop must return (abandoned).
   bool AnswerPendingRequests();
+  bool Abandoned() const;
   uint8_t* ReserveResponseSlot();
-  void AnswerRequest(const uint8_t* request, uint8_t* response);
+  // A batch launched on a lane and not yet answered (compute thread only).
+  struct LaunchedBatch {
+    const uint8_t* request;
+    uint8_t* response;
+    int lane;
+    Status status;
+    int64_t rows;
+    TimePoint start;
+  };
+  void Launch(const uint8_t* request, uint8_t* response);
+  // Waits for the oldest launched batch while launching newly arrived requests on free lanes.
+  void WaitForOldest();
+  void CompleteOldest();
   Status RunBatch(const uint8_t* request, uint8_t* response, int64_t* rows);
   // forward() plus recovery: out of memory -> two half batches; sticky device error -> throws
   // FatalDeviceError; anything else fails the batch.
@@ -111,6 +151,8 @@ class ComputeLoop {
   Status RetryInHalves(const std::vector<c10::IValue>& inputs, const std::string& error,
                        std::vector<at::Tensor>* outputs);
   Status BuildInputs(const uint8_t* request, std::vector<c10::IValue>* inputs, int64_t* rows);
+  // A host tensor on the device in the model's precision (floating types only).
+  at::Tensor PrepareInput(const at::Tensor& host);
   Status CollectOutputs(const c10::IValue& output, std::vector<at::Tensor>* tensors);
   Status WriteOutputs(const std::vector<at::Tensor>& tensors, uint8_t* response);
   void ReportLoad(LoadReport report);
@@ -125,6 +167,12 @@ class ComputeLoop {
   // Compute thread only.
   torch::jit::Module module_;
   c10::Device device_{c10::kCPU};
+  std::unique_ptr<Accelerator> accelerator_;
+  c10::ScalarType precision_ = c10::kFloat;
+  std::deque<LaunchedBatch> launched_;
+  uint64_t launches_ = 0;
+  int next_lane_ = 0;
+  int current_lane_ = 0;  // the lane of the batch being launched
   FaultPlan faults_;
 
   std::atomic<int> stop_mode_{static_cast<int>(StopMode::kNone)};
@@ -132,12 +180,16 @@ class ComputeLoop {
   std::atomic<uint64_t> rows_{0};
   std::atomic<uint64_t> errors_{0};
   std::atomic<bool> busy_{false};
+  std::atomic<uint64_t> h2d_us_{0};
+  std::atomic<uint64_t> compute_us_{0};
+  std::atomic<uint64_t> d2h_us_{0};
   std::atomic<bool> finished_{false};
 
   mutable std::mutex mutex_;
   std::condition_variable finished_cv_;
   LoadReport load_report_;  // guarded by mutex_
   std::string fatal_device_error_;  // guarded by mutex_
+  DeviceReport device_report_;      // guarded by mutex_
 
   std::thread thread_;
 };

@@ -1,11 +1,12 @@
-// What the worker knows about its accelerator: whether the requested device exists, how to read a
-// failure of forward(), and whether the device still works after one. The one unit with
-// CUDA-specific knowledge; it uses LibTorch's device-neutral calls (torch::cuda::*), so the same
-// source builds against a CPU-only LibTorch (Debian's) and a CUDA one.
+// How the worker reads a failure of forward() or of a GPU lane, and whether the device still works
+// after one. Knows CUDA's error texts but uses only LibTorch's device-neutral calls, so the same
+// source builds against a CPU-only LibTorch (Debian's) and a CUDA one. Whether a device exists is
+// the accelerator's business (worker/accelerator.h).
 //
 // Failure classes, by c10::Error text (and by error type where LibTorch has one):
 //   kOutOfMemory  "CUDA out of memory" -> the batch is retried as two halves, then fails
-//   kSticky       illegal memory access, device-side assert, launch failure, ECC, device lost …:
+//   kSticky       illegal memory access, device-side assert, launch failure, ECC, device lost,
+//                 any MPS client/server error …:
 //                 the CUDA context is poisoned; the worker exits so the slot restarts (and, after
 //                 gpu_failures_before_fallback such failures, falls back to CPU)
 //   kOtherDevice  any other "CUDA error": a tiny synchronous probe decides between the two above
@@ -24,10 +25,6 @@ namespace torchfarm::worker {
 enum class DeviceErrorClass { kModel, kOutOfMemory, kSticky, kOtherDevice };
 
 DeviceErrorClass ClassifyDeviceError(const std::string& message);
-
-// Ok when `device` can run work here; else Unavailable naming why ("this LibTorch was built
-// without CUDA", "cuda:3 requested but 1 device is visible").
-Status CheckDeviceAvailable(const c10::Device& device);
 
 // Runs a tiny synchronous computation on `device`; false when it fails (a poisoned context).
 bool ProbeDevice(const c10::Device& device);

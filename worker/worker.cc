@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstring>
 
+#include "common/config.h"
 #include "common/log.h"
 
 namespace torchfarm::worker {
@@ -76,8 +77,23 @@ bool Worker::Setup(int* exit_code) {
   }
   request_doorbell_ = ipc::Doorbell::Adopt(args_.request_doorbell_fd);
   response_doorbell_ = ipc::Doorbell::Adopt(args_.response_doorbell_fd);
-  ComputeLoopConfig config{args_.model_path, args_.device, args_.threads, args_.cores,
-                           FaultPlan::FromEnvironment(args_.worker_id, args_.generation)};
+  ComputeLoopConfig config;
+  config.model_path = args_.model_path;
+  config.device = args_.device;
+  config.threads = args_.threads;
+  config.cores = args_.cores;
+  config.precision = args_.precision;
+  config.accelerator.streams = args_.streams;
+  config.accelerator.cudnn_benchmark = args_.cudnn_benchmark;
+  config.accelerator.pin_memory = args_.pin_memory;
+  if (!args_.warmup.empty()) {
+    status = WarmupFromJson(args_.warmup, &config.warmup);
+    if (!status.ok()) {
+      *exit_code = FatalError(status.message(), ipc::kExitBadArguments);
+      return false;
+    }
+  }
+  config.faults = FaultPlan::FromEnvironment(args_.worker_id, args_.generation);
   compute_ = std::make_unique<ComputeLoop>(std::move(config), segment_.get(), &request_doorbell_,
                                            &response_doorbell_);
   status = compute_->Start();
@@ -157,8 +173,10 @@ std::optional<int> Worker::OnComputeEvent() {
     phase_ = Phase::kServing;
     Send({{"type", ipc::kMsgReady},
           {"load_ms", report.load_ms},
+          {"warmup_ms", report.warmup_ms},
           {"threads", args_.threads},
-          {"device", args_.device}});
+          {"device", args_.device},
+          {"precision", args_.precision}});
     TF_LOG(kInfo) << "worker ready" << Kv("load_ms", report.load_ms);
   }
   return std::nullopt;
@@ -204,11 +222,21 @@ void Worker::BeginStop(const char* why) {
 
 void Worker::SendHeartbeat() {
   const ComputeStats stats = compute_->stats();
+  nlohmann::json device = {{"name", stats.device.name},
+                            {"streams", stats.device.streams},
+                            {"pinned", stats.device.pinned},
+                            {"mps_attached", stats.device.mps_attached}};
+  if (stats.device.memory_allocated >= 0) {
+    device["memory_allocated"] = stats.device.memory_allocated;
+    device["memory_reserved"] = stats.device.memory_reserved;
+  }
   Send({{"type", ipc::kMsgHeartbeat},
         {"batches", stats.batches},
         {"rows", stats.rows},
         {"errors", stats.errors},
-        {"busy", stats.busy}});
+        {"busy", stats.busy},
+        {"stage_us", {{"h2d", stats.h2d_us}, {"compute", stats.compute_us}, {"d2h", stats.d2h_us}}},
+        {"device", std::move(device)}});
   const TimePoint now = time_->Now();
   next_heartbeat_ += Millis(args_.heartbeat_ms);
   // After a stall (SIGSTOP, a slow machine) send one heartbeat, not a burst of missed ones.

@@ -196,6 +196,87 @@ TEST(ConfigTest, OtherCrossFieldChecks) {
   EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].name: expected letters"));
 }
 
+TEST(ConfigTest, GpuInstanceKeysAndMpsAreRead) {
+  json j = MinimalConfig();
+  j["gpu"] = {{"mps", "required"}, {"active_thread_percentage", 40}};
+  j["models"][0]["max_inflight_per_worker"] = 3;
+  j["models"][0]["instances"] = json::parse(R"([
+      {"device": "cuda:0", "count": 4, "precision": "fp16", "streams": 3, "cudnn_benchmark": true,
+       "pin_memory": false},
+      {"device": "cpu", "precision": "bf16"}])");
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  EXPECT_EQ(c.gpu.mps, "required");
+  EXPECT_EQ(c.gpu.active_thread_percentage, 40);
+  EXPECT_EQ(c.gpu.mps_control, "nvidia-cuda-mps-control");
+  const InstanceConfig& gpu = c.models[0].instances[0];
+  EXPECT_TRUE(gpu.is_gpu());
+  EXPECT_EQ(gpu.precision, "fp16");
+  EXPECT_EQ(gpu.streams, 3);
+  EXPECT_TRUE(gpu.cudnn_benchmark);
+  EXPECT_FALSE(gpu.pin_memory);
+  EXPECT_EQ(c.models[0].instances[1].precision, "bf16");
+  EXPECT_FALSE(c.models[0].instances[1].is_gpu());
+
+  FarmConfig defaults;
+  ASSERT_TRUE(ParseConfig(MinimalConfig(), "/base", &defaults).ok());
+  EXPECT_EQ(defaults.gpu.mps, "off");
+  EXPECT_EQ(defaults.models[0].instances[0].precision, "fp32");
+  EXPECT_EQ(defaults.models[0].instances[0].streams, 1);
+  EXPECT_TRUE(defaults.models[0].instances[0].pin_memory);
+}
+
+TEST(ConfigTest, GpuKeyErrorsNameExpectedAndReceived) {
+  json j = MinimalConfig();
+  j["gpu"] = {{"mps", "sometimes"}};
+  EXPECT_THAT(ParseError(j), HasSubstr("config.gpu.mps: expected \"off\", \"auto\" or \"required\", got \"sometimes\""));
+  j["gpu"] = {{"mps", "auto"}, {"active_thread_percentage", 0}};
+  EXPECT_THAT(ParseError(j), HasSubstr("config.gpu.active_thread_percentage: expected an integer in 1..100, got number 0"));
+  j["gpu"] = {{"mps", "auto"}, {"daemon", true}};
+  EXPECT_THAT(ParseError(j), HasSubstr("config.gpu: unknown key 'daemon'"));
+
+  j = MinimalConfig();
+  j["models"][0]["instances"] = json::parse(R"([{"device": "cuda:0", "precision": "int8"}])");
+  EXPECT_THAT(ParseError(j), HasSubstr("instances[0].precision: expected \"fp32\", \"fp16\" or \"bf16\", got \"int8\""));
+  j["models"][0]["instances"] = json::parse(R"([{"device": "cpu", "streams": 2}])");
+  EXPECT_THAT(ParseError(j), HasSubstr("instances[0].streams: 2 streams need a \"cuda:N\" device, got \"cpu\""));
+  j["models"][0]["instances"] = json::parse(R"([{"device": "cuda:0", "streams": 4}])");
+  EXPECT_THAT(ParseError(j), HasSubstr("streams need at least as many batches in flight, but max_inflight_per_worker is 2"));
+  j["models"][0]["instances"] = json::parse(R"([{"device": "cuda:0", "cudnn_benchmark": "yes"}])");
+  EXPECT_THAT(ParseError(j), HasSubstr("instances[0].cudnn_benchmark: expected true or false, got string \"yes\""));
+}
+
+TEST(ConfigTest, WarmupTakesBatchSizesOrShapesAndRoundTripsToTheWorker) {
+  json j = MinimalConfig();
+  j["models"][0]["max_batch_size"] = 16;
+  j["models"][0]["warmup"] = json::parse("[1, 16, [[3, 4]]]");
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  const auto& warmup = c.models[0].warmup;
+  ASSERT_EQ(warmup.size(), 3u);
+  EXPECT_EQ(warmup[0][0].shape, (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(warmup[1][0].shape, (std::vector<int64_t>{16, 4}));
+  EXPECT_EQ(warmup[2][0].shape, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(warmup[2][0].dtype, DType::kFloat32);
+  std::vector<std::vector<TensorSpec>> back;
+  ASSERT_TRUE(WarmupFromJson(WarmupToJson(warmup), &back).ok());
+  ASSERT_EQ(back.size(), 3u);
+  EXPECT_EQ(back[1][0].shape, warmup[1][0].shape);
+  EXPECT_EQ(back[1][0].dtype, warmup[1][0].dtype);
+
+  j["models"][0]["warmup"] = json::parse("[32]");
+  EXPECT_THAT(ParseError(j), HasSubstr("warmup[0]: expected a batch size in 1..16 (max_batch_size), got number 32"));
+  j["models"][0]["warmup"] = json::parse("[[[3, 5]]]");
+  EXPECT_THAT(ParseError(j), HasSubstr("models[0].warmup[0]: input 0: shape mismatch: expected float32 [-1, 4], got float32 [3, 5]"));
+  j["models"][0]["warmup"] = json::parse("[[[3, 4], [1]]]");
+  EXPECT_THAT(ParseError(j), HasSubstr("warmup[0]: expected a batch size or an array of 1 shape(s) (one per input)"));
+  j["models"][0]["warmup"] = json::parse("[[[3, -1]]]");
+  EXPECT_THAT(ParseError(j), HasSubstr("warmup[0][0]: expected a shape of non-negative integers"));
+  j["models"][0]["inputs"] = json::parse(R"([{"dtype": "float32", "shape": [-1, -1]}])");
+  j["models"][0]["warmup"] = json::parse("[4]");
+  EXPECT_THAT(ParseError(j), HasSubstr("with a free trailing dimension; give shapes"));
+}
+
 TEST(ConfigTest, LoadConfigFileResolvesAgainstTheFilesFolder) {
   std::string dir = ::testing::TempDir();
   if (!dir.empty() && dir.back() == '/') dir.pop_back();

@@ -47,7 +47,21 @@ std::vector<std::string_view> SplitFrames(std::string_view text) {
   }
 }
 
+// Whatever the header fast path accepts, the JSON parser must accept with the same result.
+void CheckFastPath(std::string_view header, const RequestLimits& limits) {
+  RequestHeader fast, full;
+  if (!ParseRequestHeaderFast(header, &fast, limits)) return;
+  Status s = ParseRequestHeaderJson(header, &full, limits);
+  if (!s.ok()) Fail("fast path accepted what the JSON parser refuses", s.message());
+  if (fast.id != full.id || fast.id.type() != full.id.type() || fast.model != full.model ||
+      !(fast.inputs == full.inputs) || fast.timeout_ms != full.timeout_ms ||
+      fast.priority != full.priority) {
+    Fail("fast path and JSON parser disagree", std::string(header.substr(0, 200)));
+  }
+}
+
 void Check(std::string_view input, const RequestLimits& limits) {
+  CheckFastPath(SplitFrames(input)[0], limits);
   std::vector<zmq::message_t> frames;
   frames.emplace_back(std::string("fuzz-client"));
   for (std::string_view frame : SplitFrames(input)) frames.emplace_back(frame.data(), frame.size());

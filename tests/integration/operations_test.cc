@@ -290,6 +290,8 @@ TEST(Operations, PrometheusMetricsMoveWithTraffic) {
   EXPECT_NE(first.find("torchfarm_batch_size_bucket"), std::string::npos);
   EXPECT_NE(first.find("torchfarm_worker_rss_bytes{"), std::string::npos);
   EXPECT_NE(first.find("torchfarm_gpu_fallback{"), std::string::npos);
+  EXPECT_NE(first.find("torchfarm_worker_stage_seconds{"), std::string::npos);
+  EXPECT_EQ(MetricValue(first, "torchfarm_mps_active"), 0) << "no GPU instances: MPS off";
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(Send(client, "identity", 16).ok());
   ::kill(farm.WorkerPids()[0], SIGKILL);
   EXPECT_TRUE(farm.WaitReady(-1, 20'000));

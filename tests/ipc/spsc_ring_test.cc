@@ -49,6 +49,33 @@ TEST(SpscRing, EmptyThenFullThenWrapsAround) {
   EXPECT_EQ(consumed, 40u);
 }
 
+// A producer with several batches in flight (a GPU worker with K streams) fills slots ahead of
+// head and publishes them in order; the consumer peeks past its oldest slot.
+TEST(SpscRing, ReserveAheadAndPeekAtFollowRingOrder) {
+  std::unique_ptr<WorkerSegment> segment;
+  ASSERT_TRUE(WorkerSegment::Create(UniqueName("ahead"), 4, 1024, &segment).ok());
+  SpscRing ring = segment->request_ring();
+  for (uint64_t k = 0; k < 4; ++k) {
+    uint8_t* slot = ring.TryReserveAhead(k);
+    ASSERT_NE(slot, nullptr) << k;
+    SlotHeaderOf(slot)->batch_id = 100 + k;
+  }
+  EXPECT_EQ(ring.TryReserveAhead(4), nullptr) << "only 4 slots exist";
+  EXPECT_EQ(ring.TryReserveAhead(0), ring.TryReserve());
+  EXPECT_EQ(ring.PeekAt(0), nullptr) << "nothing published yet";
+  ring.Publish();
+  ring.Publish();
+  EXPECT_EQ(SlotHeaderOf(ring.PeekAt(0))->batch_id, 100u);
+  EXPECT_EQ(SlotHeaderOf(ring.PeekAt(1))->batch_id, 101u);
+  EXPECT_EQ(ring.PeekAt(2), nullptr) << "reserved but unpublished slots stay invisible";
+  EXPECT_EQ(ring.TryReserveAhead(2), nullptr) << "2 published + 2 ahead fill the ring";
+  ring.Pop();
+  EXPECT_EQ(SlotHeaderOf(ring.PeekAt(0))->batch_id, 101u);
+  EXPECT_EQ(ring.PeekAt(0), ring.Front());
+  // Wrap-around: the slot after the last is the first one again.
+  EXPECT_EQ(ring.TryReserveAhead(2), ring.PeekAt(0) - ring.slot_bytes());
+}
+
 TEST(SpscRing, SlotsAreDistinctAndAligned) {
   std::unique_ptr<WorkerSegment> segment;
   ASSERT_TRUE(WorkerSegment::Create(UniqueName("align"), 3, 1000, &segment).ok());

@@ -215,6 +215,29 @@ TEST(StatsTableTest, HasEveryColumnAndValue) {
   EXPECT_EQ(LineStartingWith(lines, "0 ").back(), '-');
 }
 
+TEST(StatsTableTest, GpuWorkersGetADeviceTable) {
+  json stats = FullStats();
+  EXPECT_EQ(Joined(RenderStatsTable(stats)).find("PRECISION"), std::string::npos)
+      << "no GPU table while no worker runs on a GPU";
+  json worker = Worker(3, "resnet", 4004, "ready");
+  worker["device"] = "cuda:0";
+  worker["device_stats"] = {{"name", "NVIDIA H200"}, {"precision", "fp16"}, {"streams", 2},
+                            {"pinned", true}, {"mps_attached", true}, {"mean_h2d_us", 120.0},
+                            {"mean_compute_us", 2500.0}, {"mean_d2h_us", 40.0},
+                            {"memory_allocated", 512.0 * 1024 * 1024},
+                            {"memory_reserved", 1024.0 * 1024 * 1024}};
+  stats["workers"].push_back(worker);
+  stats["gpu"] = {{"mps", "auto"}, {"mps_state", "active (existing daemon)"}};
+  auto lines = RenderStatsTable(stats);
+  EXPECT_THAT(Joined(lines), HasSubstr("gpu  mps active (existing daemon)"));
+  std::string header = LineStartingWith(lines, "ID  GPU");
+  ASSERT_FALSE(header.empty()) << Joined(lines);
+  std::string row = lines.back();
+  for (const char* value : {"NVIDIA H200", "fp16", "2", "yes", "120us", "2.50ms", "40us", "512.0M", "1.00G"}) {
+    EXPECT_THAT(row, HasSubstr(value));
+  }
+}
+
 TEST(StatsTableTest, ColumnsLineUp) {
   auto lines = RenderStatsTable(FullStats());
   std::string header = LineStartingWith(lines, "ID");

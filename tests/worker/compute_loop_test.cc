@@ -1,141 +1,16 @@
 // ComputeLoop on its own thread against a segment created in this process; the test plays the
 // supervisor: it writes request slots, rings the request doorbell and reads the response ring.
-#include "worker/compute_loop.h"
-
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
-#include <unistd.h>
 
-#include <chrono>
-#include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
-#include "common/status.h"
-#include "ipc/shm_layout.h"
-#include "worker/torch_compat.h"
+#include "tests/worker/compute_loop_fixture.h"
 
 namespace torchfarm::worker {
 namespace {
-
-constexpr auto kWaitLimit = std::chrono::seconds(10);
-
-struct Response {
-  uint64_t batch_id = 0;
-  int32_t status = -1;  // -1: no response arrived in time
-  std::string message;
-  std::vector<at::Tensor> outputs;
-};
-
-class ComputeLoopTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tf-worker-test-" + std::to_string(::getpid()) + "-" + std::to_string(++counter_));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override {
-    loop_.reset();  // joins the thread before the segment and doorbells go away
-    segment_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
-  std::string Save(const std::string& name, const std::string& source,
-                   const std::vector<std::pair<std::string, at::Tensor>>& parameters = {}) {
-    torch::jit::Module module(name);
-    for (const auto& [parameter, value] : parameters) {
-      module.register_parameter(parameter, value, false);
-    }
-    module.define(source);
-    std::string path = (dir_ / (name + ".pt")).string();
-    module.save(path);
-    return path;
-  }
-
-  // Creates the segment and doorbells, starts the loop and waits until the load finished.
-  LoadReport Start(const std::string& model_path, uint64_t data_bytes = 1 << 20,
-                   const std::string& device = "cpu", const std::string& faults = "") {
-    std::string name = "tf-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_);
-    EXPECT_TRUE(ipc::WorkerSegment::Create(name, 4, data_bytes, &segment_).ok());
-    EXPECT_TRUE(ipc::Doorbell::Create(&request_doorbell_).ok());
-    EXPECT_TRUE(ipc::Doorbell::Create(&response_doorbell_).ok());
-    ComputeLoopConfig config;
-    config.model_path = model_path;
-    config.device = device;
-    EXPECT_TRUE(FaultPlan::Parse(faults, /*worker_id=*/0, /*generation=*/0, &config.faults).ok());
-    loop_ = std::make_unique<ComputeLoop>(config, segment_.get(), &request_doorbell_,
-                                          &response_doorbell_);
-    EXPECT_TRUE(loop_->Start().ok());
-    const auto deadline = std::chrono::steady_clock::now() + kWaitLimit;
-    while (loop_->load_report().state == LoadState::kLoading &&
-           std::chrono::steady_clock::now() < deadline) {
-      loop_->events().Wait(100);
-      loop_->events().Drain();
-    }
-    return loop_->load_report();
-  }
-
-  // Writes one request slot the way the supervisor does and rings the doorbell.
-  void Submit(uint64_t batch_id, const std::vector<at::Tensor>& inputs) {
-    uint8_t* slot = segment_->request_ring().TryReserve();
-    ASSERT_NE(slot, nullptr);
-    ipc::SlotHeader* header = ipc::SlotHeaderOf(slot);
-    header->batch_id = batch_id;
-    header->tensor_count = static_cast<uint32_t>(inputs.size());
-    header->status = 0;
-    uint64_t offset = 0;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      at::Tensor tensor = inputs[i].contiguous();
-      TensorSpec spec{*FromScalarType(tensor.scalar_type()), tensor.sizes().vec()};
-      offset = ipc::AlignUp(offset, ipc::kTensorAlignment);
-      std::memcpy(ipc::SlotData(slot) + offset, tensor.data_ptr(), tensor.nbytes());
-      ipc::FillTensorDesc(spec, offset, tensor.nbytes(), &header->tensors[i]);
-      offset += tensor.nbytes();
-    }
-    segment_->request_ring().Publish();
-    request_doorbell_.Ring();
-  }
-
-  Response Await() {
-    Response response;
-    const ipc::SpscRing ring = segment_->response_ring();
-    const auto deadline = std::chrono::steady_clock::now() + kWaitLimit;
-    uint8_t* slot = nullptr;
-    while ((slot = ring.Front()) == nullptr) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ADD_FAILURE() << "no response within " << kWaitLimit.count() << " s";
-        return response;
-      }
-      response_doorbell_.Wait(100);
-      response_doorbell_.Drain();
-    }
-    const ipc::SlotHeader* header = ipc::SlotHeaderOf(slot);
-    response.batch_id = header->batch_id;
-    response.status = header->status;
-    response.message = header->message;
-    for (uint32_t i = 0; i < header->tensor_count; ++i) {
-      TensorSpec spec;
-      EXPECT_TRUE(ipc::ReadTensorDesc(header->tensors[i], &spec));
-      auto options = at::TensorOptions().dtype(ToScalarType(spec.dtype));
-      response.outputs.push_back(
-          torch::from_blob(ipc::SlotData(slot) + header->tensors[i].offset, spec.shape, options)
-              .clone());
-    }
-    ring.Pop();
-    return response;
-  }
-
-  static int32_t Code(StatusCode code) { return static_cast<int32_t>(code); }
-
-  static inline int counter_ = 0;
-  std::filesystem::path dir_;
-  std::unique_ptr<ipc::WorkerSegment> segment_;
-  ipc::Doorbell request_doorbell_;
-  ipc::Doorbell response_doorbell_;
-  std::unique_ptr<ComputeLoop> loop_;
-};
 
 TEST_F(ComputeLoopTest, MlpOutputEqualsDirectForward) {
   torch::manual_seed(1);
@@ -332,7 +207,105 @@ TEST_F(ComputeLoopTest, CudaDeviceWithoutCudaIsADeviceFailure) {
   LoadReport report = Start(path, 1 << 20, "cuda:0");
   EXPECT_EQ(report.state, LoadState::kFailed);
   EXPECT_TRUE(report.device_failure);
-  EXPECT_NE(report.error.find("CUDA is not available"), std::string::npos) << report.error;
+  const std::string expected = BuiltWithCuda() ? "CUDA reports no usable device" : "not built with CUDA";
+  EXPECT_NE(report.error.find(expected), std::string::npos) << report.error;
+}
+
+// bf16 on the CPU: parameters converted once, float32 in and out on the wire, results close to
+// the float32 model's but not equal to them (the conversion really happened).
+TEST_F(ComputeLoopTest, ReducedPrecisionModelAnswersInFloat32) {
+  torch::manual_seed(3);
+  std::string path = Save("Mlp", R"(
+def forward(self, x):
+    h = torch.relu(torch.matmul(x, self.w1.t()) + self.b1)
+    return torch.matmul(h, self.w2.t()) + self.b2
+)",
+                          {{"w1", torch::randn({64, 32})},
+                           {"b1", torch::randn({64})},
+                           {"w2", torch::randn({8, 64})},
+                           {"b2", torch::randn({8})}});
+  precision_ = "bf16";
+  ASSERT_EQ(Start(path).state, LoadState::kLoaded);
+  at::Tensor x = torch::randn({4, 32});
+  Submit(7, {x});
+  Response response = Await();
+  ASSERT_EQ(response.status, Code(StatusCode::kOk)) << response.message;
+  ASSERT_EQ(response.outputs.size(), 1u);
+  EXPECT_EQ(response.outputs[0].scalar_type(), c10::kFloat);
+  at::Tensor expected = torch::jit::load(path).forward({x}).toTensor();
+  EXPECT_TRUE(torch::allclose(response.outputs[0], expected, /*rtol=*/0.05, /*atol=*/0.5))
+      << (response.outputs[0] - expected).abs().max().item<float>();
+  EXPECT_FALSE(torch::equal(response.outputs[0], expected)) << "bf16 must round somewhere";
+}
+
+// Only floating tensors change type: an integer buffer (indices, position ids) keeps int64.
+TEST_F(ComputeLoopTest, ReducedPrecisionKeepsIntegerBuffers) {
+  torch::jit::Module module("Gather");
+  module.register_parameter("scale", torch::full({3}, 0.5), false);
+  module.register_buffer("columns", torch::tensor({2, 0, 1}, torch::kLong));
+  module.define(R"(
+def forward(self, x):
+    return torch.index_select(x, 1, self.columns) * self.scale
+)");
+  const std::string path = (dir_ / "Gather.pt").string();
+  module.save(path);
+  precision_ = "bf16";
+  ASSERT_EQ(Start(path).state, LoadState::kLoaded);
+  Submit(1, {torch::tensor({{1.0f, 2.0f, 4.0f}})});
+  Response response = Await();
+  ASSERT_EQ(response.status, Code(StatusCode::kOk)) << response.message;
+  EXPECT_TRUE(torch::equal(response.outputs[0], torch::tensor({{2.0f, 0.5f, 1.0f}})))
+      << response.outputs[0];
+}
+
+// Warm-up batches run before the load is reported, are not counted as served batches, and a
+// warm-up that fails makes the load fail with the shapes it used.
+TEST_F(ComputeLoopTest, WarmupRunsBeforeReadyAndItsFailureFailsTheLoad) {
+  std::string path = Save("Rows", R"(
+def forward(self, x):
+    assert x.size(0) <= 8, "batch too large for this model"
+    return x * 2.0
+)");
+  warmup_ = {{TensorSpec{DType::kFloat32, {1, 3}}}, {TensorSpec{DType::kFloat32, {8, 3}}}};
+  LoadReport report = Start(path);
+  ASSERT_EQ(report.state, LoadState::kLoaded) << report.error;
+  EXPECT_GT(report.warmup_ms, 0.0);
+  EXPECT_EQ(loop_->stats().batches, 0u) << "warm-up batches are not served batches";
+  loop_.reset();
+  segment_.reset();
+
+  ++counter_;
+  warmup_ = {{TensorSpec{DType::kFloat32, {16, 3}}}};
+  report = Start(path);
+  EXPECT_EQ(report.state, LoadState::kFailed);
+  EXPECT_FALSE(report.device_failure);
+  EXPECT_NE(report.error.find("warm-up with inputs [float32 [16, 3]] failed"), std::string::npos)
+      << report.error;
+  EXPECT_NE(report.error.find("batch too large for this model"), std::string::npos) << report.error;
+}
+
+// Stage times: on the CPU the forward and the copy into the response slot are timed by the host
+// clock and summed over batches; the device report names the CPU.
+TEST_F(ComputeLoopTest, StageTimesAndDeviceReportAreKept) {
+  std::string path = Save("Slowish", R"(
+def forward(self, x):
+    y = x
+    for i in range(200):
+        y = torch.tanh(y + 0.01)
+    return y
+)");
+  ASSERT_EQ(Start(path).state, LoadState::kLoaded);
+  for (uint64_t id = 1; id <= 3; ++id) {
+    Submit(id, {torch::randn({64, 256})});
+    ASSERT_EQ(Await().status, Code(StatusCode::kOk));
+  }
+  ComputeStats stats = loop_->stats();
+  EXPECT_EQ(stats.batches, 3u);
+  EXPECT_GT(stats.compute_us, 0u);
+  EXPECT_EQ(stats.device.name, "cpu");
+  EXPECT_EQ(stats.device.streams, 1);
+  EXPECT_FALSE(stats.device.pinned);
+  EXPECT_EQ(stats.device.memory_allocated, -1);
 }
 
 }  // namespace

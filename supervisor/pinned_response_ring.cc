@@ -1,0 +1,79 @@
+#include "supervisor/pinned_response_ring.h"
+
+#include <algorithm>
+
+namespace torchfarm {
+
+PinnedResponseRing::PinnedResponseRing(std::shared_ptr<ipc::WorkerSegment> segment)
+    : segment_(std::move(segment)), ring_(segment_->response_ring()) {
+  // The geometry is read once, now, while only the supervisor has written the header; a worker
+  // that scribbles over the header later cannot move the supervisor's view of the ring.
+  const auto* header = reinterpret_cast<const ipc::SegmentHeader*>(segment_->base());
+  slots_ = segment_->base() + header->response_slots_offset;
+  slot_bytes_ = ring_.slot_bytes();
+  live_frames_ = std::make_unique<std::atomic<uint32_t>[]>(ring_.slot_count());
+  for (uint32_t i = 0; i < ring_.slot_count(); ++i) live_frames_[i].store(0);
+  answered_at_.resize(ring_.slot_count());
+}
+
+const uint8_t* PinnedResponseRing::SlotAt(uint64_t index) const {
+  return slots_ + (index % ring_.slot_count()) * slot_bytes_;
+}
+
+const uint8_t* PinnedResponseRing::Next() const {
+  // Size() is head - tail, exact on the consumer's thread.
+  return read_ < tail_ + ring_.Size() ? SlotAt(read_) : nullptr;
+}
+
+void PinnedResponseRing::ReleaseFrame(void* /*data*/, void* hint) {
+  // libzmq's I/O thread, once the bytes are on the wire (or the message was dropped): release
+  // order so that its reads of the slot happen before the loop thread pops it.
+  static_cast<std::atomic<uint32_t>*>(hint)->fetch_sub(1, std::memory_order_release);
+}
+
+zmq::message_t PinnedResponseRing::PinFrame(const uint8_t* data, size_t size) {
+  std::atomic<uint32_t>* live = &live_frames_[read_ % ring_.slot_count()];
+  // libzmq never writes through the pointer of a message it sends.
+  zmq::message_t message(const_cast<uint8_t*>(data), size, &ReleaseFrame, live);
+  // Counted once the message exists: a constructor that throws never calls ReleaseFrame.
+  live->fetch_add(1, std::memory_order_relaxed);
+  return message;
+}
+
+void PinnedResponseRing::Finish(TimePoint now) {
+  answered_at_[read_ % ring_.slot_count()] = now;
+  ++read_;
+  ReleaseFreed();
+}
+
+uint32_t PinnedResponseRing::ReleaseFreed() {
+  uint32_t popped = 0;
+  while (tail_ < read_ &&
+         live_frames_[tail_ % ring_.slot_count()].load(std::memory_order_acquire) == 0) {
+    ring_.Pop();
+    ++tail_;
+    ++popped;
+  }
+  return popped;
+}
+
+bool PinnedResponseRing::Stuck(TimePoint now, Clock::duration limit) const {
+  return tail_ < read_ && now - answered_at_[tail_ % ring_.slot_count()] > limit;
+}
+
+void PinnedRingKeeper::ReleaseFreed() {
+  for (auto& ring : rings_) ring->ReleaseFreed();
+  // use_count 1: only the keeper holds it (its worker slot moved on to a new segment or is gone).
+  rings_.erase(std::remove_if(rings_.begin(), rings_.end(),
+                              [](const auto& ring) {
+                                return ring.use_count() == 1 && ring->unpopped() == 0;
+                              }),
+               rings_.end());
+}
+
+bool PinnedRingKeeper::HasPins() const {
+  return std::any_of(rings_.begin(), rings_.end(),
+                     [](const auto& ring) { return ring->unpopped() > 0; });
+}
+
+}  // namespace torchfarm

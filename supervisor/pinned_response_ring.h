@@ -1,0 +1,92 @@
+// The supervisor's consumer side of one worker's response ring, with zero-copy reply frames.
+//
+// A reply frame of a large output can be a zmq message pointing straight into the response slot
+// (zmq_msg_init_data with a free callback) instead of a copy. Such a slot must not go back to the
+// worker (the ring's Pop) until libzmq has freed every message that points into it. This class
+// reads responses at its own cursor, ahead of the ring's tail, counts the live messages of each
+// slot in an atomic, and pops the tail strictly in order as the oldest slots' counts reach zero.
+//
+//   tail (popped up to here)   read_ (next response to read)        head (worker's)
+//     |  answered, pinned or waiting  |  published, not read yet          |
+//
+// A slot behind a pinned one cannot be popped either (the ring is in-order), so `unpopped()` is
+// what the worker has lost: WorkerSlot keeps in-flight batches + unpopped <= ring slots so the
+// worker never waits for a response slot, pins only while max_inflight_per_worker slots stay
+// free, and restarts a worker whose tail stays pinned (a client that stops reading) too long.
+//
+// Owns: a shared reference to the segment, so the mapping outlives a worker restart until the
+// last message into it is freed, and the per-slot counts. Threads: the supervisor's loop thread
+// calls everything; libzmq's I/O threads run ReleaseFrame (one atomic decrement, nothing else).
+// The object must outlive every message it made: PinnedRingKeeper holds it, and the Supervisor
+// declares the keeper before its zmq context, so the keeper is destroyed after the context has
+// freed the last message.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/clock.h"
+#include "ipc/spsc_ring.h"
+#include "ipc/worker_segment.h"
+
+namespace torchfarm {
+
+class PinnedResponseRing {
+ public:
+  explicit PinnedResponseRing(std::shared_ptr<ipc::WorkerSegment> segment);
+  PinnedResponseRing(const PinnedResponseRing&) = delete;
+  PinnedResponseRing& operator=(const PinnedResponseRing&) = delete;
+
+  // The oldest published response not read yet, or nullptr.
+  const uint8_t* Next() const;
+  // A zmq message of `size` bytes at `data`, inside the response returned by Next(); the slot
+  // stays unpopped until libzmq has freed the message.
+  zmq::message_t PinFrame(const uint8_t* data, size_t size);
+  // The response returned by Next() is answered: moves the read cursor on and pops whatever can
+  // be popped. `now` dates the slot for Stuck().
+  void Finish(TimePoint now);
+  // Pops every leading answered slot whose messages are all freed. Returns how many.
+  uint32_t ReleaseFreed();
+  // True when the oldest unpopped slot has waited longer than `limit` for its messages.
+  bool Stuck(TimePoint now, Clock::duration limit) const;
+
+  // Answered but not popped: pinned slots and the slots queued behind them.
+  uint32_t unpopped() const { return static_cast<uint32_t>(read_ - tail_); }
+  uint32_t slot_count() const { return ring_.slot_count(); }
+  const ipc::WorkerSegment& segment() const { return *segment_; }
+
+ private:
+  static void ReleaseFrame(void* data, void* hint);
+  const uint8_t* SlotAt(uint64_t index) const;
+
+  std::shared_ptr<ipc::WorkerSegment> segment_;
+  ipc::SpscRing ring_;
+  const uint8_t* slots_;  // first response slot; geometry copied at construction
+  uint64_t slot_bytes_;
+  uint64_t tail_ = 0;  // the ring's tail; this object is its only writer
+  uint64_t read_ = 0;
+  std::unique_ptr<std::atomic<uint32_t>[]> live_frames_;  // per slot position
+  std::vector<TimePoint> answered_at_;                   // per slot position
+};
+
+// Every PinnedResponseRing that may still have messages in libzmq: the current ring of each
+// worker slot and the rings of workers that exited while clients were still receiving from them.
+// Loop thread only.
+class PinnedRingKeeper {
+ public:
+  void Add(std::shared_ptr<PinnedResponseRing> ring) { rings_.push_back(std::move(ring)); }
+  // Pops freed slots on every ring and forgets rings no slot uses and no message references.
+  void ReleaseFreed();
+  // True while some ring has unpopped slots (the loop then polls with a short timeout).
+  bool HasPins() const;
+  size_t size() const { return rings_.size(); }
+
+ private:
+  std::vector<std::shared_ptr<PinnedResponseRing>> rings_;
+};
+
+}  // namespace torchfarm

@@ -1,0 +1,119 @@
+// ParseRequestHeaderFast against ParseRequestHeaderJson: whatever the fast path accepts, the JSON
+// path must accept with the same result; what it declines goes to the JSON path unchanged.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/protocol.h"
+
+namespace torchfarm {
+namespace {
+
+using nlohmann::json;
+
+void ExpectSame(const RequestHeader& a, const RequestHeader& b, const std::string& text) {
+  EXPECT_EQ(a.id, b.id) << text;
+  EXPECT_EQ(a.id.type(), b.id.type()) << text;
+  EXPECT_EQ(a.id.dump(), b.id.dump()) << text;
+  EXPECT_EQ(a.model, b.model) << text;
+  EXPECT_EQ(a.inputs, b.inputs) << text;
+  EXPECT_EQ(a.timeout_ms, b.timeout_ms) << text;
+  EXPECT_EQ(a.priority, b.priority) << text;
+}
+
+// True when the fast path took `text`; checks it against the JSON path either way.
+bool FastTakes(const std::string& text, const RequestLimits& limits = RequestLimits{}) {
+  RequestHeader fast, slow;
+  bool took = ParseRequestHeaderFast(text, &fast, limits);
+  Status s = ParseRequestHeaderJson(text, &slow, limits);
+  if (took) {
+    EXPECT_TRUE(s.ok()) << text << ": " << s.ToString();
+    ExpectSame(fast, slow, text);
+  }
+  RequestHeader combined;
+  Status c = ParseRequestHeader(text, &combined, limits);
+  EXPECT_EQ(c.code(), s.code()) << text;
+  EXPECT_EQ(c.message(), s.message()) << text;
+  if (s.ok()) ExpectSame(combined, slow, text);
+  return took;
+}
+
+TEST(ProtocolFastPathTest, TakesTheHeadersClientsSend) {
+  EXPECT_TRUE(FastTakes(R"({"v":1,"id":7,"model":"mlp","inputs":[{"dtype":"float32","shape":[1,256]}]})"));
+  EXPECT_TRUE(FastTakes(R"({"v":1,"id":0,"model":"identity","inputs":[{"dtype":"float32","shape":[1,4194304]}]})"));
+  EXPECT_TRUE(FastTakes(R"({ "v" : 1 , "model" : "a.b-c_9", "inputs" : [ { "shape" : [ ] , "dtype" : "int64" } ,
+      {"dtype":"uint8","shape":[2,3,4]} ], "timeout_ms": 250, "priority": 1000, "id": "req-1 x" } )"));
+  EXPECT_TRUE(FastTakes(R"({"v":1,"id":null,"model":"m","inputs":[{"dtype":"bool","shape":[0]}],"timeout_ms":null,"priority":null})"));
+  EXPECT_TRUE(FastTakes(R"({"v":1,"id":true,"model":"m","inputs":[{"dtype":"float16","shape":[1]}]})"));
+  EXPECT_TRUE(FastTakes(R"({"v":1,"id":123456789012345678,"model":"m","inputs":[{"dtype":"float64","shape":[1]}]})"));
+  EXPECT_TRUE(FastTakes(json{{"v", 1}, {"id", 42}, {"model", "resnet"},
+                             {"inputs", json::array({{{"dtype", "float32"}, {"shape", {2, 3}}}})}}
+                            .dump()));
+}
+
+TEST(ProtocolFastPathTest, LeavesEverythingElseToTheJsonParser) {
+  const std::vector<std::string> declined = {
+      "",
+      "[]",
+      "{}",
+      R"({"v":2,"model":"m","inputs":[{"dtype":"float32","shape":[1]}]})",
+      R"({"v":1.0,"model":"m","inputs":[{"dtype":"float32","shape":[1]}]})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1.0]}]})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1e2]}]})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[-1]}]})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[01]}]})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float33","shape":[1]}]})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1],"name":"x"}]})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","dtype":"int8","shape":[1]}]})",
+      R"({"v":1,"model":"m","inputs":[]})",
+      R"({"v":1,"model":"","inputs":[{"dtype":"float32","shape":[1]}]})",
+      R"({"v":1,"model":"m\u0041","inputs":[{"dtype":"float32","shape":[1]}]})",
+      R"({"v":1,"model":"m","model":"n","inputs":[{"dtype":"float32","shape":[1]}]})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"extra":1})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}]} x)",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}])",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"id":-3})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"id":1.5})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"id":"a\"b"})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"id":"é"})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"id":[1]})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"id":1234567890123456789})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"timeout_ms":-1})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"priority":1001})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"id":nul})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1,2,3,4,5,6,7,8,9]}]})",
+      R"({"model":"m","inputs":[{"dtype":"float32","shape":[1]}]})",
+      std::string(R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}]})") + '\0',
+  };
+  for (const std::string& text : declined) EXPECT_FALSE(FastTakes(text)) << text;
+}
+
+TEST(ProtocolFastPathTest, DeclinesWhatTheLimitsRefuse) {
+  const std::string text =
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1,2,3]},{"dtype":"int8","shape":[1]}]})";
+  RequestLimits rank;
+  rank.max_rank = 2;
+  EXPECT_FALSE(FastTakes(text, rank));
+  RequestLimits inputs;
+  inputs.max_inputs = 1;
+  EXPECT_FALSE(FastTakes(text, inputs));
+  RequestLimits bytes;
+  bytes.max_header_bytes = 20;
+  EXPECT_FALSE(FastTakes(text, bytes));
+  EXPECT_TRUE(FastTakes(text));
+}
+
+TEST(ProtocolFastPathTest, OkReplyEchoesEveryKindOfId) {
+  for (const json& id : {json(7u), json(nullptr), json("a b"), json(-4), json(1.5),
+                         json::array({1, "x"}), json(true)}) {
+    std::string reply = MakeOkReply(id, {TensorSpec{DType::kFloat32, {1, 2}}}, StageTimes{}, 3);
+    ReplyHeader parsed;
+    ASSERT_TRUE(ParseReplyHeader(reply, &parsed).ok()) << reply;
+    EXPECT_EQ(parsed.id, id) << reply;
+    EXPECT_EQ(reply.find("{\"v\":1,\"id\":" + id.dump() + ","), 0u) << reply;
+  }
+}
+
+}  // namespace
+}  // namespace torchfarm
