@@ -32,7 +32,8 @@ constexpr auto kSocketWait = std::chrono::seconds(5);
 Status RunControl(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                   const std::string& input) {
   int pipe_fds[2];
-  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return Internal("pipe: " + std::string(std::strerror(errno)));
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
+    return Internal("pipe: " + std::string(std::strerror(errno)));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pipe_fds[0], STDIN_FILENO);
@@ -58,7 +59,8 @@ Status RunControl(const std::vector<std::string>& argv, const std::vector<std::s
   for (;;) {
     pid_t done = ::waitpid(pid, &wait_status, WNOHANG);
     if (done == pid) break;
-    if (done < 0 && errno != EINTR) return Internal("waitpid: " + std::string(std::strerror(errno)));
+    if (done < 0 && errno != EINTR)
+      return Internal("waitpid: " + std::string(std::strerror(errno)));
     if (std::chrono::steady_clock::now() > deadline) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &wait_status, 0);
@@ -77,7 +79,8 @@ std::string LastLines(const std::string& path, int lines) {
   std::vector<std::string> all;
   for (std::string line; std::getline(in, line);) all.push_back(line);
   std::string tail;
-  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0; i < all.size(); ++i) {
+  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0; i < all.size();
+       ++i) {
     tail += (tail.empty() ? "" : " | ") + all[i];
   }
   return tail;
@@ -159,8 +162,9 @@ Status MpsController::StartDaemon() {
   while (!UnixSocketAccepts(pipe_directory_ + "/control")) {
     if (std::chrono::steady_clock::now() > deadline) {
       std::string log = LastLines(log_directory_ + "/control.log", 3);
-      return MpsUnavailable(control_binary_ + " -d ran but no daemon listens on " + pipe_directory_ +
-                         "/control after 5 s" + (log.empty() ? "" : " (control.log: " + log + ")"));
+      return MpsUnavailable(control_binary_ + " -d ran but no daemon listens on " +
+                            pipe_directory_ + "/control after 5 s" +
+                            (log.empty() ? "" : " (control.log: " + log + ")"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -176,8 +180,8 @@ Status MpsController::MpsUnavailable(const std::string& why) {
   if (config_.mps == "required") {
     state_ = "unavailable: " + why;
     return torchfarm::Unavailable("config.gpu.mps is \"required\" but MPS cannot run: " + why +
-                              " (install the NVIDIA MPS tools, start the daemon, e.g. "
-                              "configs/torchfarm-mps.service, or set \"mps\": \"auto\")");
+                                  " (install the NVIDIA MPS tools, start the daemon, e.g. "
+                                  "configs/torchfarm-mps.service, or set \"mps\": \"auto\")");
   }
   state_ = "unavailable: " + why + "; GPU workers time-slice";
   TF_LOG(kWarn) << "MPS unavailable; GPU workers share their devices by time-slicing"

@@ -47,7 +47,7 @@ struct StageTimes {
 
 // What the heartbeat reports about the device (the supervisor shows it in stats).
 struct DeviceReport {
-  std::string name;               // "cpu", "NVIDIA H200"
+  std::string name;  // "cpu", "NVIDIA H200"
   int streams = 1;
   bool pinned = false;            // the ring segment is registered with the driver
   bool mps_attached = false;      // the CUDA context runs through an MPS server

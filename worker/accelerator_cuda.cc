@@ -9,10 +9,10 @@
 // LibTorch keeps a slot alive until its copy has finished; the compute loop pops a request slot
 // and publishes a response slot only after Wait(lane) has seen the lane's last event.
 //
-// Calls that only touch LibTorch APIs present in both 1.13 and 2.x are used here (getStreamFromPool,
-// setCurrentCUDAStream, getDeviceStats, Context::setBenchmarkCuDNN), so the unit builds against
-// Debian's 1.13 headers (the CPU build compile-checks it when a CUDA toolkit is installed) and
-// against a pip PyTorch 2.x with CUDA 13.
+// Calls that only touch LibTorch APIs present in both 1.13 and 2.x are used here
+// (getStreamFromPool, setCurrentCUDAStream, getDeviceStats, Context::setBenchmarkCuDNN), so the
+// unit builds against Debian's 1.13 headers (the CPU build compile-checks it when a CUDA toolkit is
+// installed) and against a pip PyTorch 2.x with CUDA 13.
 #include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
@@ -110,7 +110,8 @@ class CudaAccelerator final : public Accelerator {
     cudaError_t error = cudaHostUnregister(pinned_base_);
     if (error != cudaSuccess) {
       (void)cudaGetLastError();
-      TF_LOG(kWarn) << "cannot unregister the ring segment" << Kv("error", CudaErrorText(error, "cudaHostUnregister"));
+      TF_LOG(kWarn) << "cannot unregister the ring segment"
+                    << Kv("error", CudaErrorText(error, "cudaHostUnregister"));
     }
     pinned_base_ = nullptr;
   }

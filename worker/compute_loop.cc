@@ -155,8 +155,8 @@ void ComputeLoop::Run() {
     std::lock_guard<std::mutex> lock(mutex_);
     fatal_device_error_ = e.what();
   } catch (const std::exception& e) {
-    // Per-batch failures are answered in Launch/CompleteOldest; reaching this means the loop itself broke.
-    // The control thread sees finished() without having asked for a stop and exits non-zero.
+    // Per-batch failures are answered in Launch/CompleteOldest; reaching this means the loop itself
+    // broke. The control thread sees finished() without having asked for a stop and exits non-zero.
     TF_LOG(kError) << "compute loop failed" << Kv("error", e.what());
   }
   // Before the control thread may unmap the segment (it waits for finished()).
@@ -239,7 +239,8 @@ bool ComputeLoop::LoadModel() {
 bool ComputeLoop::SetUpDevice(LoadReport* report) {
   device_ = c10::Device(config_.device);
   if (faults_.fake_gpu() && device_.is_cuda()) {
-    TF_LOG(kWarn) << "fault injection: serving the CUDA device on the CPU" << Kv("device", config_.device);
+    TF_LOG(kWarn) << "fault injection: serving the CUDA device on the CPU"
+                  << Kv("device", config_.device);
     device_ = c10::Device(c10::kCPU);
   }
   Status status = Status::Ok();
@@ -262,9 +263,13 @@ bool ComputeLoop::SetUpDevice(LoadReport* report) {
 
 Status ComputeLoop::ConvertPrecision() {
   if (config_.precision == "fp32") return Status::Ok();
-  if (config_.precision == "fp16") precision_ = c10::kHalf;
-  else if (config_.precision == "bf16") precision_ = c10::kBFloat16;
-  else return InvalidArgument("precision: expected fp32, fp16 or bf16, got '" + config_.precision + "'");
+  if (config_.precision == "fp16")
+    precision_ = c10::kHalf;
+  else if (config_.precision == "bf16")
+    precision_ = c10::kBFloat16;
+  else
+    return InvalidArgument("precision: expected fp32, fp16 or bf16, got '" + config_.precision +
+                           "'");
   // Floating parameters and buffers only: Module::to(dtype) would also convert integer buffers
   // (position ids, embedding indices), which must keep their type.
   for (at::Tensor tensor : module_.parameters()) {
@@ -282,20 +287,23 @@ Status ComputeLoop::RunWarmup() {
   InferenceModeGuard inference_mode;
   for (const auto& entry : config_.warmup) {
     std::string shapes;
-    for (const TensorSpec& spec : entry) shapes += (shapes.empty() ? "" : ", ") + SpecToString(spec);
+    for (const TensorSpec& spec : entry)
+      shapes += (shapes.empty() ? "" : ", ") + SpecToString(spec);
     try {
       accelerator_->UseLane(0);
       accelerator_->Mark(0, Stage::kStart);
       std::vector<c10::IValue> inputs;
       for (const TensorSpec& spec : entry) {
-        at::Tensor host = torch::zeros(spec.shape, at::TensorOptions().dtype(ToScalarType(spec.dtype)));
+        at::Tensor host =
+            torch::zeros(spec.shape, at::TensorOptions().dtype(ToScalarType(spec.dtype)));
         inputs.emplace_back(PrepareInput(host));
       }
       module_.forward(inputs);
       accelerator_->Mark(0, Stage::kComputed);
       accelerator_->Wait(0);
     } catch (const c10::Error& e) {
-      return Internal("warm-up with inputs [" + shapes + "] failed: " + ForwardErrorText(ErrorText(e)));
+      return Internal("warm-up with inputs [" + shapes +
+                      "] failed: " + ForwardErrorText(ErrorText(e)));
     } catch (const std::exception& e) {
       return Internal("warm-up with inputs [" + shapes + "] failed: " + e.what());
     }
@@ -439,7 +447,8 @@ void ComputeLoop::CompleteOldest() {
   }
   // Counters before the response is visible: a client holding its reply sees them counted.
   batches_.fetch_add(1, std::memory_order_relaxed);
-  rows_.fetch_add(batch.rows > 0 ? static_cast<uint64_t>(batch.rows) : 0, std::memory_order_relaxed);
+  rows_.fetch_add(batch.rows > 0 ? static_cast<uint64_t>(batch.rows) : 0,
+                  std::memory_order_relaxed);
   segment_->response_ring().Publish();
   response_doorbell_->Ring();
   // Only now: the input tensors pointed into the request slot, and the lane's copies are done.
@@ -503,9 +512,12 @@ Status ComputeLoop::RetryInHalves(const std::vector<c10::IValue>& inputs, const 
                                   std::vector<at::Tensor>* outputs) {
   int64_t rows = -1;
   for (const auto& input : inputs) {
-    if (!input.isTensor() || input.toTensor().dim() == 0) rows = 0;
-    else if (rows == -1) rows = input.toTensor().size(0);
-    else if (input.toTensor().size(0) != rows) rows = 0;
+    if (!input.isTensor() || input.toTensor().dim() == 0)
+      rows = 0;
+    else if (rows == -1)
+      rows = input.toTensor().size(0);
+    else if (input.toTensor().size(0) != rows)
+      rows = 0;
   }
   if (rows < 2) {
     return ResourceExhausted("out of device memory, and the batch cannot be split: " + error);
@@ -528,7 +540,8 @@ Status ComputeLoop::RetryInHalves(const std::vector<c10::IValue>& inputs, const 
       return status;
     }
   }
-  if (parts[0].size() != parts[1].size()) return Internal("half batches returned different outputs");
+  if (parts[0].size() != parts[1].size())
+    return Internal("half batches returned different outputs");
   outputs->clear();
   for (size_t i = 0; i < parts[0].size(); ++i) {
     outputs->push_back(torch::cat({parts[0][i], parts[1][i]}, 0));

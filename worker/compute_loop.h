@@ -56,7 +56,7 @@ struct ComputeLoopConfig {
   AcceleratorOptions accelerator;
   // One forward per entry (one spec per model input, zero-filled) before the load is reported.
   std::vector<std::vector<TensorSpec>> warmup;
-  FaultPlan faults;            // tests only (TORCHFARM_FAULT)
+  FaultPlan faults;  // tests only (TORCHFARM_FAULT)
 };
 
 enum class LoadState { kLoading, kLoaded, kFailed };
@@ -65,7 +65,7 @@ struct LoadReport {
   LoadState state = LoadState::kLoading;
   double load_ms = 0;
   double warmup_ms = 0;
-  std::string error;  // kFailed: why, without the model path
+  std::string error;            // kFailed: why, without the model path
   bool device_failure = false;  // kFailed because the requested accelerator is unusable
 };
 
@@ -187,7 +187,7 @@ class ComputeLoop {
 
   mutable std::mutex mutex_;
   std::condition_variable finished_cv_;
-  LoadReport load_report_;  // guarded by mutex_
+  LoadReport load_report_;          // guarded by mutex_
   std::string fatal_device_error_;  // guarded by mutex_
   DeviceReport device_report_;      // guarded by mutex_
 

@@ -4,6 +4,7 @@
 // "required" fails start-up with a clear message, "auto" starts a private daemon, hands its pipe
 // directory to GPU workers only and quits it at exit, and a device fault under MPS recycles every
 // worker of that GPU without losing a request and without counting as a GPU failure.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -16,8 +17,6 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "farm_fixture.h"
 #include "torchfarm/client.h"
 
@@ -26,7 +25,8 @@ namespace {
 
 using nlohmann::json;
 
-const std::string kFakeControl = std::string(TORCHFARM_SOURCE_DIR) + "/tests/gpu/fake_mps_control.py";
+const std::string kFakeControl =
+    std::string(TORCHFARM_SOURCE_DIR) + "/tests/gpu/fake_mps_control.py";
 
 json IdentityModel(const std::string& name, json instances) {
   return {{"name", name},
@@ -70,7 +70,8 @@ void ExpectIdentityServes(const Farm& farm, const std::string& model, int count)
     ASSERT_TRUE(status.ok()) << "request " << i << ": " << status.message();
     ASSERT_EQ(result.outputs.size(), 1u);
     ASSERT_EQ(result.outputs[0].data.size(), data.size() * sizeof(float));
-    EXPECT_EQ(std::memcmp(result.outputs[0].data.data(), data.data(), data.size() * sizeof(float)), 0)
+    EXPECT_EQ(std::memcmp(result.outputs[0].data.data(), data.data(), data.size() * sizeof(float)),
+              0)
         << "request " << i;
   }
 }
@@ -83,17 +84,22 @@ json WorkerById(const json& stats, int id) {
 }
 
 TEST(Mps, RequiredWithoutMpsFailsStartupNamingWhy) {
-  Farm farm(json::array({IdentityModel("gpu", json::array({{{"device", "cuda:0"}}}))}),
-            {{"gpu", {{"mps", "required"}, {"mps_control", "/nonexistent/nvidia-cuda-mps-control"}}}});
+  Farm farm(
+      json::array({IdentityModel("gpu", json::array({{{"device", "cuda:0"}}}))}),
+      {{"gpu", {{"mps", "required"}, {"mps_control", "/nonexistent/nvidia-cuda-mps-control"}}}});
   const std::string no_daemon = farm.dir() + "/no-daemon";
   std::filesystem::create_directories(no_daemon);
   ASSERT_TRUE(farm.Start({}, {"CUDA_MPS_PIPE_DIRECTORY=" + no_daemon, "TORCHFARM_FAULT=fakegpu"}));
   EXPECT_FALSE(farm.WaitReady(-1, 20'000));
   const std::string log = ReadFile(farm.dir() + "/supervisor.log");
   // The log line is logfmt: the message's quotes arrive escaped.
-  EXPECT_NE(log.find("config.gpu.mps is \\\"required\\\" but MPS cannot run"), std::string::npos) << log;
-  EXPECT_NE(log.find("/nonexistent/nvidia-cuda-mps-control is not an executable file"), std::string::npos) << log;
-  EXPECT_NE(log.find(no_daemon + "/control"), std::string::npos) << "names where it looked: " << log;
+  EXPECT_NE(log.find("config.gpu.mps is \\\"required\\\" but MPS cannot run"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("/nonexistent/nvidia-cuda-mps-control is not an executable file"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find(no_daemon + "/control"), std::string::npos)
+      << "names where it looked: " << log;
 }
 
 TEST(Mps, AutoWithoutMpsServesByTimeSlicingAndSaysSo) {
@@ -114,7 +120,8 @@ TEST(Mps, AutoWithoutMpsServesByTimeSlicingAndSaysSo) {
 TEST(Mps, AutoStartsAPrivateDaemonForGpuWorkersAndQuitsItAtExit) {
   Farm farm(json::array({IdentityModel("gpu", json::array({{{"device", "cuda:0"}, {"count", 2}}})),
                          IdentityModel("cpu", json::array({{{"device", "cpu"}}}))}),
-            {{"gpu", {{"mps", "auto"}, {"mps_control", kFakeControl}, {"active_thread_percentage", 50}}}});
+            {{"gpu",
+              {{"mps", "auto"}, {"mps_control", kFakeControl}, {"active_thread_percentage", 50}}}});
   const std::string record = farm.dir() + "/mps-record.txt";
   const std::string no_daemon = farm.dir() + "/no-daemon";
   std::filesystem::create_directories(no_daemon);
@@ -138,7 +145,8 @@ TEST(Mps, AutoStartsAPrivateDaemonForGpuWorkersAndQuitsItAtExit) {
       EXPECT_EQ(w["device"], "cuda:0");
       EXPECT_TRUE(w["device_stats"].is_object()) << w.dump();
     } else {
-      EXPECT_FALSE(Has(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=")) << "CPU workers are no MPS clients";
+      EXPECT_FALSE(Has(env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="))
+          << "CPU workers are no MPS clients";
     }
   }
   EXPECT_EQ(gpu_workers, 2);
@@ -153,16 +161,18 @@ TEST(Mps, AutoStartsAPrivateDaemonForGpuWorkersAndQuitsItAtExit) {
 }
 
 TEST(Mps, DeviceFaultUnderMpsRecyclesEveryWorkerOfThatGpu) {
-  Farm farm(json::array({IdentityModel("gpu", json::array({{{"device", "cuda:0"}, {"count", 2},
-                                                             {"gpu_failures_before_fallback", 3}}}))}),
+  Farm farm(json::array({IdentityModel(
+                "gpu",
+                json::array(
+                    {{{"device", "cuda:0"}, {"count", 2}, {"gpu_failures_before_fallback", 3}}}))}),
             {{"gpu", {{"mps", "auto"}, {"mps_control", kFakeControl}}},
              {"restart", {{"initial_backoff_ms", 50}}},
              {"heartbeat_ms", 2000}});  // a loaded 2-core host must not look like a hang
   const std::string no_daemon = farm.dir() + "/no-daemon";
   std::filesystem::create_directories(no_daemon);
   // Worker 0's 3rd batch poisons its (fake) CUDA context.
-  ASSERT_TRUE(farm.Start({}, {"CUDA_MPS_PIPE_DIRECTORY=" + no_daemon,
-                              "TORCHFARM_FAULT=fakegpu,sticky@3/w0"}));
+  ASSERT_TRUE(farm.Start(
+      {}, {"CUDA_MPS_PIPE_DIRECTORY=" + no_daemon, "TORCHFARM_FAULT=fakegpu,sticky@3/w0"}));
   ASSERT_TRUE(farm.WaitReady(-1, 30'000)) << farm.error();
   const std::vector<pid_t> before = farm.WorkerPids();
   ASSERT_EQ(before.size(), 2u);
@@ -181,7 +191,8 @@ TEST(Mps, DeviceFaultUnderMpsRecyclesEveryWorkerOfThatGpu) {
   json peer = WorkerById(stats, 1);
   EXPECT_EQ(peer["device"], "cuda:0") << "a recycled peer is no GPU failure: " << peer.dump();
   EXPECT_EQ(peer["fallback"], false);
-  EXPECT_NE(peer["last_exit"].get<std::string>().find("MPS server of cuda:0 recovering"), std::string::npos)
+  EXPECT_NE(peer["last_exit"].get<std::string>().find("MPS server of cuda:0 recovering"),
+            std::string::npos)
       << peer.dump();
   EXPECT_EQ(WorkerById(stats, 0)["device"], "cuda:0") << "1 of 3 GPU failures: no fallback yet";
   ExpectIdentityServes(farm, "gpu", 5);
