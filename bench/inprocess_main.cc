@@ -38,6 +38,8 @@
 #include <string>
 #include <vector>
 
+#include "worker/torch_compat.h"
+
 namespace {
 
 using nlohmann::json;
@@ -77,26 +79,10 @@ torch::Tensor RandomInput(std::vector<int64_t> shape, int64_t batch, torch::Scal
   return (torch::rand(shape) * 2 - 1).to(device, type);
 }
 
-// "fp32" -> kFloat, "fp16" -> kHalf, "bf16" -> kBFloat16 (the worker's `precision` values).
-torch::ScalarType PrecisionType(const std::string& precision) {
-  if (precision == "fp16") return torch::kHalf;
-  if (precision == "bf16") return torch::kBFloat16;
-  return torch::kFloat;
-}
-
-// Moves the module to `device` and casts its floating-point parameters and buffers to `type`.
-// Module::to(dtype) would cast every buffer, integer ones included (BatchNorm's
-// num_batches_tracked, index tables), so the cast is done tensor by tensor.
+// Moves the module to `device` and casts its floating-point state as the worker does.
 void PlaceModule(torch::jit::Module& module, const torch::Device& device, torch::ScalarType type) {
   module.to(device);
-  if (type == torch::kFloat) return;
-  torch::NoGradGuard no_grad;
-  for (torch::Tensor t : module.parameters()) {
-    if (t.is_floating_point()) t.set_data(t.to(type));
-  }
-  for (torch::Tensor t : module.buffers()) {
-    if (t.is_floating_point()) t.set_data(t.to(type));
-  }
+  if (type != torch::kFloat) torchfarm::worker::CastFloatingState(module, type);
 }
 
 // Waits for the device's queued work, so the clock reads completed forwards (no-op on the CPU).
@@ -159,12 +145,12 @@ struct Options {
 json Run(const Options& o, const torch::Device& device) {
   at::globalContext().setBenchmarkCuDNN(o.cudnn_benchmark);
   const torch::ScalarType type =
-      o.precision != "fp32" ? PrecisionType(o.precision)
+      o.precision != "fp32" ? *torchfarm::worker::PrecisionType(o.precision)
                             : (o.dtype == "float64" ? torch::kFloat64 : torch::kFloat32);
   const int64_t rss_before_load = StatusKib("VmRSS:");
   torch::jit::Module module = torch::jit::load(o.model_path);
   module.eval();
-  PlaceModule(module, device, PrecisionType(o.precision));
+  PlaceModule(module, device, *torchfarm::worker::PrecisionType(o.precision));
   json results = json::array();
   json best;
   for (int64_t batch : o.batches) {

@@ -1,7 +1,6 @@
 #include "supervisor/mps_controller.h"
 
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -18,6 +17,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/unique_fd.h"
 #include "supervisor/process_launcher.h"
 
 namespace torchfarm {
@@ -27,33 +27,23 @@ constexpr const char* kDefaultPipeDirectory = "/tmp/nvidia-mps";
 constexpr auto kControlTimeout = std::chrono::seconds(10);
 constexpr auto kSocketWait = std::chrono::seconds(5);
 
-// Runs `argv` with `env`, feeding `input` on stdin; waits up to kControlTimeout. Returns the wait
-// status description, or an error when it could not run or did not finish.
+// Runs `argv` with `env` ("NAME=VALUE" added to the supervisor's environment), feeding `input` on
+// stdin; waits up to kControlTimeout. Ok when it exited 0; otherwise why it did not.
 Status RunControl(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                   const std::string& input) {
   int pipe_fds[2];
-  if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
     return Internal("pipe: " + std::string(std::strerror(errno)));
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[0], STDIN_FILENO);
-  std::vector<char*> raw_argv, raw_env;
-  for (const auto& a : argv) raw_argv.push_back(const_cast<char*>(a.c_str()));
-  raw_argv.push_back(nullptr);
-  for (const auto& e : env) raw_env.push_back(const_cast<char*>(e.c_str()));
-  raw_env.push_back(nullptr);
-  pid_t pid = -1;
-  int error = ::posix_spawn(&pid, raw_argv[0], &actions, nullptr, raw_argv.data(), raw_env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(pipe_fds[0]);
-  if (error != 0) {
-    ::close(pipe_fds[1]);
-    return Internal("cannot run " + argv[0] + ": " + std::strerror(error));
   }
-  if (!input.empty() && ::write(pipe_fds[1], input.data(), input.size()) < 0) {
+  UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
+  pid_t pid = -1;
+  Status launched = LaunchProcess(argv, {{read_end.get(), STDIN_FILENO}}, &pid, env);
+  read_end.Reset();
+  if (!launched.ok()) return Internal("cannot run " + argv[0] + ": " + launched.message());
+  if (!input.empty() && ::write(write_end.get(), input.data(), input.size()) < 0) {
     TF_LOG(kWarn) << "cannot write to the MPS control binary" << Kv("error", std::strerror(errno));
   }
-  ::close(pipe_fds[1]);
+  write_end.Reset();
   const auto deadline = std::chrono::steady_clock::now() + kControlTimeout;
   int wait_status = 0;
   for (;;) {
@@ -152,8 +142,8 @@ Status MpsController::Start(const GpuConfig& config, const std::string& run_dir,
 }
 
 Status MpsController::StartDaemon() {
-  const std::vector<std::string> env = EnvironmentWith(
-      {"CUDA_MPS_PIPE_DIRECTORY=" + pipe_directory_, "CUDA_MPS_LOG_DIRECTORY=" + log_directory_});
+  const std::vector<std::string> env = {"CUDA_MPS_PIPE_DIRECTORY=" + pipe_directory_,
+                                        "CUDA_MPS_LOG_DIRECTORY=" + log_directory_};
   // A socket left by a daemon of an earlier run that died would make the check below lie.
   ::unlink((pipe_directory_ + "/control").c_str());
   Status run = RunControl({control_binary_, "-d"}, env, "");
@@ -193,8 +183,8 @@ void MpsController::Stop() {
   if (!started_daemon_) return;
   started_daemon_ = false;
   active_ = false;
-  const std::vector<std::string> env = EnvironmentWith(
-      {"CUDA_MPS_PIPE_DIRECTORY=" + pipe_directory_, "CUDA_MPS_LOG_DIRECTORY=" + log_directory_});
+  const std::vector<std::string> env = {"CUDA_MPS_PIPE_DIRECTORY=" + pipe_directory_,
+                                        "CUDA_MPS_LOG_DIRECTORY=" + log_directory_};
   Status quit = RunControl({control_binary_}, env, "quit\n");
   if (!quit.ok()) {
     TF_LOG(kWarn) << "cannot stop the MPS control daemon" << Kv("error", quit.message());

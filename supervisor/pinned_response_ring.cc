@@ -6,23 +6,16 @@ namespace torchfarm {
 
 PinnedResponseRing::PinnedResponseRing(std::shared_ptr<ipc::WorkerSegment> segment)
     : segment_(std::move(segment)), ring_(segment_->response_ring()) {
-  // The geometry is read once, now, while only the supervisor has written the header; a worker
-  // that scribbles over the header later cannot move the supervisor's view of the ring.
-  const auto* header = reinterpret_cast<const ipc::SegmentHeader*>(segment_->base());
-  slots_ = segment_->base() + header->response_slots_offset;
-  slot_bytes_ = ring_.slot_bytes();
+  // The ring view's geometry was fixed when the supervisor created the segment; a worker that
+  // scribbles over the segment header later cannot move it.
   live_frames_ = std::make_unique<std::atomic<uint32_t>[]>(ring_.slot_count());
   for (uint32_t i = 0; i < ring_.slot_count(); ++i) live_frames_[i].store(0);
   answered_at_.resize(ring_.slot_count());
 }
 
-const uint8_t* PinnedResponseRing::SlotAt(uint64_t index) const {
-  return slots_ + (index % ring_.slot_count()) * slot_bytes_;
-}
-
 const uint8_t* PinnedResponseRing::Next() const {
-  // Size() is head - tail, exact on the consumer's thread.
-  return read_ < tail_ + ring_.Size() ? SlotAt(read_) : nullptr;
+  // The ring's tail is tail_ (this object is its only consumer): read_ is read_ - tail_ behind it.
+  return ring_.PeekAt(read_ - tail_);
 }
 
 void PinnedResponseRing::ReleaseFrame(void* /*data*/, void* hint) {
@@ -64,10 +57,9 @@ bool PinnedResponseRing::Stuck(TimePoint now, Clock::duration limit) const {
 void PinnedRingKeeper::ReleaseFreed() {
   for (auto& ring : rings_) ring->ReleaseFreed();
   // use_count 1: only the keeper holds it (its worker slot moved on to a new segment or is gone).
-  rings_.erase(std::remove_if(rings_.begin(), rings_.end(),
-                              [](const auto& ring) {
-                                return ring.use_count() == 1 && ring->unpopped() == 0;
-                              }),
+  rings_.erase(std::remove_if(
+                   rings_.begin(), rings_.end(),
+                   [](const auto& ring) { return ring.use_count() == 1 && ring->unpopped() == 0; }),
                rings_.end());
 }
 

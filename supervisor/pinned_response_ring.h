@@ -61,12 +61,9 @@ class PinnedResponseRing {
 
  private:
   static void ReleaseFrame(void* data, void* hint);
-  const uint8_t* SlotAt(uint64_t index) const;
 
   std::shared_ptr<ipc::WorkerSegment> segment_;
   ipc::SpscRing ring_;
-  const uint8_t* slots_;  // first response slot; geometry copied at construction
-  uint64_t slot_bytes_;
   uint64_t tail_ = 0;  // the ring's tail; this object is its only writer
   uint64_t read_ = 0;
   std::unique_ptr<std::atomic<uint32_t>[]> live_frames_;  // per slot position

@@ -14,7 +14,9 @@
 extern char** environ;
 
 namespace torchfarm {
+namespace {
 
+// The supervisor's environment with `overrides` ("NAME=VALUE") replacing or adding entries.
 std::vector<std::string> EnvironmentWith(const std::vector<std::string>& overrides) {
   std::vector<std::string> env;
   for (char** entry = environ; entry && *entry; ++entry) {
@@ -30,6 +32,8 @@ std::vector<std::string> EnvironmentWith(const std::vector<std::string>& overrid
   return env;
 }
 
+}  // namespace
+
 Status LaunchProcess(const std::vector<std::string>& argv, const std::vector<FdMapping>& fds,
                      pid_t* pid, const std::vector<std::string>& extra_env) {
   // Everything the child needs is prepared here: after fork only async-signal-safe calls run.
@@ -37,8 +41,8 @@ Status LaunchProcess(const std::vector<std::string>& argv, const std::vector<FdM
   raw.reserve(argv.size() + 1);
   for (const auto& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
   raw.push_back(nullptr);
-  const std::vector<std::string> env = extra_env.empty() ? std::vector<std::string>{}
-                                                         : EnvironmentWith(extra_env);
+  const std::vector<std::string> env =
+      extra_env.empty() ? std::vector<std::string>{} : EnvironmentWith(extra_env);
   std::vector<char*> raw_env;
   for (const auto& e : env) raw_env.push_back(const_cast<char*>(e.c_str()));
   raw_env.push_back(nullptr);

@@ -25,8 +25,6 @@ struct FdMapping {
 Status LaunchProcess(const std::vector<std::string>& argv, const std::vector<FdMapping>& fds,
                      pid_t* pid, const std::vector<std::string>& extra_env = {});
 
-// The supervisor's environment with `overrides` ("NAME=VALUE") replacing or adding entries.
-std::vector<std::string> EnvironmentWith(const std::vector<std::string>& overrides);
 
 // Exit description for logs: "exit code 3" or "killed by SIGSEGV".
 std::string DescribeWaitStatus(int wait_status);

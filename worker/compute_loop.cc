@@ -262,22 +262,14 @@ bool ComputeLoop::SetUpDevice(LoadReport* report) {
 }
 
 Status ComputeLoop::ConvertPrecision() {
-  if (config_.precision == "fp32") return Status::Ok();
-  if (config_.precision == "fp16")
-    precision_ = c10::kHalf;
-  else if (config_.precision == "bf16")
-    precision_ = c10::kBFloat16;
-  else
+  const std::optional<c10::ScalarType> type = PrecisionType(config_.precision);
+  if (!type) {
     return InvalidArgument("precision: expected fp32, fp16 or bf16, got '" + config_.precision +
                            "'");
-  // Floating parameters and buffers only: Module::to(dtype) would also convert integer buffers
-  // (position ids, embedding indices), which must keep their type.
-  for (at::Tensor tensor : module_.parameters()) {
-    if (tensor.is_floating_point()) tensor.set_data(tensor.to(precision_));
   }
-  for (at::Tensor tensor : module_.buffers()) {
-    if (tensor.is_floating_point()) tensor.set_data(tensor.to(precision_));
-  }
+  precision_ = *type;
+  if (precision_ == c10::kFloat) return Status::Ok();
+  CastFloatingState(module_, precision_);
   // The conversions ran on the default stream; the lanes' streams do not wait for it.
   accelerator_->Synchronize();
   return Status::Ok();
@@ -327,25 +319,34 @@ void ComputeLoop::Serve() {
 }
 
 bool ComputeLoop::AnswerPendingRequests() {
-  const ipc::SpscRing requests = segment_->request_ring();
-  const ipc::SpscRing responses = segment_->response_ring();
-  const size_t lanes = static_cast<size_t>(accelerator_->lanes());
   for (;;) {
-    while (launched_.size() < lanes && !Abandoned()) {
-      const uint8_t* request = requests.PeekAt(launched_.size());
-      if (request == nullptr) break;
-      uint8_t* response = responses.TryReserveAhead(launched_.size());
-      if (response == nullptr) {
-        if (!launched_.empty()) break;  // answer what runs; the supervisor then frees slots
-        response = ReserveResponseSlot();
-        if (response == nullptr) return false;
-      }
-      Launch(request, response);
+    while (LaunchWaiting()) {
     }
-    if (launched_.empty()) return !Abandoned();
+    if (launched_.empty()) {
+      if (Abandoned()) return false;
+      const uint8_t* request = segment_->request_ring().Front();
+      if (request == nullptr) return true;
+      // The response ring is full with nothing running (the supervisor bounds in-flight batches,
+      // so this is a safety net): wait for it to consume.
+      uint8_t* response = ReserveResponseSlot();
+      if (response == nullptr) return false;
+      Launch(request, response);
+      continue;
+    }
     WaitForOldest();
     CompleteOldest();
   }
+}
+
+bool ComputeLoop::LaunchWaiting() {
+  const size_t ahead = launched_.size();
+  if (ahead >= static_cast<size_t>(accelerator_->lanes()) || Abandoned()) return false;
+  const uint8_t* request = segment_->request_ring().PeekAt(ahead);
+  if (request == nullptr) return false;
+  uint8_t* response = segment_->response_ring().TryReserveAhead(ahead);
+  if (response == nullptr) return false;
+  Launch(request, response);
+  return true;
 }
 
 bool ComputeLoop::Abandoned() const {
@@ -395,19 +396,8 @@ void ComputeLoop::Launch(const uint8_t* request, uint8_t* response) {
 void ComputeLoop::WaitForOldest() {
   // On a GPU, keep feeding idle lanes while the oldest batch runs, so the copy of the next batch
   // overlaps its compute. The CPU's Poll is always true.
-  const ipc::SpscRing requests = segment_->request_ring();
-  const ipc::SpscRing responses = segment_->response_ring();
-  const size_t lanes = static_cast<size_t>(accelerator_->lanes());
   while (!accelerator_->Poll(launched_.front().lane)) {
-    if (launched_.size() < lanes && !Abandoned()) {
-      const uint8_t* request = requests.PeekAt(launched_.size());
-      uint8_t* response = request ? responses.TryReserveAhead(launched_.size()) : nullptr;
-      if (response != nullptr) {
-        Launch(request, response);
-        continue;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (!LaunchWaiting()) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 

@@ -138,6 +138,8 @@ class ComputeLoop {
     TimePoint start;
   };
   void Launch(const uint8_t* request, uint8_t* response);
+  // Launches the next waiting request when a lane and a response slot are free; false otherwise.
+  bool LaunchWaiting();
   // Waits for the oldest launched batch while launching newly arrived requests on free lanes.
   void WaitForOldest();
   void CompleteOldest();

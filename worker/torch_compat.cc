@@ -1,10 +1,28 @@
 #include "worker/torch_compat.h"
 
 #include <ATen/Parallel.h>
+#include <torch/script.h>
 
 #include "common/log.h"
 
 namespace torchfarm::worker {
+
+std::optional<c10::ScalarType> PrecisionType(const std::string& precision) {
+  if (precision == "fp32") return c10::kFloat;
+  if (precision == "fp16") return c10::kHalf;
+  if (precision == "bf16") return c10::kBFloat16;
+  return std::nullopt;
+}
+
+void CastFloatingState(torch::jit::Module& module, c10::ScalarType type) {
+  at::NoGradGuard no_grad;  // a cast of a parameter that requires grad must not be recorded
+  for (at::Tensor tensor : module.parameters()) {
+    if (tensor.is_floating_point()) tensor.set_data(tensor.to(type));
+  }
+  for (at::Tensor tensor : module.buffers()) {
+    if (tensor.is_floating_point()) tensor.set_data(tensor.to(type));
+  }
+}
 
 c10::ScalarType ToScalarType(DType dtype) {
   switch (dtype) {

@@ -17,6 +17,10 @@
 
 #include "common/dtype.h"
 
+namespace torch::jit {
+struct Module;
+}  // namespace torch::jit
+
 namespace torchfarm::worker {
 
 // Disables autograd and version counting for the scope; cheaper than NoGradGuard.
@@ -27,6 +31,14 @@ c10::ScalarType ToScalarType(DType dtype);
 std::optional<DType> FromScalarType(c10::ScalarType type);
 // "Float", "ComplexFloat", ... as torch names them, for error messages.
 std::string ScalarTypeName(c10::ScalarType type);
+
+// The type of a `precision` value: "fp32" -> Float, "fp16" -> Half, "bf16" -> BFloat16; nullopt
+// for anything else.
+std::optional<c10::ScalarType> PrecisionType(const std::string& precision);
+// Casts the module's floating-point parameters and buffers to `type`. Integer ones keep their type
+// (Module::to(dtype) would cast them too: index tables, position ids, BatchNorm's
+// num_batches_tracked).
+void CastFloatingState(torch::jit::Module& module, c10::ScalarType type);
 
 // Intra-op threads of the calling thread's parallel regions (at::set_num_threads).
 void SetIntraOpThreads(int threads);
