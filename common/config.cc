@@ -462,12 +462,7 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
   if (auto gpu = j.find("gpu"); gpu != j.end()) {
     if (s = ParseGpu(*gpu, &c.gpu); !s.ok()) return s;
   }
-  if (auto insecure = j.find("insecure"); insecure != j.end()) {
-    if (!insecure->is_boolean()) {
-      return InvalidArgument("config.insecure: expected true or false, got " + Got(*insecure));
-    }
-    c.insecure = insecure->get<bool>();
-  }
+  if (s = GetBool(j, "insecure", "config", &c.insecure); !s.ok()) return s;
   if (s = GetString(j, "ipc_group", "config", false, &c.ipc_group); !s.ok()) return s;
   if (!c.ipc_group.empty() && c.endpoint.rfind("ipc://", 0) != 0) {
     return InvalidArgument("config.ipc_group: applies to an ipc:// endpoint only, endpoint is \"" +
