@@ -326,6 +326,23 @@ static Status ParseGpu(const json& j, GpuConfig* out) {
   return Status::Ok();
 }
 
+static Status ParseClientShm(const json& j, ClientShmConfig* out) {
+  const std::string where = "config.client_shm";
+  if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
+  Status s = CheckKeys(j, where, {"enabled", "max_region_bytes", "max_total_bytes", "max_regions",
+                                  "idle_timeout_s"});
+  if (!s.ok()) return s;
+  ClientShmConfig c;
+  constexpr int64_t kTiB = int64_t{1} << 40;
+  if (s = GetBool(j, "enabled", where, &c.enabled); !s.ok()) return s;
+  if (s = GetInt(j, "max_region_bytes", where, 1, kTiB, &c.max_region_bytes); !s.ok()) return s;
+  if (s = GetInt(j, "max_total_bytes", where, 1, kTiB, &c.max_total_bytes); !s.ok()) return s;
+  if (s = GetInt(j, "max_regions", where, 1, 65536, &c.max_regions); !s.ok()) return s;
+  if (s = GetInt(j, "idle_timeout_s", where, 1, 30 * 86400, &c.idle_timeout_s); !s.ok()) return s;
+  *out = c;
+  return Status::Ok();
+}
+
 static Status ParseCurve(const json& j, const std::string& base_dir, CurveConfig* out) {
   const std::string where = "config.curve";
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
@@ -433,7 +450,7 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
   Status s = CheckKeys(j, "config", {"endpoint", "admin_endpoint", "run_dir", "heartbeat_ms",
                                      "worker_binary", "models", "max_retries",
                                      "drain_timeout_ms", "restart", "metrics_endpoint", "curve",
-                                     "insecure", "ipc_group", "limits", "gpu"});
+                                     "insecure", "ipc_group", "limits", "client_shm", "gpu"});
   if (!s.ok()) return s;
   FarmConfig c;
   if (s = GetString(j, "endpoint", "config", false, &c.endpoint); !s.ok()) return s;
@@ -461,6 +478,9 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
   }
   if (auto gpu = j.find("gpu"); gpu != j.end()) {
     if (s = ParseGpu(*gpu, &c.gpu); !s.ok()) return s;
+  }
+  if (auto shm = j.find("client_shm"); shm != j.end()) {
+    if (s = ParseClientShm(*shm, &c.client_shm); !s.ok()) return s;
   }
   if (s = GetBool(j, "insecure", "config", &c.insecure); !s.ok()) return s;
   if (s = GetString(j, "ipc_group", "config", false, &c.ipc_group); !s.ok()) return s;

@@ -65,6 +65,16 @@ struct GpuConfig {
   std::string mps_control = "nvidia-cuda-mps-control";  // looked up on PATH unless absolute
 };
 
+// "client_shm": shared-memory regions the supervisor creates for same-host clients
+// (docs/protocol.md, "Shared-memory tensors").
+struct ClientShmConfig {
+  bool enabled = true;
+  uint64_t max_region_bytes = uint64_t{1} << 30;
+  uint64_t max_total_bytes = uint64_t{4} << 30;  // over all live regions
+  int max_regions = 64;
+  int64_t idle_timeout_s = 600;  // a region no request named this long is released
+};
+
 // Restart limits in the manner of Erlang/OTP supervisors.
 struct RestartConfig {
   int64_t initial_backoff_ms = 100;  // doubled after each failure, plus up to 25% jitter
@@ -101,6 +111,7 @@ struct FarmConfig {
   bool insecure = false;       // allow a non-loopback endpoint without CURVE (warned at start)
   std::string ipc_group;       // ipc job socket: chown to this group and chmod 0660 after bind
   LimitsConfig limits;
+  ClientShmConfig client_shm;
   GpuConfig gpu;
   std::vector<ModelConfig> models;
   std::string source_path;     // the file this came from, for reloads and messages

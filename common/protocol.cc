@@ -231,6 +231,39 @@ bool ScanOptionalInteger(HeaderScanner& in, uint64_t max, int64_t* out) {
 
 }  // namespace
 
+namespace {
+
+// The rest of a header whose "op" is shm_create or shm_release (docs/protocol.md).
+Status ParseShmCommand(const json& j, RequestHeader* out) {
+  const bool create = out->op == RequestOp::kShmCreate;
+  const char* op = create ? "shm_create" : "shm_release";
+  const char* field = create ? "bytes" : "region";
+  auto value = j.find(field);
+  if (create) {
+    if (value == j.end() || !value->is_number_integer() || value->get<int64_t>() <= 0) {
+      return InvalidArgument(std::string(op) + ": header field 'bytes': expected a positive "
+                             "integer, got " + (value == j.end() ? "nothing" : value->dump()));
+    }
+    out->shm_bytes = value->get<uint64_t>();
+  } else {
+    if (value == j.end() || !value->is_string() || value->get<std::string>().empty()) {
+      return InvalidArgument(std::string(op) + ": header field 'region': expected the token "
+                             "shm_create returned, got " +
+                             (value == j.end() ? "nothing" : value->dump()));
+    }
+    out->shm_region = value->get<std::string>();
+  }
+  for (const auto& [key, unused] : j.items()) {
+    if (key != "v" && key != "id" && key != "op" && key != field) {
+      return InvalidArgument(std::string(op) + ": unknown field '" + key + "' (expected v, id, " +
+                             "op, " + field + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out, const RequestLimits& limits) {
   if (text.size() > limits.max_header_bytes) return false;
   RequestHeader header;
@@ -316,6 +349,8 @@ Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
                            std::to_string(kProtocolVersion) + ", got " +
                            (v == j.end() ? std::string("nothing") : v->dump()));
   }
+  if (Status s = RequestOpFromJson(j, &out->op); !s.ok()) return s;
+  if (out->op != RequestOp::kInfer) return ParseShmCommand(j, out);
   auto model = j.find("model");
   if (model == j.end() || !model->is_string() || model->get<std::string>().empty()) {
     return InvalidArgument("header field 'model': expected a non-empty string");
@@ -331,8 +366,20 @@ Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
                            " inputs exceed the maximum of " + std::to_string(limits.max_inputs));
   }
   for (size_t i = 0; i < inputs->size(); ++i) {
+    const std::string where = "inputs[" + std::to_string(i) + "]";
+    const json* entry = &(*inputs)[i];
+    json without_shm;
+    if (entry->is_object() && entry->contains("shm")) {
+      ShmRef ref;
+      if (Status s = ShmRefFromJson((*entry)["shm"], where + ".shm", false, &ref); !s.ok()) return s;
+      out->input_shm.resize(inputs->size());
+      out->input_shm[i] = std::move(ref);
+      without_shm = *entry;
+      without_shm.erase("shm");
+      entry = &without_shm;
+    }
     TensorSpec spec;
-    Status s = TensorSpecFromJson((*inputs)[i], "inputs[" + std::to_string(i) + "]", false, &spec);
+    Status s = TensorSpecFromJson(*entry, where, false, &spec);
     if (!s.ok()) return s;
     if (spec.shape.size() > static_cast<size_t>(limits.max_rank)) {
       return InvalidArgument("inputs[" + std::to_string(i) + "].shape: rank " +
@@ -355,11 +402,16 @@ Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
     }
     out->priority = p->get<int>();
   }
+  if (auto o = j.find("output_shm"); o != j.end()) {
+    if (Status s = ShmRefFromJson(*o, "header field 'output_shm'", true, &out->output_shm); !s.ok())
+      return s;
+  }
   for (const auto& [key, value] : j.items()) {
-    if (key != "v" && key != "id" && key != "model" && key != "inputs" && key != "timeout_ms" &&
-        key != "priority") {
+    if (key != "v" && key != "id" && key != "op" && key != "model" && key != "inputs" &&
+        key != "timeout_ms" && key != "priority" && key != "output_shm") {
       return InvalidArgument("header: unknown field '" + key +
-                             "' (expected v, id, model, inputs, timeout_ms, priority)");
+                             "' (expected v, id, op, model, inputs, timeout_ms, priority, "
+                             "output_shm)");
     }
   }
   return Status::Ok();
@@ -367,12 +419,19 @@ Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
 
 Status CheckInputFrames(const RequestHeader& header, const std::vector<size_t>& frame_sizes,
                         const RequestLimits& limits) {
-  if (frame_sizes.size() != header.inputs.size()) {
+  size_t framed = 0;
+  for (size_t i = 0; i < header.inputs.size(); ++i) framed += header.input_in_shm(i) ? 0 : 1;
+  if (frame_sizes.size() != framed) {
+    std::string in_shm = framed == header.inputs.size()
+                             ? ""
+                             : " (" + std::to_string(header.inputs.size() - framed) +
+                                   " of them in shared memory, which take no frame)";
     return InvalidArgument("header declares " + std::to_string(header.inputs.size()) +
-                           " input(s) but the message has " + std::to_string(frame_sizes.size()) +
-                           " data frame(s) after the header");
+                           " input(s)" + in_shm + " but the message has " +
+                           std::to_string(frame_sizes.size()) + " data frame(s) after the header");
   }
-  for (size_t i = 0; i < frame_sizes.size(); ++i) {
+  size_t frame = 0;
+  for (size_t i = 0; i < header.inputs.size(); ++i) {
     auto expected = ByteSize(header.inputs[i]);
     if (!expected) {
       return InvalidArgument("inputs[" + std::to_string(i) + "]: shape " +
@@ -384,18 +443,22 @@ Status CheckInputFrames(const RequestHeader& header, const std::vector<size_t>& 
                                std::to_string(*expected) + " bytes, over the limit of " +
                                std::to_string(limits.max_tensor_bytes) + " (limits.max_tensor_bytes)");
     }
-    if (*expected != frame_sizes[i]) {
+    if (header.input_in_shm(i)) continue;
+    if (*expected != frame_sizes[frame]) {
       return InvalidArgument("inputs[" + std::to_string(i) + "]: " +
                              SpecToString(header.inputs[i]) + " needs " +
-                             std::to_string(*expected) + " bytes, frame " + std::to_string(i + 1) +
-                             " has " + std::to_string(frame_sizes[i]));
+                             std::to_string(*expected) + " bytes, frame " +
+                             std::to_string(frame + 1) + " has " +
+                             std::to_string(frame_sizes[frame]));
     }
+    ++frame;
   }
   return Status::Ok();
 }
 
 std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
-                        const StageTimes& timing, int worker_id) {
+                        const StageTimes& timing, int worker_id, const std::string& shm_region,
+                        const std::vector<uint64_t>* shm_offsets) {
   // Built by hand: this runs once per answered request, and a json object plus dump() cost
   // several times more (bench/analysis.md). The layout equals json::dump() of the same object.
   std::string out;
@@ -419,7 +482,13 @@ std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
       if (d) out += ',';
       out += std::to_string(outputs[i].shape[d]);
     }
-    out += "]}";
+    out += ']';
+    if (shm_offsets) {
+      // The token is ours (hex) and needs no escaping.
+      out += ",\"shm\":{\"region\":\"" + shm_region + "\",\"offset\":" +
+             std::to_string((*shm_offsets)[i]) + "}";
+    }
+    out += '}';
   }
   out += "],\"timing_us\":{\"queue\":" + std::to_string(timing.queue_us) +
          ",\"compute\":" + std::to_string(timing.compute_us) +
@@ -454,8 +523,18 @@ Status ParseReplyHeader(std::string_view text, ReplyHeader* out) {
   auto outputs = j.find("outputs");
   if (outputs == j.end() || !outputs->is_array()) return Internal("reply header has no 'outputs'");
   for (size_t i = 0; i < outputs->size(); ++i) {
+    const std::string where = "outputs[" + std::to_string(i) + "]";
+    json entry = (*outputs)[i];
+    if (entry.is_object() && entry.contains("shm")) {
+      ShmRef ref;
+      Status s = ShmRefFromJson(entry["shm"], where + ".shm", false, &ref);
+      if (!s.ok()) return Internal("bad reply: " + s.message());
+      out->output_shm.resize(outputs->size());
+      out->output_shm[i] = std::move(ref);
+      entry.erase("shm");
+    }
     TensorSpec spec;
-    Status s = TensorSpecFromJson((*outputs)[i], "outputs[" + std::to_string(i) + "]", false, &spec);
+    Status s = TensorSpecFromJson(entry, where, false, &spec);
     if (!s.ok()) return Internal("bad reply: " + s.message());
     out->outputs.push_back(std::move(spec));
   }

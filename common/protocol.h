@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/shm_reference.h"
 #include "common/status.h"
 #include "common/tensor_spec.h"
 
@@ -47,6 +48,16 @@ struct RequestHeader {
   std::vector<TensorSpec> inputs;
   int64_t timeout_ms = 0;  // 0: no deadline
   int priority = 0;        // 0 is highest
+  // Client shared memory (shm_reference.h). input_shm is empty, or one entry per input (unused
+  // entries travel as data frames); output_shm.used(): outputs go to that range, not to frames.
+  std::vector<ShmRef> input_shm;
+  ShmRef output_shm;
+  // Commands instead of inference: shm_create takes shm_bytes, shm_release shm_region.
+  RequestOp op = RequestOp::kInfer;
+  uint64_t shm_bytes = 0;
+  std::string shm_region;
+
+  bool input_in_shm(size_t i) const { return i < input_shm.size() && input_shm[i].used(); }
 };
 
 // Parses frame 0. On failure `out->id` still holds the id when the JSON was readable, so the
@@ -65,8 +76,9 @@ bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out,
 Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
                               const RequestLimits& limits = RequestLimits{});
 
-// Checks that the frames after the header match the declared inputs one to one, by count and by
-// byte size (dtype size x shape).
+// Checks that the frames after the header match the declared inputs that are not in shared
+// memory one to one, by count and by byte size (dtype size x shape); and every input, frame or
+// shared memory, against limits.max_tensor_bytes.
 Status CheckInputFrames(const RequestHeader& header, const std::vector<size_t>& frame_sizes,
                         const RequestLimits& limits = RequestLimits{});
 
@@ -76,8 +88,12 @@ struct StageTimes {
   int64_t total_us = 0;
 };
 
+// `shm_offsets`, when given, are where each output was written in region `shm_region`
+// (PlaceOutputs): the reply names them and carries no data frames.
 std::string MakeOkReply(const nlohmann::json& id, const std::vector<TensorSpec>& outputs,
-                        const StageTimes& timing, int worker_id);
+                        const StageTimes& timing, int worker_id,
+                        const std::string& shm_region = {},
+                        const std::vector<uint64_t>* shm_offsets = nullptr);
 std::string MakeErrorReply(const nlohmann::json& id, const Status& status);
 
 // What a client reads back from a reply header.
@@ -85,6 +101,7 @@ struct ReplyHeader {
   nlohmann::json id;
   Status status;  // ok, or the code and message of an error reply
   std::vector<TensorSpec> outputs;
+  std::vector<ShmRef> output_shm;  // per output when the request named output_shm; else empty
   StageTimes timing;
   int worker_id = -1;
   nlohmann::json raw;

@@ -42,11 +42,48 @@ void SetRows(PendingRequest* request) {
   request->rows = request->batchable ? rows : 1;
 }
 
+// Looks up every region the header names, checks ranges and alignment, and keeps the regions
+// in the request. Inputs come first, in order, so the inputs' regions line up with them.
+Status ResolveShm(const RequestHeader& header, ClientShmRegistry* regions, TimePoint now,
+                  PendingRequest* request) {
+  const bool any_input = !header.input_shm.empty();
+  if (!any_input && !header.output_shm.used()) return Status::Ok();
+  if (!regions || !regions->enabled()) {
+    return InvalidArgument(std::string(any_input ? "inputs[].shm" : "output_shm") +
+                           ": client shared memory is disabled (client_shm.enabled)");
+  }
+  for (size_t i = 0; i < header.inputs.size(); ++i) {
+    if (!header.input_in_shm(i)) continue;
+    const ShmRef& ref = header.input_shm[i];
+    const std::string where = "inputs[" + std::to_string(i) + "].shm";
+    const size_t item = DTypeSize(header.inputs[i].dtype);
+    if (ref.offset % item != 0) {
+      return InvalidArgument(where + ".offset: expected a multiple of " + std::to_string(item) +
+                             " (the item size of " + std::string(DTypeName(header.inputs[i].dtype)) +
+                             "), got " + std::to_string(ref.offset));
+    }
+    std::shared_ptr<ipc::SharedRegion> region;
+    Status s = regions->Resolve(ref.region, ref.offset, *ByteSize(header.inputs[i]), where, now,
+                                &region);
+    if (!s.ok()) return s;
+    request->input_regions.push_back(std::move(region));
+  }
+  if (header.output_shm.used()) {
+    const ShmRef& ref = header.output_shm;
+    Status s = regions->Resolve(ref.region, ref.offset, ref.bytes, "output_shm", now,
+                                &request->output_region);
+    if (!s.ok()) return s;
+    request->output_shm = ref;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                 const std::vector<ModelConfig>& models, TimePoint now, PendingRequest* request,
-                size_t* model_index, const RequestLimits& limits) {
+                size_t* model_index, const RequestLimits& limits, ClientShmRegistry* regions,
+                ShmCommand* command) {
   if (frames.size() <= payload_start) {
     return InvalidArgument("empty message: expected a JSON header frame followed by one frame "
                            "per input tensor");
@@ -57,6 +94,18 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                                 &header, limits);
   request->id = std::move(header.id);
   if (!s.ok()) return s;
+  if (header.op != RequestOp::kInfer) {
+    if (!regions || !command || !regions->enabled()) {
+      return InvalidArgument("client shared memory is disabled (client_shm.enabled)");
+    }
+    if (frames.size() - payload_start > 1) {
+      return InvalidArgument("shm_create and shm_release take a header frame only, the message "
+                             "has " + std::to_string(frames.size() - payload_start - 1) +
+                             " more");
+    }
+    *command = ShmCommand{header.op, header.shm_bytes, header.shm_region};
+    return Status::Ok();
+  }
   if (frames.size() - payload_start > limits.max_inputs + 1) {
     return InvalidArgument("message has more than " + std::to_string(limits.max_inputs + 1) +
                            " frames after the envelope (the header and at most " +
@@ -84,6 +133,9 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   std::vector<size_t> sizes;
   for (size_t i = payload_start + 1; i < frames.size(); ++i) sizes.push_back(frames[i].size());
   if (s = CheckInputFrames(header, sizes, limits); !s.ok()) return s;
+  // From here on sizes[i] is input i's byte count, wherever its bytes are.
+  sizes.clear();
+  for (const auto& spec : header.inputs) sizes.push_back(static_cast<size_t>(*ByteSize(spec)));
   if (header.inputs.size() != model.inputs.size()) {
     return InvalidArgument("model '" + model.name + "' takes " +
                            std::to_string(model.inputs.size()) + " input(s), got " +
@@ -100,10 +152,19 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                              std::to_string(model.slot_bytes) + " (raise slot_bytes)");
   }
 
-  request->inputs = std::move(header.inputs);
-  for (size_t i = payload_start + 1; i < frames.size(); ++i) {
-    request->frames.push_back(std::move(frames[i]));
+  if (s = ResolveShm(header, regions, now, request); !s.ok()) return s;
+  size_t next_frame = payload_start + 1;
+  for (size_t i = 0; i < header.inputs.size(); ++i) {
+    if (!header.input_in_shm(i)) {
+      request->frames.push_back(std::move(frames[next_frame++]));
+      continue;
+    }
+    // A frame over the region's bytes: batch assembly copies it into the slot like any other.
+    // The region outlives it (input_regions), so there is nothing to free.
+    request->frames.emplace_back(request->input_regions.back()->data() + header.input_shm[i].offset,
+                                 sizes[i], nullptr, nullptr);
   }
+  request->inputs = std::move(header.inputs);
   request->slot_bytes = slot_bytes;
   request->received = now;
   if (header.timeout_ms > 0) request->deadline = now + Millis(header.timeout_ms);

@@ -1,7 +1,7 @@
 // Turns one multipart message from the job socket into a PendingRequest, or into the error reply
 // it deserves. Every check a client can fail is here, in the order a client would want to hear of
 // them: envelope, header JSON, model name, frame count and sizes, declared dtypes and shapes, and
-// the ring slot's capacity.
+// the ring slot's capacity; shared-memory references are resolved against the client regions.
 //
 // Pure: no sockets, no clock beyond the `now` passed in. Runs on the supervisor's loop thread.
 #pragma once
@@ -14,9 +14,18 @@
 #include "common/config.h"
 #include "common/protocol.h"
 #include "common/status.h"
+#include "supervisor/client_shm_registry.h"
 #include "supervisor/pending_request.h"
 
 namespace torchfarm {
+
+// A request that is a command instead of an inference (docs/protocol.md): shm_create or
+// shm_release, with its argument.
+struct ShmCommand {
+  RequestOp op = RequestOp::kInfer;
+  uint64_t bytes = 0;
+  std::string region;
+};
 
 // Splits the ROUTER envelope (identity, optional empty delimiter from REQ clients) from the
 // payload. Returns false when the message is too short to carry even an identity.
@@ -28,8 +37,11 @@ bool SplitEnvelope(std::vector<zmq::message_t>& frames, PendingRequest* request,
 // *model_index is set as soon as the model is known (also when a later check fails). `limits`
 // bound the header, the frame count, rank and bytes (config "limits"); the header is read first
 // (it is bounded by max_header_bytes) so that even a refusal echoes the request's id.
+// `regions` resolves shared-memory references (null: none may be used). A shm_create or
+// shm_release command is returned in *command (op != kInfer), not as a request.
 Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                 const std::vector<ModelConfig>& models, TimePoint now, PendingRequest* request,
-                size_t* model_index, const RequestLimits& limits = RequestLimits{});
+                size_t* model_index, const RequestLimits& limits = RequestLimits{},
+                ClientShmRegistry* regions = nullptr, ShmCommand* command = nullptr);
 
 }  // namespace torchfarm

@@ -1,10 +1,13 @@
 // One accepted client request while the supervisor holds it: queued, or in flight on a worker.
 //
 // Owns: the client's routing envelope and the received tensor frames (zero-copy zmq messages, so
-// the only copy of the bytes is the one into the ring slot). Lives on the supervisor's loop thread.
+// the only copy of the bytes is the one into the ring slot). An input from a client shared-memory
+// region is a frame that points into the region, which the request keeps mapped until it is
+// answered, as it does the region its outputs go to. Lives on the supervisor's loop thread.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,7 +15,9 @@
 #include <zmq.hpp>
 
 #include "common/clock.h"
+#include "common/shm_reference.h"
 #include "common/tensor_spec.h"
+#include "ipc/shared_region.h"
 
 namespace torchfarm {
 
@@ -22,6 +27,9 @@ struct PendingRequest {
   nlohmann::json id;
   std::vector<TensorSpec> inputs;
   std::vector<zmq::message_t> frames;  // one per input
+  std::vector<std::shared_ptr<ipc::SharedRegion>> input_regions;  // the regions frames point into
+  ShmRef output_shm;  // used(): the outputs go to this range of output_region, not to frames
+  std::shared_ptr<ipc::SharedRegion> output_region;
   int64_t rows = 1;         // dim 0 shared by every input; what batching counts
   bool batchable = true;    // false when inputs disagree on dim 0 or a scalar is involved
   uint64_t slot_bytes = 0;  // bytes this request takes in a ring slot (64-byte aligned tensors)

@@ -88,6 +88,8 @@ Status Supervisor::Start() {
     }
   }
   if (Status s = ApplyIpcGroup(); !s.ok()) return s;
+  client_shm_ = std::make_unique<ClientShmRegistry>(config_.client_shm, launch_.segment_prefix,
+                                                    ipc_gid_);
 
   if (!config_.metrics_endpoint.empty()) {
     if (Status m = MetricsExporter::Start(config_.metrics_endpoint, &metrics_); !m.ok()) return m;
@@ -270,6 +272,7 @@ void Supervisor::CleanUp() {
       }
     }
   }
+  if (client_shm_) client_shm_->ReleaseAll();
   if (!control_path_.empty()) {
     ::unlink(control_path_.c_str());
     control_path_.clear();

@@ -25,6 +25,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "supervisor/client_quota.h"
+#include "supervisor/client_shm_registry.h"
 #include "supervisor/curve_authenticator.h"
 #include "supervisor/metrics_exporter.h"
 #include "supervisor/model_queue.h"
@@ -37,6 +38,8 @@
 #include "supervisor/worker_slot.h"
 
 namespace torchfarm {
+
+struct ShmCommand;  // job_intake.h
 
 // 2*bytes lowercase hex digits from /dev/urandom (supervisor_security.cc).
 Status RandomHex(size_t bytes, std::string* out);
@@ -88,6 +91,7 @@ class Supervisor {
 
   // Helpers.
   void AcceptJob(std::vector<zmq::message_t>& frames);
+  void RunShmCommand(PendingRequest& request, const ShmCommand& command);
   // Security set-up of Start (supervisor_security.cc).
   Status SecureSockets();
   Status ApplyIpcGroup();
@@ -144,6 +148,8 @@ class Supervisor {
   zmq::socket_t admin_;
   CurveAuthenticator curve_;  // ZAP handler; bound before any CURVE socket
   ClientQuota quota_;
+  int ipc_gid_ = -1;  // config ipc_group's gid once resolved
+  std::unique_ptr<ClientShmRegistry> client_shm_;
   SignalFd signals_;
   RunDirLock lock_;
 

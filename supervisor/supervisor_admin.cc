@@ -172,7 +172,15 @@ json Supervisor::StatsJson() {
     supervisor["rss_shmem_bytes"] = self->rss_shmem_bytes;
   }
   json gpu = {{"mps", config_.gpu.mps}, {"mps_state", mps_.state()}};
-  return {{"supervisor", supervisor}, {"gpu", gpu}, {"models", models}, {"workers", workers}};
+  json client_shm = {{"enabled", config_.client_shm.enabled}};
+  if (client_shm_) {
+    client_shm["regions"] = client_shm_->regions();
+    client_shm["bytes"] = client_shm_->bytes();
+    client_shm["created"] = client_shm_->created();
+    client_shm["expired"] = client_shm_->expired();
+  }
+  return {{"supervisor", supervisor}, {"gpu", gpu},           {"client_shm", client_shm},
+          {"models", models},         {"workers", workers}};
 }
 
 }  // namespace torchfarm

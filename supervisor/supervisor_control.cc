@@ -241,6 +241,7 @@ void Supervisor::Housekeeping() {
   notifier_.Tick(now);
   if (now < next_housekeeping_) return;
   next_housekeeping_ = now + std::chrono::seconds(1);
+  if (client_shm_) client_shm_->ExpireIdle(now);
   if (metrics_) metrics_->MpsActive(mps_.active());
   bool all_ready = true;
   std::ostringstream status;

@@ -85,9 +85,11 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
   const bool may_pin = slot.CanPinResponse();
   int64_t row_start = 0;
   std::vector<zmq::message_t> frames;
+  std::vector<std::pair<const uint8_t*, uint64_t>> slices;  // this request's bytes of each output
+  std::vector<uint64_t> shm_offsets;
   for (auto& r : batch.requests) {
     // `outputs` becomes this request's: only dim 0 differs between the requests of a batch.
-    frames.clear();
+    slices.clear();
     for (size_t i = 0; i < outputs.size(); ++i) {
       const ipc::TensorDesc& desc = header->tensors[i];
       uint64_t begin = 0, length = desc.nbytes;
@@ -97,13 +99,27 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
         length = row_bytes * static_cast<uint64_t>(r.rows);
         outputs[i].shape[0] = r.rows;
       }
-      if (may_pin && length >= kZeroCopyMinBytes) {
-        frames.push_back(slot.responses()->PinFrame(data + desc.offset + begin, length));
-      } else {
-        frames.emplace_back(data + desc.offset + begin, length);
-      }
+      slices.emplace_back(data + desc.offset + begin, length);
     }
     row_start += r.rows;
+    frames.clear();
+    if (r.output_shm.used()) {
+      if (Status placed = PlaceOutputs(outputs, r.output_shm, &shm_offsets); !placed.ok()) {
+        FailRequest(model, r, placed);
+        continue;
+      }
+      for (size_t i = 0; i < slices.size(); ++i) {
+        std::memcpy(r.output_region->data() + shm_offsets[i], slices[i].first, slices[i].second);
+      }
+    } else {
+      for (const auto& [bytes, length] : slices) {
+        if (may_pin && length >= kZeroCopyMinBytes) {
+          frames.push_back(slot.responses()->PinFrame(bytes, length));
+        } else {
+          frames.emplace_back(bytes, length);
+        }
+      }
+    }
     StageTimes timing;
     timing.queue_us = ToMicros(batch.dispatched - r.received);
     timing.compute_us = static_cast<int64_t>(header->compute_us);
@@ -114,7 +130,11 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
       metrics_->Latency(model.config.name, timing.queue_us * 1e-6, timing.compute_us * 1e-6,
                         timing.total_us * 1e-6);
     }
-    Reply(r, MakeOkReply(r.id, outputs, timing, slot.id()), &frames);
+    Reply(r,
+          r.output_shm.used()
+              ? MakeOkReply(r.id, outputs, timing, slot.id(), r.output_shm.region, &shm_offsets)
+              : MakeOkReply(r.id, outputs, timing, slot.id()),
+          &frames);
   }
 }
 
@@ -160,8 +180,13 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
   size_t payload = 0;
   if (!SplitEnvelope(frames, &request, &payload)) return;
   size_t served = served_index_.size();
+  ShmCommand command;
   Status s = ParseJob(frames, payload, served_configs_, clock_.Now(), &request, &served,
-                      config_.limits.request);
+                      config_.limits.request, client_shm_.get(), &command);
+  if (s.ok() && command.op != RequestOp::kInfer) {
+    RunShmCommand(request, command);
+    return;
+  }
   Model* model = served < served_index_.size() ? &models_[served_index_[served]] : nullptr;
   if (s.ok()) s = AcquireQuota(request, frames[payload]);
   if (s.ok() && draining_) s = Unavailable("the farm is draining and accepts no new requests");
@@ -185,6 +210,22 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
     }
     ReplyError(request, s);
   }
+}
+
+void Supervisor::RunShmCommand(PendingRequest& request, const ShmCommand& command) {
+  if (command.op == RequestOp::kShmRelease) {
+    Status s = client_shm_->Release(command.region);
+    Reply(request, s.ok() ? MakeShmReleasedReply(request.id) : MakeErrorReply(request.id, s),
+          nullptr);
+    return;
+  }
+  CreatedRegion created;
+  Status s = draining_ ? Unavailable("the farm is draining and accepts no new requests")
+                       : client_shm_->Create(command.bytes, clock_.Now(), &created);
+  Reply(request,
+        s.ok() ? MakeShmCreatedReply(request.id, created.token, created.name, created.bytes)
+               : MakeErrorReply(request.id, s),
+        nullptr);
 }
 
 void Supervisor::ExpireDeadlines() {

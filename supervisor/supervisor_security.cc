@@ -80,6 +80,7 @@ Status Supervisor::ApplyIpcGroup() {
                     "' with mode 0660: " + std::strerror(errno) +
                     " (the supervisor's user must be a member of that group)");
   }
+  ipc_gid_ = static_cast<int>(found->gr_gid);
   TF_LOG(kInfo) << "job socket opened to a group" << Kv("path", path)
                 << Kv("group", config_.ipc_group) << Kv("mode", "0660");
   return Status::Ok();

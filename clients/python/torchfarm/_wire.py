@@ -4,93 +4,73 @@ Shared by :class:`torchfarm.Client` and :class:`torchfarm.AsyncClient`; no socke
 
 A request is frame 0, a JSON header, followed by one frame per input tensor holding its raw
 C-contiguous little-endian bytes. Input frames are memoryviews over the caller's (or a converted)
-array, so ``send_multipart(..., copy=False)`` hands them to libzmq without copying.
+array, so ``send_multipart(..., copy=False)`` hands them to libzmq without copying. An input
+given as a :class:`ShmTensor` has no frame: its header entry names the region and offset instead,
+and ``output_shm`` sends the outputs to a region (protocol.md, "Shared-memory tensors").
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ._dtypes import NUMPY_DTYPES, to_wire_array, wire_name
 from .errors import Internal, InvalidArgument, error_from_reply
+from .shm import ShmOutput, ShmRegion, ShmTensor
 
 PROTOCOL_VERSION = 1
 
-# numpy dtype -> wire dtype name. bfloat16 is a wire dtype but numpy has none, so the Python
-# client can neither send nor receive it.
-_WIRE_NAMES = {
-    np.dtype(np.float32): "float32",
-    np.dtype(np.float64): "float64",
-    np.dtype(np.float16): "float16",
-    np.dtype(np.int64): "int64",
-    np.dtype(np.int32): "int32",
-    np.dtype(np.int16): "int16",
-    np.dtype(np.int8): "int8",
-    np.dtype(np.uint8): "uint8",
-    np.dtype(np.bool_): "bool",
-}
-_NUMPY_DTYPES = {name: dtype.newbyteorder("<") for dtype, name in _WIRE_NAMES.items()}
 
-
-def _from_torch(tensor: Any) -> np.ndarray:
-    """A torch tensor as a numpy array sharing its memory when it is already a CPU tensor."""
-    if str(tensor.dtype) == "torch.bfloat16":
-        raise InvalidArgument(
-            "bfloat16 tensors are unsupported in the Python client (numpy has no bfloat16); "
-            "convert with tensor.float() or use the C++ client"
-        )
-    return tensor.detach().cpu().contiguous().numpy()
-
-
-def _is_torch_tensor(value: Any) -> bool:
-    # Only a program that imported torch can pass a tensor, so never import it here.
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor)
-
-
-def to_wire_array(value: Any, index: int) -> np.ndarray:
-    """Any array-like (numpy array, torch tensor, nested lists, scalars) as a C-contiguous
-    little-endian array of a wire dtype. No copy when `value` already is one."""
-    if _is_torch_tensor(value):
-        value = _from_torch(value)
-    try:
-        array = np.asarray(value)
-    except Exception as e:  # numpy raises several types for ragged or odd input
-        raise InvalidArgument(f"input {index}: not an array: {e}") from e
-    wire = _WIRE_NAMES.get(array.dtype.newbyteorder("="))
-    if wire is None:
-        supported = ", ".join(_NUMPY_DTYPES)
-        raise InvalidArgument(f"input {index}: dtype {array.dtype} is not sent by the Python "
-                              f"client (supported: {supported})")
-    if array.dtype.byteorder == ">":
-        array = array.astype(array.dtype.newbyteorder("<"))
-    if not array.flags.c_contiguous:
-        array = np.ascontiguousarray(array)  # (never applied to 0-d: it would make them 1-d)
-    return array
+def _input_entry(value: Any, index: int, data: List[np.ndarray]) -> Dict[str, Any]:
+    """The header entry of one input; an array input also appends its data to `data`."""
+    if isinstance(value, ShmTensor):
+        return {"dtype": wire_name(value.dtype), "shape": list(value.shape),
+                "shm": {"region": value.token, "offset": int(value.offset)}}
+    if isinstance(value, ShmRegion):
+        raise InvalidArgument(f"input {index}: a ShmRegion is no input; pass region.write(array) "
+                              "or ShmTensor(region, offset, dtype, shape)")
+    array = to_wire_array(value, index)
+    data.append(array)
+    return {"dtype": wire_name(array.dtype), "shape": list(array.shape)}
 
 
 def encode_request(request_id: int, model: str, inputs: Sequence[Any],
-                   timeout_ms: int = 0, priority: int = 0) -> List[Any]:
-    """The frames of one request: the JSON header, then a memoryview per input."""
-    arrays = [to_wire_array(value, i) for i, value in enumerate(inputs)]
-    header = {
+                   timeout_ms: int = 0, priority: int = 0,
+                   output_shm: Optional[ShmOutput] = None) -> List[Any]:
+    """The frames of one request: the JSON header, then a memoryview per input not in shared
+    memory."""
+    arrays: List[np.ndarray] = []
+    header: Dict[str, Any] = {
         "v": PROTOCOL_VERSION,
         "id": request_id,
         "model": model,
-        "inputs": [{"dtype": _WIRE_NAMES[a.dtype.newbyteorder("=")], "shape": list(a.shape)}
-                   for a in arrays],
+        "inputs": [_input_entry(value, i, arrays) for i, value in enumerate(inputs)],
     }
     if timeout_ms > 0:
         header["timeout_ms"] = int(timeout_ms)
     if priority:
         header["priority"] = int(priority)
+    if output_shm is not None:
+        header["output_shm"] = {"region": output_shm.token, "offset": int(output_shm.offset),
+                                "bytes": int(output_shm.nbytes)}
     frames: List[Any] = [json.dumps(header).encode()]
     # reshape(-1) of a contiguous array is a view; uint8 view makes a plain byte buffer for libzmq.
     frames.extend(memoryview(a.reshape(-1).view(np.uint8)) for a in arrays)
     return frames
+
+
+def encode_shm_create(request_id: int, nbytes: int) -> List[bytes]:
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 1:
+        raise InvalidArgument(f"create_shm: nbytes must be a positive integer, got {nbytes!r}")
+    return [json.dumps({"v": PROTOCOL_VERSION, "id": request_id, "op": "shm_create",
+                        "bytes": int(nbytes)}).encode()]
+
+
+def encode_shm_release(request_id: int, region: str) -> List[bytes]:
+    return [json.dumps({"v": PROTOCOL_VERSION, "id": request_id, "op": "shm_release",
+                        "region": region}).encode()]
 
 
 def reply_id(header_frame: Any) -> Tuple[Optional[Any], Optional[dict]]:
@@ -104,32 +84,88 @@ def reply_id(header_frame: Any) -> Tuple[Optional[Any], Optional[dict]]:
     return header.get("id"), header
 
 
-def decode_reply(header: dict, data_frames: Sequence[Any]) -> List[np.ndarray]:
-    """Outputs of a reply, or raises the TorchfarmError of an error reply.
-
-    Each output is a read-only numpy view over its received frame (no copy); call ``.copy()``
-    on it to get a writable array.
-    """
+def check_status(header: dict) -> None:
+    """Raises the TorchfarmError of an error reply, or Internal for a reply neither ok nor
+    error."""
     status = header.get("status")
     if status == "error":
         raise error_from_reply(str(header.get("code", "INTERNAL")), str(header.get("message", "")))
     if status != "ok":
         raise Internal(f"malformed reply: status {status!r}")
+
+
+def decode_shm_create(header: dict) -> Tuple[str, str, int]:
+    """``(region token, name, bytes)`` of a shm_create reply, or raises its error."""
+    check_status(header)
+    shm = header.get("shm")
+    try:
+        region, name, nbytes = shm["region"], shm["name"], shm["bytes"]
+    except (KeyError, TypeError):
+        raise Internal(f"malformed reply: shm_create answered {shm!r}") from None
+    if not (isinstance(region, str) and region and isinstance(name, str)
+            and isinstance(nbytes, int) and nbytes > 0):
+        raise Internal(f"malformed reply: shm_create answered {shm!r}")
+    return region, name, nbytes
+
+
+def _output_spec(index: int, spec: Any) -> Tuple[np.dtype, Tuple[int, ...]]:
+    try:
+        return NUMPY_DTYPES[spec["dtype"]], tuple(int(d) for d in spec["shape"])
+    except (KeyError, TypeError, ValueError):
+        raise Internal(f"malformed reply: output {index}: unreadable spec {spec!r} (bfloat16 "
+                       "outputs are unsupported in the Python client)") from None
+
+
+def _frame_output(index: int, spec: dict, dtype: np.dtype, shape: Tuple[int, ...],
+                  frame: Any) -> np.ndarray:
+    buffer = getattr(frame, "buffer", frame)  # zmq.Frame when received with copy=False
+    expected = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    if len(buffer) != expected:
+        raise Internal(f"malformed reply: output {index}: {len(buffer)} bytes for "
+                       f"{spec['dtype']} {list(shape)} ({expected} expected)")
+    return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+
+
+def _shm_output(index: int, location: Any, dtype: np.dtype, shape: Tuple[int, ...],
+                output_shm: Optional[ShmOutput]) -> np.ndarray:
+    """A view of an output the supervisor wrote into the request's output_shm range, after
+    checking that the reply names that range."""
+    if output_shm is None:
+        raise Internal(f"malformed reply: output {index} is in shared memory ({location!r}) but "
+                       "the request named no output_shm")
+    try:
+        region, offset = location["region"], location["offset"]
+    except (KeyError, TypeError):
+        raise Internal(f"malformed reply: output {index}: unreadable shm {location!r}") from None
+    nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    end = output_shm.offset + output_shm.nbytes
+    if (region != output_shm.token or not isinstance(offset, int)
+            or offset < output_shm.offset or offset + nbytes > end):
+        raise Internal(f"malformed reply: output {index}: {nbytes} bytes at {location!r}, "
+                       f"outside the request's output_shm range [{output_shm.offset}, {end})")
+    return output_shm.region.output_view(dtype, shape, offset)
+
+
+def decode_reply(header: dict, data_frames: Sequence[Any],
+                 output_shm: Optional[ShmOutput] = None) -> List[np.ndarray]:
+    """Outputs of a reply, or raises the TorchfarmError of an error reply.
+
+    Each output is a read-only numpy view over its received frame, or over the region of
+    `output_shm` (the request's) when the reply says it is there; no copy. Call ``.copy()`` on
+    it to get a writable array of your own.
+    """
+    check_status(header)
     specs = header.get("outputs")
-    if not isinstance(specs, list) or len(specs) != len(data_frames):
+    in_frames = [not (isinstance(s, dict) and s.get("shm") is not None)
+                 for s in specs] if isinstance(specs, list) else []
+    if not isinstance(specs, list) or sum(in_frames) != len(data_frames):
         raise Internal(f"malformed reply: {len(data_frames)} data frames for outputs {specs!r}")
+    frames = iter(data_frames)
     outputs = []
-    for i, (spec, frame) in enumerate(zip(specs, data_frames)):
-        try:
-            dtype = _NUMPY_DTYPES[spec["dtype"]]
-            shape = tuple(int(d) for d in spec["shape"])
-        except (KeyError, TypeError, ValueError):
-            raise Internal(f"malformed reply: output {i}: unreadable spec {spec!r} (bfloat16 "
-                           "outputs are unsupported in the Python client)") from None
-        buffer = getattr(frame, "buffer", frame)  # zmq.Frame when received with copy=False
-        expected = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-        if len(buffer) != expected:
-            raise Internal(f"malformed reply: output {i}: {len(buffer)} bytes for "
-                           f"{spec['dtype']} {list(shape)} ({expected} expected)")
-        outputs.append(np.frombuffer(buffer, dtype=dtype).reshape(shape))
+    for i, (spec, in_frame) in enumerate(zip(specs, in_frames)):
+        dtype, shape = _output_spec(i, spec)
+        if in_frame:
+            outputs.append(_frame_output(i, spec, dtype, shape, next(frames)))
+        else:
+            outputs.append(_shm_output(i, spec["shm"], dtype, shape, output_shm))
     return outputs

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 import zmq
 import zmq.asyncio
 
 from ._aio_spread import AsyncSpreader
-from ._wire import decode_reply, encode_request, reply_id
+from ._wire import (check_status, decode_reply, decode_shm_create, encode_request,
+                    encode_shm_create, encode_shm_release, reply_id)
 from .admin import DEFAULT_ADMIN_ENDPOINT
 from .client import (DEFAULT_MAX_IN_FLIGHT, DEFAULT_TIMEOUT_S, Batch, Endpoints, _as_inputs,
-                     _deadline_ms, _endpoint_list, _no_reply_message)
+                     _deadline_ms, _endpoint_list, _no_reply_message, _one_endpoint_only)
 from .errors import DeadlineExceeded, Internal, InvalidArgument, TorchfarmError
 from .security import ClientKeys, apply_curve, curve_keys
+from .shm import AsyncShmRegion, ShmOutput, ShmRegion, as_output_shm, map_region, uses_shm
 
 _Reply = Tuple[dict, List[Any]]
 
@@ -50,6 +52,9 @@ class AsyncClient:
     Failover: a request that gets no reply within `timeout` is sent again to the next endpoint
     (the first request to time out on the current endpoint moves every later request on to the
     next one). Sockets of earlier endpoints stay open, so a late reply from them still counts.
+
+    Shared memory as for Client: ``await create_shm(nbytes)`` gives an
+    :class:`~torchfarm.AsyncShmRegion` (``await region.release()``, ``async with region:``).
 
     Use as ``async with AsyncClient(ep) as client:`` or call :meth:`close` when done.
     """
@@ -121,15 +126,27 @@ class AsyncClient:
                     future.set_exception(Internal(f"receiving replies failed: {e}"))
 
     async def infer(self, model: str, *inputs: Any, timeout: Optional[float] = None,
-                    priority: int = 0, deadline: Optional[float] = None) -> List[np.ndarray]:
+                    priority: int = 0, deadline: Optional[float] = None,
+                    output_shm: Union[ShmOutput, ShmRegion, None] = None) -> List[np.ndarray]:
         """Runs `model` on `inputs`; arguments, result and errors as :meth:`Client.infer`."""
         timeout = self.timeout if timeout is None else float(timeout)
-        request_id = self._next_id
-        self._next_id += 1
-        frames = encode_request(request_id, model, inputs, _deadline_ms(deadline), priority)
+        output = as_output_shm(output_shm)
+        if uses_shm(inputs, output):
+            _one_endpoint_only(self._endpoints, "a shared-memory tensor")
+        request_id = self._take_id()
+        frames = encode_request(request_id, model, inputs, _deadline_ms(deadline), priority,
+                                output)
         if self._spreader is not None:
             header, data = await self._spreader.request(request_id, frames, timeout, self._take_id)
-            return decode_reply(header, data)
+        else:
+            header, data = await self._exchange(request_id, frames, timeout)
+        return decode_reply(header, data, output)
+
+    async def _exchange(self, request_id: int, frames: List[Any],
+                        timeout: Optional[float]) -> _Reply:
+        """Sends one request on the current endpoint's socket, failing over on silence, and
+        returns its reply's header and data frames."""
+        timeout = self.timeout if timeout is None else float(timeout)
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
         tried: List[str] = []
@@ -149,7 +166,7 @@ class AsyncClient:
                         self._current = (index + 1) % len(self._endpoints)
         finally:
             del self._waiting[request_id]
-        return decode_reply(header, data)
+        return header, data
 
     async def infer_many(self, model: str, batches: Iterable[Batch], *,
                          timeout: Optional[float] = None, priority: int = 0,
@@ -175,6 +192,38 @@ class AsyncClient:
             if isinstance(r, BaseException) and not isinstance(r, TorchfarmError):
                 raise r
         return list(results)
+
+    async def create_shm(self, nbytes: int, *,
+                         timeout: Optional[float] = None) -> AsyncShmRegion:
+        """As :meth:`Client.create_shm`; the region's ``release()`` is a coroutine."""
+        _one_endpoint_only(self._endpoints, "create_shm")
+        request_id = self._take_id()
+        header, _ = await self._exchange(request_id, encode_shm_create(request_id, nbytes),
+                                         timeout)
+        token, name, size = decode_shm_create(header)
+        try:
+            mapping = map_region(name, size)
+        except TorchfarmError:
+            await self._release_token(token, timeout)  # unusable here: do not leave it to idle out
+            raise
+        return AsyncShmRegion(token, name, size, mapping, self.release_shm)
+
+    async def release_shm(self, region: Union[ShmRegion, str], *,
+                          timeout: Optional[float] = None) -> None:
+        """As :meth:`Client.release_shm`."""
+        if isinstance(region, ShmRegion):
+            if region.released:
+                return
+            region.unmap()
+            region = region.region
+        await self._release_token(region, timeout)
+
+    async def _release_token(self, token: str, timeout: Optional[float]) -> None:
+        _one_endpoint_only(self._endpoints, "release_shm")
+        request_id = self._take_id()
+        header, _ = await self._exchange(request_id, encode_shm_release(request_id, token),
+                                         timeout)
+        check_status(header)
 
     async def stats(self, timeout: float = 5.0) -> Dict[str, Any]:
         """As :meth:`Client.stats`."""

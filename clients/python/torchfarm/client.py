@@ -8,16 +8,18 @@ given). Not thread-safe: use one Client per thread (they may share the context).
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 import zmq
 
 from ._spread import Spreader
-from ._wire import decode_reply, encode_request, reply_id
+from ._wire import (check_status, decode_reply, decode_shm_create, encode_request,
+                    encode_shm_create, encode_shm_release, reply_id)
 from .admin import DEFAULT_ADMIN_ENDPOINT, admin_command
 from .security import ClientKeys, apply_curve, curve_keys
 from .errors import DeadlineExceeded, InvalidArgument, TorchfarmError, Unavailable
+from .shm import ShmOutput, ShmRegion, as_output_shm, map_region, uses_shm
 
 Endpoints = Union[str, Sequence[str]]
 # One request's inputs for infer_many: a tuple holds one array-like per model input; anything
@@ -42,6 +44,15 @@ def _as_inputs(batch: Batch) -> tuple:
 
 def _deadline_ms(deadline: Optional[float]) -> int:
     return 0 if deadline is None else max(1, int(round(deadline * 1000)))
+
+
+def _one_endpoint_only(endpoints: List[str], what: str) -> None:
+    """Shared-memory regions belong to one supervisor: refuses them on a spreading client."""
+    if len(endpoints) > 1:
+        raise InvalidArgument(
+            f"{what} needs a client with one endpoint: a shared-memory region belongs to one "
+            f"supervisor, and this client spreads requests over {len(endpoints)} "
+            f"({', '.join(endpoints)})")
 
 
 def _no_reply_message(tried: List[str], timeout: float) -> str:
@@ -77,6 +88,11 @@ class Client:
 
     Outputs are read-only numpy arrays viewing the received message (no copy); ``.copy()`` one
     to modify it.
+
+    On the supervisor's host, tensors may travel through shared memory instead of the socket:
+    :meth:`create_shm` makes a region, a :class:`~torchfarm.ShmTensor` in it is an input, and
+    ``output_shm`` sends the outputs there (protocol.md, "Shared-memory tensors"; one endpoint
+    only).
     """
 
     def __init__(self, endpoint: Endpoints, timeout: float = DEFAULT_TIMEOUT_S, *,
@@ -151,20 +167,26 @@ class Client:
     # -- inference ----------------------------------------------------------------------------
 
     def infer(self, model: str, *inputs: Any, timeout: Optional[float] = None, priority: int = 0,
-              deadline: Optional[float] = None) -> List[np.ndarray]:
-        """Runs `model` on `inputs` (one array-like per model input) and returns its outputs.
+              deadline: Optional[float] = None,
+              output_shm: Union[ShmOutput, ShmRegion, None] = None) -> List[np.ndarray]:
+        """Runs `model` on `inputs` (one array-like or :class:`~torchfarm.ShmTensor` per model
+        input) and returns its outputs.
 
         Args:
             timeout: seconds to wait for the reply (default: the client's `timeout`).
             priority: 0 is the highest; clamped by the farm to the model's priority levels.
             deadline: seconds the request may wait in the farm's queue before the farm answers
                 DEADLINE_EXCEEDED instead of running it (sent as ``timeout_ms``; default none).
+            output_shm: a :class:`~torchfarm.ShmOutput` range, or a region (all of it), that
+                the farm writes the outputs into; they are then returned as read-only views
+                into the region, overwritten by the next request that writes that range.
 
         Raises:
             TorchfarmError subclasses: the farm's error reply, or DeadlineExceeded when no
             reply came within `timeout` from any endpoint.
         """
-        return self._run(model, [inputs], timeout, priority, deadline, 1, False)[0]
+        return self._run(model, [inputs], timeout, priority, deadline, 1, False,
+                         as_output_shm(output_shm))[0]
 
     def infer_many(self, model: str, batches: Iterable[Batch], *, timeout: Optional[float] = None,
                    priority: int = 0, deadline: Optional[float] = None,
@@ -176,7 +198,8 @@ class Client:
         `max_in_flight` requests are outstanding at once on the one socket; replies, which the
         farm sends in completion order, are matched by id. `timeout` bounds each wait for the
         next reply. With `return_exceptions`, a failed request's slot holds its TorchfarmError
-        instead of raising it (as ``asyncio.gather`` does).
+        instead of raising it (as ``asyncio.gather`` does). Inputs may be ShmTensors; outputs
+        come back in frames (one output range shared by concurrent requests would mix them).
         """
         requests = [_as_inputs(b) for b in batches]
         if max_in_flight < 1:
@@ -185,26 +208,44 @@ class Client:
                          return_exceptions)
 
     def _run(self, model: str, requests: List[tuple], timeout: Optional[float], priority: int,
-             deadline: Optional[float], max_in_flight: int, return_exceptions: bool) -> List[Any]:
+             deadline: Optional[float], max_in_flight: int, return_exceptions: bool,
+             output_shm: Optional[ShmOutput] = None) -> List[Any]:
+        if any(uses_shm(inputs, output_shm) for inputs in requests):
+            _one_endpoint_only(self._endpoints, "a shared-memory tensor")
         timeout = self.timeout if timeout is None else float(timeout)
         deadline_ms = _deadline_ms(deadline)
-        first_id = self._next_id
-        self._next_id += len(requests)
+        first_id = self._take_ids(len(requests))
         # Encoding everything first reports a bad input before anything is sent.
-        frames = [encode_request(first_id + i, model, inputs, deadline_ms, priority)
+        frames = [encode_request(first_id + i, model, inputs, deadline_ms, priority, output_shm)
                   for i, inputs in enumerate(requests)]
         if self._spreader is not None:
             return self._run_spread(frames, first_id, timeout, max_in_flight, return_exceptions)
+        return self._exchange(frames, first_id, timeout, max_in_flight, return_exceptions,
+                              lambda header, data: decode_reply(header, data, output_shm))
+
+    def _take_ids(self, count: int) -> int:
+        """Reserves `count` consecutive request ids; returns the first."""
+        first_id = self._next_id
+        self._next_id += count
+        return first_id
+
+    def _exchange(self, frames: List[List[Any]], first_id: int, timeout: Optional[float],
+                  max_in_flight: int, return_exceptions: bool,
+                  decode: Callable[[dict, List[Any]], Any]) -> List[Any]:
+        """Sends requests `first_id`, `first_id + 1`, ... (their `frames`) on the current
+        endpoint's socket, at most `max_in_flight` unanswered, failing over on silence; returns
+        ``decode(header, data frames)`` of each reply in request order."""
+        timeout = self.timeout if timeout is None else float(timeout)
         if self._socket is None:
             self._connect()
-        results: List[Any] = [None] * len(requests)
+        results: List[Any] = [None] * len(frames)
         pending: Dict[int, int] = {}  # request id -> index, sent and not answered
         next_to_send = 0
         answered = 0
         tried: List[str] = []  # endpoints that went silent since the last reply
         wait_until = time.monotonic() + timeout
-        while answered < len(requests):
-            while next_to_send < len(requests) and len(pending) < max_in_flight:
+        while answered < len(frames):
+            while next_to_send < len(frames) and len(pending) < max_in_flight:
                 self._send(frames[next_to_send])
                 pending[first_id + next_to_send] = next_to_send
                 next_to_send += 1
@@ -229,7 +270,7 @@ class Client:
             tried.clear()
             wait_until = time.monotonic() + timeout
             try:
-                results[index] = decode_reply(header, reply[1:])
+                results[index] = decode(header, reply[1:])
             except TorchfarmError as e:
                 if not return_exceptions:
                     raise
@@ -254,6 +295,49 @@ class Client:
         except zmq.Again:
             raise DeadlineExceeded(f"could not send to {self.endpoint} within {self.timeout:g} s "
                                    "(its send queue is full)") from None
+
+    # -- shared memory ------------------------------------------------------------------------
+
+    def create_shm(self, nbytes: int, *, timeout: Optional[float] = None) -> ShmRegion:
+        """Asks the farm for a zero-filled shared-memory region of `nbytes` bytes and maps it.
+
+        The client must be on the supervisor's host, as its user or in its ``ipc_group``, and
+        have one endpoint. Release the region with ``region.release()`` (or ``with``).
+
+        Raises:
+            InvalidArgument: several endpoints, a bad `nbytes`, or the region cannot be mapped
+                here (the region is then released again); the farm's errors as for infer
+                (RESOURCE_EXHAUSTED past ``client_shm`` limits).
+        """
+        _one_endpoint_only(self._endpoints, "create_shm")
+        request_id = self._take_ids(1)
+        (created,) = self._exchange([encode_shm_create(request_id, nbytes)], request_id, timeout,
+                                    1, False, lambda header, data: decode_shm_create(header))
+        token, name, size = created
+        try:
+            mapping = map_region(name, size)
+        except TorchfarmError:
+            self._release_token(token, timeout)  # unusable here: do not leave it to idle out
+            raise
+        return ShmRegion(token, name, size, mapping, self.release_shm)
+
+    def release_shm(self, region: Union[ShmRegion, str], *,
+                    timeout: Optional[float] = None) -> None:
+        """Releases a region (or a region token): the farm unlinks it, this process unmaps it.
+        Releasing a ShmRegion twice does nothing the second time. Raises the farm's error,
+        e.g. NotFound for a region it already freed."""
+        if isinstance(region, ShmRegion):
+            if region.released:
+                return
+            region.unmap()
+            region = region.region
+        self._release_token(region, timeout)
+
+    def _release_token(self, token: str, timeout: Optional[float]) -> None:
+        _one_endpoint_only(self._endpoints, "release_shm")
+        request_id = self._take_ids(1)
+        self._exchange([encode_shm_release(request_id, token)], request_id, timeout, 1, False,
+                       lambda header, data: check_status(header))
 
     # -- admin --------------------------------------------------------------------------------
 

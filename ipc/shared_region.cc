@@ -1,0 +1,69 @@
+#include "ipc/shared_region.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/permissions.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <cerrno>
+#include <cstring>
+
+namespace torchfarm::ipc {
+
+namespace bip = boost::interprocess;
+
+SharedRegion::SharedRegion(std::string name, bool owner, std::unique_ptr<bip::mapped_region> mapping)
+    : name_(std::move(name)), linked_(owner), mapping_(std::move(mapping)) {
+  data_ = static_cast<uint8_t*>(mapping_->get_address());
+  size_ = mapping_->get_size();
+}
+
+SharedRegion::~SharedRegion() {
+  mapping_.reset();
+  Unlink();
+}
+
+void SharedRegion::Unlink() {
+  if (!linked_) return;
+  linked_ = false;
+  bip::shared_memory_object::remove(name_.c_str());
+}
+
+Status SharedRegion::Create(const std::string& name, uint64_t bytes, unsigned mode, int group,
+                            std::unique_ptr<SharedRegion>* out) {
+  try {
+    bip::shared_memory_object shm(bip::create_only, name.c_str(), bip::read_write,
+                                  bip::permissions(mode));
+    const int fd = shm.get_mapping_handle().handle;
+    // The umask may have narrowed the mode; the object's mode is what the caller asked for.
+    if (::fchmod(fd, mode) != 0 ||
+        (group >= 0 && ::fchown(fd, static_cast<uid_t>(-1), static_cast<gid_t>(group)) != 0)) {
+      int error = errno;
+      bip::shared_memory_object::remove(name.c_str());
+      return Internal("cannot set the mode or group of shared-memory object '" + name +
+                      "': " + std::strerror(error));
+    }
+    shm.truncate(static_cast<bip::offset_t>(bytes));
+    auto mapping = std::make_unique<bip::mapped_region>(shm, bip::read_write);
+    out->reset(new SharedRegion(name, true, std::move(mapping)));
+    return Status::Ok();
+  } catch (const bip::interprocess_exception& e) {
+    bip::shared_memory_object::remove(name.c_str());
+    return ResourceExhausted("cannot create shared-memory object '" + name + "' of " +
+                             std::to_string(bytes) + " bytes: " + e.what());
+  }
+}
+
+Status SharedRegion::Open(const std::string& name, std::unique_ptr<SharedRegion>* out) {
+  try {
+    bip::shared_memory_object shm(bip::open_only, name.c_str(), bip::read_write);
+    auto mapping = std::make_unique<bip::mapped_region>(shm, bip::read_write);
+    out->reset(new SharedRegion(name, false, std::move(mapping)));
+    return Status::Ok();
+  } catch (const bip::interprocess_exception& e) {
+    return NotFound("cannot open shared-memory object '" + name + "': " + e.what());
+  }
+}
+
+}  // namespace torchfarm::ipc
