@@ -330,11 +330,12 @@ static Status ParseClientShm(const json& j, ClientShmConfig* out) {
   const std::string where = "config.client_shm";
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
   Status s = CheckKeys(j, where, {"enabled", "max_region_bytes", "max_total_bytes", "max_regions",
-                                  "idle_timeout_s"});
+                                  "idle_timeout_s", "in_place"});
   if (!s.ok()) return s;
   ClientShmConfig c;
   constexpr int64_t kTiB = int64_t{1} << 40;
   if (s = GetBool(j, "enabled", where, &c.enabled); !s.ok()) return s;
+  if (s = GetBool(j, "in_place", where, &c.in_place); !s.ok()) return s;
   if (s = GetInt(j, "max_region_bytes", where, 1, kTiB, &c.max_region_bytes); !s.ok()) return s;
   if (s = GetInt(j, "max_total_bytes", where, 1, kTiB, &c.max_total_bytes); !s.ok()) return s;
   if (s = GetInt(j, "max_regions", where, 1, 65536, &c.max_regions); !s.ok()) return s;

@@ -73,6 +73,9 @@ struct ClientShmConfig {
   uint64_t max_total_bytes = uint64_t{4} << 30;  // over all live regions
   int max_regions = 64;
   int64_t idle_timeout_s = 600;  // a region no request named this long is released
+  // A request that runs alone is read from and written to its regions by the worker itself,
+  // instead of the supervisor copying through the ring (docs/protocol.md).
+  bool in_place = true;
 };
 
 // Restart limits in the manner of Erlang/OTP supervisors.

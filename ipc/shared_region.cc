@@ -32,9 +32,16 @@ void SharedRegion::Unlink() {
 
 Status SharedRegion::Create(const std::string& name, uint64_t bytes, unsigned mode, int group,
                             std::unique_ptr<SharedRegion>* out) {
+  bip::shared_memory_object shm;
   try {
-    bip::shared_memory_object shm(bip::create_only, name.c_str(), bip::read_write,
-                                  bip::permissions(mode));
+    shm = bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write,
+                                    bip::permissions(mode));
+  } catch (const bip::interprocess_exception& e) {
+    // Someone else's object (or no room): not ours to remove.
+    return ResourceExhausted("cannot create shared-memory object '" + name + "' of " +
+                             std::to_string(bytes) + " bytes: " + e.what());
+  }
+  try {
     const int fd = shm.get_mapping_handle().handle;
     // The umask may have narrowed the mode; the object's mode is what the caller asked for.
     if (::fchmod(fd, mode) != 0 ||

@@ -27,31 +27,54 @@
 namespace torchfarm::ipc {
 
 inline constexpr uint64_t kSegmentMagic = 0x4d52414648435254ull;  // "TRCHFARM" little-endian
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kTensorAlignment = 64;  // every tensor's offset in a slot's data area
 inline constexpr int kMaxTensors = 16;          // inputs of a request or outputs of a response
-inline constexpr size_t kSlotMessageBytes = 480;
+inline constexpr size_t kSlotMessageBytes = 464;
+// Client shared-memory regions (docs/protocol.md) one request slot may name, and the longest name.
+inline constexpr int kMaxClientRegions = 4;
+inline constexpr size_t kRegionNameBytes = 56;
+// TensorDesc::location of a tensor in the slot's own data area; any other value v means "in
+// client region v - 1 of the request's `regions`", with `offset` counted from that region's start.
+inline constexpr uint8_t kInSlot = 0;
 
-// One tensor inside a slot's data area. 88 bytes, 8-byte aligned.
+// One tensor inside a slot's data area or a client region. 88 bytes, 8-byte aligned.
 struct TensorDesc {
-  uint8_t dtype;  // torchfarm::DType code
-  uint8_t rank;   // <= kMaxRank
-  uint8_t reserved[6];
+  uint8_t dtype;     // torchfarm::DType code
+  uint8_t rank;      // <= kMaxRank
+  uint8_t location;  // kInSlot, or 1 + an index into the request's SlotHeader::regions
+  uint8_t reserved[5];
   int64_t shape[kMaxRank];
-  uint64_t offset;  // bytes from the start of the slot's data area; multiple of kTensorAlignment
+  uint64_t offset;  // bytes from the start of the data area (a multiple of kTensorAlignment) or
+                    // of the client region
   uint64_t nbytes;  // C-contiguous little-endian bytes
 };
 static_assert(sizeof(TensorDesc) == 88);
 static_assert(std::is_trivially_copyable_v<TensorDesc>);
 
+// A client region by its POSIX shared-memory name; the worker maps it on first use.
+struct ClientRegionRef {
+  char name[kRegionNameBytes];  // NUL-terminated, with the leading '/'
+  uint64_t bytes;               // the region's size, as the supervisor mapped it
+};
+static_assert(sizeof(ClientRegionRef) == 64);
+
 // Start of every slot. The data area begins right after it (its size is a multiple of 64).
+//
+// In place: a request that runs alone and uses client regions (docs/protocol.md, "Shared-memory
+// tensors") may name them here, so the worker reads its inputs from and writes its outputs into
+// the client's region without the supervisor copying them through the ring.
 struct SlotHeader {
   uint64_t batch_id;      // set by the supervisor, echoed by the worker in the response
   uint32_t tensor_count;  // <= kMaxTensors
   int32_t status;         // responses: torchfarm::StatusCode; requests: 0
   uint64_t compute_us;    // responses: wall time of forward() plus output copy
-  uint64_t reserved;
+  uint32_t region_count;  // requests: entries of `regions` in use (<= kMaxClientRegions)
+  uint32_t output_region;  // requests: 0, outputs into the response slot; else 1 + region index
+  uint64_t output_offset;  // requests with output_region: the range outputs are placed in
+  uint64_t output_bytes;   //   (common/shm_reference.h PlaceOutputs)
+  ClientRegionRef regions[kMaxClientRegions];
   TensorDesc tensors[kMaxTensors];
   char message[kSlotMessageBytes];  // responses with status != 0: NUL-terminated error text
 };

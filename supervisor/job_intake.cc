@@ -43,7 +43,7 @@ void SetRows(PendingRequest* request) {
 }
 
 // Looks up every region the header names, checks ranges and alignment, and keeps the regions
-// in the request. Inputs come first, in order, so the inputs' regions line up with them.
+// in the request, one entry per input.
 Status ResolveShm(const RequestHeader& header, ClientShmRegistry* regions, TimePoint now,
                   PendingRequest* request) {
   const bool any_input = !header.input_shm.empty();
@@ -52,6 +52,7 @@ Status ResolveShm(const RequestHeader& header, ClientShmRegistry* regions, TimeP
     return InvalidArgument(std::string(any_input ? "inputs[].shm" : "output_shm") +
                            ": client shared memory is disabled (client_shm.enabled)");
   }
+  if (any_input) request->input_regions.resize(header.inputs.size());
   for (size_t i = 0; i < header.inputs.size(); ++i) {
     if (!header.input_in_shm(i)) continue;
     const ShmRef& ref = header.input_shm[i];
@@ -66,8 +67,9 @@ Status ResolveShm(const RequestHeader& header, ClientShmRegistry* regions, TimeP
     Status s = regions->Resolve(ref.region, ref.offset, *ByteSize(header.inputs[i]), where, now,
                                 &region);
     if (!s.ok()) return s;
-    request->input_regions.push_back(std::move(region));
+    request->input_regions[i] = std::move(region);
   }
+  request->input_shm = header.input_shm;
   if (header.output_shm.used()) {
     const ShmRef& ref = header.output_shm;
     Status s = regions->Resolve(ref.region, ref.offset, ref.bytes, "output_shm", now,
@@ -161,7 +163,7 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
     }
     // A frame over the region's bytes: batch assembly copies it into the slot like any other.
     // The region outlives it (input_regions), so there is nothing to free.
-    request->frames.emplace_back(request->input_regions.back()->data() + header.input_shm[i].offset,
+    request->frames.emplace_back(request->input_regions[i]->data() + header.input_shm[i].offset,
                                  sizes[i], nullptr, nullptr);
   }
   request->inputs = std::move(header.inputs);

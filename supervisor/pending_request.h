@@ -27,7 +27,10 @@ struct PendingRequest {
   nlohmann::json id;
   std::vector<TensorSpec> inputs;
   std::vector<zmq::message_t> frames;  // one per input
-  std::vector<std::shared_ptr<ipc::SharedRegion>> input_regions;  // the regions frames point into
+  // Empty, or one entry per input: where an input in a client region lies (unused: a frame), and
+  // the region itself (null for frames), which its frame points into.
+  std::vector<ShmRef> input_shm;
+  std::vector<std::shared_ptr<ipc::SharedRegion>> input_regions;
   ShmRef output_shm;  // used(): the outputs go to this range of output_region, not to frames
   std::shared_ptr<ipc::SharedRegion> output_region;
   int64_t rows = 1;         // dim 0 shared by every input; what batching counts

@@ -150,6 +150,7 @@ class Supervisor {
   ClientQuota quota_;
   int ipc_gid_ = -1;  // config ipc_group's gid once resolved
   std::unique_ptr<ClientShmRegistry> client_shm_;
+  uint64_t shm_in_place_batches_ = 0;  // handed to workers naming client regions (no ring copy)
   SignalFd signals_;
   RunDirLock lock_;
 

@@ -62,12 +62,16 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
   const uint8_t* data = ipc::SlotData(response);
   // The segment's own capacity: a reload may have changed slot_bytes for the next launch.
   const uint64_t capacity = slot.responses()->segment().data_capacity();
+  // The worker wrote the outputs into the client's region itself (ipc/shm_layout.h, in place).
+  const bool outputs_in_place = batch.in_place && batch.requests.front().output_shm.used();
   for (uint32_t i = 0; failure.ok() && i < header->tensor_count && i < ipc::kMaxTensors; ++i) {
     TensorSpec spec;
     const ipc::TensorDesc& desc = header->tensors[i];
-    if (!ipc::ReadTensorDesc(desc, &spec) || desc.offset > capacity ||
-        desc.nbytes > capacity - desc.offset ||
-        ByteSize(spec) != desc.nbytes) {
+    const bool where_expected =
+        outputs_in_place ? desc.location != ipc::kInSlot
+                         : desc.location == ipc::kInSlot && desc.offset <= capacity &&
+                               desc.nbytes <= capacity - desc.offset;
+    if (!ipc::ReadTensorDesc(desc, &spec) || !where_expected || ByteSize(spec) != desc.nbytes) {
       failure = Internal("worker wrote a malformed output descriptor " + std::to_string(i));
     } else if (batch.requests.size() > 1 && (spec.shape.empty() || spec.shape[0] != batch.rows)) {
       failure = Internal("output " + std::to_string(i) + " has shape " + ShapeToString(spec.shape) +
@@ -99,16 +103,24 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
         length = row_bytes * static_cast<uint64_t>(r.rows);
         outputs[i].shape[0] = r.rows;
       }
-      slices.emplace_back(data + desc.offset + begin, length);
+      slices.emplace_back(outputs_in_place ? nullptr : data + desc.offset + begin, length);
     }
     row_start += r.rows;
     frames.clear();
     if (r.output_shm.used()) {
-      if (Status placed = PlaceOutputs(outputs, r.output_shm, &shm_offsets); !placed.ok()) {
+      Status placed = PlaceOutputs(outputs, r.output_shm, &shm_offsets);
+      for (size_t i = 0; placed.ok() && outputs_in_place && i < outputs.size(); ++i) {
+        if (header->tensors[i].offset != shm_offsets[i]) {
+          placed = Internal("worker placed output " + std::to_string(i) + " at byte " +
+                            std::to_string(header->tensors[i].offset) + " of the region, " +
+                            std::to_string(shm_offsets[i]) + " was expected");
+        }
+      }
+      if (!placed.ok()) {
         FailRequest(model, r, placed);
         continue;
       }
-      for (size_t i = 0; i < slices.size(); ++i) {
+      for (size_t i = 0; !outputs_in_place && i < slices.size(); ++i) {
         std::memcpy(r.output_region->data() + shm_offsets[i], slices[i].first, slices[i].second);
       }
     } else {
@@ -275,7 +287,7 @@ void Supervisor::Dispatch() {
       for (const auto& r : requests) batch.rows += r.rows;
       batch.requests = std::move(requests);
       batch.dispatched = now;
-      slot->Dispatch(std::move(batch));
+      if (slot->Dispatch(std::move(batch), config_.client_shm.in_place)) ++shm_in_place_batches_;
     }
   }
 }

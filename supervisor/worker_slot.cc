@@ -217,7 +217,45 @@ int64_t WorkerSlot::inflight_rows() const {
   return rows;
 }
 
-void WorkerSlot::Dispatch(InflightBatch batch) {
+namespace {
+
+// Index (in header->regions) of `region`, added if new; -1 when the table is full or the name
+// does not fit.
+int RegionIndex(ipc::SlotHeader* header, const ipc::SharedRegion& region) {
+  for (uint32_t i = 0; i < header->region_count; ++i) {
+    if (region.name() == header->regions[i].name) return static_cast<int>(i);
+  }
+  if (header->region_count >= static_cast<uint32_t>(ipc::kMaxClientRegions) ||
+      region.name().size() >= ipc::kRegionNameBytes) {
+    return -1;
+  }
+  ipc::ClientRegionRef& ref = header->regions[header->region_count];
+  std::memset(ref.name, 0, sizeof(ref.name));
+  std::memcpy(ref.name, region.name().data(), region.name().size());
+  ref.bytes = region.size();
+  return static_cast<int>(header->region_count++);
+}
+
+// Fills the request header's region table and output range for a request served in place; false
+// (header left to the copy path) when it names more regions than a slot can.
+bool NameClientRegions(const PendingRequest& r, ipc::SlotHeader* header) {
+  header->region_count = 0;
+  for (const auto& region : r.input_regions) {
+    if (region && RegionIndex(header, *region) < 0) return false;
+  }
+  if (r.output_shm.used()) {
+    int index = RegionIndex(header, *r.output_region);
+    if (index < 0) return false;
+    header->output_region = static_cast<uint32_t>(index + 1);
+    header->output_offset = r.output_shm.offset;
+    header->output_bytes = r.output_shm.bytes;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool WorkerSlot::Dispatch(InflightBatch batch, bool shm_in_place) {
   ipc::SpscRing ring = segment_->request_ring();
   uint8_t* slot = ring.TryReserve();
   // CanAccept() bounds in-flight batches by max_inflight_per_worker <= ring_slots.
@@ -226,11 +264,27 @@ void WorkerSlot::Dispatch(InflightBatch batch) {
   header->batch_id = batch.batch_id;
   header->status = 0;
   header->compute_us = 0;
+  header->region_count = 0;
+  header->output_region = 0;
   const PendingRequest& first = batch.requests.front();
   header->tensor_count = static_cast<uint32_t>(first.inputs.size());
+  batch.in_place = shm_in_place && batch.requests.size() == 1 &&
+                   (!first.input_regions.empty() || first.output_shm.used()) &&
+                   NameClientRegions(first, header);
+  if (!batch.in_place) {
+    header->region_count = 0;
+    header->output_region = 0;
+  }
   uint64_t offset = 0;
   for (size_t i = 0; i < first.inputs.size(); ++i) {
     TensorSpec spec = first.inputs[i];
+    if (batch.in_place && i < first.input_regions.size() && first.input_regions[i]) {
+      const ipc::SharedRegion& region = *first.input_regions[i];
+      ipc::FillTensorDesc(spec, first.input_shm[i].offset, first.frames[i].size(),
+                          &header->tensors[i]);
+      header->tensors[i].location = static_cast<uint8_t>(RegionIndex(header, region) + 1);
+      continue;
+    }
     if (batch.requests.size() > 1) spec.shape[0] = batch.rows;
     uint64_t written = 0;
     for (const PendingRequest& r : batch.requests) {
@@ -243,7 +297,9 @@ void WorkerSlot::Dispatch(InflightBatch batch) {
   ring.Publish();
   request_bell_.Ring();
   if (inflight_.empty()) front_started_ = batch.dispatched;
+  const bool in_place = batch.in_place;
   inflight_.push_back(std::move(batch));
+  return in_place;
 }
 
 std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,

@@ -43,6 +43,9 @@ struct InflightBatch {
   std::vector<PendingRequest> requests;
   int64_t rows = 0;
   TimePoint dispatched{};
+  // The worker reads the request's client-region inputs, and writes its outputs when the request
+  // named output_shm, in place (ipc/shm_layout.h); only ever for a batch of one request.
+  bool in_place = false;
 };
 
 // What every launch of every slot shares.
@@ -146,8 +149,10 @@ class WorkerSlot {
   template <typename Emit>
   void ReadOutput(Emit&& emit);
   // Copies the batch's tensors into a free request slot (one copy per request) and rings the
-  // worker. The caller checked CanAccept() and the byte budget.
-  void Dispatch(InflightBatch batch);
+  // worker. The caller checked CanAccept() and the byte budget. With `shm_in_place`, a batch of
+  // one request that uses client regions names them instead (InflightBatch::in_place); returns
+  // whether it did.
+  bool Dispatch(InflightBatch batch, bool shm_in_place = false);
 
   // Calls on_response(batch, response_slot) for each finished batch, oldest first.
   template <typename OnResponse>

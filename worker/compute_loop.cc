@@ -7,6 +7,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/shm_reference.h"
 #include "common/tensor_spec.h"
 #include "worker/device_health.h"
 #include "worker/torch_compat.h"
@@ -22,7 +23,7 @@ constexpr auto kFullRingSleep = std::chrono::milliseconds(1);
 
 // Validates one request descriptor against the slot's data area.
 Status CheckDescriptor(const ipc::TensorDesc& desc, uint64_t capacity, uint32_t index,
-                       TensorSpec* spec) {
+                       TensorSpec* spec, bool aligned = true) {
   const std::string where = "request tensor " + std::to_string(index) + ": ";
   if (!ipc::ReadTensorDesc(desc, spec)) {
     return Internal(where + "invalid dtype code " + std::to_string(desc.dtype) + " or rank " +
@@ -34,11 +35,12 @@ Status CheckDescriptor(const ipc::TensorDesc& desc, uint64_t capacity, uint32_t 
                     (expected ? std::to_string(*expected) : std::string("an invalid number of")) +
                     " bytes but its descriptor says " + std::to_string(desc.nbytes));
   }
-  if (desc.offset % ipc::kTensorAlignment != 0 || desc.offset > capacity ||
+  if ((aligned && desc.offset % ipc::kTensorAlignment != 0) || desc.offset > capacity ||
       desc.nbytes > capacity - desc.offset) {
     return Internal(where + "bytes [" + std::to_string(desc.offset) + ", +" +
                     std::to_string(desc.nbytes) + ") are misaligned or outside the " +
-                    std::to_string(capacity) + "-byte data area");
+                    std::to_string(capacity) + "-byte " +
+                    (aligned ? "data area" : "client region"));
   }
   return Status::Ok();
 }
@@ -325,7 +327,10 @@ bool ComputeLoop::AnswerPendingRequests() {
     if (launched_.empty()) {
       if (Abandoned()) return false;
       const uint8_t* request = segment_->request_ring().Front();
-      if (request == nullptr) return true;
+      if (request == nullptr) {
+        TrimClientRegions();
+        return true;
+      }
       // The response ring is full with nothing running (the supervisor bounds in-flight batches,
       // so this is a safety net): wait for it to consume.
       uint8_t* response = ReserveResponseSlot();
@@ -347,6 +352,15 @@ bool ComputeLoop::LaunchWaiting() {
   if (response == nullptr) return false;
   Launch(request, response);
   return true;
+}
+
+void ComputeLoop::TrimClientRegions() {
+  // Nothing is in flight, so no tensor points into a mapping. Once a second at most: each
+  // cached region costs a shm_open.
+  const auto now = Clock::now();
+  if (client_regions_.size() == 0 || now < next_region_trim_) return;
+  next_region_trim_ = now + std::chrono::seconds(1);
+  client_regions_.Trim();
 }
 
 bool ComputeLoop::Abandoned() const {
@@ -374,7 +388,8 @@ void ComputeLoop::Launch(const uint8_t* request, uint8_t* response) {
   ipc::SlotHeader* header = ipc::SlotHeaderOf(response);
   header->batch_id = request_header->batch_id;
   header->tensor_count = 0;
-  header->reserved = 0;
+  header->region_count = 0;
+  header->output_region = 0;
   header->message[0] = '\0';
   LaunchedBatch batch{request, response, next_lane_, Status::Ok(), 0, Clock::now()};
   next_lane_ = (next_lane_ + 1) % accelerator_->lanes();
@@ -457,7 +472,7 @@ Status ComputeLoop::RunBatch(const uint8_t* request, uint8_t* response, int64_t*
   status = ForwardWithRecovery(inputs, fault, &tensors);
   if (!status.ok()) return status;
   accelerator_->Mark(current_lane_, Stage::kComputed);
-  status = WriteOutputs(tensors, response);
+  status = WriteOutputs(tensors, request, response);
   accelerator_->Mark(current_lane_, Stage::kOutputsCopied);
   return status;
 }
@@ -549,17 +564,40 @@ Status ComputeLoop::BuildInputs(const uint8_t* request, std::vector<c10::IValue>
   // from_blob needs a non-const pointer; the model may not write to its inputs, and nothing reads
   // the request slot after this batch.
   uint8_t* data = const_cast<uint8_t*>(ipc::SlotData(request));
-  const uint64_t capacity = segment_->data_capacity();
   for (uint32_t i = 0; i < header->tensor_count; ++i) {
     TensorSpec spec;
-    Status status = CheckDescriptor(header->tensors[i], capacity, i, &spec);
+    uint8_t* bytes = nullptr;
+    Status status = TensorBytes(header, data, i, &spec, &bytes);
     if (!status.ok()) return status;
     if (i == 0) *rows = Rows(spec);
-    at::Tensor tensor = torch::from_blob(data + header->tensors[i].offset, spec.shape,
-                                         at::TensorOptions().dtype(ToScalarType(spec.dtype)));
+    at::Tensor tensor =
+        torch::from_blob(bytes, spec.shape, at::TensorOptions().dtype(ToScalarType(spec.dtype)));
     inputs->emplace_back(PrepareInput(tensor));
   }
   return Status::Ok();
+}
+
+Status ComputeLoop::TensorBytes(const ipc::SlotHeader* header, uint8_t* data, uint32_t index,
+                                TensorSpec* spec, uint8_t** bytes) {
+  const ipc::TensorDesc& desc = header->tensors[index];
+  if (desc.location == ipc::kInSlot) {
+    Status status = CheckDescriptor(desc, segment_->data_capacity(), index, spec);
+    *bytes = data + desc.offset;
+    return status;
+  }
+  // In place: the input lies in a client region the supervisor checked it against.
+  ipc::SharedRegion* region = nullptr;
+  if (desc.location > header->region_count || header->region_count > ipc::kMaxClientRegions) {
+    return Internal("request tensor " + std::to_string(index) + " names client region " +
+                    std::to_string(desc.location) + " of " +
+                    std::to_string(header->region_count));
+  }
+  if (Status s = client_regions_.Get(header->regions[desc.location - 1], &region); !s.ok()) {
+    return s;
+  }
+  Status status = CheckDescriptor(desc, region->size(), index, spec, /*aligned=*/false);
+  *bytes = region->data() + desc.offset;
+  return status;
 }
 
 at::Tensor ComputeLoop::PrepareInput(const at::Tensor& host) {
@@ -605,21 +643,31 @@ Status ComputeLoop::CollectOutputs(const c10::IValue& output, std::vector<at::Te
   return Status::Ok();
 }
 
-Status ComputeLoop::WriteOutputs(const std::vector<at::Tensor>& tensors, uint8_t* response) {
-  const uint64_t capacity = segment_->data_capacity();
+Status ComputeLoop::WriteOutputs(const std::vector<at::Tensor>& tensors, const uint8_t* request,
+                                 uint8_t* response) {
+  const ipc::SlotHeader* request_header = ipc::SlotHeaderOf(request);
   std::vector<uint64_t> offsets;
-  uint64_t end = 0;
-  for (const at::Tensor& tensor : tensors) {
-    offsets.push_back(ipc::AlignUp(end, ipc::kTensorAlignment));
-    end = offsets.back() + tensor.nbytes();
-  }
-  if (end > capacity) {
-    return ResourceExhausted("outputs need " + std::to_string(end) +
-                             " bytes, a response slot holds " + std::to_string(capacity) +
-                             " bytes; raise slot_bytes");
+  uint8_t* data = ipc::SlotData(response);
+  uint8_t location = ipc::kInSlot;
+  if (request_header->output_region != 0) {
+    // In place: the client's output range, laid out as the supervisor expects (PlaceOutputs).
+    Status s = PlaceInClientRegion(tensors, request_header, &data, &offsets);
+    if (!s.ok()) return s;
+    location = static_cast<uint8_t>(request_header->output_region);
+  } else {
+    const uint64_t capacity = segment_->data_capacity();
+    uint64_t end = 0;
+    for (const at::Tensor& tensor : tensors) {
+      offsets.push_back(ipc::AlignUp(end, ipc::kTensorAlignment));
+      end = offsets.back() + tensor.nbytes();
+    }
+    if (end > capacity) {
+      return ResourceExhausted("outputs need " + std::to_string(end) +
+                               " bytes, a response slot holds " + std::to_string(capacity) +
+                               " bytes; raise slot_bytes");
+    }
   }
   ipc::SlotHeader* header = ipc::SlotHeaderOf(response);
-  uint8_t* data = ipc::SlotData(response);
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& tensor = tensors[i];
     const uint64_t nbytes = tensor.nbytes();
@@ -633,8 +681,39 @@ Status ComputeLoop::WriteOutputs(const std::vector<at::Tensor>& tensors, uint8_t
     spec.dtype = *FromScalarType(tensor.scalar_type());
     spec.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
     ipc::FillTensorDesc(spec, offsets[i], nbytes, &header->tensors[i]);
+    header->tensors[i].location = location;
   }
   header->tensor_count = static_cast<uint32_t>(tensors.size());
+  return Status::Ok();
+}
+
+Status ComputeLoop::PlaceInClientRegion(const std::vector<at::Tensor>& tensors,
+                                        const ipc::SlotHeader* request, uint8_t** base,
+                                        std::vector<uint64_t>* offsets) {
+  if (request->output_region > request->region_count ||
+      request->region_count > ipc::kMaxClientRegions) {
+    return Internal("request names output region " + std::to_string(request->output_region) +
+                    " of " + std::to_string(request->region_count));
+  }
+  const ipc::ClientRegionRef& ref = request->regions[request->output_region - 1];
+  ipc::SharedRegion* region = nullptr;
+  if (Status s = client_regions_.Get(ref, &region); !s.ok()) return s;
+  if (request->output_offset > region->size() ||
+      request->output_bytes > region->size() - request->output_offset) {
+    return Internal("output range [" + std::to_string(request->output_offset) + ", +" +
+                    std::to_string(request->output_bytes) + ") lies outside the " +
+                    std::to_string(region->size()) + "-byte client region");
+  }
+  std::vector<TensorSpec> specs;
+  for (const at::Tensor& tensor : tensors) {
+    TensorSpec spec;
+    spec.dtype = *FromScalarType(tensor.scalar_type());
+    spec.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
+    specs.push_back(std::move(spec));
+  }
+  ShmRef range{"", request->output_offset, request->output_bytes};
+  if (Status s = PlaceOutputs(specs, range, offsets); !s.ok()) return s;
+  *base = region->data();
   return Status::Ok();
 }
 

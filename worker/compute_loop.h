@@ -38,6 +38,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/tensor_spec.h"
+#include "ipc/client_region_cache.h"
 #include "ipc/doorbell.h"
 #include "ipc/worker_segment.h"
 #include "worker/accelerator.h"
@@ -156,12 +157,25 @@ class ComputeLoop {
   // A host tensor on the device in the model's precision (floating types only).
   at::Tensor PrepareInput(const at::Tensor& host);
   Status CollectOutputs(const c10::IValue& output, std::vector<at::Tensor>* tensors);
-  Status WriteOutputs(const std::vector<at::Tensor>& tensors, uint8_t* response);
+  // Into the response slot, or into the client region the request names (in place).
+  Status WriteOutputs(const std::vector<at::Tensor>& tensors, const uint8_t* request,
+                      uint8_t* response);
+  // Unmaps client regions that are gone (ClientRegionCache::Trim); only with nothing in flight.
+  void TrimClientRegions();
+  // Maps the request's output region and places `tensors` in its output range: the base to add
+  // `offsets` to.
+  Status PlaceInClientRegion(const std::vector<at::Tensor>& tensors, const ipc::SlotHeader* request,
+                             uint8_t** base, std::vector<uint64_t>* offsets);
+  // The bytes of request tensor `index`: in the slot's data area or in a client region.
+  Status TensorBytes(const ipc::SlotHeader* header, uint8_t* data, uint32_t index,
+                     TensorSpec* spec, uint8_t** bytes);
   void ReportLoad(LoadReport report);
   void MarkFinished();
 
   const ComputeLoopConfig config_;
   ipc::WorkerSegment* const segment_;
+  ipc::ClientRegionCache client_regions_;  // compute thread only
+  TimePoint next_region_trim_{};
   const ipc::Doorbell* const request_doorbell_;
   const ipc::Doorbell* const response_doorbell_;
   ipc::Doorbell events_;

@@ -246,6 +246,38 @@ TEST(ConfigTest, GpuKeyErrorsNameExpectedAndReceived) {
   EXPECT_THAT(ParseError(j), HasSubstr("instances[0].cudnn_benchmark: expected true or false, got string \"yes\""));
 }
 
+TEST(ConfigTest, ClientShmKeysAndDefaults) {
+  FarmConfig defaults;
+  ASSERT_TRUE(ParseConfig(MinimalConfig(), "/base", &defaults).ok());
+  EXPECT_TRUE(defaults.client_shm.enabled);
+  EXPECT_TRUE(defaults.client_shm.in_place);
+  EXPECT_EQ(defaults.client_shm.max_region_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(defaults.client_shm.max_total_bytes, uint64_t{4} << 30);
+  EXPECT_EQ(defaults.client_shm.max_regions, 64);
+  EXPECT_EQ(defaults.client_shm.idle_timeout_s, 600);
+
+  json j = MinimalConfig();
+  j["client_shm"] = {{"enabled", false}, {"in_place", false}, {"max_region_bytes", 4096},
+                     {"max_total_bytes", 8192}, {"max_regions", 2}, {"idle_timeout_s", 5}};
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  EXPECT_FALSE(c.client_shm.enabled);
+  EXPECT_FALSE(c.client_shm.in_place);
+  EXPECT_EQ(c.client_shm.max_region_bytes, 4096u);
+  EXPECT_EQ(c.client_shm.max_total_bytes, 8192u);
+  EXPECT_EQ(c.client_shm.max_regions, 2);
+  EXPECT_EQ(c.client_shm.idle_timeout_s, 5);
+
+  j["client_shm"] = {{"max_regions", 0}};
+  EXPECT_THAT(ParseError(j), HasSubstr("config.client_shm.max_regions: expected an integer in 1..65536, got number 0"));
+  j["client_shm"] = {{"enabled", "yes"}};
+  EXPECT_THAT(ParseError(j), HasSubstr("config.client_shm.enabled: expected true or false"));
+  j["client_shm"] = {{"regions", 3}};
+  EXPECT_THAT(ParseError(j), HasSubstr("config.client_shm: unknown key 'regions'"));
+  j["client_shm"] = 1;
+  EXPECT_THAT(ParseError(j), HasSubstr("config.client_shm: expected an object"));
+}
+
 TEST(ConfigTest, WarmupTakesBatchSizesOrShapesAndRoundTripsToTheWorker) {
   json j = MinimalConfig();
   j["models"][0]["max_batch_size"] = 16;
