@@ -8,7 +8,8 @@ Steps (see docs/benchmarks.md for what each figure means):
   1. overhead    identity [1,256] float32: farm vs in-process forward vs bare ZeroMQ echo (ipc, tcp)
   2. throughput  mlp, convnet, resnet18 (when tools/export_torchvision.py can write it), batch-1
                  requests at concurrency 16: 1 and 2 workers, batching on and off, vs in-process
-  3. bandwidth   one 16 MiB float32 tensor round trip vs memcpy
+  3. bandwidth   one 16 MiB float32 tensor round trip vs memcpy: data frames, and client shared
+                 memory (`torchfarm bench --shm`) against the same farm
   4. memory      supervisor and worker RSS/PSS vs one in-process model
   5. micro       Google Benchmark: ring, batch assembly, header parse/serialise, memcpy
 Every figure keeps the command that made it; the farm configs are printed in the report.
@@ -346,8 +347,13 @@ class Suite:
                             max_inflight_per_worker=1, ring_slots=2)
         with Farm(self, "identity-16mib", [model]) as farm:
             step = self.bench(farm.endpoint, "identity", shape, [1], farm.admin, farm.servers())[0]
+            # Resting memory after the data-frames run, as before the shared-memory row existed;
+            # the client regions of the --shm run are released when its step ends.
             memory = farm.memory()
-        self.results["bandwidth"] = {"bytes": 16 << 20, "echo": echo, "farm": step, "memory": memory}
+            shm_step = self.bench(farm.endpoint, "identity", shape, [1], farm.admin, farm.servers(),
+                                  extra=["--shm"])[0]
+        self.results["bandwidth"] = {"bytes": 16 << 20, "echo": echo, "farm": step,
+                                     "farm_shm": shm_step, "memory": memory}
 
     def step_micro(self):
         self.log("micro-benchmarks")

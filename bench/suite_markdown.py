@@ -102,11 +102,19 @@ def _inprocess_sweeps(results):
 
 def _bandwidth_section(s):
     b = s["bandwidth"]
-    rows = [["farm (identity, 1 worker, ipc)", _lat(b["farm"]), _f(b["farm_gbs"], 2), b["farm"]["cmd"]],
-            ["bare ZeroMQ echo (ipc)", _lat(b["echo"]), _f(b["echo_gbs"], 2), b["echo"]["cmd"]],
-            ["memcpy, one thread", "- | - | -", _f(b["memcpy_gbs"], 2), b["memcpy_cmd"]]]
+    rows = [["farm (identity, 1 worker, ipc)", _lat(b["farm"]), _f(b["farm_gbs"], 2), b["farm"]["cmd"]]]
+    if b.get("farm_shm"):
+        rows.append(["farm, client shared memory (identity, 1 worker, ipc)", _lat(b["farm_shm"]),
+                     _f(b["farm_shm_gbs"], 2), b["farm_shm"]["cmd"]])
+    rows += [["bare ZeroMQ echo (ipc)", _lat(b["echo"]), _f(b["echo_gbs"], 2), b["echo"]["cmd"]],
+             ["memcpy, one thread", "- | - | -", _f(b["memcpy_gbs"], 2), b["memcpy_cmd"]]]
+    text = "Farm round trip = **%.0f%%** of memcpy bandwidth with data frames" % (100 * b["ratio"])
+    if b.get("farm_shm"):
+        text += (", **%.0f%%** with client shared memory (`torchfarm bench --shm`: inputs and "
+                 "outputs in a region the supervisor created, same farm)" % (100 * b["ratio_shm"]))
+    text += "; the target (>= 40%%) judges the better path, here %s." % b["best"]["path"]
     return (_table(["16 MiB float32 round trip", "p50 us | p99 us | p99.9 us", "GB/s (16 MiB / p50)", "cmd"],
-                   rows) + "\n\nFarm round trip = **%.0f%%** of memcpy bandwidth (target >= 40%%)." % (100 * b["ratio"]))
+                   rows) + "\n\n" + text)
 
 
 def _memory_section(s):

@@ -105,11 +105,25 @@ def _bandwidth(results, micro):
     b = results["bandwidth"]
     # Wall-clock, like the farm's figure (Google Benchmark's bytes_per_second uses CPU time).
     memcpy = next((16 * MIB / (r["ns"] * 1e-9) for r in micro if r["name"] == "BM_Memcpy/16777216"), None)
-    farm_gbs = b["bytes"] / (b["farm"]["latency_us"]["p50"] * 1e-6) / 1e9
-    echo_gbs = b["bytes"] / (b["echo"]["latency_us"]["p50"] * 1e-6) / 1e9
-    return {"farm_gbs": farm_gbs, "echo_gbs": echo_gbs, "memcpy_gbs": (memcpy or 0) / 1e9,
-            "ratio": _ratio(farm_gbs, (memcpy or 0) / 1e9), "farm": b["farm"], "echo": b["echo"],
-            "memcpy_cmd": results["micro"]["cmd"]}
+    memcpy_gbs = (memcpy or 0) / 1e9
+
+    def gbs(step):
+        return b["bytes"] / (step["latency_us"]["p50"] * 1e-6) / 1e9
+
+    out = {"farm_gbs": gbs(b["farm"]), "echo_gbs": gbs(b["echo"]), "memcpy_gbs": memcpy_gbs,
+           "ratio": _ratio(gbs(b["farm"]), memcpy_gbs), "farm": b["farm"], "echo": b["echo"],
+           "memcpy_cmd": results["micro"]["cmd"], "farm_shm": b.get("farm_shm")}
+    # The target judges the better of the two farm paths (results saved before the shared-memory
+    # row existed have only data frames).
+    paths = [("data frames", b["farm"], out["farm_gbs"])]
+    if out["farm_shm"]:
+        out["farm_shm_gbs"] = gbs(out["farm_shm"])
+        out["ratio_shm"] = _ratio(out["farm_shm_gbs"], memcpy_gbs)
+        paths.append(("client shared memory", out["farm_shm"], out["farm_shm_gbs"]))
+    name, step, best_gbs = max(paths, key=lambda p: p[2])
+    out["best"] = {"path": name, "step": step, "gbs": best_gbs,
+                   "ratio": _ratio(best_gbs, memcpy_gbs)}
+    return out
 
 
 def _memory(results):
@@ -136,6 +150,17 @@ def summarize(results):
     return s
 
 
+def _bandwidth_target(b):
+    """The 16 MiB row judges the better farm path and names it; both ratios are shown."""
+    best = b["best"]
+    both = "" if "ratio_shm" not in b else "; data frames %.0f%%, shared memory %.0f%%" % (
+        100 * b["ratio"], 100 * b["ratio_shm"])
+    return ("16 MiB round trip / memcpy bandwidth (better path)",
+            "%.0f%% with %s (%.2f vs %.2f GB/s%s)" % (
+                100 * best["ratio"], best["path"], best["gbs"], b["memcpy_gbs"], both),
+            ">= 40%", best["ratio"] >= 0.4, "%s, %s" % (best["step"]["cmd"], b["memcpy_cmd"]))
+
+
 def _targets(s):
     o, t, b, m = s["overhead"], s["throughput"], s["bandwidth"], s["memory"]
     targets = []
@@ -156,9 +181,7 @@ def _targets(s):
                                                          c["inprocess_best"]),
                         ">= 0.9x", c["farm_vs_inprocess"] >= 0.9,
                         "%s, %s" % (c["best_farm"]["cmd"], c["inprocess_cmd"])))
-    targets.append(("16 MiB round trip / memcpy bandwidth",
-                    "%.0f%% (%.2f vs %.2f GB/s)" % (100 * b["ratio"], b["farm_gbs"], b["memcpy_gbs"]),
-                    ">= 40%", b["ratio"] >= 0.4, "%s, %s" % (b["farm"]["cmd"], b["memcpy_cmd"])))
+    targets.append(_bandwidth_target(b))
     sup = max(m[k]["supervisor"]["VmRSS"] for k in ("identity", "convnet", "bandwidth_16mib") if k in m)
     sup_small = max(m[k]["supervisor"]["VmRSS"] for k in ("identity", "convnet") if k in m)
     targets.append(("supervisor RSS (small-tensor farms)", "%.1f MiB" % (sup_small / 1024), "< 32 MiB",

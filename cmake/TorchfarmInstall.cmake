@@ -4,7 +4,8 @@
 #   bin/                           torchfarm-supervisor, torchfarm-worker, torchfarm, torchfarm-mkmodel
 #   lib/libtorchfarm_{client,common}.a
 #   lib/cmake/torchfarm/           torchfarmConfig.cmake, torchfarmConfigVersion.cmake, targets
-#   include/torchfarm/torchfarm/   client.h, multi_client.h, endpoint_pool.h, torch_tensor.h
+#   include/torchfarm/torchfarm/   client.h, multi_client.h, endpoint_pool.h, torch_tensor.h,
+#                                  shm_region.h
 #   include/torchfarm/common/      the common headers client.h includes
 #   share/torchfarm/python/        the Python client package: PYTHONPATH=<prefix>/share/torchfarm/python
 #   share/torchfarm/configs/       configs/*.json, configs/*.service
@@ -42,6 +43,7 @@ install(FILES
   ${PROJECT_SOURCE_DIR}/clients/cpp/torchfarm/endpoint_pool.h
   ${PROJECT_SOURCE_DIR}/clients/cpp/torchfarm/multi_client.h
   ${PROJECT_SOURCE_DIR}/clients/cpp/torchfarm/torch_tensor.h
+  ${PROJECT_SOURCE_DIR}/clients/cpp/torchfarm/shm_region.h
   DESTINATION ${TORCHFARM_INSTALL_INCLUDEDIR}/torchfarm)
 install(FILES
   ${PROJECT_SOURCE_DIR}/common/status.h

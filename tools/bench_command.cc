@@ -42,6 +42,22 @@ json LatencyJson(const LatencySummary& s) {
 
 json ServerMean(double value) { return value < 0 ? json(nullptr) : Round(value, 1); }
 
+// A generator that cannot start: no answer, no way to send or a malformed reply is a transport
+// failure; bad flags or a region this host cannot map a usage error; any other refusal of the
+// farm (e.g. RESOURCE_EXHAUSTED past its client_shm limits) a server error.
+int StartFailureExit(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kUnavailable:
+    case StatusCode::kInternal:
+      return kExitTransport;
+    case StatusCode::kInvalidArgument:
+      return kExitUsage;
+    default:
+      return kExitServerError;
+  }
+}
+
 // The admin socket's {"cmd": "stats"}; null on timeout or a non-object reply.
 json AdminStats(const std::string& endpoint) {
   try {
@@ -119,6 +135,14 @@ BenchCommand::BenchCommand(CLI::App* parent) {
                    "Admin socket of the farm; adds the mean batch size of each step");
   app_->add_option("--seed", seed_, "Seed of the random inputs")->capture_default_str();
   app_->add_flag("--json", json_, "Print one JSON report instead of a table");
+  app_->add_flag("--shm", shm_,
+                 "Send inputs and receive outputs through client shared memory (same host as "
+                 "the farm, closed loop): one region per client with --depth input + output areas");
+  app_->add_option("--shm-output-bytes", shm_output_bytes_,
+                   "--shm: bytes of each request's output range (0: the inputs' size, right for "
+                   "outputs shaped like the inputs; too small gives RESOURCE_EXHAUSTED replies)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app_->add_option("--echo-server", echo_endpoint_,
                    "Serve as a trivial echo target on this endpoint (until SIGINT/SIGTERM)");
 }
@@ -221,7 +245,7 @@ int BenchCommand::RunSteps(const std::vector<TensorSpec>& inputs) {
   json report = {{"endpoint", endpoint_}, {"model", model_},
                  {"inputs", specs},       {"mode", rates_.empty() ? "closed" : "open"},
                  {"seconds", seconds_},   {"warmup", warmup_},
-                 {"steps", json::array()}};
+                 {"shm", shm_},           {"steps", json::array()}};
   std::vector<double> rates = rates_.empty() ? std::vector<double>{0.0} : rates_;
   int64_t errors = 0, ok = 0;
   for (double rate : rates) {
@@ -238,14 +262,21 @@ int BenchCommand::RunSteps(const std::vector<TensorSpec>& inputs) {
       spec.io_timeout_ms = io_timeout_ms_;
       spec.timeout_ms = timeout_ms_;
       spec.seed = seed_ + static_cast<uint64_t>(report["steps"].size());
+      spec.shm = shm_;
+      spec.shm_output_bytes = shm_output_bytes_;
       report["threads"] = spec.threads;
       LoadGenerator generator(spec);
-      if (Status s = generator.Start(); !s.ok()) return ReportError(s, kExitUsage);
+      if (Status s = generator.Start(); !s.ok()) return ReportError(s, StartFailureExit(s));
       std::this_thread::sleep_until(generator.measure_begin());
       json before = ModelCounters();
       generator.WaitMeasureEnd();
       json after = ModelCounters();
       StepResult result = generator.Finish();
+      if (shm_) report["shm_region_bytes"] = result.shm_region_bytes;
+      if (!result.shm_release.ok()) {
+        std::cerr << "warning: --shm: releasing a region failed: " << result.shm_release.ToString()
+                  << "\n";
+      }
       errors += result.error_count;
       ok += result.ok;
       report["steps"].push_back(

@@ -9,12 +9,16 @@
 //   torchfarm bench --endpoint EP --model NAME --shape 1,256 [--shape ...] [--dtype float32 ...]
 //                   [--concurrency 1,4,16,64] [--depth 1] [--rate R[,R...]] [--seconds 5]
 //                   [--warmup 1] [--requests N] [--threads T] [--admin-endpoint EP] [--json]
+//                   [--shm [--shm-output-bytes B]]
 //   torchfarm bench --echo-server EP
 //
 // Closed loop (default): each of C clients (one DEALER socket each) keeps --depth requests in
 // flight. Open loop (--rate): requests leave on a fixed schedule and latency counts from the
 // scheduled time. Every step reports requests/s, p50/p90/p99/p99.9 latency, errors by code and,
 // with --admin-endpoint, the farm's mean batch size over the window (from {"cmd":"stats"}).
+// --shm (closed loop, same host as the farm): tensors go through client shared memory instead of
+// data frames (docs/protocol.md, "Shared-memory tensors"); each client creates one region per step
+// with --depth input + output areas and releases it at the end of the step.
 //
 // Exit codes: 0 every reply ok; 1 some replies were errors; 2 usage; 3 no reply at all.
 #pragma once
@@ -71,6 +75,8 @@ class BenchCommand : public Command {
   int64_t timeout_ms_ = 0;
   uint64_t seed_ = 1;
   bool json_ = false;
+  bool shm_ = false;
+  uint64_t shm_output_bytes_ = 0;
 };
 
 }  // namespace torchfarm

@@ -109,11 +109,23 @@ ScannedReply ScanReplySlow(std::string_view header) {
 
 }  // namespace
 
-RequestTemplate::RequestTemplate(const std::string& model, const std::vector<TensorSpec>& inputs) {
+RequestTemplate::RequestTemplate(const std::string& model, const std::vector<TensorSpec>& inputs)
+    : RequestTemplate(model, inputs, ShmPlacement{}) {}
+
+RequestTemplate::RequestTemplate(const std::string& model, const std::vector<TensorSpec>& inputs,
+                                 const ShmPlacement& shm) {
   json specs = json::array();
-  for (const auto& spec : inputs) specs.push_back(TensorSpecToJson(spec));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    json entry = TensorSpecToJson(inputs[i]);
+    if (shm.output.used()) {
+      entry["shm"] = ShmRefToJson(ShmRef{shm.output.region, shm.input_offsets.at(i), 0}, false);
+    }
+    specs.push_back(std::move(entry));
+  }
   prefix_ = "{\"v\":" + std::to_string(kProtocolVersion) + ",\"id\":";
-  suffix_ = ",\"model\":" + json(model).dump() + ",\"inputs\":" + specs.dump() + "}";
+  suffix_ = ",\"model\":" + json(model).dump() + ",\"inputs\":" + specs.dump();
+  if (shm.output.used()) suffix_ += ",\"output_shm\":" + ShmRefToJson(shm.output, true).dump();
+  suffix_ += "}";
 }
 
 std::string RequestTemplate::Build(uint64_t id) const {
@@ -160,6 +172,26 @@ ScannedReply ScanReply(std::string_view header) {
   if (end == std::string_view::npos) return ScanReplySlow(header);
   out.code = std::string(header.substr(code + 1, end - code - 1));
   return out;
+}
+
+bool ShmOutputsInRange(std::string_view header, const ShmRef& range, uint64_t* bytes) {
+  ReplyHeader reply;
+  if (!ParseReplyHeader(header, &reply).ok() || !reply.status.ok() || reply.outputs.empty() ||
+      reply.output_shm.size() != reply.outputs.size()) {
+    return false;
+  }
+  const uint64_t end = range.offset + range.bytes;
+  *bytes = 0;
+  for (size_t i = 0; i < reply.outputs.size(); ++i) {
+    const ShmRef& at = reply.output_shm[i];
+    const uint64_t size = ByteSize(reply.outputs[i]).value_or(UINT64_MAX);
+    if (at.region != range.region || at.offset < range.offset || at.offset > end ||
+        size > end - at.offset) {
+      return false;
+    }
+    *bytes += size;
+  }
+  return true;
 }
 
 bool ScanRequestForEcho(std::string_view header, std::string_view* id_text,

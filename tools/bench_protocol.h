@@ -12,14 +12,25 @@
 #include <string_view>
 #include <vector>
 
+#include "common/shm_reference.h"
 #include "common/tensor_spec.h"
 
 namespace torchfarm {
+
+// Where one shared-memory request's tensors lie (`torchfarm bench --shm`): input k at
+// input_offsets[k] of region output.region, the outputs in the range `output`.
+struct ShmPlacement {
+  std::vector<uint64_t> input_offsets;
+  ShmRef output;
+};
 
 // Frame 0 of a request for one model and fixed input specs; only the id changes per request.
 class RequestTemplate {
  public:
   RequestTemplate(const std::string& model, const std::vector<TensorSpec>& inputs);
+  // The same with every input in shared memory and "output_shm" (the request has no data frames).
+  RequestTemplate(const std::string& model, const std::vector<TensorSpec>& inputs,
+                  const ShmPlacement& shm);
   // {"v":1,"id":<id>,"model":…,"inputs":[…]}
   std::string Build(uint64_t id) const;
   // The same into `out`; returns the length, or 0 when it needs more than `capacity` bytes.
@@ -42,6 +53,11 @@ struct ScannedReply {
 
 // Fast path for the compact layout the supervisor writes; falls back to a JSON parse otherwise.
 ScannedReply ScanReply(std::string_view header);
+
+// `--shm`: true when an ok reply header lists at least one output, each in shared memory inside
+// `range` (region and byte range), as protocol.md places them. `*bytes`: the outputs' total size.
+// A full JSON parse (the reply check is not on the frames path).
+bool ShmOutputsInRange(std::string_view header, const ShmRef& range, uint64_t* bytes);
 
 // The echo server's view of a request header: the raw text of its "id" value and of its
 // "inputs" array, to be copied into the reply. False when the header needs a real parse.

@@ -58,9 +58,13 @@ struct LoadGenerator::ThreadState {
   struct Pending {
     TimePoint start;
     size_t client;
+    int area;  // shm: the area of the client's region it uses; -1 without shm
   };
   int index = 0;
   std::vector<std::unique_ptr<zmq::socket_t>> clients;
+  std::vector<size_t> global_client;         // per client: its number among all the generator's
+  std::vector<std::vector<int>> free_areas;  // shm, per client: areas no request in flight uses
+  std::vector<zmq::message_t> frames;        // the request being sent (reused)
   std::vector<zmq::pollitem_t> items;  // one per client, then the open loop's timerfd
   std::unordered_map<uint64_t, Pending> outstanding;
   std::vector<size_t> idle_clients;  // closed loop: clients whose last send failed
@@ -95,6 +99,12 @@ Status LoadGenerator::Start() {
   if (spec_.concurrency < 1 || spec_.depth < 1 || spec_.threads < 1) {
     return InvalidArgument("concurrency, depth and threads must be >= 1");
   }
+  if (spec_.shm && spec_.rate > 0) {
+    return InvalidArgument(
+        "--shm works in the closed loop only: each client reuses the --depth "
+        "areas of its region, and an open loop bounds no requests in flight; "
+        "drop --rate");
+  }
   const int threads = std::min(spec_.threads, spec_.concurrency);
   context_ = std::make_unique<zmq::context_t>(spec_.io_threads);
   for (int t = 0; t < threads; ++t) {
@@ -115,9 +125,13 @@ Status LoadGenerator::Start() {
       socket->connect(spec_.endpoint);
       state.items.push_back({static_cast<void*>(*socket), 0, ZMQ_POLLIN, 0});
       state.clients.push_back(std::move(socket));
+      state.global_client.push_back(static_cast<size_t>(c));
     }
   } catch (const zmq::error_t& e) {
     return InvalidArgument("cannot connect to '" + spec_.endpoint + "': " + e.what());
+  }
+  if (spec_.shm) {
+    if (Status s = CreateShmRegions(); !s.ok()) return s;
   }
   if (spec_.rate > 0) {
     for (auto& state : states_) {
@@ -132,6 +146,16 @@ Status LoadGenerator::Start() {
   measure_end_ = measure_begin_ + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(spec_.seconds));
   for (auto& state : states_) threads_.emplace_back([this, s = state.get()] { RunThread(s); });
+  return Status::Ok();
+}
+
+Status LoadGenerator::CreateShmRegions() {
+  shm_ = std::make_unique<BenchShmRegions>(spec_.endpoint, spec_.model, spec_.inputs, spec_.depth,
+                                           spec_.shm_output_bytes, spec_.io_timeout_ms);
+  if (Status s = shm_->Create(spec_.concurrency); !s.ok()) return s;
+  std::vector<int> areas;  // taken from the back: area 0 first
+  for (int area = shm_->areas() - 1; area >= 0; --area) areas.push_back(area);
+  for (auto& state : states_) state->free_areas.assign(state->clients.size(), areas);
   return Status::Ok();
 }
 
@@ -179,6 +203,10 @@ StepResult LoadGenerator::Finish() {
   result.server_queue_us = MeanOr(queue, timed);
   result.server_compute_us = MeanOr(compute, timed);
   result.server_total_us = MeanOr(total, timed);
+  if (shm_) {
+    result.shm_region_bytes = shm_->region_bytes();
+    result.shm_release = shm_->Release();
+  }
   return result;
 }
 
@@ -198,34 +226,61 @@ void LoadGenerator::RunThread(ThreadState* state) {
   Drain(state);
 }
 
-void LoadGenerator::SendRequest(ThreadState* state, size_t client, TimePoint start) {
-  const uint64_t id = ++state->next_id;
-  zmq::socket_t& socket = *state->clients[client];
+bool LoadGenerator::BuildRequest(ThreadState* state, size_t client, uint64_t id, int* area) {
+  state->frames.clear();
+  const RequestTemplate* header = &template_;
+  if (shm_) {
+    std::vector<int>& free = state->free_areas[client];
+    if (free.empty()) return false;
+    *area = free.back();
+    free.pop_back();
+    const size_t global = state->global_client[client];
+    for (size_t i = 0; i < pool_.input_count(); ++i) {
+      pool_.Fill(i, id, state->rng, shm_->InputAt(global, *area, i));
+    }
+    header = &shm_->Template(global, *area);
+  }
   char buffer[1024];
-  size_t length = template_.BuildInto(id, buffer, sizeof(buffer));
-  zmq::message_t header =
-      length ? zmq::message_t(buffer, length) : zmq::message_t(template_.Build(id));
-  const bool has_data = pool_.input_count() > 0;
-  bool sent = false;
+  size_t length = header->BuildInto(id, buffer, sizeof(buffer));
+  state->frames.push_back(length ? zmq::message_t(buffer, length)
+                                 : zmq::message_t(header->Build(id)));
+  for (size_t i = 0; !shm_ && i < pool_.input_count(); ++i) {
+    zmq::message_t data(pool_.input_bytes(i));
+    pool_.Fill(i, id, state->rng, static_cast<uint8_t*>(data.data()));
+    state->frames.push_back(std::move(data));
+  }
+  return true;
+}
+
+void LoadGenerator::SendRequest(ThreadState* state, size_t client,
+                                std::optional<TimePoint> scheduled) {
+  const uint64_t id = ++state->next_id;
+  int area = -1;
+  if (!BuildRequest(state, client, id, &area)) {
+    // Cannot happen in the closed loop (a client never has more than --depth in flight).
+    if (InWindow(Clock::now())) ++state->errors["SHM_AREAS_BUSY"];
+    return;
+  }
+  const TimePoint start = scheduled.value_or(Clock::now());
+  zmq::socket_t& socket = *state->clients[client];
+  bool sent = true;
   try {
-    sent = socket.send(header, has_data ? zmq::send_flags::sndmore : zmq::send_flags::none)
-               .has_value();
-    for (size_t i = 0; sent && i < pool_.input_count(); ++i) {
-      zmq::message_t data(pool_.input_bytes(i));
-      pool_.Fill(i, id, state->rng, static_cast<uint8_t*>(data.data()));
-      const bool last = i + 1 == pool_.input_count();
-      sent = socket.send(data, last ? zmq::send_flags::none : zmq::send_flags::sndmore).has_value();
+    for (size_t i = 0; sent && i < state->frames.size(); ++i) {
+      const bool last = i + 1 == state->frames.size();
+      sent = socket.send(state->frames[i], last ? zmq::send_flags::none : zmq::send_flags::sndmore)
+                 .has_value();
     }
   } catch (const zmq::error_t&) {
     sent = false;
   }
   if (!sent) {
+    if (area >= 0) state->free_areas[client].push_back(area);
     if (InWindow(Clock::now())) ++state->errors["SEND_FAILED"];
     state->idle_clients.push_back(client);  // the closed loop retries it at the next scan
     return;
   }
   ++state->sent;
-  state->outstanding.emplace(id, ThreadState::Pending{start, client});
+  state->outstanding.emplace(id, ThreadState::Pending{start, client, area});
 }
 
 void LoadGenerator::Record(ThreadState* state, TimePoint now, TimePoint start,
@@ -274,11 +329,22 @@ void LoadGenerator::HandleReplies(ThreadState* state, size_t client, bool resend
       }
       continue;
     }
-    const TimePoint start = it->second.start;
+    const ThreadState::Pending pending = it->second;
     state->outstanding.erase(it);
-    Record(state, now, start, reply, data_bytes);
+    if (pending.area >= 0) {
+      uint64_t output_bytes = 0;
+      if (reply.ok && (data_bytes != 0 ||
+                       !shm_->OutputsInArea(header.to_string_view(), state->global_client[client],
+                                            pending.area, &output_bytes))) {
+        reply.ok = false;
+        reply.code = "SHM_OUTPUT_OUT_OF_RANGE";
+      }
+      data_bytes = static_cast<int64_t>(output_bytes);
+      state->free_areas[client].push_back(pending.area);
+    }
+    Record(state, now, pending.start, reply, data_bytes);
     if (resend && now < measure_end_ && !stop_early_.load(std::memory_order_relaxed)) {
-      SendRequest(state, client, Clock::now());
+      SendRequest(state, client, std::nullopt);
     }
   }
 }
@@ -293,6 +359,9 @@ std::vector<size_t> LoadGenerator::ExpireOutstanding(ThreadState* state, TimePoi
     }
     if (InWindow(now)) ++state->errors["NO_REPLY"];
     clients.push_back(it->second.client);
+    // A late reply may still write this area's outputs; the benchmark accepts that rather than
+    // stall the client (the area's next request checks only where its reply puts them).
+    if (it->second.area >= 0) state->free_areas[it->second.client].push_back(it->second.area);
     it = state->outstanding.erase(it);
   }
   return clients;
@@ -300,7 +369,7 @@ std::vector<size_t> LoadGenerator::ExpireOutstanding(ThreadState* state, TimePoi
 
 void LoadGenerator::RunClosedLoop(ThreadState* state) {
   for (size_t c = 0; c < state->clients.size(); ++c) {
-    for (int d = 0; d < spec_.depth; ++d) SendRequest(state, c, Clock::now());
+    for (int d = 0; d < spec_.depth; ++d) SendRequest(state, c, std::nullopt);
   }
   TimePoint next_scan = Clock::now() + kExpiryScanInterval;
   for (;;) {
@@ -316,7 +385,7 @@ void LoadGenerator::RunClosedLoop(ThreadState* state) {
       std::vector<size_t> retry = ExpireOutstanding(state, now);
       retry.insert(retry.end(), state->idle_clients.begin(), state->idle_clients.end());
       state->idle_clients.clear();
-      for (size_t c : retry) SendRequest(state, c, now);
+      for (size_t c : retry) SendRequest(state, c, std::nullopt);
       next_scan = now + kExpiryScanInterval;
     }
   }

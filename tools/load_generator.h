@@ -18,14 +18,21 @@
 // arrive inside the window count, toward throughput, latency and errors alike.
 //
 // Inputs: every request carries fresh bytes: a window of a random pool at a random offset, with
-// its first element stamped with a per-request counter, copied into the message (before the
-// latency clock starts).
+// its first element stamped with a per-request counter, copied into the message before the
+// latency clock starts (closed loop; the open loop counts from the scheduled time).
+//
+// Shared memory (`shm`, closed loop only): each client owns one region of `depth` areas
+// (BenchShmRegions); a request's inputs are copied into a free area of its client's region instead
+// of data frames, before the clock starts just as above, and the request names that area's output
+// range as output_shm. A reply must place its outputs in that range (else it counts as the error
+// SHM_OUTPUT_OUT_OF_RANGE); the area is free again once its reply arrived or it expired.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +42,7 @@
 #include "common/tensor_spec.h"
 #include "tools/bench_inputs.h"
 #include "tools/bench_protocol.h"
+#include "tools/bench_shm_regions.h"
 
 namespace zmq {
 class context_t;
@@ -57,6 +65,8 @@ struct LoadSpec {
   int io_timeout_ms = 10000;  // a request unanswered this long counts as NO_REPLY
   int64_t timeout_ms = 0;     // server-side deadline sent in each request (0: none)
   uint64_t seed = 1;
+  bool shm = false;               // inputs and outputs in client shared memory (closed loop)
+  uint64_t shm_output_bytes = 0;  // each request's output range; 0: the inputs' size
 };
 
 // Percentiles of the counted replies, in microseconds.
@@ -81,6 +91,9 @@ struct StepResult {
   double server_queue_us = -1, server_compute_us = -1, server_total_us = -1;
   // Open loop: how late sends left against their schedule (generator saturation shows here).
   LatencySummary send_lag;
+  // --shm: bytes of each client's region, and how releasing the regions at the end went.
+  uint64_t shm_region_bytes = 0;
+  Status shm_release;
 };
 
 class LoadGenerator {
@@ -90,11 +103,12 @@ class LoadGenerator {
   LoadGenerator(const LoadGenerator&) = delete;
   LoadGenerator& operator=(const LoadGenerator&) = delete;
 
-  // Connects the clients and starts the threads. Fails on a bad endpoint or spec.
+  // Connects the clients (with shm: creates their regions) and starts the threads. Fails on a bad
+  // endpoint or spec, or a region that cannot be created or mapped here.
   Status Start();
   // Blocks until the measurement window ends (by time or by max_requests).
   void WaitMeasureEnd();
-  // Joins the threads after their drain and merges their results.
+  // Joins the threads after their drain, merges their results and releases the regions.
   StepResult Finish();
 
   TimePoint measure_begin() const { return measure_begin_; }
@@ -103,12 +117,18 @@ class LoadGenerator {
   struct ThreadState;  // defined in load_generator.cc
 
  private:
+  // shm: one region per client, and every area free.
+  Status CreateShmRegions();
   void RunThread(ThreadState* state);
   void RunClosedLoop(ThreadState* state);
   void RunOpenLoop(ThreadState* state);
   void Drain(ThreadState* state);
-  // Sends one request on `client`; `start` is what its latency is counted from.
-  void SendRequest(ThreadState* state, size_t client, TimePoint start);
+  // Sends one request on `client`. Its latency counts from `scheduled` (open loop), or else from
+  // the moment its inputs are in place.
+  void SendRequest(ThreadState* state, size_t client, std::optional<TimePoint> scheduled);
+  // Builds request `id` in state->frames: inputs copied into data frames, or (shm) into a free
+  // area of the client's region, whose number goes to `*area`. False when no area is free.
+  bool BuildRequest(ThreadState* state, size_t client, uint64_t id, int* area);
   // Reads every reply waiting on `client`; in the closed loop each one is replaced by a new
   // request while the window is open.
   void HandleReplies(ThreadState* state, size_t client, bool resend);
@@ -121,6 +141,7 @@ class LoadGenerator {
   LoadSpec spec_;
   InputPool pool_;
   RequestTemplate template_;
+  std::unique_ptr<BenchShmRegions> shm_;  // with spec_.shm
   std::unique_ptr<zmq::context_t> context_;
   std::vector<std::unique_ptr<ThreadState>> states_;
   std::vector<std::thread> threads_;

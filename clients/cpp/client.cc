@@ -46,7 +46,9 @@ struct Client::FrameReleaseTracker {
 };
 
 using client_internal::CheckInputViews;
+using client_internal::CheckShmOutputs;
 using client_internal::EncodeRequestHeader;
+using client_internal::ReadShmCreated;
 using client_internal::ReplyIdOf;
 
 namespace {
@@ -55,9 +57,16 @@ void ReleaseFrame(void* /*data*/, void* hint) {
   static_cast<Client::FrameReleaseTracker*>(hint)->Release();
 }
 
-// Checks the data frames against the outputs the header lists and copies them out.
+// Checks the data frames against the outputs the header lists and copies them out; or, for a
+// request with output_shm, that the outputs lie in its range.
 Status DecodeOutputs(const std::vector<zmq::message_t>& frames, const ReplyHeader& header,
-                     std::vector<Tensor>* outputs) {
+                     const ShmRef& output_shm, std::vector<Tensor>* outputs) {
+  if (output_shm.used()) return CheckShmOutputs(header, frames.size() - 1, output_shm);
+  if (!header.output_shm.empty()) {
+    return Internal(
+        "malformed reply: outputs in shared memory, but the request named no "
+        "output_shm");
+  }
   if (frames.size() - 1 != header.outputs.size()) {
     return Internal("malformed reply: header lists " + std::to_string(header.outputs.size()) +
                     " output(s), message has " + std::to_string(frames.size() - 1) +
@@ -173,6 +182,7 @@ Status Client::SendRequest(const std::string& model, const std::vector<TensorVie
   std::vector<zmq::message_t> frames;
   frames.emplace_back(EncodeRequestHeader(request_id, model, inputs, options));
   for (const auto& view : inputs) {
+    if (view.shm.used()) continue;  // its bytes are in a region: no data frame
     if (zero_copy && view.nbytes > 0) {
       frames.emplace_back(const_cast<void*>(view.data), view.nbytes, &ReleaseFrame,
                           release_tracker_.get());
@@ -193,7 +203,7 @@ Status Client::SendRequest(const std::string& model, const std::vector<TensorVie
   return Status::Ok();
 }
 
-Status Client::AwaitReply(uint64_t infer_id, int timeout_ms, ReadyReply* out) {
+Status Client::AwaitReply(const Awaited& awaited, int timeout_ms, ReadyReply* out) {
   std::optional<TimePoint> deadline;
   if (timeout_ms >= 0) deadline = Clock::now() + Millis(timeout_ms);
   for (;;) {
@@ -213,19 +223,30 @@ Status Client::AwaitReply(uint64_t infer_id, int timeout_ms, ReadyReply* out) {
                     << Kv("header", frames[0].to_string().substr(0, 200));
       continue;
     }
-    const bool wanted = infer_id != 0 && reply.id == infer_id;
-    if (!wanted && outstanding_.erase(reply.id) == 0) {
-      TF_LOG(kDebug) << "dropping a stale reply" << Kv("id", reply.id);
-      continue;
+    const bool wanted = awaited.id != 0 && reply.id == awaited.id;
+    ShmRef output_shm = awaited.output_shm;
+    if (!wanted) {
+      auto it = outstanding_.find(reply.id);
+      if (it == outstanding_.end()) {
+        TF_LOG(kDebug) << "dropping a stale reply" << Kv("id", reply.id);
+        continue;
+      }
+      output_shm = std::move(it->second);
+      outstanding_.erase(it);
     }
-    if (!parsed.ok()) {
+    if (wanted && awaited.command) {
+      // shm_create / shm_release answers list no outputs; the caller reads header.raw.
+      reply.status = reply.result.header.raw.is_object()
+                         ? reply.result.header.status
+                         : Internal("malformed reply: " + parsed.message());
+    } else if (!parsed.ok()) {
       reply.status = Internal("malformed reply: " + parsed.message());
     } else if (!reply.result.header.status.ok()) {
       reply.status = reply.result.header.status;
     } else {
-      reply.status = DecodeOutputs(frames, reply.result.header, &reply.result.outputs);
+      reply.status = DecodeOutputs(frames, reply.result.header, output_shm, &reply.result.outputs);
     }
-    if (wanted || infer_id == 0) {
+    if (wanted || awaited.id == 0) {
       *out = std::move(reply);
       return Status::Ok();
     }
@@ -250,7 +271,7 @@ Status Client::Infer(const std::string& model, const std::vector<TensorView>& in
   Status s = SendRequest(model, inputs, options, /*zero_copy=*/true, &id);
   if (s.ok()) {
     ReadyReply reply;
-    s = AwaitReply(id, io_timeout_ms_, &reply);
+    s = AwaitReply(Awaited{id, options.output_shm, false}, io_timeout_ms_, &reply);
     if (s.ok()) {
       *result = std::move(reply.result);
       return reply.status;
@@ -264,7 +285,7 @@ Status Client::Infer(const std::string& model, const std::vector<TensorView>& in
 Status Client::Send(const std::string& model, const std::vector<TensorView>& inputs,
                     const InferOptions& options, uint64_t* id) {
   Status s = SendRequest(model, inputs, options, /*zero_copy=*/false, id);
-  if (s.ok()) outstanding_.insert(*id);
+  if (s.ok()) outstanding_.emplace(*id, options.output_shm);
   return s;
 }
 
@@ -279,12 +300,57 @@ Status Client::Receive(InferResult* result, uint64_t* id, int timeout_ms) {
   } else if (outstanding_.empty()) {
     return InvalidArgument("Receive: no request is outstanding; call Send first");
   } else {
-    Status s = AwaitReply(0, timeout_ms, &reply);
+    Status s = AwaitReply(Awaited{}, timeout_ms, &reply);
     if (!s.ok()) return s;
   }
   *id = reply.id;
   *result = std::move(reply.result);
   return reply.status;
+}
+
+Status Client::SendCommand(json header, ReplyHeader* reply) {
+  *reply = ReplyHeader{};
+  if (!connect_status_.ok()) return connect_status_;
+  const uint64_t id = next_id_++;
+  header["v"] = kProtocolVersion;
+  header["id"] = id;
+  Status s = SendRaw({header.dump()});
+  if (!s.ok()) return s;
+  ReadyReply ready;
+  s = AwaitReply(Awaited{id, ShmRef{}, true}, io_timeout_ms_, &ready);
+  if (!s.ok()) return s;
+  *reply = std::move(ready.result.header);
+  return ready.status;
+}
+
+Status Client::CreateShm(uint64_t bytes, std::unique_ptr<ShmRegion>* out) {
+  out->reset();
+  if (bytes == 0) return InvalidArgument("CreateShm: bytes: expected at least 1, got 0");
+  ReplyHeader reply;
+  Status s = SendCommand({{"op", "shm_create"}, {"bytes", bytes}}, &reply);
+  if (!s.ok()) return s;
+  std::string token, name;
+  uint64_t size = 0;
+  if (s = ReadShmCreated(reply.raw, &token, &name, &size); !s.ok()) return s;
+  if (size < bytes) {
+    s = Internal("malformed reply: shm_create of " + std::to_string(bytes) +
+                 " bytes answered a region of " + std::to_string(size));
+  } else {
+    s = ShmRegion::Map(token, name, size, this, out);
+  }
+  if (!s.ok()) {
+    // Unusable here: release it now rather than leave it to the supervisor's idle timeout.
+    if (Status released = ReleaseShm(token); !released.ok()) {
+      TF_LOG(kWarn) << "cannot release an unusable shared-memory region" << Kv("name", name)
+                    << Kv("error", released.ToString());
+    }
+  }
+  return s;
+}
+
+Status Client::ReleaseShm(const std::string& token) {
+  ReplyHeader reply;
+  return SendCommand({{"op", "shm_release"}, {"region", token}}, &reply);
 }
 
 Status Client::SendRaw(const std::vector<std::string>& frames) {

@@ -327,6 +327,14 @@ Status MultiClient::Send(const std::string& model, const std::vector<TensorView>
                          const InferOptions& options, uint64_t* id) {
   *id = 0;
   if (!connect_status_.ok()) return connect_status_;
+  if (client_internal::UsesShm(inputs, options)) {
+    std::string list;
+    for (const auto& endpoint : endpoints_) list += (list.empty() ? "" : ", ") + endpoint;
+    return InvalidArgument(
+        "MultiClient: a shared-memory tensor needs a client with one endpoint (torchfarm::Client): "
+        "a region belongs to one supervisor, and this client spreads requests over " +
+        std::to_string(endpoints_.size()) + " (" + list + ")");
+  }
   if (Status s = CheckInputViews(inputs); !s.ok()) return s;
   const uint64_t request_id = next_id_++;
   auto request = std::make_unique<PendingRequest>();

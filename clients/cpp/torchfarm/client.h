@@ -16,19 +16,27 @@
 // call; if Infer times out while its frames are still queued, the socket is closed and reopened
 // so no buffer is read after Infer returns; outstanding Send requests are lost then). Send
 // returns before its frames are transmitted, so it copies the inputs.
+//
+// Shared memory (same host only; docs/protocol.md, "Shared-memory tensors"): CreateShm makes a
+// region in the supervisor and maps it here (shm_region.h); an input made by ShmRegion::Input or
+// Write travels as region + offset with no data frame, and InferOptions::output_shm makes the
+// supervisor write the outputs into a range of a region instead of sending data frames.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
-#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/protocol.h"
+#include "common/shm_reference.h"
 #include "common/status.h"
 #include "common/tensor_spec.h"
+#include "torchfarm/shm_region.h"
 
 namespace zmq {
 class context_t;
@@ -37,11 +45,21 @@ class socket_t;
 
 namespace torchfarm {
 
-// A non-owning input: `data` must hold `nbytes` == ByteSize(spec) C-contiguous little-endian bytes.
+// A non-owning input: `data` must hold `nbytes` == ByteSize(spec) C-contiguous little-endian bytes,
+// sent as a data frame. Or, when `shm.used()`, the bytes lie in a client shared-memory region at
+// `shm.offset` (ShmRegion::Input / Write make such views): the request carries region and offset,
+// no data frame, and `data` is not read.
 struct TensorView {
+  TensorView() = default;
+  TensorView(TensorSpec spec_in, const void* data_in, size_t nbytes_in)
+      : spec(std::move(spec_in)), data(data_in), nbytes(nbytes_in) {}
+  TensorView(TensorSpec spec_in, ShmRef shm_in)
+      : spec(std::move(spec_in)), shm(std::move(shm_in)) {}
+
   TensorSpec spec;
   const void* data = nullptr;
   size_t nbytes = 0;
+  ShmRef shm;  // region token and offset (shm.bytes is unused for inputs)
 };
 
 // An owning output.
@@ -51,12 +69,23 @@ struct Tensor {
 };
 
 struct InferOptions {
+  InferOptions() = default;
+  InferOptions(int64_t timeout_ms_in, int priority_in)
+      : timeout_ms(timeout_ms_in), priority(priority_in) {}
+
   int64_t timeout_ms = 0;  // server-side deadline; 0: none. Keep it below the Client's io timeout.
   int priority = 0;        // 0 is the highest
+  // When used (ShmRegion::Output): the supervisor writes every output into this range of a region
+  // and the reply has no data frames. Client only; MultiClient refuses it.
+  ShmRef output_shm;
 };
 
 struct InferResult {
   ReplyHeader header;  // filled whenever a reply for the request arrived (ok or error)
+  // Outputs sent as data frames. Empty for a request with output_shm: then header.outputs holds
+  // each output's spec and header.output_shm[k].offset where output k lies in the region (an
+  // absolute offset inside the request's range, checked by the client); read it from
+  // ShmRegion::data() + offset before the range is written again.
   std::vector<Tensor> outputs;
 };
 
@@ -108,6 +137,15 @@ class Client {
   // Sent requests whose replies have not been returned by Receive yet.
   size_t outstanding() const { return outstanding_.size() + ready_.size(); }
 
+  // shm_create: the supervisor makes a zero-filled region of `bytes` bytes, which is mapped here
+  // read-write. Errors: the supervisor's (RESOURCE_EXHAUSTED past its client_shm limits,
+  // INVALID_ARGUMENT when client_shm is disabled); INVALID_ARGUMENT "cannot open shared-memory
+  // region ..." when this process cannot map it (another host, another user: the region is
+  // released again). The region's Release() goes through this Client, which must outlive it.
+  Status CreateShm(uint64_t bytes, std::unique_ptr<ShmRegion>* out);
+  // shm_release of a token (ShmRegion::Release calls it). NOT_FOUND for an unknown token.
+  Status ReleaseShm(const std::string& token);
+
   // Raw access for tools and tests (e.g. malformed requests). SendRaw sends `frames` as one
   // multipart message; ReceiveRaw returns the frames of the next message that arrives, bypassing
   // id matching. Do not mix with Send/Receive on one Client.
@@ -124,11 +162,23 @@ class Client {
     InferResult result;
   };
 
+  // What a blocking call waits for: the reply to request `id` (0: to any outstanding Send),
+  // an inference reply whose outputs must lie in `output_shm` when it is used, or (`command`) the
+  // reply to shm_create / shm_release, which lists no outputs.
+  struct Awaited {
+    uint64_t id = 0;
+    ShmRef output_shm;
+    bool command = false;
+  };
+
   Status Connect();
   Status SendRequest(const std::string& model, const std::vector<TensorView>& inputs,
                      const InferOptions& options, bool zero_copy, uint64_t* id);
-  // Receives until the reply for `infer_id` (or, when 0, for any outstanding Send) arrives.
-  Status AwaitReply(uint64_t infer_id, int timeout_ms, ReadyReply* out);
+  // Sends a header-only command (`header` gets "v" and a fresh "id") and waits for its reply;
+  // `reply->raw` is the reply's header object.
+  Status SendCommand(nlohmann::json header, ReplyHeader* reply);
+  // Receives until the reply `awaited` names arrives.
+  Status AwaitReply(const Awaited& awaited, int timeout_ms, ReadyReply* out);
   // After a timed-out Infer whose frames libzmq still holds: drop them with the socket.
   void ResetSocketIfFramesQueued();
 
@@ -137,8 +187,8 @@ class Client {
   int io_timeout_ms_;
   Status connect_status_;
   uint64_t next_id_ = 1;
-  std::set<uint64_t> outstanding_;  // sent by Send, no reply seen yet
-  std::deque<ReadyReply> ready_;    // replies to Send that arrived during Infer
+  std::map<uint64_t, ShmRef> outstanding_;  // sent by Send, no reply seen yet -> its output_shm
+  std::deque<ReadyReply> ready_;  // replies to Send that arrived during Infer or a command
   // Declaration order is destruction order in reverse: the socket closes, then the context
   // terminates (releasing every queued frame), then the tracker those frames point to goes.
   std::unique_ptr<FrameReleaseTracker> release_tracker_;

@@ -26,6 +26,8 @@
 //   DEADLINE_EXCEEDED "no reply within N ms (endpoints tried: ...)". While every endpoint is
 //   ejected, requests wait (unsent) for a probe to succeed until that deadline.
 // - Inputs are copied once (a re-send may happen after Infer's caller would have freed them).
+// - No shared memory: a region belongs to one supervisor, so inputs in a region and output_shm
+//   are refused (INVALID_ARGUMENT); use torchfarm::Client for them.
 #pragma once
 
 #include <cstddef>
