@@ -9,12 +9,13 @@
 
 namespace torchfarm::ipc {
 
-Status ClientRegionCache::Get(const ClientRegionRef& ref, SharedRegion** out) {
+Status ClientRegionCache::Acquire(const ClientRegionRef& ref, SharedRegion** out) {
   const std::string name(ref.name, strnlen(ref.name, sizeof(ref.name)));
-  for (auto it = regions_.begin(); it != regions_.end(); ++it) {
-    if ((*it)->name() != name) continue;
-    regions_.splice(regions_.begin(), regions_, it);
-    *out = regions_.front().get();
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->region->name() != name) continue;
+    entries_.splice(entries_.begin(), entries_, it);
+    ++entries_.front().uses;
+    *out = entries_.front().region.get();
     return Status::Ok();
   }
   std::unique_ptr<SharedRegion> region;
@@ -25,24 +26,44 @@ Status ClientRegionCache::Get(const ClientRegionRef& ref, SharedRegion** out) {
     return Internal("client region '" + name + "' has " + std::to_string(region->size()) +
                     " bytes, the supervisor mapped " + std::to_string(ref.bytes));
   }
-  regions_.push_front(std::move(region));
-  *out = regions_.front().get();
+  entries_.push_front(Entry{std::move(region), 1});
+  *out = entries_.front().region.get();
   return Status::Ok();
+}
+
+void ClientRegionCache::Release(const SharedRegion* region) {
+  for (Entry& entry : entries_) {
+    if (entry.region.get() == region && entry.uses > 0) {
+      --entry.uses;
+      return;
+    }
+  }
 }
 
 int ClientRegionCache::Trim() {
   int dropped = 0;
-  for (auto it = regions_.begin(); it != regions_.end();) {
-    int fd = ::shm_open((*it)->name().c_str(), O_RDONLY, 0);
-    if (fd >= 0) ::close(fd);
-    if (fd < 0 && errno == ENOENT) {
-      it = regions_.erase(it);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    bool gone = false;
+    if (it->uses == 0) {
+      int fd = ::shm_open(it->region->name().c_str(), O_RDONLY, 0);
+      gone = fd < 0 && errno == ENOENT;
+      if (fd >= 0) ::close(fd);
+    }
+    if (gone) {
+      it = entries_.erase(it);
       ++dropped;
     } else {
       ++it;
     }
   }
-  for (; regions_.size() > capacity_; ++dropped) regions_.pop_back();
+  // Beyond capacity: the least recently used that no batch uses.
+  for (auto it = entries_.end(); entries_.size() > capacity_ && it != entries_.begin();) {
+    --it;
+    if (it->uses == 0) {
+      it = entries_.erase(it);
+      ++dropped;
+    }
+  }
   return dropped;
 }
 

@@ -6,6 +6,7 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/permissions.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -13,15 +14,32 @@ namespace torchfarm::ipc {
 
 namespace bip = boost::interprocess;
 
-SharedRegion::SharedRegion(std::string name, bool owner, std::unique_ptr<bip::mapped_region> mapping)
-    : name_(std::move(name)), linked_(owner), mapping_(std::move(mapping)) {
+SharedRegion::SharedRegion(std::string name, bool owner,
+                           std::unique_ptr<bip::shared_memory_object> object,
+                           std::unique_ptr<bip::mapped_region> mapping)
+    : name_(std::move(name)),
+      linked_(owner),
+      object_(std::move(object)),
+      mapping_(std::move(mapping)) {
   data_ = static_cast<uint8_t*>(mapping_->get_address());
   size_ = mapping_->get_size();
 }
 
 SharedRegion::~SharedRegion() {
   mapping_.reset();
+  object_.reset();
   Unlink();
+}
+
+uint64_t SharedRegion::CurrentSize() const {
+  struct stat st {};
+  if (::fstat(object_->get_mapping_handle().handle, &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_size);
+}
+
+bool SharedRegion::Covers(uint64_t offset, uint64_t bytes) const {
+  const uint64_t now = std::min(CurrentSize(), size_);
+  return offset <= now && bytes <= now - offset;
 }
 
 void SharedRegion::Unlink() {
@@ -32,17 +50,17 @@ void SharedRegion::Unlink() {
 
 Status SharedRegion::Create(const std::string& name, uint64_t bytes, unsigned mode, int group,
                             std::unique_ptr<SharedRegion>* out) {
-  bip::shared_memory_object shm;
+  auto shm = std::make_unique<bip::shared_memory_object>();
   try {
-    shm = bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write,
-                                    bip::permissions(mode));
+    *shm = bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write,
+                                     bip::permissions(mode));
   } catch (const bip::interprocess_exception& e) {
     // Someone else's object (or no room): not ours to remove.
     return ResourceExhausted("cannot create shared-memory object '" + name + "' of " +
                              std::to_string(bytes) + " bytes: " + e.what());
   }
   try {
-    const int fd = shm.get_mapping_handle().handle;
+    const int fd = shm->get_mapping_handle().handle;
     // The umask may have narrowed the mode; the object's mode is what the caller asked for.
     if (::fchmod(fd, mode) != 0 ||
         (group >= 0 && ::fchown(fd, static_cast<uid_t>(-1), static_cast<gid_t>(group)) != 0)) {
@@ -51,9 +69,9 @@ Status SharedRegion::Create(const std::string& name, uint64_t bytes, unsigned mo
       return Internal("cannot set the mode or group of shared-memory object '" + name +
                       "': " + std::strerror(error));
     }
-    shm.truncate(static_cast<bip::offset_t>(bytes));
-    auto mapping = std::make_unique<bip::mapped_region>(shm, bip::read_write);
-    out->reset(new SharedRegion(name, true, std::move(mapping)));
+    shm->truncate(static_cast<bip::offset_t>(bytes));
+    auto mapping = std::make_unique<bip::mapped_region>(*shm, bip::read_write);
+    out->reset(new SharedRegion(name, true, std::move(shm), std::move(mapping)));
     return Status::Ok();
   } catch (const bip::interprocess_exception& e) {
     bip::shared_memory_object::remove(name.c_str());
@@ -64,9 +82,10 @@ Status SharedRegion::Create(const std::string& name, uint64_t bytes, unsigned mo
 
 Status SharedRegion::Open(const std::string& name, std::unique_ptr<SharedRegion>* out) {
   try {
-    bip::shared_memory_object shm(bip::open_only, name.c_str(), bip::read_write);
-    auto mapping = std::make_unique<bip::mapped_region>(shm, bip::read_write);
-    out->reset(new SharedRegion(name, false, std::move(mapping)));
+    auto shm = std::make_unique<bip::shared_memory_object>(bip::open_only, name.c_str(),
+                                                           bip::read_write);
+    auto mapping = std::make_unique<bip::mapped_region>(*shm, bip::read_write);
+    out->reset(new SharedRegion(name, false, std::move(shm), std::move(mapping)));
     return Status::Ok();
   } catch (const bip::interprocess_exception& e) {
     return NotFound("cannot open shared-memory object '" + name + "': " + e.what());

@@ -16,6 +16,7 @@
 
 namespace boost::interprocess {
 class mapped_region;
+class shared_memory_object;
 }
 
 namespace torchfarm::ipc {
@@ -37,15 +38,22 @@ class SharedRegion {
   void Unlink();
 
   uint8_t* data() const { return data_; }
-  uint64_t size() const { return size_; }
+  uint64_t size() const { return size_; }  // as mapped
+  // The object's size now: less than size() when whoever may write it truncated it, and then
+  // touching the mapping past that point raises SIGBUS (ipc/guarded_copy.h).
+  uint64_t CurrentSize() const;
+  // True while [offset, offset + bytes) is still backed by the object.
+  bool Covers(uint64_t offset, uint64_t bytes) const;
   const std::string& name() const { return name_; }
 
  private:
   SharedRegion(std::string name, bool owner,
+               std::unique_ptr<boost::interprocess::shared_memory_object> object,
                std::unique_ptr<boost::interprocess::mapped_region> mapping);
 
   std::string name_;
   bool linked_;  // the creator still has to unlink the name
+  std::unique_ptr<boost::interprocess::shared_memory_object> object_;  // its fd, for CurrentSize
   std::unique_ptr<boost::interprocess::mapped_region> mapping_;
   uint8_t* data_ = nullptr;
   uint64_t size_ = 0;

@@ -176,4 +176,28 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   return Status::Ok();
 }
 
+Status CheckRegionsIntact(const PendingRequest& request) {
+  auto shrunk = [](const std::string& where, const ipc::SharedRegion& region, uint64_t offset,
+                   uint64_t bytes) {
+    return InvalidArgument(where + ": the region shrank to " +
+                           std::to_string(region.CurrentSize()) + " bytes after the request was "
+                           "accepted, it needs bytes [" + std::to_string(offset) + ", " +
+                           std::to_string(offset) + " + " + std::to_string(bytes) +
+                           "); a region must keep the size shm_create gave it");
+  };
+  for (size_t i = 0; i < request.input_regions.size(); ++i) {
+    const auto& region = request.input_regions[i];
+    if (region && !region->Covers(request.input_shm[i].offset, request.frames[i].size())) {
+      return shrunk("inputs[" + std::to_string(i) + "].shm", *region, request.input_shm[i].offset,
+                    request.frames[i].size());
+    }
+  }
+  if (request.output_region &&
+      !request.output_region->Covers(request.output_shm.offset, request.output_shm.bytes)) {
+    return shrunk("output_shm", *request.output_region, request.output_shm.offset,
+                  request.output_shm.bytes);
+  }
+  return Status::Ok();
+}
+
 }  // namespace torchfarm

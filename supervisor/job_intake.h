@@ -44,4 +44,8 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                 size_t* model_index, const RequestLimits& limits = RequestLimits{},
                 ClientShmRegistry* regions = nullptr, ShmCommand* command = nullptr);
 
+// OK while every client region `request` reads or writes still covers its range; else the
+// INVALID_ARGUMENT to answer with (its client truncated a region after the request was accepted).
+Status CheckRegionsIntact(const PendingRequest& request);
+
 }  // namespace torchfarm

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/protocol.h"
 #include "ipc/control_protocol.h"
+#include "ipc/guarded_copy.h"
 #include "supervisor/job_intake.h"
 #include "supervisor/zmq_util.h"
 
@@ -56,6 +57,7 @@ Status Supervisor::Start() {
   RemoveStaleFiles(config_.run_dir);
   if (Status s = signals_.Open({SIGCHLD, SIGTERM, SIGINT, SIGHUP}); !s.ok()) return s;
   ::signal(SIGPIPE, SIG_IGN);
+  ipc::InstallBusGuard();  // a client that truncates its region fails its request, not the farm
 
   control_path_ = config_.run_dir + "/control-" + std::to_string(::getpid()) + ".sock";
   launch_.control_endpoint = "ipc://" + control_path_;

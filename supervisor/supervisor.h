@@ -114,6 +114,8 @@ class Supervisor {
   bool ModelAvailable(const Model& model) const;
   WorkerSlot* FindSlotByRoutingId(const std::string& routing_id);
   WorkerSlot* PickSlot(const Model& model);
+  // Answers (with the reason) and removes the requests whose client truncated a region they use.
+  void FailShrunkRegions(Model& model, std::vector<PendingRequest>* requests);
   int PollTimeoutMs() const;
   nlohmann::json HealthJson() const;
   nlohmann::json StatsJson();

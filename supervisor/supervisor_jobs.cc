@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/protocol.h"
 #include "ipc/control_protocol.h"
+#include "ipc/guarded_copy.h"
 #include "supervisor/job_intake.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/zmq_util.h"
@@ -63,7 +64,7 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
   // The segment's own capacity: a reload may have changed slot_bytes for the next launch.
   const uint64_t capacity = slot.responses()->segment().data_capacity();
   // The worker wrote the outputs into the client's region itself (ipc/shm_layout.h, in place).
-  const bool outputs_in_place = batch.in_place && batch.requests.front().output_shm.used();
+  const bool outputs_in_place = batch.in_place && batch.outputs_in_place;
   for (uint32_t i = 0; failure.ok() && i < header->tensor_count && i < ipc::kMaxTensors; ++i) {
     TensorSpec spec;
     const ipc::TensorDesc& desc = header->tensors[i];
@@ -120,8 +121,17 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
         FailRequest(model, r, placed);
         continue;
       }
-      for (size_t i = 0; !outputs_in_place && i < slices.size(); ++i) {
-        std::memcpy(r.output_region->data() + shm_offsets[i], slices[i].first, slices[i].second);
+      if (!outputs_in_place) placed = CheckRegionsIntact(r);
+      for (size_t i = 0; placed.ok() && !outputs_in_place && i < slices.size(); ++i) {
+        if (!ipc::GuardedCopy(r.output_region->data() + shm_offsets[i], slices[i].first,
+                              slices[i].second)) {
+          placed = InvalidArgument("output_shm: the region shrank while output " +
+                                   std::to_string(i) + " was written into it");
+        }
+      }
+      if (!placed.ok()) {
+        FailRequest(model, r, placed);
+        continue;
       }
     } else {
       for (const auto& [bytes, length] : slices) {
@@ -282,14 +292,30 @@ void Supervisor::Dispatch() {
       }
       std::vector<PendingRequest> requests = model.queue.TakeBatch(now, cap);
       if (requests.empty()) break;
+      FailShrunkRegions(model, &requests);
+      if (requests.empty()) continue;
       InflightBatch batch;
       batch.batch_id = next_batch_id_++;
       for (const auto& r : requests) batch.rows += r.rows;
       batch.requests = std::move(requests);
       batch.dispatched = now;
-      if (slot->Dispatch(std::move(batch), config_.client_shm.in_place)) ++shm_in_place_batches_;
+      // In place only while regions are owner-only: a region shared with an ipc_group could be
+      // truncated or rewritten by another user while the model reads it (docs/security.md).
+      const bool in_place = config_.client_shm.in_place && config_.ipc_group.empty();
+      if (slot->Dispatch(std::move(batch), in_place)) ++shm_in_place_batches_;
     }
   }
+}
+
+void Supervisor::FailShrunkRegions(Model& model, std::vector<PendingRequest>* requests) {
+  auto shrunk = [&](PendingRequest& r) {
+    if (r.input_regions.empty() && !r.output_region) return false;
+    Status s = CheckRegionsIntact(r);
+    if (s.ok()) return false;
+    FailRequest(model, r, s);
+    return true;
+  };
+  requests->erase(std::remove_if(requests->begin(), requests->end(), shrunk), requests->end());
 }
 
 void Supervisor::ReleasePinnedReplies() {

@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "ipc/control_protocol.h"
+#include "ipc/guarded_copy.h"
 #include "supervisor/process_launcher.h"
 
 namespace torchfarm {
@@ -236,14 +237,29 @@ int RegionIndex(ipc::SlotHeader* header, const ipc::SharedRegion& region) {
   return static_cast<int>(header->region_count++);
 }
 
+// True when the request's output range shares bytes with one of its inputs in the same region.
+// The worker must not write such outputs in place: an output may be a view of the input it
+// overwrites, and a rerun after a crash must find its inputs intact.
+bool OutputOverlapsInputs(const PendingRequest& r) {
+  const uint64_t begin = r.output_shm.offset, end = begin + r.output_shm.bytes;
+  for (size_t i = 0; i < r.input_regions.size(); ++i) {
+    if (r.input_regions[i] != r.output_region) continue;
+    const uint64_t input_begin = r.input_shm[i].offset;
+    const uint64_t input_end = input_begin + r.frames[i].size();
+    if (input_begin < end && begin < input_end) return true;
+  }
+  return false;
+}
+
 // Fills the request header's region table and output range for a request served in place; false
-// (header left to the copy path) when it names more regions than a slot can.
+// (header left to the copy path) when it names more regions than a slot can. Outputs that would
+// overwrite an input go through the response slot (the supervisor copies them in).
 bool NameClientRegions(const PendingRequest& r, ipc::SlotHeader* header) {
   header->region_count = 0;
   for (const auto& region : r.input_regions) {
     if (region && RegionIndex(header, *region) < 0) return false;
   }
-  if (r.output_shm.used()) {
+  if (r.output_shm.used() && !OutputOverlapsInputs(r)) {
     int index = RegionIndex(header, *r.output_region);
     if (index < 0) return false;
     header->output_region = static_cast<uint32_t>(index + 1);
@@ -275,6 +291,7 @@ bool WorkerSlot::Dispatch(InflightBatch batch, bool shm_in_place) {
     header->region_count = 0;
     header->output_region = 0;
   }
+  batch.outputs_in_place = batch.in_place && header->output_region != 0;
   uint64_t offset = 0;
   for (size_t i = 0; i < first.inputs.size(); ++i) {
     TensorSpec spec = first.inputs[i];
@@ -288,7 +305,18 @@ bool WorkerSlot::Dispatch(InflightBatch batch, bool shm_in_place) {
     if (batch.requests.size() > 1) spec.shape[0] = batch.rows;
     uint64_t written = 0;
     for (const PendingRequest& r : batch.requests) {
-      std::memcpy(data + offset + written, r.frames[i].data(), r.frames[i].size());
+      const bool from_region = i < r.input_regions.size() && r.input_regions[i];
+      if (!from_region) {
+        std::memcpy(data + offset + written, r.frames[i].data(), r.frames[i].size());
+      } else if (!ipc::GuardedCopy(data + offset + written, r.frames[i].data(),
+                                   r.frames[i].size())) {
+        // Its client truncated the region between the check at dispatch and this copy: it gets
+        // zeros, nobody else is affected.
+        std::memset(data + offset + written, 0, r.frames[i].size());
+        TF_LOG(kWarn) << "a client region shrank while its input was copied; the request runs "
+                         "on zeros"
+                      << Kv("region", r.input_regions[i]->name());
+      }
       written += r.frames[i].size();
     }
     ipc::FillTensorDesc(spec, offset, written, &header->tensors[i]);

@@ -354,9 +354,15 @@ bool ComputeLoop::LaunchWaiting() {
   return true;
 }
 
+Status ComputeLoop::AcquireClientRegion(const ipc::ClientRegionRef& ref, ipc::SharedRegion** out) {
+  Status s = client_regions_.Acquire(ref, out);
+  if (s.ok()) launch_regions_.push_back(*out);
+  return s;
+}
+
 void ComputeLoop::TrimClientRegions() {
-  // Nothing is in flight, so no tensor points into a mapping. Once a second at most: each
-  // cached region costs a shm_open.
+  // Regions a batch in flight points into are never unmapped (ClientRegionCache counts uses).
+  // Once a second at most: each cached region costs a shm_open.
   const auto now = Clock::now();
   if (client_regions_.size() == 0 || now < next_region_trim_) return;
   next_region_trim_ = now + std::chrono::seconds(1);
@@ -391,7 +397,8 @@ void ComputeLoop::Launch(const uint8_t* request, uint8_t* response) {
   header->region_count = 0;
   header->output_region = 0;
   header->message[0] = '\0';
-  LaunchedBatch batch{request, response, next_lane_, Status::Ok(), 0, Clock::now()};
+  LaunchedBatch batch{request, response, next_lane_, Status::Ok(), 0, Clock::now(), {}};
+  launch_regions_.clear();
   next_lane_ = (next_lane_ + 1) % accelerator_->lanes();
   try {
     current_lane_ = batch.lane;
@@ -405,6 +412,7 @@ void ComputeLoop::Launch(const uint8_t* request, uint8_t* response) {
   } catch (const std::exception& e) {
     batch.status = Internal(std::string("batch failed: ") + e.what());
   }
+  batch.regions.swap(launch_regions_);
   launched_.push_back(std::move(batch));
 }
 
@@ -458,6 +466,8 @@ void ComputeLoop::CompleteOldest() {
   response_doorbell_->Ring();
   // Only now: the input tensors pointed into the request slot, and the lane's copies are done.
   segment_->request_ring().Pop();
+  for (ipc::SharedRegion* region : batch.regions) client_regions_.Release(region);
+  TrimClientRegions();
   busy_.store(!launched_.empty(), std::memory_order_relaxed);
 }
 
@@ -592,7 +602,7 @@ Status ComputeLoop::TensorBytes(const ipc::SlotHeader* header, uint8_t* data, ui
                     std::to_string(desc.location) + " of " +
                     std::to_string(header->region_count));
   }
-  if (Status s = client_regions_.Get(header->regions[desc.location - 1], &region); !s.ok()) {
+  if (Status s = AcquireClientRegion(header->regions[desc.location - 1], &region); !s.ok()) {
     return s;
   }
   Status status = CheckDescriptor(desc, region->size(), index, spec, /*aligned=*/false);
@@ -697,7 +707,7 @@ Status ComputeLoop::PlaceInClientRegion(const std::vector<at::Tensor>& tensors,
   }
   const ipc::ClientRegionRef& ref = request->regions[request->output_region - 1];
   ipc::SharedRegion* region = nullptr;
-  if (Status s = client_regions_.Get(ref, &region); !s.ok()) return s;
+  if (Status s = AcquireClientRegion(ref, &region); !s.ok()) return s;
   if (request->output_offset > region->size() ||
       request->output_bytes > region->size() - request->output_offset) {
     return Internal("output range [" + std::to_string(request->output_offset) + ", +" +

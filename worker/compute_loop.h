@@ -137,6 +137,7 @@ class ComputeLoop {
     Status status;
     int64_t rows;
     TimePoint start;
+    std::vector<ipc::SharedRegion*> regions;  // client regions its tensors point into
   };
   void Launch(const uint8_t* request, uint8_t* response);
   // Launches the next waiting request when a lane and a response slot are free; false otherwise.
@@ -160,8 +161,10 @@ class ComputeLoop {
   // Into the response slot, or into the client region the request names (in place).
   Status WriteOutputs(const std::vector<at::Tensor>& tensors, const uint8_t* request,
                       uint8_t* response);
-  // Unmaps client regions that are gone (ClientRegionCache::Trim); only with nothing in flight.
+  // Unmaps client regions that are gone (ClientRegionCache::Trim), at most once a second.
   void TrimClientRegions();
+  // Maps a client region for the batch being launched; released when the batch completes.
+  Status AcquireClientRegion(const ipc::ClientRegionRef& ref, ipc::SharedRegion** out);
   // Maps the request's output region and places `tensors` in its output range: the base to add
   // `offsets` to.
   Status PlaceInClientRegion(const std::vector<at::Tensor>& tensors, const ipc::SlotHeader* request,
@@ -175,6 +178,7 @@ class ComputeLoop {
   const ComputeLoopConfig config_;
   ipc::WorkerSegment* const segment_;
   ipc::ClientRegionCache client_regions_;  // compute thread only
+  std::vector<ipc::SharedRegion*> launch_regions_;  // acquired by the batch being launched
   TimePoint next_region_trim_{};
   const ipc::Doorbell* const request_doorbell_;
   const ipc::Doorbell* const response_doorbell_;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -98,6 +99,16 @@ void Fill(uint8_t* bytes, uint64_t seed, float first = -1) {
   if (first >= 0) floats[0] = first;
 }
 
+// True when /proc/PID/maps lists a mapping of shared-memory object `name`.
+bool MapsMention(pid_t pid, const std::string& name) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("/dev/shm" + name) != std::string::npos) return true;
+  }
+  return false;
+}
+
 class ClientShmRoundTrip : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ClientShmRoundTrip, EveryByteComesBackAndReleaseLeavesNothing) {
@@ -127,7 +138,15 @@ TEST_P(ClientShmRoundTrip, EveryByteComesBackAndReleaseLeavesNothing) {
   EXPECT_EQ(released, (json{{"v", 1}, {"id", 99}, {"status", "ok"}}));
   EXPECT_FALSE(DevShmHas(name));
   EXPECT_EQ(farm.Admin("stats")["client_shm"]["regions"], 0);
-  // The worker lets go of its mapping of a removed region within about a second of idling.
+  // The worker lets go of its mapping of a removed region within about a second.
+  const std::vector<pid_t> workers = farm.WorkerPids();
+  ASSERT_EQ(workers.size(), 1u);
+  bool mapped = true;
+  for (int i = 0; i < 40 && mapped; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    mapped = MapsMention(workers[0], name);
+  }
+  EXPECT_FALSE(mapped) << "worker " << workers[0] << " still maps " << name;
   EXPECT_EQ(farm.Stop(), 0);
 }
 
@@ -175,7 +194,7 @@ TEST(ClientShm, WorkerKilledMidRequestRunsItAgainInPlace) {
   std::unique_ptr<ipc::SharedRegion> map;
   auto [token, name] = client.Create(2 * kBytes, &map);
   ASSERT_TRUE(map);
-  Fill(map->data(), 7, /*first=*/4000);  // slow: about 0.2-0.4 s of matmuls
+  Fill(map->data(), 7, /*first=*/10000);  // slow: about 0.4-1 s of matmuls
   std::vector<pid_t> pids = farm.WorkerPids();
   ASSERT_EQ(pids.size(), 1u);
   client.Send(ShmClient::Infer(1, "slow", token, 0, kBytes));
@@ -190,7 +209,56 @@ TEST(ClientShm, WorkerKilledMidRequestRunsItAgainInPlace) {
   ASSERT_EQ(reply.value("status", ""), "ok") << reply.dump();
   EXPECT_EQ(std::memcmp(map->data(), map->data() + kBytes, kBytes), 0);
   EXPECT_FALSE(DevShmHas(name)) << "released and answered: the name must be gone";
-  EXPECT_EQ(farm.Admin("stats")["workers"][0]["restarts"], 1);
+  json stats = farm.Admin("stats");
+  EXPECT_EQ(stats["workers"][0]["restarts"], 1);
+  EXPECT_EQ(stats["client_shm"]["in_place_batches"], 2) << "run in place, killed, run again";
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(ClientShm, OutputRangeOverlappingTheInputStillGetsTheInputsBytes) {
+  Farm farm(json::array({Model("identity", 1)}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  ShmClient client(farm.endpoint());
+  std::unique_ptr<ipc::SharedRegion> map;
+  auto [token, name] = client.Create(2 * kBytes, &map);
+  ASSERT_TRUE(map);
+  Fill(map->data(), 3);
+  std::vector<uint8_t> expected(map->data(), map->data() + kBytes);
+  // Output half a tensor past the input: written in place it would read bytes it already wrote.
+  json reply = client.Call(ShmClient::Infer(1, "identity", token, 0, kBytes / 2));
+  ASSERT_EQ(reply.value("status", ""), "ok") << reply.dump();
+  EXPECT_EQ(std::memcmp(map->data() + kBytes / 2, expected.data(), kBytes), 0);
+  json stats = farm.Admin("stats");
+  EXPECT_EQ(stats["client_shm"]["in_place_batches"], 1) << "the input is still read in place";
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(ClientShm, AClientThatTruncatesItsRegionFailsOnlyItsOwnRequest) {
+  Farm farm(json::array({Model("identity", 1)}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  ShmClient client(farm.endpoint());
+  std::unique_ptr<ipc::SharedRegion> map;
+  auto [token, name] = client.Create(2 * kBytes, &map);
+  ASSERT_TRUE(map);
+  Fill(map->data(), 4);
+  ASSERT_EQ(::truncate(("/dev/shm" + name).c_str(), 4096), 0);
+  json reply = client.Call(ShmClient::Infer(1, "identity", token, 0, kBytes));
+  EXPECT_EQ(reply.value("code", ""), "INVALID_ARGUMENT") << reply.dump();
+  EXPECT_NE(reply.value("message", "").find("the region shrank to 4096 bytes"), std::string::npos)
+      << reply.dump();
+  // The farm is unharmed: the worker never touched the region, the next client is served.
+  ShmClient other(farm.endpoint());
+  std::unique_ptr<ipc::SharedRegion> good;
+  auto [good_token, good_name] = other.Create(2 * kBytes, &good);
+  ASSERT_TRUE(good);
+  Fill(good->data(), 5);
+  reply = other.Call(ShmClient::Infer(2, "identity", good_token, 0, kBytes));
+  EXPECT_EQ(reply.value("status", ""), "ok") << reply.dump();
+  EXPECT_EQ(std::memcmp(good->data(), good->data() + kBytes, kBytes), 0);
+  json stats = farm.Admin("stats");
+  EXPECT_EQ(stats["workers"][0]["restarts"], 0);
   EXPECT_EQ(farm.Stop(), 0);
 }
 

@@ -1,13 +1,17 @@
-// SharedRegion and the worker's ClientRegionCache, with real POSIX shared-memory objects.
+// SharedRegion, GuardedCopy and the worker's ClientRegionCache, with real POSIX shared-memory
+// objects.
 #include "ipc/client_region_cache.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "ipc/guarded_copy.h"
 
 namespace torchfarm::ipc {
 namespace {
@@ -50,8 +54,8 @@ TEST(ClientRegionCache, MapsOnceAndChecksTheSize) {
   ASSERT_TRUE(SharedRegion::Create(Name("b"), 4096, 0600, -1, &region).ok());
   ClientRegionCache cache;
   SharedRegion *first = nullptr, *second = nullptr;
-  ASSERT_TRUE(cache.Get(Ref(*region), &first).ok());
-  ASSERT_TRUE(cache.Get(Ref(*region), &second).ok());
+  ASSERT_TRUE(cache.Acquire(Ref(*region), &first).ok());
+  ASSERT_TRUE(cache.Acquire(Ref(*region), &second).ok());
   EXPECT_EQ(first, second);
   EXPECT_EQ(cache.size(), 1u);
   region->data()[5] = 9;
@@ -59,30 +63,53 @@ TEST(ClientRegionCache, MapsOnceAndChecksTheSize) {
   ClientRegionRef wrong = Ref(*region);
   wrong.bytes = 8192;
   ClientRegionCache other;
-  Status s = other.Get(wrong, &first);
+  Status s = other.Acquire(wrong, &first);
   EXPECT_EQ(s.code(), StatusCode::kInternal);
   EXPECT_THAT(s.message(), HasSubstr("has 4096 bytes, the supervisor mapped 8192"));
   ClientRegionRef missing{};
   std::strcpy(missing.name, "/torchfarm-no-such-region");
-  EXPECT_EQ(other.Get(missing, &first).code(), StatusCode::kNotFound);
+  EXPECT_EQ(other.Acquire(missing, &first).code(), StatusCode::kNotFound);
 }
 
-TEST(ClientRegionCache, TrimDropsRemovedRegionsThenTheLeastRecentlyUsed) {
+TEST(ClientRegionCache, TrimDropsUnusedRemovedRegionsThenTheLeastRecentlyUsed) {
   std::vector<std::unique_ptr<SharedRegion>> regions(4);
   for (size_t i = 0; i < regions.size(); ++i) {
     ASSERT_TRUE(SharedRegion::Create(Name("t" + std::to_string(i)), 4096, 0600, -1, &regions[i]).ok());
   }
-  ClientRegionCache cache(/*capacity=*/2);
-  SharedRegion* mapped = nullptr;
-  for (const auto& region : regions) ASSERT_TRUE(cache.Get(Ref(*region), &mapped).ok());
-  EXPECT_EQ(cache.size(), 4u) << "nothing is unmapped outside Trim";
-  ASSERT_TRUE(cache.Get(Ref(*regions[0]), &mapped).ok());  // 0 is now the most recent
-  regions[3].reset();                                        // removed by its creator
-  EXPECT_EQ(cache.Trim(), 2);                                // 3 (gone), then 1 (oldest)
-  EXPECT_EQ(cache.size(), 2u);
+  ClientRegionCache cache(/*capacity=*/1);
+  std::vector<SharedRegion*> mapped(4);
+  for (size_t i = 0; i < regions.size(); ++i) ASSERT_TRUE(cache.Acquire(Ref(*regions[i]), &mapped[i]).ok());
+  // Every region is in use by a batch in flight: nothing goes, not even a removed one.
+  regions[3].reset();
+  EXPECT_EQ(cache.Trim(), 0);
+  EXPECT_EQ(cache.size(), 4u);
+  for (SharedRegion* region : mapped) cache.Release(region);
   SharedRegion* again = nullptr;
-  ASSERT_TRUE(cache.Get(Ref(*regions[0]), &again).ok());
-  EXPECT_EQ(again, mapped) << "the recently used mapping survived";
+  ASSERT_TRUE(cache.Acquire(Ref(*regions[0]), &again).ok());  // 0: in use and most recent
+  EXPECT_EQ(again, mapped[0]);
+  EXPECT_EQ(cache.Trim(), 3) << "3 (name gone), then 1 and 2 (unused, beyond capacity)";
+  EXPECT_EQ(cache.size(), 1u);
+  cache.Release(again);
+  regions[0].reset();
+  EXPECT_EQ(cache.Trim(), 1);
+  EXPECT_EQ(cache.size(), 0u);
+}
+
+TEST(GuardedCopy, ATruncatedRegionFailsTheCopyInsteadOfKillingTheProcess) {
+  InstallBusGuard();
+  std::unique_ptr<SharedRegion> region;
+  ASSERT_TRUE(SharedRegion::Create(Name("bus"), 1 << 20, 0600, -1, &region).ok());
+  std::vector<uint8_t> buffer(1 << 20, 5);
+  EXPECT_TRUE(GuardedCopy(region->data(), buffer.data(), buffer.size()));
+  EXPECT_TRUE(region->Covers(0, 1 << 20));
+  ASSERT_EQ(::truncate(("/dev/shm" + Name("bus")).c_str(), 4096), 0);
+  EXPECT_EQ(region->CurrentSize(), 4096u);
+  EXPECT_FALSE(region->Covers(0, 8192));
+  EXPECT_TRUE(region->Covers(0, 4096));
+  EXPECT_FALSE(GuardedCopy(buffer.data(), region->data(), buffer.size()));
+  EXPECT_FALSE(GuardedCopy(region->data(), buffer.data(), buffer.size()));
+  EXPECT_TRUE(GuardedCopy(buffer.data(), region->data(), 4096)) << "the part still there copies";
+  EXPECT_EQ(buffer[0], 5);
 }
 
 }  // namespace
