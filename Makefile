@@ -64,7 +64,7 @@ clean:
 #                   inputs land in build-fuzz/artifacts/: copy them to tests/fuzz/regressions/.
 ASAN_DIR ?= build-asan
 ASAN_TESTS = common_test common_client_test ipc_test supervisor_unit_test fuzz_regression_test \
-             security_test zero_copy_reply_test mps_test
+             security_test zero_copy_reply_test mps_test client_shm_test
 ASAN_TARGETS = torchfarm-supervisor torchfarm $(ASAN_TESTS)
 FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60

@@ -73,7 +73,13 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
                          : desc.location == ipc::kInSlot && desc.offset <= capacity &&
                                desc.nbytes <= capacity - desc.offset;
     if (!ipc::ReadTensorDesc(desc, &spec) || !where_expected || ByteSize(spec) != desc.nbytes) {
-      failure = Internal("worker wrote a malformed output descriptor " + std::to_string(i));
+      failure = Internal(
+          "worker wrote a malformed output descriptor " + std::to_string(i) + ": dtype code " +
+          std::to_string(desc.dtype) + ", rank " + std::to_string(desc.rank) + ", location " +
+          std::to_string(desc.location) + ", bytes [" + std::to_string(desc.offset) + ", +" +
+          std::to_string(desc.nbytes) + "); expected a valid dtype and shape whose size is nbytes, " +
+          (outputs_in_place ? std::string("in the client's region")
+                            : "in the " + std::to_string(capacity) + "-byte response slot"));
     } else if (batch.requests.size() > 1 && (spec.shape.empty() || spec.shape[0] != batch.rows)) {
       failure = Internal("output " + std::to_string(i) + " has shape " + ShapeToString(spec.shape) +
                          " but the batch had " + std::to_string(batch.rows) +
