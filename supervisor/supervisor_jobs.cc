@@ -172,6 +172,11 @@ void Supervisor::Reply(PendingRequest& request, const std::string& header,
   // client's own.
   const bool has_frames = frames && !frames->empty();
   ReleaseQuota(request);
+  // The request is done with its client regions: let go of them before the client can see the
+  // reply, so a region released meanwhile has lost its name by then (the frames over it first).
+  request.frames.clear();
+  request.input_regions.clear();
+  request.output_region.reset();
   jobs_.send(request.identity, zmq::send_flags::sndmore);
   if (request.has_delimiter) jobs_.send(zmq::message_t(), zmq::send_flags::sndmore);
   jobs_.send(zmq::buffer(header), has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
