@@ -330,7 +330,7 @@ static Status ParseClientShm(const json& j, ClientShmConfig* out) {
   const std::string where = "config.client_shm";
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
   Status s = CheckKeys(j, where, {"enabled", "max_region_bytes", "max_total_bytes", "max_regions",
-                                  "idle_timeout_s", "in_place"});
+                                  "max_regions_per_client", "idle_timeout_s", "in_place"});
   if (!s.ok()) return s;
   ClientShmConfig c;
   constexpr int64_t kTiB = int64_t{1} << 40;
@@ -339,6 +339,8 @@ static Status ParseClientShm(const json& j, ClientShmConfig* out) {
   if (s = GetInt(j, "max_region_bytes", where, 1, kTiB, &c.max_region_bytes); !s.ok()) return s;
   if (s = GetInt(j, "max_total_bytes", where, 1, kTiB, &c.max_total_bytes); !s.ok()) return s;
   if (s = GetInt(j, "max_regions", where, 1, 65536, &c.max_regions); !s.ok()) return s;
+  if (s = GetInt(j, "max_regions_per_client", where, 1, 65536, &c.max_regions_per_client); !s.ok())
+    return s;
   if (s = GetInt(j, "idle_timeout_s", where, 1, 30 * 86400, &c.idle_timeout_s); !s.ok()) return s;
   *out = c;
   return Status::Ok();

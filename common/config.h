@@ -72,6 +72,7 @@ struct ClientShmConfig {
   uint64_t max_region_bytes = uint64_t{1} << 30;
   uint64_t max_total_bytes = uint64_t{4} << 30;  // over all live regions
   int max_regions = 64;
+  int max_regions_per_client = 16;  // per client identity (ROUTER routing id, or CURVE key)
   int64_t idle_timeout_s = 600;  // a region no request named this long is released
   // A request that runs alone is read from and written to its regions by the worker itself,
   // instead of the supervisor copying through the ring (docs/protocol.md).

@@ -9,7 +9,8 @@ Status RandomHex(size_t bytes, std::string* out);  // supervisor.h
 ClientShmRegistry::ClientShmRegistry(ClientShmConfig config, std::string name_prefix, int group)
     : config_(config), prefix_(std::move(name_prefix)), group_(group) {}
 
-Status ClientShmRegistry::Create(uint64_t bytes, TimePoint now, CreatedRegion* out) {
+Status ClientShmRegistry::Create(uint64_t bytes, const std::string& client, TimePoint now,
+                                 CreatedRegion* out) {
   if (!config_.enabled) {
     return InvalidArgument("shm_create: client shared memory is disabled (client_shm.enabled)");
   }
@@ -25,6 +26,13 @@ Status ClientShmRegistry::Create(uint64_t bytes, TimePoint now, CreatedRegion* o
                              std::to_string(config_.max_regions) +
                              " (client_shm.max_regions); release one first");
   }
+  if (auto held = per_client_.find(client);
+      held != per_client_.end() && held->second >= config_.max_regions_per_client) {
+    return ResourceExhausted("shm_create: this client already holds " +
+                             std::to_string(held->second) + " regions, the limit is " +
+                             std::to_string(config_.max_regions_per_client) +
+                             " (client_shm.max_regions_per_client); release one first");
+  }
   if (bytes > config_.max_total_bytes - std::min(bytes_, config_.max_total_bytes)) {
     return ResourceExhausted("shm_create: " + std::to_string(bytes) + " more bytes would exceed " +
                              std::to_string(config_.max_total_bytes) + " over all regions (" +
@@ -39,7 +47,8 @@ Status ClientShmRegistry::Create(uint64_t bytes, TimePoint now, CreatedRegion* o
   if (Status s = ipc::SharedRegion::Create(name, bytes, mode, group_, &region); !s.ok()) {
     return Status(s.code(), "shm_create: " + s.message());
   }
-  regions_[token] = Entry{std::shared_ptr<ipc::SharedRegion>(std::move(region)), now};
+  regions_[token] = Entry{std::shared_ptr<ipc::SharedRegion>(std::move(region)), now, client};
+  ++per_client_[client];
   bytes_ += bytes;
   ++created_;
   TF_LOG(kDebug) << "client region created" << Kv("name", name) << Kv("bytes", bytes);
@@ -108,6 +117,9 @@ void ClientShmRegistry::Erase(std::map<std::string, Entry>::iterator it) {
   // The name goes with the last reference: a request already accepted may still have a worker
   // open the region by name (the in-place path, docs/protocol.md).
   bytes_ -= it->second.region->size();
+  if (auto held = per_client_.find(it->second.client); held != per_client_.end() && --held->second <= 0) {
+    per_client_.erase(held);
+  }
   regions_.erase(it);
 }
 

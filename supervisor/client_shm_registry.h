@@ -34,7 +34,8 @@ class ClientShmRegistry {
   // `group` >= 0: regions are created 0660 and handed to that group (config ipc_group); else 0600.
   ClientShmRegistry(ClientShmConfig config, std::string name_prefix, int group = -1);
 
-  Status Create(uint64_t bytes, TimePoint now, CreatedRegion* out);
+  // A region for `client` (what max_regions_per_client counts by: supervisor/client_quota.h).
+  Status Create(uint64_t bytes, const std::string& client, TimePoint now, CreatedRegion* out);
   Status Release(const std::string& token);
   // The region `token` names, after checking that [offset, offset + bytes) lies inside it;
   // refreshes its idle time. Errors name `where` (e.g. "inputs[0].shm").
@@ -54,6 +55,7 @@ class ClientShmRegistry {
   struct Entry {
     std::shared_ptr<ipc::SharedRegion> region;
     TimePoint last_used;
+    std::string client;
   };
   void Erase(std::map<std::string, Entry>::iterator it);
 
@@ -61,6 +63,7 @@ class ClientShmRegistry {
   std::string prefix_;
   int group_;
   std::map<std::string, Entry> regions_;  // by token
+  std::map<std::string, int> per_client_;  // live regions of each client that has any
   uint64_t bytes_ = 0;
   uint64_t next_name_ = 0;
   uint64_t created_ = 0;

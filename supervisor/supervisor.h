@@ -91,7 +91,7 @@ class Supervisor {
 
   // Helpers.
   void AcceptJob(std::vector<zmq::message_t>& frames);
-  void RunShmCommand(PendingRequest& request, const ShmCommand& command);
+  void RunShmCommand(PendingRequest& request, const ShmCommand& command, const std::string& client);
   // Security set-up of Start (supervisor_security.cc).
   Status SecureSockets();
   Status ApplyIpcGroup();

@@ -217,7 +217,7 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
   Status s = ParseJob(frames, payload, served_configs_, clock_.Now(), &request, &served,
                       config_.limits.request, client_shm_.get(), &command);
   if (s.ok() && command.op != RequestOp::kInfer) {
-    RunShmCommand(request, command);
+    RunShmCommand(request, command, ClientKey(request.identity, frames[payload], curve_.started()));
     return;
   }
   Model* model = served < served_index_.size() ? &models_[served_index_[served]] : nullptr;
@@ -245,7 +245,8 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
   }
 }
 
-void Supervisor::RunShmCommand(PendingRequest& request, const ShmCommand& command) {
+void Supervisor::RunShmCommand(PendingRequest& request, const ShmCommand& command,
+                               const std::string& client) {
   if (command.op == RequestOp::kShmRelease) {
     Status s = client_shm_->Release(command.region);
     Reply(request, s.ok() ? MakeShmReleasedReply(request.id) : MakeErrorReply(request.id, s),
@@ -254,7 +255,7 @@ void Supervisor::RunShmCommand(PendingRequest& request, const ShmCommand& comman
   }
   CreatedRegion created;
   Status s = draining_ ? Unavailable("the farm is draining and accepts no new requests")
-                       : client_shm_->Create(command.bytes, clock_.Now(), &created);
+                       : client_shm_->Create(command.bytes, client, clock_.Now(), &created);
   Reply(request,
         s.ok() ? MakeShmCreatedReply(request.id, created.token, created.name, created.bytes)
                : MakeErrorReply(request.id, s),

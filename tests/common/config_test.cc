@@ -254,11 +254,13 @@ TEST(ConfigTest, ClientShmKeysAndDefaults) {
   EXPECT_EQ(defaults.client_shm.max_region_bytes, uint64_t{1} << 30);
   EXPECT_EQ(defaults.client_shm.max_total_bytes, uint64_t{4} << 30);
   EXPECT_EQ(defaults.client_shm.max_regions, 64);
+  EXPECT_EQ(defaults.client_shm.max_regions_per_client, 16);
   EXPECT_EQ(defaults.client_shm.idle_timeout_s, 600);
 
   json j = MinimalConfig();
   j["client_shm"] = {{"enabled", false}, {"in_place", false}, {"max_region_bytes", 4096},
-                     {"max_total_bytes", 8192}, {"max_regions", 2}, {"idle_timeout_s", 5}};
+                     {"max_total_bytes", 8192}, {"max_regions", 2}, {"max_regions_per_client", 1},
+                     {"idle_timeout_s", 5}};
   FarmConfig c;
   ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
   EXPECT_FALSE(c.client_shm.enabled);
@@ -266,6 +268,7 @@ TEST(ConfigTest, ClientShmKeysAndDefaults) {
   EXPECT_EQ(c.client_shm.max_region_bytes, 4096u);
   EXPECT_EQ(c.client_shm.max_total_bytes, 8192u);
   EXPECT_EQ(c.client_shm.max_regions, 2);
+  EXPECT_EQ(c.client_shm.max_regions_per_client, 1);
   EXPECT_EQ(c.client_shm.idle_timeout_s, 5);
 
   j["client_shm"] = {{"max_regions", 0}};

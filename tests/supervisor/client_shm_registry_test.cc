@@ -36,7 +36,7 @@ class ClientShmRegistryTest : public ::testing::Test {
 TEST_F(ClientShmRegistryTest, CreatesAPrivateZeroFilledObjectWhoseNameHidesTheToken) {
   ClientShmRegistry registry(config_, prefix_);
   CreatedRegion created;
-  ASSERT_TRUE(registry.Create(4096, t0_, &created).ok());
+  ASSERT_TRUE(registry.Create(4096, "c", t0_, &created).ok());
   EXPECT_EQ(created.token.size(), 32u);
   EXPECT_EQ(created.name.find(created.token), std::string::npos);
   EXPECT_EQ(created.name.rfind("/" + prefix_, 0), 0u) << created.name;
@@ -55,7 +55,7 @@ TEST_F(ClientShmRegistryTest, CreatesAPrivateZeroFilledObjectWhoseNameHidesTheTo
 TEST_F(ClientShmRegistryTest, ReleaseRemovesTheNameOnceNoRequestHoldsTheRegion) {
   ClientShmRegistry registry(config_, prefix_);
   CreatedRegion created;
-  ASSERT_TRUE(registry.Create(4096, t0_, &created).ok());
+  ASSERT_TRUE(registry.Create(4096, "c", t0_, &created).ok());
   std::shared_ptr<ipc::SharedRegion> held;
   ASSERT_TRUE(registry.Resolve(created.token, 0, 8, "x", t0_, &held).ok());
   held->data()[0] = 42;
@@ -78,7 +78,7 @@ TEST_F(ClientShmRegistryTest, ReleaseRemovesTheNameOnceNoRequestHoldsTheRegion) 
 TEST_F(ClientShmRegistryTest, RangesMustLieInsideTheRegion) {
   ClientShmRegistry registry(config_, prefix_);
   CreatedRegion created;
-  ASSERT_TRUE(registry.Create(4096, t0_, &created).ok());
+  ASSERT_TRUE(registry.Create(4096, "c", t0_, &created).ok());
   std::shared_ptr<ipc::SharedRegion> region;
   EXPECT_TRUE(registry.Resolve(created.token, 4000, 96, "x", t0_, &region).ok());
   Status s = registry.Resolve(created.token, 4000, 97, "output_shm", t0_, &region);
@@ -92,26 +92,42 @@ TEST_F(ClientShmRegistryTest, RangesMustLieInsideTheRegion) {
 TEST_F(ClientShmRegistryTest, LimitsNameTheirKey) {
   ClientShmRegistry registry(config_, prefix_);
   CreatedRegion a, b, c, d;
-  Status s = registry.Create((1 << 20) + 1, t0_, &a);
+  Status s = registry.Create((1 << 20) + 1, "c", t0_, &a);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_THAT(s.message(), HasSubstr("client_shm.max_region_bytes"));
-  ASSERT_TRUE(registry.Create(1 << 20, t0_, &a).ok());
-  s = registry.Create(1 << 20, t0_, &b);
+  ASSERT_TRUE(registry.Create(1 << 20, "c", t0_, &a).ok());
+  s = registry.Create(1 << 20, "c", t0_, &b);
   EXPECT_THAT(s.message(), HasSubstr("client_shm.max_total_bytes"));
-  ASSERT_TRUE(registry.Create(4096, t0_, &b).ok());
-  ASSERT_TRUE(registry.Create(4096, t0_, &c).ok());
-  s = registry.Create(4096, t0_, &d);
+  ASSERT_TRUE(registry.Create(4096, "c", t0_, &b).ok());
+  ASSERT_TRUE(registry.Create(4096, "c", t0_, &c).ok());
+  s = registry.Create(4096, "c", t0_, &d);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_THAT(s.message(), HasSubstr("client_shm.max_regions"));
   ASSERT_TRUE(registry.Release(b.token).ok());
-  EXPECT_TRUE(registry.Create(4096, t0_, &d).ok());
+  EXPECT_TRUE(registry.Create(4096, "c", t0_, &d).ok());
+}
+
+TEST_F(ClientShmRegistryTest, OneClientCannotTakeEveryRegion) {
+  config_.max_regions = 10;
+  config_.max_regions_per_client = 2;
+  ClientShmRegistry registry(config_, prefix_);
+  CreatedRegion a, b, c;
+  ASSERT_TRUE(registry.Create(4096, "greedy", t0_, &a).ok());
+  ASSERT_TRUE(registry.Create(4096, "greedy", t0_, &b).ok());
+  Status s = registry.Create(4096, "greedy", t0_, &c);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("this client already holds 2 regions"));
+  EXPECT_THAT(s.message(), HasSubstr("client_shm.max_regions_per_client"));
+  EXPECT_TRUE(registry.Create(4096, "polite", t0_, &c).ok()) << "other clients still get theirs";
+  ASSERT_TRUE(registry.Release(a.token).ok());
+  EXPECT_TRUE(registry.Create(4096, "greedy", t0_, &a).ok()) << "a release gives the slot back";
 }
 
 TEST_F(ClientShmRegistryTest, IdleRegionsExpireAndUseKeepsThemAlive) {
   ClientShmRegistry registry(config_, prefix_);
   CreatedRegion used, idle;
-  ASSERT_TRUE(registry.Create(4096, t0_, &used).ok());
-  ASSERT_TRUE(registry.Create(4096, t0_, &idle).ok());
+  ASSERT_TRUE(registry.Create(4096, "c", t0_, &used).ok());
+  ASSERT_TRUE(registry.Create(4096, "c", t0_, &idle).ok());
   std::shared_ptr<ipc::SharedRegion> region;
   ASSERT_TRUE(registry.Resolve(used.token, 0, 1, "x", t0_ + std::chrono::seconds(6), &region).ok());
   region.reset();
@@ -128,7 +144,7 @@ TEST_F(ClientShmRegistryTest, DisabledRefusesEverything) {
   config_.enabled = false;
   ClientShmRegistry registry(config_, prefix_);
   CreatedRegion created;
-  Status s = registry.Create(4096, t0_, &created);
+  Status s = registry.Create(4096, "c", t0_, &created);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("client_shm.enabled"));
 }
@@ -137,7 +153,7 @@ TEST_F(ClientShmRegistryTest, DestructionRemovesEveryName) {
   CreatedRegion created;
   {
     ClientShmRegistry registry(config_, prefix_);
-    ASSERT_TRUE(registry.Create(4096, t0_, &created).ok());
+    ASSERT_TRUE(registry.Create(4096, "c", t0_, &created).ok());
   }
   EXPECT_NE(::access(DevShm(created.name).c_str(), F_OK), 0);
 }
@@ -151,7 +167,7 @@ class ShmIntakeTest : public ClientShmRegistryTest {
     pair.inputs = {TensorSpec{DType::kFloat32, {-1, 2}}, TensorSpec{DType::kInt64, {-1}}};
     pair.slot_bytes = 4096;
     models_ = {pair};
-    EXPECT_TRUE(registry_.Create(8192, t0_, &created_).ok());
+    EXPECT_TRUE(registry_.Create(8192, "c", t0_, &created_).ok());
   }
 
   Status Run(const std::string& header, const std::vector<size_t>& data_sizes,
