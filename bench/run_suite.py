@@ -294,11 +294,20 @@ class Suite:
                 farm_steps = self.bench(farm.endpoint, "identity", shape, [1, 64], farm.admin,
                                         farm.servers())
                 result.setdefault("memory", farm.memory())
+            # The latency configuration: the worker polls its ring for 300 us after answering
+            # instead of sleeping at once (instances[].idle_spin_us; it costs throughput at c=64
+            # on 2 cores, so it is not the default).
+            spin_model = model_entry("identity", identity, shape, self.args.identity_workers, 64)
+            spin_model["instances"][0]["idle_spin_us"] = 300
+            with Farm(self, "identity-spin-" + transport, [spin_model], transport) as farm:
+                farm_spin = self.bench(farm.endpoint, "identity", shape, [1], farm.admin,
+                                       farm.servers())
             nobatch = model_entry("identity", identity, shape, self.args.identity_workers, 1)
             with Farm(self, "identity-nobatch-" + transport, [nobatch], transport) as farm:
                 farm_off = self.bench(farm.endpoint, "identity", shape, [64], farm.admin,
                                       farm.servers())
-            result[transport] = {"echo": echo, "farm": farm_steps, "farm_nobatch": farm_off}
+            result[transport] = {"echo": echo, "farm": farm_steps, "farm_nobatch": farm_off,
+                                 "farm_spin": farm_spin}
         self.results["overhead"] = result
 
     def throughput_models(self):

@@ -40,8 +40,11 @@ def _overhead_section(s):
     for transport in ("ipc", "tcp"):
         x = o[transport]
         for label, key in (("bare ZeroMQ echo", "echo_c1"), ("farm", "farm_c1"),
+                           ("farm, worker idle_spin_us 300", "farm_c1_spin"),
                            ("bare ZeroMQ echo", "echo_c64"), ("farm, batching on (max 64)", "farm_c64"),
                            ("farm, batching off", "farm_c64_nobatch")):
+            if key not in x:
+                continue
             st = x[key]
             rows.append([label, transport, st["concurrency"], _f(st["ok_per_s"]), _lat(st),
                          _f(st.get("mean_batch_size"), 2), _cpu(st), st["cmd"]])
@@ -57,6 +60,12 @@ def _overhead_section(s):
                     "per request than the echo (1/throughput)." % (
                         transport, x["added_us_p50"], x["added_us_p99"], x["p50_ratio"],
                         x["added_us_per_request_c64"]))
+        if "farm_c1_spin" in x:
+            text.append("  With the worker polling its ring for 300 us after answering "
+                        "(`instances[].idle_spin_us`, the latency configuration; off by default "
+                        "because on 2 shared cores it costs throughput at c=64) the round trip "
+                        "is %.2fx the echo's p50 (%.0f us)." % (
+                            x["p50_ratio_spin"], x["farm_c1_spin"]["latency_us"]["p50"]))
     g = o["generator"]
     text.append("- **Generator headroom**: against the echo the generator reaches %s req/s, %.1fx the "
                 "farm's best %s req/s (target >= 3x). Its own cost is %.1f CPU us per request at c=64 "

@@ -76,7 +76,7 @@ Status ParseInstance(const json& j, const std::string& where, InstanceConfig* ou
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
   Status s = CheckKeys(j, where, {"device", "count", "threads", "cores", "fallback",
                                  "gpu_failures_before_fallback", "precision", "streams",
-                                 "cudnn_benchmark", "pin_memory"});
+                                 "cudnn_benchmark", "pin_memory", "idle_spin_us"});
   if (!s.ok()) return s;
   InstanceConfig inst;
   if (s = GetString(j, "device", where, false, &inst.device); !s.ok()) return s;
@@ -114,6 +114,7 @@ Status ParseInstance(const json& j, const std::string& where, InstanceConfig* ou
   }
   if (s = GetBool(j, "cudnn_benchmark", where, &inst.cudnn_benchmark); !s.ok()) return s;
   if (s = GetBool(j, "pin_memory", where, &inst.pin_memory); !s.ok()) return s;
+  if (s = GetInt(j, "idle_spin_us", where, 0, 100'000, &inst.idle_spin_us); !s.ok()) return s;
   if (auto c = j.find("cores"); c != j.end()) {
     if (!c->is_array()) return InvalidArgument(where + ".cores: expected an array of core numbers");
     for (const auto& core : *c) {

@@ -25,7 +25,8 @@ std::vector<std::string> WorkerLaunchArgs::ToArgv(const std::string& worker_bina
                                    "--heartbeat-ms", std::to_string(heartbeat_ms),
                                    "--log-level", log_level,
                                    "--precision", precision,
-                                   "--streams", std::to_string(streams)};
+                                   "--streams", std::to_string(streams),
+                                   "--idle-spin-us", std::to_string(idle_spin_us)};
   if (cudnn_benchmark) argv.push_back("--cudnn-benchmark");
   if (!pin_memory) argv.push_back("--no-pin-memory");
   if (!warmup.empty()) {
@@ -61,6 +62,7 @@ Status WorkerLaunchArgs::Parse(int argc, char** argv, WorkerLaunchArgs* out) {
   app.add_option("--precision", a.precision)->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app.add_option("--streams", a.streams)->check(CLI::Range(1, 16));
   app.add_flag("--cudnn-benchmark", a.cudnn_benchmark);
+  app.add_option("--idle-spin-us", a.idle_spin_us)->check(CLI::Range(0, 100'000));
   bool no_pin = false;
   app.add_flag("--no-pin-memory", no_pin);
   app.add_option("--warmup", a.warmup);

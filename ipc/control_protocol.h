@@ -69,6 +69,7 @@ struct WorkerLaunchArgs {
   int streams = 1;
   bool cudnn_benchmark = false;
   bool pin_memory = true;
+  int idle_spin_us = 0;
   std::string warmup;  // JSON (common/config.h, WarmupToJson); empty: no warm-up
 
   std::vector<std::string> ToArgv(const std::string& worker_binary) const;

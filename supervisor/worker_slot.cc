@@ -85,6 +85,7 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now) {
   args.heartbeat_ms = context.heartbeat_ms;
   args.log_level = context.log_level;
   args.warmup = warmup_json_;
+  args.idle_spin_us = instance_.idle_spin_us;
   const bool on_gpu = device_.rfind("cuda", 0) == 0;
   if (on_gpu) {
     args.precision = instance_.precision;

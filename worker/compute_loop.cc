@@ -21,6 +21,15 @@ constexpr int kDoorbellWaitMs = 100;
 // safety net, not a code path in normal operation).
 constexpr auto kFullRingSleep = std::chrono::milliseconds(1);
 
+// A spin-wait hint to the core (and to a hyperthread sibling).
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // TorchScript interpreter errors put a TorchScript traceback before the actual error line; keep
 // the error line first so it survives truncation to the slot's message field.
 std::string ForwardErrorText(std::string text) {
@@ -101,6 +110,7 @@ ComputeStats ComputeLoop::stats() const {
   stats.h2d_us = h2d_us_.load(std::memory_order_relaxed);
   stats.compute_us = compute_us_.load(std::memory_order_relaxed);
   stats.d2h_us = d2h_us_.load(std::memory_order_relaxed);
+  stats.spin_hits = spin_hits_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mutex_);
   stats.device = device_report_;
   return stats;
@@ -288,12 +298,28 @@ void ComputeLoop::Serve() {
     // before the request was made is then answered by the pass below.
     const auto mode = static_cast<StopMode>(stop_mode_.load());
     if (mode == StopMode::kAbandon) return;
-    if (mode == StopMode::kNone) request_doorbell_->Wait(kDoorbellWaitMs);
+    if (mode == StopMode::kNone && !SpinForRequest()) request_doorbell_->Wait(kDoorbellWaitMs);
     // Drain before emptying the ring, so a ring that arrives during the pass wakes the next Wait.
     request_doorbell_->Drain();
     if (!AnswerPendingRequests()) return;
     if (mode == StopMode::kFinishRing) return;
   }
+}
+
+bool ComputeLoop::SpinForRequest() {
+  // Only right after work: an idle worker sleeps. On this 2-core host a wake-up from the
+  // doorbell cost more than the rest of the worker's part of an identity round trip
+  // (bench/analysis.md, "Round-trip latency at c=1").
+  if (config_.idle_spin_us <= 0 || launches_ == launches_at_last_sleep_) return false;
+  launches_at_last_sleep_ = launches_;
+  const auto until = Clock::now() + std::chrono::microseconds(config_.idle_spin_us);
+  const ipc::SpscRing requests = segment_->request_ring();
+  while (requests.Front() == nullptr) {
+    if (Clock::now() >= until || Abandoned()) return false;
+    CpuRelax();
+  }
+  spin_hits_.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 bool ComputeLoop::AnswerPendingRequests() {

@@ -57,6 +57,8 @@ struct ComputeLoopConfig {
   AcceleratorOptions accelerator;
   // One forward per entry (one spec per model input, zero-filled) before the load is reported.
   std::vector<std::vector<TensorSpec>> warmup;
+  // After a pass that answered something, poll the ring this long before sleeping (config.h).
+  int idle_spin_us = 0;
   FaultPlan faults;  // tests only (TORCHFARM_FAULT)
 };
 
@@ -81,6 +83,7 @@ struct ComputeStats {
   uint64_t h2d_us = 0;
   uint64_t compute_us = 0;
   uint64_t d2h_us = 0;
+  uint64_t spin_hits = 0;  // requests found by the idle spin (no doorbell wake-up needed)
   DeviceReport device;  // as of the last answered batch (or the load)
 };
 
@@ -161,6 +164,9 @@ class ComputeLoop {
   // Into the response slot, or into the client region the request names (in place).
   Status WriteOutputs(const std::vector<at::Tensor>& tensors, const uint8_t* request,
                       uint8_t* response);
+  // Polls the request ring for up to idle_spin_us after a pass that launched work; true when a
+  // request arrived (no doorbell wait needed).
+  bool SpinForRequest();
   // Unmaps client regions that are gone (ClientRegionCache::Trim), at most once a second.
   void TrimClientRegions();
   // Maps a client region for the batch being launched; released when the batch completes.
@@ -178,6 +184,7 @@ class ComputeLoop {
   const ComputeLoopConfig config_;
   ipc::WorkerSegment* const segment_;
   ipc::ClientRegionCache client_regions_;  // compute thread only
+  uint64_t launches_at_last_sleep_ = 0;    // SpinForRequest: spin once per pass that did work
   std::vector<ipc::SharedRegion*> launch_regions_;  // acquired by the batch being launched
   TimePoint next_region_trim_{};
   const ipc::Doorbell* const request_doorbell_;
@@ -203,6 +210,7 @@ class ComputeLoop {
   std::atomic<uint64_t> h2d_us_{0};
   std::atomic<uint64_t> compute_us_{0};
   std::atomic<uint64_t> d2h_us_{0};
+  std::atomic<uint64_t> spin_hits_{0};
   std::atomic<bool> finished_{false};
 
   mutable std::mutex mutex_;

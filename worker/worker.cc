@@ -86,6 +86,7 @@ bool Worker::Setup(int* exit_code) {
   config.accelerator.streams = args_.streams;
   config.accelerator.cudnn_benchmark = args_.cudnn_benchmark;
   config.accelerator.pin_memory = args_.pin_memory;
+  config.idle_spin_us = args_.idle_spin_us;
   if (!args_.warmup.empty()) {
     status = WarmupFromJson(args_.warmup, &config.warmup);
     if (!status.ok()) {

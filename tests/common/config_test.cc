@@ -203,7 +203,7 @@ TEST(ConfigTest, GpuInstanceKeysAndMpsAreRead) {
   j["models"][0]["instances"] = json::parse(R"([
       {"device": "cuda:0", "count": 4, "precision": "fp16", "streams": 3, "cudnn_benchmark": true,
        "pin_memory": false},
-      {"device": "cpu", "precision": "bf16"}])");
+      {"device": "cpu", "precision": "bf16", "idle_spin_us": 250}])");
   FarmConfig c;
   ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
   EXPECT_EQ(c.gpu.mps, "required");
@@ -216,6 +216,7 @@ TEST(ConfigTest, GpuInstanceKeysAndMpsAreRead) {
   EXPECT_TRUE(gpu.cudnn_benchmark);
   EXPECT_FALSE(gpu.pin_memory);
   EXPECT_EQ(c.models[0].instances[1].precision, "bf16");
+  EXPECT_EQ(c.models[0].instances[1].idle_spin_us, 250);
   EXPECT_FALSE(c.models[0].instances[1].is_gpu());
 
   FarmConfig defaults;

@@ -44,6 +44,7 @@ class ComputeLoopTest : public ::testing::Test {
   }
 
   std::string precision_ = "fp32";
+  int idle_spin_us_ = 0;
   std::vector<std::vector<TensorSpec>> warmup_;
   AcceleratorOptions accelerator_;
 
@@ -70,6 +71,7 @@ class ComputeLoopTest : public ::testing::Test {
     config.model_path = model_path;
     config.device = device;
     config.precision = precision_;
+    config.idle_spin_us = idle_spin_us_;
     config.warmup = warmup_;
     config.accelerator = accelerator_;
     EXPECT_TRUE(FaultPlan::Parse(faults, /*worker_id=*/0, /*generation=*/0, &config.faults).ok());
@@ -86,7 +88,8 @@ class ComputeLoopTest : public ::testing::Test {
   }
 
   // Writes one request slot the way the supervisor does and rings the doorbell.
-  void Submit(uint64_t batch_id, const std::vector<at::Tensor>& inputs) {
+  // `ring` false leaves the doorbell alone (a worker that polls its ring finds it anyway).
+  void Submit(uint64_t batch_id, const std::vector<at::Tensor>& inputs, bool ring = true) {
     uint8_t* slot = segment_->request_ring().TryReserve();
     ASSERT_NE(slot, nullptr);
     ipc::SlotHeader* header = ipc::SlotHeaderOf(slot);
@@ -103,7 +106,7 @@ class ComputeLoopTest : public ::testing::Test {
       offset += tensor.nbytes();
     }
     segment_->request_ring().Publish();
-    request_doorbell_.Ring();
+    if (ring) request_doorbell_.Ring();
   }
 
   Response Await() {

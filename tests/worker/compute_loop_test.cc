@@ -148,6 +148,23 @@ TEST_F(ComputeLoopTest, LoadFailureIsReported) {
   EXPECT_TRUE(loop_->finished());
 }
 
+TEST_F(ComputeLoopTest, IdleSpinFindsTheNextRequestWithoutTheDoorbell) {
+  idle_spin_us_ = 100'000;  // the most the config allows: a generous window on a loaded host
+  std::string path = Save("Identity", "def forward(self, x):\n    return x\n");
+  ASSERT_EQ(Start(path).state, LoadState::kLoaded);
+  Submit(1, {torch::full({1}, 1.0f)});
+  ASSERT_EQ(Await().status, Code(StatusCode::kOk));
+  EXPECT_EQ(loop_->stats().spin_hits, 0u) << "the first request came through the doorbell";
+  Submit(2, {torch::full({1}, 2.0f)}, /*ring=*/false);
+  Response response = Await();
+  ASSERT_EQ(response.status, Code(StatusCode::kOk)) << response.message;
+  EXPECT_EQ(response.outputs.at(0).item<float>(), 2.0f);
+  EXPECT_EQ(loop_->stats().spin_hits, 1u) << "found by polling right after the first answer";
+  // Spinning never holds up a stop.
+  loop_->RequestStop(StopMode::kAbandon);
+  EXPECT_TRUE(loop_->JoinFor(std::chrono::seconds(5)));
+}
+
 TEST_F(ComputeLoopTest, StopFinishesWhatIsInTheRing) {
   std::string path = Save("Identity", "def forward(self, x):\n    return x\n");
   ASSERT_EQ(Start(path).state, LoadState::kLoaded);
