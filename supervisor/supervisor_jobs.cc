@@ -64,7 +64,7 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
   // The segment's own capacity: a reload may have changed slot_bytes for the next launch.
   const uint64_t capacity = slot.responses()->segment().data_capacity();
   // The worker wrote the outputs into the client's region itself (ipc/shm_layout.h, in place).
-  const bool outputs_in_place = batch.in_place && batch.outputs_in_place;
+  const bool outputs_in_place = batch.outputs_in_place;
   for (uint32_t i = 0; failure.ok() && i < header->tensor_count && i < ipc::kMaxTensors; ++i) {
     TensorSpec spec;
     const ipc::TensorDesc& desc = header->tensors[i];

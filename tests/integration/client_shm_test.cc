@@ -40,6 +40,18 @@ json Model(const std::string& name, int max_batch, int64_t delay_us = 0) {
 
 bool DevShmHas(const std::string& name) { return ::access(("/dev/shm" + name).c_str(), F_OK) == 0; }
 
+void StartReady(Farm& farm) {
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+}
+
+// A client region as the test sees it: its token, its name and the test's own mapping.
+struct Region {
+  std::string token;
+  std::string name;
+  std::unique_ptr<ipc::SharedRegion> map;
+};
+
 // A DEALER client that speaks the shared-memory part of the protocol by hand.
 class ShmClient {
  public:
@@ -65,14 +77,16 @@ class ShmClient {
     return json::parse(frames[0].to_string_view(), nullptr, false);
   }
 
-  // Creates a region and maps it; the region's {token, name}.
-  std::pair<std::string, std::string> Create(uint64_t bytes, std::unique_ptr<ipc::SharedRegion>* map) {
+  // Creates a region and maps it (map is null when that failed).
+  Region Create(uint64_t bytes) {
     json reply = Call({{"v", 1}, {"id", 0}, {"op", "shm_create"}, {"bytes", bytes}});
     EXPECT_EQ(reply.value("status", ""), "ok") << reply.dump();
-    if (reply.value("status", "") != "ok") return {};
-    std::string name = reply["shm"]["name"];
-    EXPECT_TRUE(ipc::SharedRegion::Open(name, map).ok());
-    return {reply["shm"]["region"], name};
+    Region region;
+    if (reply.value("status", "") != "ok") return region;
+    region.token = reply["shm"]["region"];
+    region.name = reply["shm"]["name"];
+    EXPECT_TRUE(ipc::SharedRegion::Open(region.name, &region.map).ok());
+    return region;
   }
 
   static json Infer(uint64_t id, const std::string& model, const std::string& token,
@@ -114,11 +128,9 @@ class ClientShmRoundTrip : public ::testing::TestWithParam<bool> {};
 TEST_P(ClientShmRoundTrip, EveryByteComesBackAndReleaseLeavesNothing) {
   const bool in_place = GetParam();
   Farm farm(json::array({Model("identity", 1)}), {{"client_shm", {{"in_place", in_place}}}});
-  ASSERT_TRUE(farm.Start());
-  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  ASSERT_NO_FATAL_FAILURE(StartReady(farm));
   ShmClient client(farm.endpoint());
-  std::unique_ptr<ipc::SharedRegion> map;
-  auto [token, name] = client.Create(2 * kBytes + 4096, &map);
+  auto [token, name, map] = client.Create(2 * kBytes + 4096);
   ASSERT_TRUE(map);
   for (uint64_t id = 1; id <= 12; ++id) {
     // Inputs at an unaligned (but float-aligned) offset; outputs after them.
@@ -155,16 +167,14 @@ INSTANTIATE_TEST_SUITE_P(InPlaceAndThroughTheRing, ClientShmRoundTrip, ::testing
 
 TEST(ClientShm, BatchedRequestsEachGetTheirOwnRows) {
   Farm farm(json::array({Model("identity", 8, 50'000)}));
-  ASSERT_TRUE(farm.Start());
-  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  ASSERT_NO_FATAL_FAILURE(StartReady(farm));
   constexpr int kClients = 6, kRounds = 4;
   std::vector<std::thread> threads;
   std::atomic<int> exact{0};
   for (int c = 0; c < kClients; ++c) {
     threads.emplace_back([&, c] {
       ShmClient client(farm.endpoint());
-      std::unique_ptr<ipc::SharedRegion> map;
-      auto [token, name] = client.Create(2 * kBytes, &map);
+      auto [token, name, map] = client.Create(2 * kBytes);
       if (!map) return;
       for (int k = 0; k < kRounds; ++k) {
         Fill(map->data(), c * 100 + k);
@@ -188,11 +198,9 @@ TEST(ClientShm, BatchedRequestsEachGetTheirOwnRows) {
 
 TEST(ClientShm, WorkerKilledMidRequestRunsItAgainInPlace) {
   Farm farm(json::array({Model("slow", 1)}));
-  ASSERT_TRUE(farm.Start());
-  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  ASSERT_NO_FATAL_FAILURE(StartReady(farm));
   ShmClient client(farm.endpoint());
-  std::unique_ptr<ipc::SharedRegion> map;
-  auto [token, name] = client.Create(2 * kBytes, &map);
+  auto [token, name, map] = client.Create(2 * kBytes);
   ASSERT_TRUE(map);
   Fill(map->data(), 7, /*first=*/10000);  // slow: about 0.4-1 s of matmuls
   std::vector<pid_t> pids = farm.WorkerPids();
@@ -217,11 +225,9 @@ TEST(ClientShm, WorkerKilledMidRequestRunsItAgainInPlace) {
 
 TEST(ClientShm, OutputRangeOverlappingTheInputStillGetsTheInputsBytes) {
   Farm farm(json::array({Model("identity", 1)}));
-  ASSERT_TRUE(farm.Start());
-  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  ASSERT_NO_FATAL_FAILURE(StartReady(farm));
   ShmClient client(farm.endpoint());
-  std::unique_ptr<ipc::SharedRegion> map;
-  auto [token, name] = client.Create(2 * kBytes, &map);
+  auto [token, name, map] = client.Create(2 * kBytes);
   ASSERT_TRUE(map);
   Fill(map->data(), 3);
   std::vector<uint8_t> expected(map->data(), map->data() + kBytes);
@@ -236,11 +242,9 @@ TEST(ClientShm, OutputRangeOverlappingTheInputStillGetsTheInputsBytes) {
 
 TEST(ClientShm, AClientThatTruncatesItsRegionFailsOnlyItsOwnRequest) {
   Farm farm(json::array({Model("identity", 1)}));
-  ASSERT_TRUE(farm.Start());
-  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  ASSERT_NO_FATAL_FAILURE(StartReady(farm));
   ShmClient client(farm.endpoint());
-  std::unique_ptr<ipc::SharedRegion> map;
-  auto [token, name] = client.Create(2 * kBytes, &map);
+  auto [token, name, map] = client.Create(2 * kBytes);
   ASSERT_TRUE(map);
   Fill(map->data(), 4);
   ASSERT_EQ(::truncate(("/dev/shm" + name).c_str(), 4096), 0);
@@ -250,8 +254,7 @@ TEST(ClientShm, AClientThatTruncatesItsRegionFailsOnlyItsOwnRequest) {
       << reply.dump();
   // The farm is unharmed: the worker never touched the region, the next client is served.
   ShmClient other(farm.endpoint());
-  std::unique_ptr<ipc::SharedRegion> good;
-  auto [good_token, good_name] = other.Create(2 * kBytes, &good);
+  auto [good_token, good_name, good] = other.Create(2 * kBytes);
   ASSERT_TRUE(good);
   Fill(good->data(), 5);
   reply = other.Call(ShmClient::Infer(2, "identity", good_token, 0, kBytes));
@@ -264,12 +267,10 @@ TEST(ClientShm, AClientThatTruncatesItsRegionFailsOnlyItsOwnRequest) {
 
 TEST(ClientShm, SupervisorExitRemovesEveryRegion) {
   Farm farm(json::array({Model("identity", 1)}));
-  ASSERT_TRUE(farm.Start());
-  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  ASSERT_NO_FATAL_FAILURE(StartReady(farm));
   ShmClient client(farm.endpoint());
-  std::unique_ptr<ipc::SharedRegion> a, b;
-  std::string first = client.Create(4096, &a).second;
-  std::string second = client.Create(8192, &b).second;
+  Region a = client.Create(4096), b = client.Create(8192);
+  const std::string first = a.name, second = b.name;
   ASSERT_TRUE(DevShmHas(first) && DevShmHas(second));
   EXPECT_EQ(farm.Stop(), 0);
   EXPECT_FALSE(DevShmHas(first));

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import zmq
 
@@ -27,6 +28,16 @@ sys.path.insert(0, str(REPO / "clients" / "python"))
 
 # Each dtype gets its own identity model entry: a model declares one dtype per input.
 IDENTITY_DTYPES = ["float32", "float64", "int64", "int32", "uint8", "bool", "float16"]
+
+
+def random_array(rng: np.random.Generator, dtype: str, shape=(3, 5)) -> np.ndarray:
+    """Random values of `dtype` over its whole range (floats: standard normal)."""
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dtype.startswith("float"):
+        return rng.standard_normal(shape).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
 
 
 @dataclass

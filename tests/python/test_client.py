@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import torchfarm
-from conftest import IDENTITY_DTYPES
+from conftest import IDENTITY_DTYPES, random_array
 
 RNG = np.random.default_rng(8)
 
@@ -21,12 +21,7 @@ def client(farm):
 
 
 def _random(dtype: str, shape=(3, 5)) -> np.ndarray:
-    if dtype == "bool":
-        return RNG.integers(0, 2, size=shape).astype(bool)
-    if dtype.startswith("float"):
-        return RNG.standard_normal(shape).astype(dtype)
-    info = np.iinfo(dtype)
-    return RNG.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    return random_array(RNG, dtype, shape)
 
 
 @pytest.mark.parametrize("dtype", IDENTITY_DTYPES)

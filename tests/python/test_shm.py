@@ -19,19 +19,14 @@ import zmq
 import torchfarm
 from torchfarm import _wire
 from torchfarm.shm import ShmOutput, ShmRegion, ShmTensor, map_region
-from conftest import IDENTITY_DTYPES
+from conftest import IDENTITY_DTYPES, random_array
 
 RNG = np.random.default_rng(11)
 _names = itertools.count()
 
 
 def _random(dtype: str, shape=(3, 5)) -> np.ndarray:
-    if dtype == "bool":
-        return RNG.integers(0, 2, size=shape).astype(bool)
-    if dtype.startswith("float"):
-        return RNG.standard_normal(shape).astype(dtype)
-    info = np.iinfo(dtype)
-    return RNG.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    return random_array(RNG, dtype, shape)
 
 
 def _in_region(array: np.ndarray, region: ShmRegion) -> bool:

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "supervisor/job_intake.h"
+#include "tests/supervisor/job_intake_fixture.h"
 
 namespace torchfarm {
 namespace {
@@ -171,18 +172,10 @@ class ShmIntakeTest : public ClientShmRegistryTest {
   }
 
   Status Run(const std::string& header, const std::vector<size_t>& data_sizes,
-             PendingRequest* request, ShmCommand* command = nullptr,
-             ClientShmRegistry* registry = nullptr) {
-    std::vector<zmq::message_t> frames;
-    frames.emplace_back(std::string("client"));
-    frames.emplace_back(header);
-    for (size_t n : data_sizes) frames.emplace_back(n);
-    size_t start = 0;
-    EXPECT_TRUE(SplitEnvelope(frames, request, &start));
-    size_t index = 0;
+             PendingRequest* request, ShmCommand* command = nullptr) {
     ShmCommand unused;
-    return ParseJob(frames, start, models_, t0_, request, &index, RequestLimits{},
-                    registry ? registry : &registry_, command ? command : &unused);
+    return RunJob(models_, header, data_sizes, request, nullptr,
+                  JobContext{RequestLimits{}, &registry_, command ? command : &unused, t0_});
   }
 
   std::string Token() const { return created_.token; }
@@ -231,13 +224,7 @@ TEST_F(ShmIntakeTest, BadReferencesAreRefusedWithTheirField) {
   EXPECT_THAT(s.message(), HasSubstr("run past the end of the region (8192 bytes)"));
   r = PendingRequest{};
   // Without a registry (or disabled) any reference is refused, naming the config key.
-  std::vector<zmq::message_t> frames;
-  frames.emplace_back(std::string("client"));
-  frames.emplace_back(input(R"({"region":")" + Token() + R"(","offset":0})"));
-  frames.emplace_back(size_t{8});
-  size_t start = 0, index = 0;
-  ASSERT_TRUE(SplitEnvelope(frames, &r, &start));
-  s = ParseJob(frames, start, models_, t0_, &r, &index);
+  s = RunJob(models_, input(R"({"region":")" + Token() + R"(","offset":0})"), {8}, &r);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("client_shm.enabled"));
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "supervisor/job_intake.h"
+#include "tests/supervisor/job_intake_fixture.h"
 
 namespace torchfarm {
 namespace {
@@ -22,14 +23,7 @@ class JobIntakeLimitsTest : public ::testing::Test {
 
   Status Run(const std::string& header, const std::vector<size_t>& data_sizes,
              const RequestLimits& limits, PendingRequest* request) {
-    std::vector<zmq::message_t> frames;
-    frames.emplace_back(std::string("client"));
-    frames.emplace_back(header);
-    for (size_t n : data_sizes) frames.emplace_back(n);
-    size_t start = 0;
-    EXPECT_TRUE(SplitEnvelope(frames, request, &start));
-    size_t index = 0;
-    return ParseJob(frames, start, models_, TimePoint{}, request, &index, limits);
+    return RunJob(models_, header, data_sizes, request, nullptr, JobContext{limits});
   }
 
   std::vector<ModelConfig> models_;

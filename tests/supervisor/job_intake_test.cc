@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "supervisor/job_intake.h"
+#include "tests/supervisor/job_intake_fixture.h"
 
 namespace torchfarm {
 namespace {
@@ -23,16 +24,7 @@ class JobIntakeTest : public ::testing::Test {
   // frames: identity, header, data...
   Status Run(const std::string& header, const std::vector<size_t>& data_sizes,
              PendingRequest* request, size_t* model = nullptr) {
-    std::vector<zmq::message_t> frames;
-    frames.emplace_back(std::string("client"));
-    frames.emplace_back(header);
-    for (size_t n : data_sizes) frames.emplace_back(n);
-    size_t start = 0;
-    EXPECT_TRUE(SplitEnvelope(frames, request, &start));
-    size_t index = 0;
-    Status s = ParseJob(frames, start, models_, TimePoint{}, request, &index);
-    if (model) *model = index;
-    return s;
+    return RunJob(models_, header, data_sizes, request, model);
   }
 
   std::vector<ModelConfig> models_;
