@@ -210,7 +210,7 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
   Status s = CheckKeys(j, where,
                        {"name", "path", "inputs", "instances", "max_batch_size",
                         "max_queue_delay_us", "preferred_batch_sizes", "max_queue_size",
-                        "max_inflight_per_worker", "priority_levels", "slot_bytes", "ring_slots",
+                        "max_queue_wait_ms", "max_inflight_per_worker", "priority_levels", "slot_bytes", "ring_slots",
                         "hang_timeout_ms", "warmup"});
   if (!s.ok()) return s;
   ModelConfig m;
@@ -249,6 +249,8 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
   if (s = GetInt(j, "max_queue_delay_us", where, 0, 60'000'000, &m.max_queue_delay_us); !s.ok())
     return s;
   if (s = GetInt(j, "max_queue_size", where, 1, 10'000'000, &m.max_queue_size); !s.ok()) return s;
+  if (s = GetInt(j, "max_queue_wait_ms", where, 0, 86'400'000, &m.max_queue_wait_ms); !s.ok())
+    return s;
   if (s = GetInt(j, "max_inflight_per_worker", where, 1, 64, &m.max_inflight_per_worker); !s.ok())
     return s;
   if (s = GetInt(j, "priority_levels", where, 1, 16, &m.priority_levels); !s.ok()) return s;
@@ -297,7 +299,7 @@ static Status ParseRestart(const json& j, RestartConfig* out) {
   const std::string where = "config.restart";
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
   Status s = CheckKeys(j, where, {"initial_backoff_ms", "max_backoff_ms", "max_restarts",
-                                  "window_ms", "healthy_after_ms"});
+                                  "window_ms", "healthy_after_ms", "failed_retry_ms"});
   if (!s.ok()) return s;
   RestartConfig r;
   if (s = GetInt(j, "initial_backoff_ms", where, 0, 3'600'000, &r.initial_backoff_ms); !s.ok()) return s;
@@ -305,6 +307,7 @@ static Status ParseRestart(const json& j, RestartConfig* out) {
   if (s = GetInt(j, "max_restarts", where, 0, 1'000'000, &r.max_restarts); !s.ok()) return s;
   if (s = GetInt(j, "window_ms", where, 1, 86'400'000, &r.window_ms); !s.ok()) return s;
   if (s = GetInt(j, "healthy_after_ms", where, 0, 86'400'000, &r.healthy_after_ms); !s.ok()) return s;
+  if (s = GetInt(j, "failed_retry_ms", where, 1'000, 86'400'000, &r.failed_retry_ms); !s.ok()) return s;
   *out = r;
   return Status::Ok();
 }

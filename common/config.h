@@ -48,6 +48,9 @@ struct ModelConfig {
   int64_t max_queue_delay_us = 0;    // how long the oldest request may wait for company
   std::vector<int64_t> preferred_batch_sizes;
   int64_t max_queue_size = 1024;     // queued requests beyond which new ones are refused
+  // A request queued this long is answered UNAVAILABLE (its client's timeout_ms, when shorter,
+  // answers DEADLINE_EXCEEDED first); it waits this long for a restarting worker. 0: forever.
+  int64_t max_queue_wait_ms = 30'000;
   int max_inflight_per_worker = 2;   // batches a worker may hold in its ring
   int priority_levels = 1;
   // Shared-memory geometry of each worker of this model.
@@ -83,13 +86,16 @@ struct ClientShmConfig {
   bool in_place = true;
 };
 
-// Restart limits in the manner of Erlang/OTP supervisors.
+// Restart backoff and limits (supervisor/restart_policy.h).
 struct RestartConfig {
   int64_t initial_backoff_ms = 100;  // doubled after each failure, plus up to 25% jitter
-  int64_t max_backoff_ms = 30'000;
-  int max_restarts = 5;              // more restarts than this within window_ms: slot failed
+  int64_t max_backoff_ms = 5'000;
+  // Start failures (exits before ready) beyond this many within window_ms mark the slot failed;
+  // kills and crashes after ready never do (supervisor/restart_policy.h).
+  int max_restarts = 5;
   int64_t window_ms = 60'000;
   int64_t healthy_after_ms = 10'000;  // a worker ready this long resets the backoff
+  int64_t failed_retry_ms = 300'000;  // a failed slot is launched again after this cool-down
 };
 
 // CURVE on the job socket (and on a loopback TCP admin socket); docs/security.md.

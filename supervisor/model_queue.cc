@@ -121,18 +121,28 @@ size_t ModelQueue::PreferredPrefix(const std::deque<PendingRequest>& level,
 std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap) {
   std::deque<PendingRequest>* level = HighestLevel();
   if (!level) return {};
-  const int64_t max_rows = std::max<int64_t>(1, std::min(policy_.max_batch_size, row_cap));
+  // Whether a batch is due is decided on max_batch_size alone; the cap only sizes it.
+  const int64_t max_rows = std::max<int64_t>(1, policy_.max_batch_size);
   int64_t rows = 0;
   std::vector<size_t> picked = Candidates(*level, max_rows, &rows);
   const PendingRequest& head = level->front();
   bool alone = !head.batchable || head.rows >= max_rows;
   bool full = rows >= max_rows;
   bool waited = now - head.received >= Micros(policy_.max_queue_delay_us);
-  if (!alone && !full && !waited) {
+  // The rest of a due batch that a cap split goes as soon as a worker can take it.
+  bool rest_of_split = split_rows_left_ > 0;
+  if (!alone && !full && !waited && !rest_of_split) {
     size_t prefix = PreferredPrefix(*level, picked);
     if (prefix == 0) return {};
     picked.resize(prefix);
+    rows = 0;
+    for (size_t index : picked) rows += (*level)[index].rows;
   }
+  const int64_t due_rows = rows;
+  const int64_t capped = std::max<int64_t>(1, row_cap);
+  if (!alone && capped < rows) picked = Candidates(*level, capped, &rows);
+  split_rows_left_ = rest_of_split ? std::max<int64_t>(0, split_rows_left_ - rows)
+                                   : due_rows - rows;
   std::vector<PendingRequest> batch;
   batch.reserve(picked.size());
   for (size_t index : picked) {
@@ -187,6 +197,7 @@ std::vector<PendingRequest> ModelQueue::TakeAll() {
   }
   size_ = 0;
   rows_ = 0;
+  split_rows_left_ = 0;
   earliest_deadline_ = TimePoint::max();
   return all;
 }

@@ -51,9 +51,9 @@ class ModelQueue {
   // their order. Never refused: they were accepted already.
   void PushFront(std::vector<PendingRequest> requests);
 
-  // The next batch to send now, or empty when nothing is due (see NextDue). `row_cap` lowers
-  // max_batch_size for this batch; a batch that reaches it counts as full and goes at once (the
-  // supervisor caps batches to split the queue over several idle workers).
+  // The next batch to send now, or empty when nothing is due (see NextDue). Whether a batch is
+  // due is decided on max_batch_size; `row_cap` then limits its rows (the supervisor caps batches
+  // to split a due queue over several workers, supervisor/dispatch_planner.h).
   std::vector<PendingRequest> TakeBatch(TimePoint now, int64_t row_cap = INT64_MAX);
   // Rows (dim 0) of every queued request.
   int64_t queued_rows() const { return rows_; }
@@ -86,6 +86,8 @@ class ModelQueue {
   // A lower bound of the earliest deadline queued (max: none), so the loop scans the queue for
   // expired requests only when one may have expired, not on every turn.
   TimePoint earliest_deadline_ = TimePoint::max();
+  // Rows of the last due batch a row cap left in the queue: they are due too.
+  int64_t split_rows_left_ = 0;
 };
 
 }  // namespace torchfarm

@@ -38,6 +38,7 @@ struct PendingRequest {
   uint64_t slot_bytes = 0;  // bytes this request takes in a ring slot (64-byte aligned tensors)
   TimePoint received{};
   TimePoint deadline = TimePoint::max();
+  bool deadline_is_queue_wait = false;  // `deadline` is max_queue_wait_ms, not the client's timeout
   int priority = 0;
   int attempts = 0;  // times this request was handed to a worker that then died
   std::string client;       // ClientKey: what limits.max_queued_per_client counts by

@@ -56,6 +56,7 @@ Status Supervisor::Start() {
   if (Status s = lock_.Acquire(config_.run_dir); !s.ok()) return s;
   RemoveStaleFiles(config_.run_dir);
   if (Status s = signals_.Open({SIGCHLD, SIGTERM, SIGINT, SIGHUP}); !s.ok()) return s;
+  if (Status s = timer_.Open(); !s.ok()) return s;
   ::signal(SIGPIPE, SIG_IGN);
   ipc::InstallBusGuard();  // a client that truncates its region fails its request, not the farm
 
@@ -126,6 +127,7 @@ int Supervisor::Run() {
   enum class Source { kResponses, kOutput };
   std::vector<zmq::pollitem_t> items;
   std::vector<std::pair<WorkerSlot*, Source>> owners;
+  constexpr size_t kFixedItems = 5;  // jobs, control, admin, signals, timer
   while (!done_) {
     items.clear();
     owners.clear();
@@ -133,6 +135,7 @@ int Supervisor::Run() {
     items.push_back({static_cast<void*>(control_), 0, ZMQ_POLLIN, 0});
     items.push_back({static_cast<void*>(admin_), 0, ZMQ_POLLIN, 0});
     items.push_back({nullptr, signals_.fd(), ZMQ_POLLIN, 0});
+    items.push_back({nullptr, timer_.fd(), ZMQ_POLLIN, 0});
     for (auto& slot : slots_) {
       if (slot->response_fd() >= 0) {
         items.push_back({nullptr, slot->response_fd(), ZMQ_POLLIN, 0});
@@ -145,52 +148,79 @@ int Supervisor::Run() {
     }
     const size_t zap_item = items.size();
     if (curve_.started()) items.push_back({curve_.socket_handle(), 0, ZMQ_POLLIN, 0});
-    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(PollTimeoutMs()));
-    if (zap_item < items.size() && (items[zap_item].revents & ZMQ_POLLIN)) curve_.HandleRequests();
-
-    for (size_t i = 0; i < owners.size(); ++i) {
-      if (!(items[4 + i].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) continue;
-      if (owners[i].second == Source::kOutput) HandleWorkerOutput(*owners[i].first);
+    Guarded("timer", [&] { timer_.ArmAt(NextWakeUp()); });
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
+    if (items[4].revents & ZMQ_POLLIN) timer_.Acknowledge();
+    if (zap_item < items.size() && (items[zap_item].revents & ZMQ_POLLIN)) {
+      Guarded("zap", [&] { curve_.HandleRequests(); });
     }
-    if (items[3].revents & ZMQ_POLLIN) HandleSignals();
+
+    // Each duty is one delegation inside its own barrier: a bug in one (a malformed control
+    // message, an allocation failure) is logged and the loop carries on serving.
     for (size_t i = 0; i < owners.size(); ++i) {
-      if (owners[i].second == Source::kResponses && (items[4 + i].revents & ZMQ_POLLIN)) {
-        HandleResponses(*owners[i].first);
+      if (!(items[kFixedItems + i].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) continue;
+      if (owners[i].second == Source::kOutput) {
+        Guarded("worker output", [&] { HandleWorkerOutput(*owners[i].first); });
       }
     }
-    if (items[1].revents & ZMQ_POLLIN) HandleControl();
-    if (items[0].revents & ZMQ_POLLIN) HandleJobs();
-    if (items[2].revents & ZMQ_POLLIN) HandleAdmin();
-    ExpireDeadlines();
-    CheckWorkerLiveness();
-    RestartDueSlots();
-    Dispatch();
-    ReleasePinnedReplies();
-    RetireIdleSlots();
-    DrainStep();
-    Housekeeping();
+    if (items[3].revents & ZMQ_POLLIN) Guarded("signals", [&] { HandleSignals(); });
+    for (size_t i = 0; i < owners.size(); ++i) {
+      if (owners[i].second == Source::kResponses && (items[kFixedItems + i].revents & ZMQ_POLLIN)) {
+        Guarded("responses", [&] { HandleResponses(*owners[i].first); });
+      }
+    }
+    if (items[1].revents & ZMQ_POLLIN) Guarded("control", [&] { HandleControl(); });
+    if (items[0].revents & ZMQ_POLLIN) Guarded("jobs", [&] { HandleJobs(); });
+    if (items[2].revents & ZMQ_POLLIN) Guarded("admin", [&] { HandleAdmin(); });
+    Guarded("deadlines", [&] { ExpireDeadlines(); });
+    Guarded("liveness", [&] { CheckWorkerLiveness(); });
+    Guarded("restarts", [&] { RestartDueSlots(); });
+    Guarded("dispatch", [&] { Dispatch(); });
+    Guarded("pinned replies", [&] { ReleasePinnedReplies(); });
+    Guarded("retire", [&] { RetireIdleSlots(); });
+    Guarded("drain", [&] { DrainStep(); });
+    Guarded("housekeeping", [&] { Housekeeping(); });
   }
   CleanUp();
   TF_LOG(kInfo) << "supervisor stopped";
   return 0;
 }
 
-int Supervisor::PollTimeoutMs() const {
+template <typename Duty>
+void Supervisor::Guarded(const char* duty, Duty&& run) {
+  try {
+    run();
+  } catch (const std::exception& e) {
+    TF_LOG(kError) << "loop duty failed; the supervisor carries on" << Kv("duty", duty)
+                   << Kv("error", e.what());
+  }
+}
+
+TimePoint Supervisor::NextWakeUp() const {
   TimePoint now = clock_.Now();
+  // A safety net: every deadline below is exact, but a wake-up now and then costs nothing.
   TimePoint next = std::min(now + kMaxPollTimeout, notifier_.next_watchdog());
+  next = std::min(next, next_housekeeping_);
   // Zero-copy replies still in libzmq free their slots without waking the loop: look again soon.
   if (response_rings_.HasPins()) next = std::min(next, now + kPinnedReplyPoll);
+  if (draining_) next = std::min(next, stopping_workers_ ? stop_deadline_ : drain_deadline_);
   for (const auto& model : models_) {
+    if (auto deadline = model.queue.NextDeadline()) next = std::min(next, *deadline);
     // A batch that comes due while every worker of its model is full cannot go anyway; waking
     // for it would spin the loop (a finishing worker rings its doorbell, which wakes us).
     bool can_dispatch = std::any_of(model.slots.begin(), model.slots.end(),
                                     [&](size_t i) { return slots_[i]->CanAccept(); });
     if (!can_dispatch) continue;
-    if (auto due = model.queue.NextDue(); due && *due < next) next = *due;
+    if (auto due = model.queue.NextDue()) next = std::min(next, *due);
   }
-  auto ms = std::chrono::duration_cast<Millis>(next - now).count();
-  // Round sub-millisecond waits up so a batch delay never degenerates into a busy loop.
-  return static_cast<int>(std::clamp<int64_t>(ms + (next > now ? 1 : 0), 0, kMaxPollTimeout.count()));
+  const auto heartbeat_limit = Millis(config_.heartbeat_ms) * ipc::kLivenessHeartbeats;
+  for (const auto& slot : slots_) {
+    // Restarts wait while the farm drains (RestartDueSlots); their deadline would spin the loop.
+    if (draining_ && slot->pid() <= 0) continue;
+    Millis hang_limit(models_[slot->model_index()].config.hang_timeout_ms);
+    next = std::min(next, slot->NextDeadline(heartbeat_limit, hang_limit));
+  }
+  return std::max(next, now);
 }
 
 void Supervisor::HandleSignals() {
@@ -249,15 +279,15 @@ void Supervisor::DrainStep() {
 void Supervisor::StopWorkers() {
   stopping_workers_ = true;
   notifier_.Stopping();
-  stop_deadline_ = clock_.Now() + kStopGrace;
+  const TimePoint now = clock_.Now();
+  stop_deadline_ = now + kStopGrace;
   for (auto& slot : slots_) {
-    if (slot->pid() <= 0) {
-      slot->TransitionTo(SlotState::kStopped, "farm stopping");
-      continue;
+    if (slot->pid() > 0) {
+      control_.send(zmq::buffer(ipc::WorkerRoutingId(slot->id(), slot->generation())),
+                    zmq::send_flags::sndmore);
+      control_.send(zmq::str_buffer(R"({"type":"stop"})"), zmq::send_flags::none);
     }
-    control_.send(zmq::buffer(ipc::WorkerRoutingId(slot->id(), slot->generation())), zmq::send_flags::sndmore);
-    control_.send(zmq::str_buffer(R"({"type":"stop"})"), zmq::send_flags::none);
-    slot->TransitionTo(SlotState::kStopping, "farm stopping");
+    slot->BeginShutdown(now);
   }
 }
 

@@ -4,10 +4,11 @@
 // (ROUTER, JSON commands), the signalfd, the run_dir lock, one ModelQueue per model and the table
 // of WorkerSlots. Never links LibTorch and never holds a CUDA context.
 //
-// Loop:  poll(job, control, admin, signals, every worker's response doorbell; timeout = next timer)
+// Loop:  poll(job, control, admin, signals, timerfd armed to NextWakeUp, every worker's doorbell)
 //          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> HandleAdmin
 //          -> HandleWorkerOutput -> ExpireDeadlines -> CheckWorkerLiveness -> RestartDueSlots
 //          -> Dispatch -> ReleasePinnedReplies -> RetireIdleSlots -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
+// each inside its own exception barrier (Guarded): a failing duty is logged, the loop goes on.
 //
 // Every accepted request is answered exactly once: with its result, or with an error code.
 #pragma once
@@ -27,6 +28,7 @@
 #include "supervisor/client_quota.h"
 #include "supervisor/client_shm_registry.h"
 #include "supervisor/curve_authenticator.h"
+#include "supervisor/dispatch_planner.h"
 #include "supervisor/metrics_exporter.h"
 #include "supervisor/model_queue.h"
 #include "supervisor/model_stats.h"
@@ -34,6 +36,7 @@
 #include "supervisor/process_stats.h"
 #include "supervisor/run_dir_lock.h"
 #include "supervisor/service_notifier.h"
+#include "supervisor/loop_timer.h"
 #include "supervisor/signal_fd.h"
 #include "supervisor/worker_slot.h"
 
@@ -70,17 +73,22 @@ class Supervisor {
     ModelStats stats;
     std::vector<size_t> slots;  // indices into slots_ (retired slots are removed)
     bool removed = false;       // dropped by a reload: serves its queue, accepts nothing new
-    double batch_compute_us = 0;  // moving average of a batch's compute time
+    BatchCostModel cost;          // a batch's compute time against its rows (dispatch_planner.h)
   };
 
   // Event handlers, in loop order.
   void HandleSignals();
   void HandleResponses(WorkerSlot& slot);
   void HandleControl();
+  void OnControlMessage(WorkerSlot& slot, const std::string& routing, const nlohmann::json& message);
   void HandleJobs();
   void HandleAdmin();
   void HandleWorkerOutput(WorkerSlot& slot);
   void ExpireDeadlines();
+  // "workers: 1 ready, 1 restarting": what an UNAVAILABLE answer tells the client.
+  std::string WorkerSummary(const Model& model) const;
+  // Caps a request's time in the queue at the model's max_queue_wait_ms.
+  static void ApplyQueueWait(const ModelConfig& config, PendingRequest* request);
   void CheckWorkerLiveness();
   void RestartDueSlots();
   void Dispatch();
@@ -114,9 +122,16 @@ class Supervisor {
   bool ModelAvailable(const Model& model) const;
   WorkerSlot* FindSlotByRoutingId(const std::string& routing_id);
   WorkerSlot* PickSlot(const Model& model);
+  // Estimated cost of the batches `slot` holds, in the model's measured microseconds.
+  double Backlog(const Model& model, const WorkerSlot& slot) const;
+  // Rows the next batch for `chosen` may take (dispatch_planner.h).
+  int64_t BatchRowsFor(const Model& model, const WorkerSlot& chosen) const;
   // Answers (with the reason) and removes the requests whose client truncated a region they use.
   void FailShrunkRegions(Model& model, std::vector<PendingRequest>* requests);
-  int PollTimeoutMs() const;
+  // The earliest batch delay, deadline, restart, liveness or housekeeping time.
+  TimePoint NextWakeUp() const;
+  template <typename Duty>
+  void Guarded(const char* duty, Duty&& run);
   nlohmann::json HealthJson() const;
   nlohmann::json StatsJson();
   nlohmann::json WorkerJson(WorkerSlot& slot, TimePoint now);
@@ -154,6 +169,7 @@ class Supervisor {
   std::unique_ptr<ClientShmRegistry> client_shm_;
   uint64_t shm_in_place_batches_ = 0;  // handed to workers naming client regions (no ring copy)
   SignalFd signals_;
+  LoopTimer timer_;
   RunDirLock lock_;
 
   std::vector<Model> models_;
@@ -167,6 +183,7 @@ class Supervisor {
   std::map<pid_t, ProcessSample> process_samples_;
   std::vector<std::unique_ptr<WorkerSlot>> slots_;
   uint64_t next_batch_id_ = 1;
+  double dispatch_us_ = 0;  // moving average of the supervisor's own work per batch dispatched
 
   bool draining_ = false;
   bool exit_after_drain_ = true;  // false for an admin drain: stay up, not ready

@@ -127,6 +127,9 @@ json Supervisor::WorkerJson(WorkerSlot& slot, TimePoint now) {
           {"generation", slot.generation()},
           {"uptime_s", uptime},
           {"restarts", slot.restarts()},
+          {"restart_in_ms", slot.RestartDue(TimePoint::max())
+                                ? json(std::max<int64_t>(0, ToMicros(slot.restart_at() - now) / 1000))
+                                : json(nullptr)},
           {"last_exit", slot.last_exit()},
           {"failure_reason", slot.failure_reason()},
           {"requests", slot.requests_done},

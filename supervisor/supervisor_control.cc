@@ -72,8 +72,7 @@ void Supervisor::AddSlot(size_t model_index, const InstanceConfig& instance) {
 void Supervisor::RetireSlot(WorkerSlot& slot, const std::string& why) {
   TF_LOG(kInfo) << "retiring worker" << Kv("worker", slot.id()) << Kv("model", slot.model_name())
                 << Kv("why", why);
-  slot.BeginRetire();
-  if (slot.pid() <= 0) slot.TransitionTo(SlotState::kStopped, why);
+  slot.BeginRetire(why);
 }
 
 json Supervisor::Drain() {
@@ -98,7 +97,7 @@ json Supervisor::RestartWorker(int worker_id) {
     return Error("worker " + std::to_string(worker_id) + " is " + SlotStateName(slot.state()) +
                  "; only a starting or ready worker can be restarted");
   }
-  slot.BeginGracefulRestart();
+  slot.BeginGracefulRestart("restart requested over the admin socket");
   return Ok("worker " + std::to_string(worker_id) + " will be replaced after its " +
             std::to_string(slot.inflight()) + " batch(es) in flight");
 }
@@ -125,7 +124,7 @@ json Supervisor::Scale(const std::string& name, int count) {
 }
 
 void Supervisor::AddModel(const ModelConfig& config) {
-  models_.push_back(Model{config, ModelQueue(BatchingPolicyFor(config)), ModelStats(clock_.Now()), {}});
+  models_.push_back(Model{config, ModelQueue(BatchingPolicyFor(config)), ModelStats(clock_.Now()), {}, false, BatchCostModel()});
   size_t index = models_.size() - 1;
   for (const auto& instance : ExpandInstances(config, AvailableCores())) AddSlot(index, instance);
 }
@@ -164,7 +163,7 @@ json Supervisor::Reload() {
       bool changed = replace || !SameInstance(slot.instance(), instance);
       slot.UpdateConfig(m, instance);
       if (changed && (slot.state() == SlotState::kReady || slot.state() == SlotState::kStarting)) {
-        slot.BeginGracefulRestart();
+        slot.BeginGracefulRestart("config reloaded");
       }
     }
     json scaled = Scale(m.name, static_cast<int>(wanted.size()));
@@ -202,7 +201,7 @@ json Supervisor::Reload() {
 
 void Supervisor::RetireIdleSlots() {
   for (auto& slot : slots_) {
-    if (slot->TakeStopRequest()) {
+    if (slot->TakeStopRequest(clock_.Now())) {
       control_.send(zmq::buffer(ipc::WorkerRoutingId(slot->id(), slot->generation())),
                     zmq::send_flags::sndmore);
       control_.send(zmq::str_buffer(R"({"type":"stop"})"), zmq::send_flags::none);
@@ -270,7 +269,7 @@ void Supervisor::Housekeeping() {
     }
     if (metrics_) {
       metrics_->QueueDepth(model.config.name, model.queue.size());
-      for (const char* state : {"starting", "ready", "stopping", "restarting", "failed", "stopped"}) {
+      for (const char* state : {"starting", "ready", "draining", "stopping", "restarting", "failed", "stopped"}) {
         metrics_->Workers(model.config.name, state, states[state]);
       }
     }

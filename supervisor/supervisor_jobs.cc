@@ -46,7 +46,7 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
   slot.rows_done += static_cast<uint64_t>(batch.rows);
   slot.requests_done += batch.requests.size();
   model.stats.RecordBatch(batch.rows);
-  model.batch_compute_us = 0.8 * model.batch_compute_us + 0.2 * static_cast<double>(header->compute_us);
+  model.cost.Observe(batch.rows, static_cast<double>(header->compute_us));
   if (metrics_) metrics_->Batch(model.config.name, batch.rows);
 
   Status failure;
@@ -231,6 +231,7 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
     }
     s = Unavailable("model '" + model->config.name + "' has no live worker: " + reason);
   }
+  if (s.ok()) ApplyQueueWait(model->config, &request);
   if (s.ok() && !model->queue.Push(request)) {
     s = ResourceExhausted("queue of model '" + model->config.name + "' is full (" +
                           std::to_string(model->queue.policy().max_queue_size) +
@@ -242,6 +243,15 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
       if (metrics_) metrics_->RequestDone(model->config.name, s.code());
     }
     ReplyError(request, s);
+  }
+}
+
+void Supervisor::ApplyQueueWait(const ModelConfig& config, PendingRequest* request) {
+  if (config.max_queue_wait_ms <= 0) return;
+  const TimePoint limit = request->received + Millis(config.max_queue_wait_ms);
+  if (limit < request->deadline) {
+    request->deadline = limit;
+    request->deadline_is_queue_wait = true;
   }
 }
 
@@ -266,43 +276,77 @@ void Supervisor::ExpireDeadlines() {
   TimePoint now = clock_.Now();
   for (auto& model : models_) {
     for (auto& r : model.queue.TakeExpired(now)) {
-      FailRequest(model, r, Status(StatusCode::kDeadlineExceeded,
-                           "timeout_ms expired after " +
-                               std::to_string(ToMicros(now - r.received) / 1000) +
-                               " ms in the queue of model '" + model.config.name + "'"));
+      const std::string waited = std::to_string(ToMicros(now - r.received) / 1000) + " ms";
+      if (r.deadline_is_queue_wait) {
+        FailRequest(model, r, Unavailable("no worker of model '" + model.config.name +
+                                          "' took this request within max_queue_wait_ms (" +
+                                          std::to_string(model.config.max_queue_wait_ms) +
+                                          " ms); " + WorkerSummary(model)));
+      } else {
+        FailRequest(model, r, Status(StatusCode::kDeadlineExceeded,
+                                     "timeout_ms expired after " + waited +
+                                         " in the queue of model '" + model.config.name + "'"));
+      }
     }
   }
 }
 
+std::string Supervisor::WorkerSummary(const Model& model) const {
+  std::map<std::string, int> states;
+  for (size_t i : model.slots) ++states[SlotStateName(slots_[i]->state())];
+  std::string out;
+  for (const auto& [state, count] : states) {
+    out += (out.empty() ? "" : ", ") + std::to_string(count) + " " + state;
+  }
+  return "workers: " + (out.empty() ? std::string("none") : out);
+}
+
 WorkerSlot* Supervisor::PickSlot(const Model& model) {
   WorkerSlot* best = nullptr;
+  double best_backlog = 0;
   for (size_t i : model.slots) {
     WorkerSlot* slot = slots_[i].get();
     if (!slot->CanAccept()) continue;
-    if (!best || slot->inflight_rows() < best->inflight_rows()) best = slot;
+    double backlog = Backlog(model, *slot);
+    if (!best || backlog < best_backlog) {
+      best = slot;
+      best_backlog = backlog;
+    }
   }
   return best;
 }
 
+double Supervisor::Backlog(const Model& model, const WorkerSlot& slot) const {
+  // Before the first measurement every row costs the same.
+  return model.cost.known() ? model.cost.fixed_us() * static_cast<double>(slot.inflight()) +
+                                  model.cost.per_row_us() * static_cast<double>(slot.inflight_rows())
+                            : static_cast<double>(slot.inflight_rows());
+}
+
+int64_t Supervisor::BatchRowsFor(const Model& model, const WorkerSlot& chosen) const {
+  SplitInputs in;
+  in.queued_rows = model.queue.queued_rows();
+  in.max_batch_rows = model.config.max_batch_size;
+  in.fixed_us = model.cost.known() ? model.cost.fixed_us() : 0;
+  in.per_row_us = model.cost.known() ? model.cost.per_row_us() : 1;
+  in.dispatch_us = dispatch_us_;
+  for (size_t i : model.slots) {
+    const WorkerSlot& slot = *slots_[i];
+    if (&slot == &chosen) in.chosen = in.workers.size();
+    in.workers.push_back({Backlog(model, slot), slot.CanAccept()});
+  }
+  return PlanBatchRows(in);
+}
+
 void Supervisor::Dispatch() {
-  TimePoint now = clock_.Now();
   for (auto& model : models_) {
     while (!model.queue.empty()) {
       WorkerSlot* slot = PickSlot(model);
       if (!slot) break;
-      // With several workers idle and batches that take long to compute, split the queue over
-      // them instead of giving one worker one big batch while the others wait. Cheap batches
-      // are left whole: there the per-batch overhead, not the compute, is what a split would
-      // multiply (measured: convnet gains from the split, mlp loses).
-      constexpr double kSplitAboveComputeUs = 1000;
-      int64_t idle = std::count_if(model.slots.begin(), model.slots.end(), [&](size_t i) {
-        return slots_[i]->CanAccept() && slots_[i]->inflight() == 0;
-      });
-      int64_t cap = INT64_MAX;
-      if (idle > 1 && model.batch_compute_us > kSplitAboveComputeUs) {
-        cap = (model.queue.queued_rows() + idle - 1) / idle;
-      }
-      std::vector<PendingRequest> requests = model.queue.TakeBatch(now, cap);
+      const TimePoint now = clock_.Now();
+      // Work-conserving: a due queue is split over the workers that can take it when that
+      // finishes it sooner (supervisor/dispatch_planner.h).
+      std::vector<PendingRequest> requests = model.queue.TakeBatch(now, BatchRowsFor(model, *slot));
       if (requests.empty()) break;
       FailShrunkRegions(model, &requests);
       if (requests.empty()) continue;
@@ -314,7 +358,14 @@ void Supervisor::Dispatch() {
       // In place only while regions are owner-only: a region shared with an ipc_group could be
       // truncated or rewritten by another user while the model reads it (docs/security.md).
       const bool in_place = config_.client_shm.in_place && config_.ipc_group.empty();
-      if (slot->Dispatch(std::move(batch), in_place)) ++shm_in_place_batches_;
+      if (!slot->Dispatch(batch, in_place)) {
+        TF_LOG(kError) << "worker ring refused a batch it had room for; requeued"
+                       << Kv("worker", slot->id()) << Kv("batch", batch.batch_id);
+        model.queue.PushFront(std::move(batch.requests));
+        break;
+      }
+      if (slot->last_dispatch_in_place()) ++shm_in_place_batches_;
+      dispatch_us_ += 0.05 * (static_cast<double>(ToMicros(clock_.Now() - now)) - dispatch_us_);
     }
   }
 }
@@ -344,7 +395,7 @@ void Supervisor::ReleasePinnedReplies() {
                      "segment"
                   << Kv("worker", slot->id()) << Kv("pid", slot->pid())
                   << Kv("pinned_slots", slot->responses()->unpopped());
-    slot->BeginGracefulRestart();
+    slot->BeginGracefulRestart("a client stopped reading a zero-copy reply");
   }
 }
 

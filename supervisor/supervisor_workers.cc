@@ -52,14 +52,20 @@ void Supervisor::OnChildExit(pid_t pid, int wait_status) {
     if (slot->pid() != pid) continue;
     bool expected = stopping_workers_ || slot->state() == SlotState::kStopping;
     HandleWorkerOutput(*slot);  // what it printed last (a crash message) comes first
+    // Batches it finished before it died are answered, not re-run: only what is left in the ring
+    // was running or waiting when it died.
+    HandleResponses(*slot);
+    const int running = slot->running_batches();
     auto orphans = slot->OnExit(wait_status, clock_.Now(), options_.restart, stopping_workers_);
     TF_LOG_AT(expected ? LogLevel::kInfo : LogLevel::kWarn) << "worker exited" << Kv("worker", slot->id())
                                      << Kv("pid", pid) << Kv("model", slot->model_name())
                                      << Kv("cause", slot->last_exit())
                                      << Kv("inflight_batches", orphans.size());
-    // Only the oldest batch was running; the ones behind it in the ring never started.
-    for (size_t i = 0; i < orphans.size(); ++i) {
-      Requeue(orphans[i], slot->model_index(), slot->last_exit(), i == 0);
+    // The oldest batches were running (one on a CPU, one per stream on a GPU); the ones behind
+    // them in the ring never started. Requeue in reverse so the queue keeps their order.
+    for (size_t i = orphans.size(); i-- > 0;) {
+      Requeue(orphans[i], slot->model_index(), slot->last_exit(),
+              i < static_cast<size_t>(running));
     }
     if (metrics_ && slot->state() == SlotState::kBackoff && !expected) {
       metrics_->WorkerRestart(slot->model_name());
@@ -99,11 +105,10 @@ void Supervisor::FailModelIfNoWorkers(Model& model) {
 }
 
 bool Supervisor::ModelAvailable(const Model& model) const {
-  for (size_t i : model.slots) {
-    SlotState s = slots_[i]->state();
-    if (s == SlotState::kStarting || s == SlotState::kReady || s == SlotState::kBackoff) return true;
-  }
-  return false;
+  // A restarting worker serves again soon: its model's requests wait for it (up to their
+  // deadline or max_queue_wait_ms). Only failed or stopped workers cannot.
+  return std::any_of(model.slots.begin(), model.slots.end(),
+                     [&](size_t i) { return slots_[i]->MayServeSoon(); });
 }
 
 void Supervisor::HandleControl() {
@@ -117,33 +122,45 @@ void Supervisor::HandleControl() {
       TF_LOG(kDebug) << "control message from an unknown or stale worker dropped" << Kv("from", routing);
       continue;
     }
-    TimePoint now = clock_.Now();
-    slot->OnMessage(now);
-    std::string type = message.value("type", "");
-    if (type == ipc::kMsgHeartbeat) {
-      control_.send(zmq::buffer(routing), zmq::send_flags::sndmore);
-      control_.send(zmq::str_buffer(R"({"type":"ack"})"), zmq::send_flags::none);
-      ReadTelemetry(message, &slot->telemetry);
-    } else if (type == ipc::kMsgHello) {
-      slot->OnHello(now);
-      int version = message.value("layout_version", 0);
-      if (version != static_cast<int>(ipc::kLayoutVersion)) {
-        TF_LOG(kError) << "worker speaks another shared-memory layout; killing it"
-                       << Kv("worker", slot->id()) << Kv("worker_layout", version)
-                       << Kv("supervisor_layout", ipc::kLayoutVersion);
-        ::kill(slot->pid(), SIGKILL);
-      }
-    } else if (type == ipc::kMsgReady && slot->state() == SlotState::kStarting) {
-      slot->telemetry.precision = message.value("precision", "fp32");
-      slot->telemetry.warmup_ms = message.value("warmup_ms", 0.0);
-      slot->OnReady(now, message.value("load_ms", 0.0));
-    } else if (type == ipc::kMsgError) {
-      std::string reason = message.value("message", "unknown error");
-      TF_LOG(kError) << "worker reported an error" << Kv("worker", slot->id())
-                     << Kv("model", slot->model_name()) << Kv("error", reason);
-      if (message.value("fatal", false)) {
-        slot->OnFatalError(reason, message.value("kind", "internal"), now);
-      }
+    try {
+      OnControlMessage(*slot, routing, message);
+    } catch (const json::exception& e) {
+      // A field of the wrong type (json::value throws): drop the message, keep the worker.
+      TF_LOG(kWarn) << "malformed control message dropped" << Kv("worker", slot->id())
+                    << Kv("error", e.what());
+    }
+  }
+}
+
+void Supervisor::OnControlMessage(WorkerSlot& worker, const std::string& routing,
+                                  const json& message) {
+  WorkerSlot* slot = &worker;
+  TimePoint now = clock_.Now();
+  slot->OnMessage(now);
+  std::string type = message.value("type", "");
+  if (type == ipc::kMsgHeartbeat) {
+    control_.send(zmq::buffer(routing), zmq::send_flags::sndmore);
+    control_.send(zmq::str_buffer(R"({"type":"ack"})"), zmq::send_flags::none);
+    ReadTelemetry(message, &slot->telemetry);
+  } else if (type == ipc::kMsgHello) {
+    slot->OnHello(now);
+    int version = message.value("layout_version", 0);
+    if (version != static_cast<int>(ipc::kLayoutVersion)) {
+      TF_LOG(kError) << "worker speaks another shared-memory layout; killing it"
+                     << Kv("worker", slot->id()) << Kv("worker_layout", version)
+                     << Kv("supervisor_layout", ipc::kLayoutVersion);
+      ::kill(slot->pid(), SIGKILL);
+    }
+  } else if (type == ipc::kMsgReady) {
+    slot->telemetry.precision = message.value("precision", "fp32");
+    slot->telemetry.warmup_ms = message.value("warmup_ms", 0.0);
+    slot->OnReady(now, message.value("load_ms", 0.0));
+  } else if (type == ipc::kMsgError) {
+    std::string reason = message.value("message", "unknown error");
+    TF_LOG(kError) << "worker reported an error" << Kv("worker", slot->id())
+                   << Kv("model", slot->model_name()) << Kv("error", reason);
+    if (message.value("fatal", false)) {
+      slot->OnFatalError(reason, message.value("kind", "internal"), now);
     }
   }
 }
@@ -167,6 +184,9 @@ void Supervisor::CheckWorkerLiveness() {
       why = "no heartbeat for " + std::to_string(ToMicros(now - slot->last_heard()) / 1000) + " ms";
     } else if (slot->HangExpired(now, hang_limit)) {
       why = "batch ran longer than hang_timeout_ms (" + std::to_string(hang_limit.count()) + " ms)";
+    } else if (slot->StopExpired(now)) {
+      why = "did not stop within " + std::to_string(WorkerSlot::kStopGrace.count()) +
+            " ms of being asked";
     } else {
       continue;
     }
@@ -174,7 +194,7 @@ void Supervisor::CheckWorkerLiveness() {
                   << Kv("why", why);
     slot->NoteKill("worker hung: " + why);
     ::kill(slot->pid(), SIGKILL);
-    slot->OnMessage(now);  // one kill per silence; the exit arrives through SIGCHLD
+    slot->OnKillSent(now);  // one kill per silence; the exit arrives through SIGCHLD
   }
 }
 
@@ -187,11 +207,12 @@ void Supervisor::RestartDueSlots() {
 }
 
 void Supervisor::LaunchSlot(WorkerSlot& slot) {
-  Status s = slot.Launch(launch_, clock_.Now());
+  Status s = slot.Launch(launch_, clock_.Now(), options_.restart);
   if (!s.ok()) {
-    slot.set_failure_reason(s.message());
-    slot.TransitionTo(SlotState::kFailed, s.message());
-    FailModelIfNoWorkers(models_[slot.model_index()]);
+    // The slot backs off and tries again (restart_policy.h): fork or descriptors running out is
+    // the machine's state, not a reason to stop serving for good.
+    TF_LOG(kError) << "cannot launch worker; will retry" << Kv("worker", slot.id())
+                   << Kv("model", slot.model_name()) << Kv("error", s.message());
   }
 }
 

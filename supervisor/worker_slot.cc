@@ -29,20 +29,11 @@ constexpr int kRequestDoorbellFd = 3;
 constexpr int kResponseDoorbellFd = 4;
 }  // namespace
 
-RestartPolicy RestartPolicy::From(const RestartConfig& config) {
-  RestartPolicy p;
-  p.initial_backoff = Millis(config.initial_backoff_ms);
-  p.max_backoff = Millis(config.max_backoff_ms);
-  p.max_restarts = config.max_restarts;
-  p.window = Millis(config.window_ms);
-  p.healthy_after = Millis(config.healthy_after_ms);
-  return p;
-}
-
 const char* SlotStateName(SlotState state) {
   switch (state) {
     case SlotState::kStarting: return "starting";
     case SlotState::kReady: return "ready";
+    case SlotState::kDraining: return "draining";
     case SlotState::kStopping: return "stopping";
     case SlotState::kBackoff: return "restarting";
     case SlotState::kFailed: return "failed";
@@ -51,15 +42,40 @@ const char* SlotStateName(SlotState state) {
   return "unknown";
 }
 
+bool SlotTransitionAllowed(SlotState from, SlotState to) {
+  using S = SlotState;
+  if (from == to) return true;
+  switch (from) {
+    case S::kStopped: return to == S::kStarting || to == S::kBackoff;  // a failed launch
+    case S::kStarting:
+    case S::kReady:
+    case S::kDraining:
+      return to != S::kStarting && !(from == S::kDraining && to == S::kReady);
+    case S::kStopping: return to == S::kStopped || to == S::kBackoff || to == S::kFailed;
+    case S::kBackoff:
+    case S::kFailed:
+      return to == S::kStarting || to == S::kBackoff || to == S::kFailed || to == S::kStopped;
+  }
+  return false;
+}
+
 WorkerSlot::WorkerSlot(int id, const ModelConfig& model, const InstanceConfig& instance,
                        size_t model_index)
     : id_(id), model_index_(model_index), model_name_(model.name), model_path_(model.path),
       instance_(instance),
       warmup_json_(model.warmup.empty() ? std::string() : WarmupToJson(model.warmup)),
       ring_slots_(model.ring_slots), slot_data_bytes_(model.slot_bytes),
-      max_inflight_(model.max_inflight_per_worker), device_(instance.device) {}
+      max_inflight_(model.max_inflight_per_worker), device_(instance.device),
+      jitter_(static_cast<unsigned>(::getpid()) * 7919u + static_cast<unsigned>(id)) {}
 
 void WorkerSlot::TransitionTo(SlotState next, const std::string& why) {
+  if (!SlotTransitionAllowed(state_, next)) {
+    // A supervisor bug, never a user's doing: say so loudly and keep the old state.
+    TF_LOG(kError) << "refused worker state change" << Kv("worker", id_) << Kv("pid", pid_)
+                   << Kv("from", SlotStateName(state_)) << Kv("to", SlotStateName(next))
+                   << Kv("why", why);
+    return;
+  }
   if (next == state_) return;
   TF_LOG(kInfo) << "worker state" << Kv("worker", id_) << Kv("model", model_name_)
                 << Kv("pid", pid_) << Kv("from", SlotStateName(state_))
@@ -67,7 +83,8 @@ void WorkerSlot::TransitionTo(SlotState next, const std::string& why) {
   state_ = next;
 }
 
-Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now) {
+Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
+                          const RestartPolicy& policy) {
   ++generation_;
   ipc::WorkerLaunchArgs args;
   args.worker_id = id_;
@@ -123,12 +140,22 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now) {
                       &pid_, on_gpu ? context.gpu_env : std::vector<std::string>{});
   }
   if (!s.ok()) {
+    if (segment_) ipc::WorkerSegment::Remove(segment_->name());
     segment_.reset();
     responses_.reset();
     output_.Reset();
+    pid_ = -1;
+    // fork EAGAIN, descriptors or /dev/shm exhausted: the machine's state, not the model's. Back
+    // off and try again like after a kill; never failed for good.
+    failure_reason_ = "launch failed: " + s.message();
+    ExitFacts facts;
+    RestartDecision decision = DecideRestart(policy, facts, now, &history_, &jitter_);
+    restart_at_ = decision.at;
+    TransitionTo(SlotState::kBackoff, failure_reason_ + "; " + decision.why);
     return s;
   }
   output_partial_.clear();
+  reached_ready_ = false;
   stop_sent_ = false;
   restart_requested_ = false;
   last_heard_ = now;
@@ -142,10 +169,67 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now) {
 
 void WorkerSlot::OnReady(TimePoint now, double load_ms) {
   last_heard_ = now;
+  if (reached_ready_) return;  // said twice: the first one counts
   ready_since_ = now;
+  reached_ready_ = true;
   std::ostringstream why;
   why << "model loaded in " << load_ms << " ms";
-  TransitionTo(SlotState::kReady, why.str());
+  // A slot asked to wind down while it started stays draining.
+  if (state_ == SlotState::kStarting) TransitionTo(SlotState::kReady, why.str());
+}
+
+void WorkerSlot::BeginRetire(const std::string& why) {
+  retiring_ = true;
+  if (pid_ <= 0) {
+    TransitionTo(SlotState::kStopped, why);
+  } else if (state_ == SlotState::kStarting || state_ == SlotState::kReady) {
+    TransitionTo(SlotState::kDraining, why);
+  }
+}
+
+void WorkerSlot::BeginGracefulRestart(const std::string& why) {
+  if (pid_ <= 0) return;
+  restart_requested_ = true;
+  if (state_ == SlotState::kStarting || state_ == SlotState::kReady) {
+    TransitionTo(SlotState::kDraining, why);
+  }
+}
+
+void WorkerSlot::BeginShutdown(TimePoint now) {
+  if (pid_ <= 0) {
+    TransitionTo(SlotState::kStopped, "farm stopping");
+    return;
+  }
+  stop_sent_ = true;
+  stop_deadline_ = now + kStopGrace;
+  TransitionTo(SlotState::kStopping, "farm stopping");
+}
+
+TimePoint WorkerSlot::NextDeadline(Clock::duration heartbeat_limit, Millis hang_limit) const {
+  switch (state_) {
+    case SlotState::kBackoff:
+    case SlotState::kFailed:
+      return restart_at_;
+    case SlotState::kStopping:
+      return pid_ > 0 ? stop_deadline_ : TimePoint::max();
+    case SlotState::kStarting:
+    case SlotState::kReady:
+    case SlotState::kDraining: {
+      if (pid_ <= 0) return TimePoint::max();
+      TimePoint next =
+          fatal_reported_ ? fatal_at_ + kStartupGrace
+                          : last_heard_ + (hello_received_ ? heartbeat_limit
+                                                           : Clock::duration(kStartupGrace));
+      if (hang_limit.count() > 0 && !inflight_.empty() && kill_reason_.empty()) {
+        next = std::min(next, front_started_ + hang_limit);
+      }
+      // One tick past the limit: the checks compare with '>'.
+      return next + Micros(1);
+    }
+    case SlotState::kStopped:
+      return TimePoint::max();
+  }
+  return TimePoint::max();
 }
 
 void WorkerSlot::RecycleForMps(const std::string& why) {
@@ -168,7 +252,10 @@ bool WorkerSlot::HangExpired(TimePoint now, Millis limit) const {
 }
 
 bool WorkerSlot::LivenessExpired(TimePoint now, Clock::duration heartbeat_limit) const {
-  if (pid_ <= 0 || (state_ != SlotState::kStarting && state_ != SlotState::kReady)) return false;
+  if (pid_ <= 0 || (state_ != SlotState::kStarting && state_ != SlotState::kReady &&
+                    state_ != SlotState::kDraining)) {
+    return false;
+  }
   if (fatal_reported_) return now - fatal_at_ > kStartupGrace;
   if (!hello_received_) return now - last_heard_ > kStartupGrace;
   return now - last_heard_ > heartbeat_limit;
@@ -177,9 +264,12 @@ bool WorkerSlot::LivenessExpired(TimePoint now, Clock::duration heartbeat_limit)
 bool WorkerSlot::CanAccept() const {
   // Every batch in flight gets a response slot: the worker then never waits for the ring, however
   // long clients take to receive the replies that pin answered slots.
+  // The request ring is counted too: a worker may publish a response before it pops the request
+  // slot, so answered batches can still hold request slots.
   return state_ == SlotState::kReady && !retiring_ && !restart_requested_ &&
          inflight_.size() < static_cast<size_t>(max_inflight_) && responses_ &&
-         inflight_.size() + responses_->unpopped() < responses_->slot_count();
+         inflight_.size() + responses_->unpopped() < responses_->slot_count() && segment_ &&
+         segment_->request_ring().TryReserve() != nullptr;
 }
 
 bool WorkerSlot::CanPinResponse() const {
@@ -194,12 +284,12 @@ bool WorkerSlot::ResponsesStuck(TimePoint now, Clock::duration limit) const {
          responses_->Stuck(now, limit);
 }
 
-bool WorkerSlot::TakeStopRequest() {
-  if (stop_sent_ || !(retiring_ || restart_requested_) || pid_ <= 0 || !inflight_.empty()) return false;
+bool WorkerSlot::TakeStopRequest(TimePoint now) {
+  if (stop_sent_ || state_ != SlotState::kDraining || pid_ <= 0 || !inflight_.empty()) return false;
   // ROUTER drops messages to a peer that has not connected yet: wait for its hello.
   if (!hello_received_) return false;
-  if (state_ != SlotState::kReady && state_ != SlotState::kStarting) return false;
   stop_sent_ = true;
+  stop_deadline_ = now + kStopGrace;
   TransitionTo(SlotState::kStopping, retiring_ ? "retiring" : "graceful restart");
   return true;
 }
@@ -272,10 +362,11 @@ bool NameClientRegions(const PendingRequest& r, ipc::SlotHeader* header) {
 
 }  // namespace
 
-bool WorkerSlot::Dispatch(InflightBatch batch, bool shm_in_place) {
+bool WorkerSlot::Dispatch(InflightBatch& batch, bool shm_in_place) {
+  if (!segment_) return false;
   ipc::SpscRing ring = segment_->request_ring();
   uint8_t* slot = ring.TryReserve();
-  // CanAccept() bounds in-flight batches by max_inflight_per_worker <= ring_slots.
+  if (!slot) return false;  // CanAccept() said yes; the ring disagrees: a failed dispatch
   ipc::SlotHeader* header = ipc::SlotHeaderOf(slot);
   uint8_t* data = ipc::SlotData(slot);
   header->batch_id = batch.batch_id;
@@ -326,9 +417,19 @@ bool WorkerSlot::Dispatch(InflightBatch batch, bool shm_in_place) {
   ring.Publish();
   request_bell_.Ring();
   if (inflight_.empty()) front_started_ = batch.dispatched;
-  const bool in_place = batch.in_place;
   inflight_.push_back(std::move(batch));
-  return in_place;
+  return true;
+}
+
+void WorkerSlot::ReleaseProcess() {
+  // The name goes now; the mapping stays while zero-copy replies still point into it (the
+  // PinnedRingKeeper holds it), and the last reference unmaps it.
+  if (segment_) ipc::WorkerSegment::Remove(segment_->name());
+  segment_.reset();
+  responses_.reset();
+  request_bell_ = ipc::Doorbell();
+  response_bell_ = ipc::Doorbell();
+  pid_ = -1;
 }
 
 std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,
@@ -339,74 +440,62 @@ std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,
   std::vector<InflightBatch> orphans(std::make_move_iterator(inflight_.begin()),
                                      std::make_move_iterator(inflight_.end()));
   inflight_.clear();
-  // The name goes now; the mapping stays while zero-copy replies still point into it (the
-  // PinnedRingKeeper holds it), and the last reference unmaps it.
-  if (segment_) ipc::WorkerSegment::Remove(segment_->name());
-  segment_.reset();
-  responses_.reset();
-  request_bell_ = ipc::Doorbell();
-  response_bell_ = ipc::Doorbell();
+  ReleaseProcess();
 
-  bool clean = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == ipc::kExitOk;
-  if (shutting_down || retiring_ || (state_ == SlotState::kStopping && clean && !restart_requested_)) {
+  const bool clean = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == ipc::kExitOk;
+  if (shutting_down || retiring_ ||
+      (state_ == SlotState::kStopping && clean && !restart_requested_)) {
     TransitionTo(SlotState::kStopped, last_exit_);
-    pid_ = -1;
     return orphans;
   }
   if (restart_requested_ && clean) {
+    restart_requested_ = false;
     restart_at_ = now;  // a requested replacement: no backoff, not a failure
     TransitionTo(SlotState::kBackoff, "graceful restart");
-    pid_ = -1;
     return orphans;
   }
+  restart_requested_ = false;
   // A reason the worker reported itself (why the model did not load) beats the exit status.
   if (!fatal_reported_) {
     failure_reason_ = "worker pid " + std::to_string(old_pid) + " " + last_exit_;
   }
-  if (state_ == SlotState::kReady && now - ready_since_ >= policy.healthy_after) {
-    consecutive_failures_ = 0;
-  }
-  const bool device_failure = device_failure_reported_ || (WIFEXITED(wait_status) &&
-                                                           WEXITSTATUS(wait_status) == ipc::kExitDeviceFailure);
+  const bool device_failure =
+      device_failure_reported_ ||
+      (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == ipc::kExitDeviceFailure);
   last_exit_device_failure_ = device_failure && !mps_recycled_;
   // An MPS server recovering from another client's fault refuses clients for a while (807): that
   // is the server's state, not this GPU failing, so it does not count towards the fallback.
   const bool mps_fault = mps_ && (mps_recycled_ || IsMpsServerFault(failure_reason_));
-  if (device_failure && device_ != "cpu" && !mps_fault) {
-    ++gpu_failures_;
-    if (instance_.fallback == "cpu" && gpu_failures_ >= instance_.gpu_failures_before_fallback) {
+  ExitFacts facts;
+  facts.kind = ClassifyExit(wait_status, reached_ready_, device_failure && !mps_fault,
+                            fatal_reported_ && !device_failure_reported_);
+  facts.reached_ready = reached_ready_;
+  facts.ready_for = reached_ready_ ? now - ready_since_ : Clock::duration(0);
+  facts.on_gpu = device_ != "cpu";
+  facts.may_fall_back = instance_.fallback == "cpu";
+  facts.gpu_failures_before_fallback = instance_.gpu_failures_before_fallback;
+  RestartDecision decision = DecideRestart(policy, facts, now, &history_, &jitter_);
+  restart_at_ = decision.at;
+  switch (decision.action) {
+    case RestartDecision::Action::kFallBackToCpu:
       fallback_reason_ = failure_reason_;
       TF_LOG(kWarn) << "GPU keeps failing; falling back to CPU" << Kv("worker", id_)
                     << Kv("model", model_name_) << Kv("device", device_)
-                    << Kv("gpu_failures", gpu_failures_) << Kv("reason", fallback_reason_);
+                    << Kv("gpu_failures", instance_.gpu_failures_before_fallback)
+                    << Kv("reason", fallback_reason_);
       device_ = "cpu";
       fallen_back_ = true;
-      consecutive_failures_ = 0;
-      restart_history_.clear();  // the CPU slot starts with a clean record
-    }
+      ++restarts_;
+      TransitionTo(SlotState::kBackoff, last_exit_ + "; " + decision.why);
+      break;
+    case RestartDecision::Action::kRelaunch:
+      ++restarts_;
+      TransitionTo(SlotState::kBackoff, last_exit_ + " (" + decision.why + ")");
+      break;
+    case RestartDecision::Action::kFail:
+      TransitionTo(SlotState::kFailed, last_exit_ + "; " + decision.why);
+      break;
   }
-  restart_history_.push_back(now);
-  while (!restart_history_.empty() && now - restart_history_.front() > policy.window) {
-    restart_history_.pop_front();
-  }
-  if (static_cast<int>(restart_history_.size()) > policy.max_restarts) {
-    TransitionTo(SlotState::kFailed, last_exit_ + "; more than " +
-                                         std::to_string(policy.max_restarts) + " restarts in " +
-                                         std::to_string(policy.window.count() / 1000) + " s");
-    pid_ = -1;
-    return orphans;
-  }
-  auto backoff = policy.initial_backoff * (1LL << std::min(consecutive_failures_, 20));
-  backoff = std::min<Millis>(backoff, policy.max_backoff);
-  // Jitter of up to 25% keeps slots that died together from restarting in lockstep.
-  static std::minstd_rand jitter_source(static_cast<unsigned>(::getpid()));
-  auto jitter = Millis(std::uniform_int_distribution<int64_t>(0, backoff.count() / 4)(jitter_source));
-  restart_at_ = now + backoff + jitter;
-  ++consecutive_failures_;
-  ++restarts_;
-  TransitionTo(SlotState::kBackoff, last_exit_ + "; restart in " +
-                                        std::to_string((backoff + jitter).count()) + " ms");
-  pid_ = -1;
   return orphans;
 }
 

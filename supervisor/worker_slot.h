@@ -4,13 +4,27 @@
 // both doorbells, the batches it holds, its restart history and the counters from its heartbeats.
 // Runs on the supervisor's loop thread only.
 //
-// States (every change goes through TransitionTo, which logs "slot pid from->to why"):
+// States; every change goes through the private TransitionTo, which checks kTransitions and logs
+// "slot pid from->to why". Every transient state has a deadline (NextDeadline):
 //
-//    kStarting --ready--> kReady --stop--> kStopping --exit--> kStopped
-//       |  ^                 |
-//   exit|  |launch      exit |
-//       v  |                 v
-//    kBackoff <--------------+        (too many restarts in the window) --> kFailed
+//            launch               ready
+//   kStopped ------> kStarting --------> kReady
+//      ^  ^             | | \              |  retire / graceful restart (no new batches)
+//      |  |        exit | |  \ retire      v
+//      |  |             | |   +-------> kDraining --idle: stop sent--> kStopping --exit--+
+//      |  |             v v                 |                          (stop deadline:   |
+//      |  |  restart_at  kBackoff <---------+--- exit (crash, kill) ------ SIGKILL)      |
+//      |  |  +---------- (restart_policy.h)                                              |
+//      |  |  | launch     |  start failures > max_restarts in window                     |
+//      |  |  v            v                                                              |
+//      |  | kStarting   kFailed --failed_retry cool-down--> kStarting                    |
+//      |  +------------------------------------------------------------------------------+
+//      +-- retired or farm stopping, from any state once the process is gone
+//   (kStopped -> kBackoff: the first launch failed before a process existed)
+//
+// Deadlines: kStarting, kReady and kDraining: heartbeats (kStartupGrace before the hello) and
+// hang_timeout_ms of the running batch; kStopping: kStopGrace, then SIGKILL; kBackoff and kFailed:
+// restart_at.
 //
 // GPU slots: an exit caused by an unusable device counts as a GPU failure; after the instance's
 // gpu_failures_before_fallback of them (and with fallback "cpu") the slot relaunches on the CPU.
@@ -32,11 +46,14 @@
 #include "ipc/worker_segment.h"
 #include "supervisor/pending_request.h"
 #include "supervisor/pinned_response_ring.h"
+#include "supervisor/restart_policy.h"
 
 namespace torchfarm {
 
-enum class SlotState { kStarting, kReady, kStopping, kBackoff, kFailed, kStopped };
+enum class SlotState { kStarting, kReady, kDraining, kStopping, kBackoff, kFailed, kStopped };
 const char* SlotStateName(SlotState state);
+// Whether the state machine allows from -> to (a same-state change is always allowed).
+bool SlotTransitionAllowed(SlotState from, SlotState to);
 
 struct InflightBatch {
   uint64_t batch_id = 0;
@@ -79,23 +96,13 @@ struct DeviceTelemetry {
   double warmup_ms = 0;
 };
 
-// Restart limits in the manner of Erlang/OTP supervisors (documented in README.md).
-struct RestartPolicy {
-  Millis initial_backoff{100};
-  Millis max_backoff{30'000};
-  int max_restarts = 5;            // more than this many within `window` marks the slot kFailed
-  Millis window{60'000};
-  Millis healthy_after{10'000};    // a worker ready this long resets the backoff
-
-  static RestartPolicy From(const RestartConfig& config);
-};
-
 class WorkerSlot {
  public:
   WorkerSlot(int id, const ModelConfig& model, const InstanceConfig& instance, size_t model_index);
 
-  Status Launch(const LaunchContext& context, TimePoint now);
-  void TransitionTo(SlotState next, const std::string& why);
+  // Starts a process (kStopped, kBackoff or kFailed -> kStarting). A failure (fork, segment,
+  // descriptors) is external: the slot backs off per `policy` and the error is returned.
+  Status Launch(const LaunchContext& context, TimePoint now, const RestartPolicy& policy);
 
   // The worker said hello / ready / heartbeat; any message counts as liveness.
   void OnMessage(TimePoint now) { last_heard_ = now; }
@@ -106,6 +113,11 @@ class WorkerSlot {
   void OnFatalError(const std::string& reason, const std::string& kind, TimePoint now);
   // The supervisor is about to SIGKILL the process; `why` replaces the bare "killed by SIGKILL".
   void NoteKill(const std::string& why) { kill_reason_ = why; }
+  // A SIGKILL went out: silence, hang and stop deadlines stop firing until the exit arrives.
+  void OnKillSent(TimePoint now) {
+    last_heard_ = now;
+    stop_deadline_ = now + kStopGrace;
+  }
   // Under MPS a fatal fault in one client poisons every client of the GPU: kills this worker so
   // the server can recover; its exit does not count as a GPU failure of this slot.
   void RecycleForMps(const std::string& why);
@@ -113,6 +125,8 @@ class WorkerSlot {
   bool last_exit_was_device_failure() const { return last_exit_device_failure_; }
   // True when the oldest batch has run longer than `limit` (0: never).
   bool HangExpired(TimePoint now, Millis limit) const;
+  // How many batches may be running at once (the ring's oldest; CUDA streams run several).
+  int running_batches() const { return device_ == "cpu" ? 1 : std::max(1, instance_.streams); }
   // True when the process should be presumed hung: silent for `heartbeat_limit` after its hello;
   // silent for kStartupGrace before it (exec and loading LibTorch can be slow on a busy host);
   // or still alive kStartupGrace after reporting a fatal error.
@@ -131,15 +145,27 @@ class WorkerSlot {
   // stopped reading) and the pins cost the worker part of max_inflight_per_worker.
   bool ResponsesStuck(TimePoint now, Clock::duration limit) const;
 
-  // Graceful removal (scale down, reload) or replacement (admin restart): no new batches; once
-  // the ring is empty the supervisor sends stop. A retired slot ends kStopped; a restarted one
-  // relaunches at once without counting as a failure.
-  void BeginRetire() { retiring_ = true; }
-  void BeginGracefulRestart() { restart_requested_ = true; }
+  // Graceful removal (scale down, reload) or replacement (admin restart): no new batches
+  // (kDraining); once the ring is empty the supervisor sends stop. A retired slot ends kStopped;
+  // a restarted one relaunches at once without counting as a failure. A retired slot without a
+  // process stops at once.
+  void BeginRetire(const std::string& why);
+  void BeginGracefulRestart(const std::string& why);
+  // The farm is stopping: the stop message was sent (kStopping, deadline now + kStopGrace), or
+  // the slot had no process (kStopped).
+  void BeginShutdown(TimePoint now);
+  // True when the process was asked to stop and has not exited within kStopGrace.
+  bool StopExpired(TimePoint now) const {
+    return state_ == SlotState::kStopping && pid_ > 0 && now >= stop_deadline_;
+  }
+  static constexpr Millis kStopGrace{5'000};
+  // The earliest time this slot needs the loop's attention (a restart, a stop or liveness
+  // deadline); TimePoint::max() when none.
+  TimePoint NextDeadline(Clock::duration heartbeat_limit, Millis hang_limit) const;
   bool retiring() const { return retiring_; }
   bool restart_requested() const { return restart_requested_; }
   // True once, when the slot wants the stop message sent (ready, winding down, nothing in flight).
-  bool TakeStopRequest();
+  bool TakeStopRequest(TimePoint now);
   // The worker's configuration for the next launch (reload).
   void UpdateConfig(const ModelConfig& model, const InstanceConfig& instance);
   const InstanceConfig& instance() const { return instance_; }
@@ -151,9 +177,11 @@ class WorkerSlot {
   void ReadOutput(Emit&& emit);
   // Copies the batch's tensors into a free request slot (one copy per request) and rings the
   // worker. The caller checked CanAccept() and the byte budget. With `shm_in_place`, a batch of
-  // one request that uses client regions names them instead (InflightBatch::in_place); returns
-  // whether it did.
-  bool Dispatch(InflightBatch batch, bool shm_in_place = false);
+  // one request that uses client regions names them instead (InflightBatch::in_place). Returns
+  // false, leaving `batch` with the caller, when no request slot is free: never a write.
+  bool Dispatch(InflightBatch& batch, bool shm_in_place = false);
+  // Whether the batch Dispatch accepted last went in place.
+  bool last_dispatch_in_place() const { return !inflight_.empty() && inflight_.back().in_place; }
 
   // Calls on_response(batch, response_slot) for each finished batch, oldest first.
   template <typename OnResponse>
@@ -163,7 +191,14 @@ class WorkerSlot {
   // and when to restart. Returns the batches for requeueing.
   std::vector<InflightBatch> OnExit(int wait_status, TimePoint now, const RestartPolicy& policy,
                                     bool shutting_down);
-  bool RestartDue(TimePoint now) const { return state_ == SlotState::kBackoff && now >= restart_at_; }
+  // kBackoff past restart_at, or kFailed past its cool-down.
+  bool RestartDue(TimePoint now) const {
+    return (state_ == SlotState::kBackoff || state_ == SlotState::kFailed) && now >= restart_at_;
+  }
+  // Whether a process of this slot is serving or may soon (not failed, not stopped).
+  bool MayServeSoon() const {
+    return state_ != SlotState::kFailed && state_ != SlotState::kStopped && !retiring_;
+  }
   TimePoint restart_at() const { return restart_at_; }
 
   int id() const { return id_; }
@@ -203,6 +238,9 @@ class WorkerSlot {
   uint64_t slot_data_bytes_;
   int max_inflight_;
 
+  void TransitionTo(SlotState next, const std::string& why);
+  void ReleaseProcess();
+
   SlotState state_ = SlotState::kStopped;
   int generation_ = -1;
   pid_t pid_ = -1;
@@ -227,14 +265,15 @@ class WorkerSlot {
   std::string device_;  // instance_.device, or "cpu" after a fallback
   bool fallen_back_ = false;
   std::string fallback_reason_;
-  int gpu_failures_ = 0;
   bool retiring_ = false;
   bool restart_requested_ = false;
   bool stop_sent_ = false;
   TimePoint ready_since_{};
+  bool reached_ready_ = false;  // this process reported ready
   TimePoint restart_at_{};
-  std::deque<TimePoint> restart_history_;
-  int consecutive_failures_ = 0;
+  TimePoint stop_deadline_{};
+  RestartHistory history_;
+  std::minstd_rand jitter_;
   int restarts_ = 0;
   std::string last_exit_;
   std::string failure_reason_;

@@ -206,7 +206,7 @@ namespace {
 
 // The supervisor caps a batch to split the queue over idle workers: a capped batch that is full
 // goes at once, without waiting for the delay, and queued_rows() tracks what is left.
-TEST(ModelQueue, RowCapSplitsTheQueueAndCountsAsFull) {
+TEST(ModelQueue, RowCapSizesADueBatchOnly) {
   FakeTimeSource clock;
   BatchingPolicy p;
   p.max_batch_size = 16;
@@ -223,10 +223,24 @@ TEST(ModelQueue, RowCapSplitsTheQueueAndCountsAsFull) {
   }
   EXPECT_EQ(q.queued_rows(), 10);
   EXPECT_TRUE(q.TakeBatch(clock.Now()).empty()) << "10 of 16 rows wait for the delay";
-  EXPECT_EQ(q.TakeBatch(clock.Now(), 5).size(), 5u) << "a cap of 5 is reached: it goes now";
+  EXPECT_TRUE(q.TakeBatch(clock.Now(), 5).empty())
+      << "a cap sizes a due batch; it does not make one due (the delay still holds)";
+  clock.Advance(Micros(1'000'000));
+  EXPECT_EQ(q.TakeBatch(clock.Now(), 5).size(), 5u) << "due: the cap splits it";
   EXPECT_EQ(q.queued_rows(), 5);
   EXPECT_EQ(q.TakeBatch(clock.Now(), 5).size(), 5u);
   EXPECT_EQ(q.queued_rows(), 0);
+  for (int i = 0; i < 20; ++i) {
+    PendingRequest r;
+    r.inputs = {TensorSpec{DType::kFloat32, {1, 4}}};
+    r.rows = 1;
+    r.slot_bytes = 16;
+    r.received = clock.Now();
+    q.Push(r);
+  }
+  EXPECT_EQ(q.TakeBatch(clock.Now(), 8).size(), 8u) << "16 rows queued fill a batch: due now";
+  EXPECT_EQ(q.TakeBatch(clock.Now(), 8).size(), 8u);
+  EXPECT_TRUE(q.TakeBatch(clock.Now(), 8).empty()) << "4 rows wait for company";
 }
 
 }  // namespace
