@@ -159,7 +159,7 @@ void FitHeight(std::vector<std::string>* lines, size_t worker_start, size_t work
 Colour WorkerStateColour(const std::string& state) {
   if (state == "ready") return Colour::kGreen;
   if (state == "busy") return Colour::kCyan;
-  if (state == "starting" || state == "restarting") return Colour::kYellow;
+  if (state == "starting" || state == "restarting" || state == "draining") return Colour::kYellow;
   if (state == "failed") return Colour::kRed;
   if (state == "stopping" || state == "stopped") return Colour::kGrey;
   return Colour::kNone;

@@ -51,6 +51,9 @@ bool ProcessGone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
 // answer is caught.
 struct LoadResult {
   std::atomic<int> sent{0}, ok{0}, wrong{0}, errors{0}, lost{0}, duplicates{0};
+  std::mutex mutex;
+  std::map<std::string, int> error_codes;  // reply status -> count
+  std::string first_error;
 };
 
 void RunIdentityClients(const std::string& endpoint, int clients, std::atomic<bool>& stop,
@@ -85,7 +88,9 @@ void RunIdentityClients(const std::string& endpoint, int clients, std::atomic<bo
         ++answers[reply["id"].get<int64_t>()];
         if (reply["status"] != "ok") {
           ++result.errors;
-          ADD_FAILURE() << reply.dump();
+          std::lock_guard<std::mutex> lock(result.mutex);
+          ++result.error_codes[reply["status"].get<std::string>()];
+          if (result.first_error.empty()) result.first_error = reply.dump();
         } else if (reply["id"] == id && data.size() == x.size() * 4 &&
                    std::memcmp(data.data(), x.data(), data.size()) == 0) {
           ++result.ok;
@@ -105,9 +110,12 @@ void RunIdentityClients(const std::string& endpoint, int clients, std::atomic<bo
   for (auto& t : threads) t.join();
 }
 
+// Issue 15, case 1: with the DEFAULT restart policy and max_retries, a storm of kills from outside
+// never turns the farm off: nothing lost, nothing wrong, errors (requests unlucky enough to be on
+// a killed worker more than max_retries times) at most 0.5%, and every worker ready again within
+// 10 s of the storm.
 TEST(Chaos, KillAWorkerEvery200msFor10sLosesAndDuplicatesNothing) {
-  json extra = {{"max_retries", 50},
-                {"restart", {{"initial_backoff_ms", 10}, {"max_backoff_ms", 200}, {"max_restarts", 10000}}}};
+  json extra = {{"heartbeat_ms", 1000}};  // the documented default (the fixture's is faster)
   Farm farm(json::array({Model("identity", "identity.pt", {-1, 64},
                                {{"max_batch_size", 8}, {"max_queue_delay_us", 200}})}),
             extra);
@@ -137,24 +145,35 @@ TEST(Chaos, KillAWorkerEvery200msFor10sLosesAndDuplicatesNothing) {
     if (alive.empty()) continue;
     if (::kill(alive[rng() % alive.size()], SIGKILL) == 0) ++kills;
   }
+  auto storm_end = std::chrono::steady_clock::now();
+  const bool back = farm.WaitReady(-1, 10'000);
+  auto back_ms = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - storm_end).count();
   stop = true;
   storm_load.join();
   const double storm_rps = storm.ok / 10.0;
 
   EXPECT_GT(kills, 20);
   EXPECT_EQ(storm.lost.load(), 0);
-  EXPECT_EQ(storm.errors.load(), 0);
   EXPECT_EQ(storm.wrong.load(), 0);
   EXPECT_EQ(storm.duplicates.load(), 0);
-  EXPECT_EQ(storm.ok.load(), storm.sent.load()) << "every request answered ok";
+  EXPECT_EQ(storm.ok.load() + storm.errors.load(), storm.sent.load()) << "every request answered";
+  EXPECT_LE(storm.errors.load(), storm.sent.load() / 200) << "at most 0.5%: " << storm.first_error;
+  for (const auto& [code, count] : storm.error_codes) {
+    EXPECT_EQ(code, "INTERNAL") << count << " x " << code << "; first: " << storm.first_error;
+  }
+  EXPECT_TRUE(back) << "every worker ready within 10 s of the storm: " << farm.Admin("stats").dump();
   json stats = farm.Admin("stats");
   int restarts = 0;
-  for (const auto& w : stats["workers"]) restarts += w["restarts"].get<int>();
+  for (const auto& w : stats["workers"]) {
+    restarts += w["restarts"].get<int>();
+    EXPECT_NE(w["state"], "failed") << w.dump();
+  }
   EXPECT_GE(restarts, kills - 2);
-  std::printf("[ measure ] kill storm: %d kills, %d restarts, %d requests ok; throughput %.0f req/s "
-              "vs %.0f steady = %.2f\n",
-              kills, restarts, storm.ok.load(), storm_rps, steady_rps, storm_rps / steady_rps);
-  EXPECT_TRUE(farm.WaitReady(-1, 20'000)) << "both workers come back";
+  std::printf("[ measure ] kill storm (default restart policy): %d kills, %d restarts, %d requests "
+              "ok, %d errors of %d; throughput %.0f req/s vs %.0f steady = %.2f; all ready %lld ms "
+              "after the storm\n",
+              kills, restarts, storm.ok.load(), storm.errors.load(), storm.sent.load(), storm_rps,
+              steady_rps, storm_rps / steady_rps, static_cast<long long>(back_ms));
   EXPECT_EQ(farm.Stop(), 0);
 }
 
@@ -196,8 +215,7 @@ TEST(Chaos, PoisonRequestFailsAloneAndItsBatchMatesSucceed) {
   // slow returns its input after x[:,0].max() units of busy work (~0.04 ms each here).
   Farm farm(json::array({Model("slow", "slow.pt", {-1, 4},
                                {{"max_batch_size", 8}, {"max_queue_delay_us", 200'000},
-                                {"preferred_batch_sizes", {8}}, {"hang_timeout_ms", 1000}})}),
-            {{"restart", {{"initial_backoff_ms", 10}, {"max_backoff_ms", 100}, {"max_restarts", 100}}}});
+                                {"preferred_batch_sizes", {8}}, {"hang_timeout_ms", 1000}})}));
   ASSERT_TRUE(farm.Start());
   ASSERT_TRUE(farm.WaitReady()) << farm.error();
   std::vector<std::thread> clients;
