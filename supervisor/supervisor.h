@@ -27,6 +27,7 @@
 #include "supervisor/client_quota.h"
 #include "supervisor/client_shm_registry.h"
 #include "supervisor/curve_authenticator.h"
+#include "supervisor/ipc_endpoint_file.h"
 #include "supervisor/metrics_exporter.h"
 #include "supervisor/model_queue.h"
 #include "supervisor/model_stats.h"
@@ -139,7 +140,7 @@ class Supervisor {
   SteadyTimeSource clock_;
   TimePoint started_{};
   LaunchContext launch_;
-  std::string control_path_;
+  std::vector<IpcEndpointFile> ipc_files_;  // the socket files this process bound
   // Declared before context_ so it is destroyed after it: zmq messages of zero-copy replies point
   // into these rings until the context has freed the last of them.
   PinnedRingKeeper response_rings_;

@@ -302,6 +302,44 @@ TEST(Operations, PrometheusMetricsMoveWithTraffic) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
+// What a refused second supervisor must leave working: the farm's admin socket, job socket and
+// metrics.
+void ExpectFarmAnswers(const Farm& farm, int metrics_port) {
+  EXPECT_TRUE(std::filesystem::exists(farm.dir() + "/run/admin.sock"));
+  EXPECT_TRUE(std::filesystem::exists(farm.dir() + "/jobs.sock"));
+  json stats = farm.Admin("stats");
+  ASSERT_TRUE(stats.is_object()) << "the admin socket does not answer stats";
+  EXPECT_EQ(ReadyWorkers(stats, "identity"), 1);
+  Client client(farm.endpoint(), 5'000);
+  EXPECT_TRUE(Send(client, "identity", 16).ok());
+  EXPECT_NE(HttpGet(metrics_port, "/metrics").find("torchfarm_requests_total"), std::string::npos);
+}
+
+TEST(Operations, ASecondSupervisorOnTheSameConfigIsRefusedAndLeavesTheFarmAlone) {
+  const int port = FreePort();
+  Farm farm(json::array({Identity(1)}), {{"metrics_endpoint", "127.0.0.1:" + std::to_string(port)}});
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  std::string log;
+  EXPECT_EQ(RunSupervisorToExit(farm.config_path(), &log), 1);
+  EXPECT_NE(log.find("is owned by a live supervisor (pid " + std::to_string(farm.pid())),
+            std::string::npos) << log;
+  ExpectFarmAnswers(farm, port);
+
+  // Another run_dir, the same job endpoint: refused before its bind takes the socket over.
+  json other = json::parse(std::ifstream(farm.config_path()));
+  other["run_dir"] = farm.dir() + "/run-other";
+  other.erase("metrics_endpoint");
+  const std::string other_path = farm.dir() + "/other.json";
+  std::ofstream(other_path) << other.dump();
+  EXPECT_EQ(RunSupervisorToExit(other_path, &log), 1);
+  EXPECT_NE(log.find("cannot bind 'ipc://" + farm.dir() + "/jobs.sock': a live process"),
+            std::string::npos) << log;
+  ExpectFarmAnswers(farm, port);
+  EXPECT_EQ(farm.Stop(), 0);
+  EXPECT_FALSE(std::filesystem::exists(farm.dir() + "/run/admin.sock")) << "removed by its owner";
+}
+
 TEST(Operations, SdNotifySaysReadyWatchdogAndStoppingInOrder) {
   Farm farm(json::array({Identity(1)}));
   std::string path = farm.dir() + "/notify.sock";
