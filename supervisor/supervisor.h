@@ -72,6 +72,9 @@ class Supervisor {
     std::vector<size_t> slots;  // indices into slots_ (retired slots are removed)
     bool removed = false;       // dropped by a reload: serves its queue, accepts nothing new
     double batch_compute_us = 0;  // moving average of a batch's compute time
+    // Workers a reload changed, as (index into slots_, generation running the old config):
+    // replaced one at a time, the next once the last is ready again (ReplaceNextOutdated).
+    std::vector<std::pair<size_t, int>> outdated_slots{};
   };
 
   // Event handlers, in loop order.
@@ -130,6 +133,7 @@ class Supervisor {
   void AddModel(const ModelConfig& config);
   void AddSlot(size_t model_index, const InstanceConfig& instance);
   void RetireSlot(WorkerSlot& slot, const std::string& why);
+  void ReplaceNextOutdated(Model& model);
   void RebuildServedModels();
   Model* FindModel(const std::string& name);
   void StopWorkers();
