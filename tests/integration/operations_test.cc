@@ -206,6 +206,12 @@ TEST(Operations, ReloadAddsResizesAndRemovesModels) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
+// Rewrites the config to serve `model` alone and reloads it; returns the reply.
+json ReloadWith(Farm& farm, const json& model) {
+  farm.RewriteConfig(json::array({model}));
+  return AdminCommand(farm, {{"cmd", "reload"}});
+}
+
 // Pids and generations of the workers of `stats`, in worker-id order.
 std::vector<std::pair<pid_t, int>> Processes(const json& stats) {
   std::vector<std::pair<pid_t, int>> out;
@@ -240,8 +246,7 @@ TEST(Operations, ReloadOfWarmupOrPrecisionReplacesTheWorkers) {
 
   json model = Identity(2);
   model["warmup"] = json::array({1});
-  farm.RewriteConfig(json::array({model}));
-  json reply = AdminCommand(farm, {{"cmd", "reload"}});
+  json reply = ReloadWith(farm, model);
   EXPECT_EQ(reply["ok"], true) << reply.dump();
   EXPECT_NE(reply.value("message", "").find("2 worker(s) to replace one by one"), std::string::npos)
       << reply.dump();
@@ -249,8 +254,7 @@ TEST(Operations, ReloadOfWarmupOrPrecisionReplacesTheWorkers) {
 
   before = Processes(farm.Admin("stats"));
   model["instances"][0]["precision"] = "bf16";
-  farm.RewriteConfig(json::array({model}));
-  reply = AdminCommand(farm, {{"cmd", "reload"}});
+  reply = ReloadWith(farm, model);
   EXPECT_EQ(reply["ok"], true) << reply.dump();
   ASSERT_TRUE(WaitForNewProcesses(farm, before)) << farm.Admin("stats").dump();
   load.Stop();
@@ -280,8 +284,7 @@ TEST(Operations, AReloadThatDoesNotLoadStopsAtTheFirstWorker) {
   std::ofstream(broken) << "not a TorchScript archive";
   json model = Identity(2);
   model["path"] = broken;
-  farm.RewriteConfig(json::array({model}));
-  EXPECT_EQ(AdminCommand(farm, {{"cmd", "reload"}})["ok"], true);
+  EXPECT_EQ(ReloadWith(farm, model)["ok"], true);
   ASSERT_TRUE(WaitFor(farm, [](const json& s) { return s["workers"][0]["state"] == "failed"; }, 60'000))
       << farm.Admin("stats").dump();
   std::this_thread::sleep_for(Ms(500));
@@ -302,8 +305,7 @@ TEST(Operations, DISABLED_ReloadedWarmupRunsInTheNewWorkers) {
   auto before = Processes(farm.Admin("stats"));
   json model = Identity(1);
   model["warmup"] = json::array({1});
-  farm.RewriteConfig(json::array({model}));
-  EXPECT_EQ(AdminCommand(farm, {{"cmd", "reload"}})["ok"], true);
+  EXPECT_EQ(ReloadWith(farm, model)["ok"], true);
   ASSERT_TRUE(WaitForNewProcesses(farm, before));
   const pid_t fresh = farm.WorkerPids()[0];
   EXPECT_EQ(farm.Stop(), 0);
