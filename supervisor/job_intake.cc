@@ -82,6 +82,13 @@ Status ResolveShm(const RequestHeader& header, ClientShmRegistry* regions, TimeP
 
 }  // namespace
 
+TimePoint DeadlineAfter(TimePoint now, int64_t timeout_ms) {
+  if (timeout_ms <= 0 || timeout_ms > kMaxTimeoutMs) return TimePoint::max();
+  const Clock::duration timeout = Millis(timeout_ms);  // fits: kMaxTimeoutMs bounds it
+  if (timeout >= TimePoint::max() - now) return TimePoint::max();
+  return now + timeout;
+}
+
 Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                 const std::vector<ModelConfig>& models, TimePoint now, PendingRequest* request,
                 size_t* model_index, const RequestLimits& limits, ClientShmRegistry* regions,
@@ -169,7 +176,7 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   request->inputs = std::move(header.inputs);
   request->slot_bytes = slot_bytes;
   request->received = now;
-  if (header.timeout_ms > 0) request->deadline = now + Millis(header.timeout_ms);
+  request->deadline = DeadlineAfter(now, header.timeout_ms);
   request->priority = header.priority;
   SetRows(request);
   *model_index = index;

@@ -27,6 +27,14 @@ struct ShmCommand {
   std::string region;
 };
 
+// A client's timeout_ms beyond this (about 100 years) means no deadline: it is far past any
+// request's life, and now + timeout_ms would overflow the clock's nanoseconds (undefined).
+constexpr int64_t kMaxTimeoutMs = 36525LL * 24 * 3600 * 1000;  // 100 years of 365.25 days
+
+// The deadline of a request that arrived at `now` with `timeout_ms`: TimePoint::max() (none) for
+// 0, for values beyond kMaxTimeoutMs and where the sum would pass the clock's end.
+TimePoint DeadlineAfter(TimePoint now, int64_t timeout_ms);
+
 // Splits the ROUTER envelope (identity, optional empty delimiter from REQ clients) from the
 // payload. Returns false when the message is too short to carry even an identity.
 bool SplitEnvelope(std::vector<zmq::message_t>& frames, PendingRequest* request,

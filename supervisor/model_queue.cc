@@ -40,6 +40,7 @@ void ModelQueue::SetPolicy(BatchingPolicy policy) {
   levels_.resize(static_cast<size_t>(std::max(1, policy_.priority_levels)));
   for (auto& r : all) {
     size_t level = std::min<size_t>(std::max(0, r.priority), levels_.size() - 1);
+    earliest_deadline_ = std::min(earliest_deadline_, r.deadline);  // TakeAll forgot it
     rows_ += r.rows;
     levels_[level].push_back(std::move(r));
     ++size_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/log.h"
+
 namespace torchfarm {
 
 PinnedResponseRing::PinnedResponseRing(std::shared_ptr<ipc::WorkerSegment> segment)
@@ -25,6 +27,18 @@ void PinnedResponseRing::ReleaseFrame(void* /*data*/, void* hint) {
 }
 
 zmq::message_t PinnedResponseRing::PinFrame(const uint8_t* data, size_t size) {
+  if (budget_ && !budget_->Allows(segment_->size())) {
+    if (!budget_->refusing) {
+      TF_LOG(kWarn) << "zero-copy replies that clients do not read keep retired worker segments "
+                       "mapped up to the cap; copying replies until they are read"
+                    << Kv("retired_bytes", budget_->retired_bytes)
+                    << Kv("cap_bytes", budget_->cap_bytes);
+    }
+    budget_->refusing = true;
+    ++budget_->copied_frames;
+    return zmq::message_t(data, size);
+  }
+  if (budget_) budget_->refusing = false;
   std::atomic<uint32_t>* live = &live_frames_[read_ % ring_.slot_count()];
   // libzmq never writes through the pointer of a message it sends.
   zmq::message_t message(const_cast<uint8_t*>(data), size, &ReleaseFrame, live);
@@ -54,6 +68,14 @@ bool PinnedResponseRing::Stuck(TimePoint now, Clock::duration limit) const {
   return tail_ < read_ && now - answered_at_[tail_ % ring_.slot_count()] > limit;
 }
 
+PinnedRingKeeper::PinnedRingKeeper() : budget_(std::make_shared<PinBudget>()) { Recount(); }
+
+void PinnedRingKeeper::Add(std::shared_ptr<PinnedResponseRing> ring) {
+  ring->UseBudget(budget_);
+  rings_.push_back(std::move(ring));
+  Recount();
+}
+
 void PinnedRingKeeper::ReleaseFreed() {
   for (auto& ring : rings_) ring->ReleaseFreed();
   // use_count 1: only the keeper holds it (its worker slot moved on to a new segment or is gone).
@@ -61,6 +83,16 @@ void PinnedRingKeeper::ReleaseFreed() {
                    rings_.begin(), rings_.end(),
                    [](const auto& ring) { return ring.use_count() == 1 && ring->unpopped() == 0; }),
                rings_.end());
+  Recount();
+}
+
+void PinnedRingKeeper::Recount() {
+  uint64_t live = 0, retired = 0;
+  for (const auto& ring : rings_) {
+    (ring.use_count() == 1 ? retired : live) += ring->segment().size();
+  }
+  budget_->retired_bytes = retired;
+  budget_->cap_bytes = fixed_cap_ != 0 ? fixed_cap_ : DefaultCap(live);
 }
 
 bool PinnedRingKeeper::HasPins() const {

@@ -22,6 +22,7 @@
 // freed the last message.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -35,6 +36,25 @@
 
 namespace torchfarm {
 
+// How much memory zero-copy replies may keep mapped after their worker moved on. A client that
+// stops reading pins its replies' segment until it reads or disconnects, and each time that
+// stalls a worker the worker is replaced on a fresh segment: without a cap, such a client pins
+// segment after segment. libzmq still reads a pinned segment, so it can never be unmapped early;
+// instead, while the retired segments (no worker slot uses them; only pinned replies keep them
+// mapped) would pass the cap if one more segment joined them, rings copy their replies rather
+// than pin them. Copied replies free their slot at once, so nothing more gets stuck or retired.
+// Loop thread only: the keeper writes it, its rings read it.
+struct PinBudget {
+  uint64_t retired_bytes = 0;
+  uint64_t cap_bytes = UINT64_MAX;
+  uint64_t copied_frames = 0;  // frames copied because the cap was reached
+  bool refusing = false;       // the last frame was refused (logged once per episode)
+
+  bool Allows(uint64_t segment_bytes) const {
+    return retired_bytes <= cap_bytes && segment_bytes <= cap_bytes - retired_bytes;
+  }
+};
+
 class PinnedResponseRing {
  public:
   explicit PinnedResponseRing(std::shared_ptr<ipc::WorkerSegment> segment);
@@ -44,7 +64,8 @@ class PinnedResponseRing {
   // The oldest published response not read yet, or nullptr.
   const uint8_t* Next() const;
   // A zmq message of `size` bytes at `data`, inside the response returned by Next(); the slot
-  // stays unpopped until libzmq has freed the message.
+  // stays unpopped until libzmq has freed the message. A copy instead while the keeper's
+  // PinBudget does not allow pinning this ring's segment.
   zmq::message_t PinFrame(const uint8_t* data, size_t size);
   // The response returned by Next() is answered: moves the read cursor on and pops whatever can
   // be popped. `now` dates the slot for Stuck().
@@ -58,11 +79,14 @@ class PinnedResponseRing {
   uint32_t unpopped() const { return static_cast<uint32_t>(read_ - tail_); }
   uint32_t slot_count() const { return ring_.slot_count(); }
   const ipc::WorkerSegment& segment() const { return *segment_; }
+  // Set by PinnedRingKeeper::Add; without one, every frame may be pinned.
+  void UseBudget(std::shared_ptr<PinBudget> budget) { budget_ = std::move(budget); }
 
  private:
   static void ReleaseFrame(void* data, void* hint);
 
   std::shared_ptr<ipc::WorkerSegment> segment_;
+  std::shared_ptr<PinBudget> budget_;
   ipc::SpscRing ring_;
   uint64_t tail_ = 0;  // the ring's tail; this object is its only writer
   uint64_t read_ = 0;
@@ -72,18 +96,37 @@ class PinnedResponseRing {
 
 // Every PinnedResponseRing that may still have messages in libzmq: the current ring of each
 // worker slot and the rings of workers that exited while clients were still receiving from them.
-// Loop thread only.
+// Owns the PinBudget of its rings: the cap on retired segments is the larger of
+// kMinPinnedRetiredBytes and kPinnedRetiredPerLive times the bytes of the live segments (those a
+// worker slot still uses), unless set_cap_bytes fixed it. Loop thread only.
 class PinnedRingKeeper {
  public:
-  void Add(std::shared_ptr<PinnedResponseRing> ring) { rings_.push_back(std::move(ring)); }
-  // Pops freed slots on every ring and forgets rings no slot uses and no message references.
+  static constexpr uint64_t kMinPinnedRetiredBytes = uint64_t{1} << 30;  // 1 GiB
+  static constexpr uint64_t kPinnedRetiredPerLive = 4;
+
+  // The cap on retired segments when the live ones take `live_bytes`.
+  static uint64_t DefaultCap(uint64_t live_bytes) {
+    return std::max(kMinPinnedRetiredBytes, kPinnedRetiredPerLive * live_bytes);
+  }
+
+  PinnedRingKeeper();
+  void Add(std::shared_ptr<PinnedResponseRing> ring);
+  // Pops freed slots on every ring, forgets rings no slot uses and no message references, and
+  // recounts the budget.
   void ReleaseFreed();
   // True while some ring has unpopped slots (the loop then polls with a short timeout).
   bool HasPins() const;
   size_t size() const { return rings_.size(); }
+  // 0: the default cap above.
+  void set_cap_bytes(uint64_t cap) { fixed_cap_ = cap; Recount(); }
+  const PinBudget& budget() const { return *budget_; }
 
  private:
+  void Recount();
+
   std::vector<std::shared_ptr<PinnedResponseRing>> rings_;
+  std::shared_ptr<PinBudget> budget_;
+  uint64_t fixed_cap_ = 0;
 };
 
 }  // namespace torchfarm

@@ -57,12 +57,15 @@ Status LaunchProcess(const std::vector<std::string>& argv, const std::vector<FdM
     sigemptyset(&empty);
     ::sigprocmask(SIG_SETMASK, &empty, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
-    // Move sources out of the way of targets first, so one mapping cannot clobber another.
+    // Move sources out of the way of targets first, so one mapping cannot clobber another. The
+    // copies are close-on-exec: only the targets (dup2 clears the flag) reach the worker.
     int moved[16];
     size_t n = fds.size() < 16 ? fds.size() : 16;
-    for (size_t i = 0; i < n; ++i) moved[i] = ::fcntl(fds[i].source, F_DUPFD, 100);
+    for (size_t i = 0; i < n; ++i) moved[i] = ::fcntl(fds[i].source, F_DUPFD_CLOEXEC, 100);
     for (size_t i = 0; i < n; ++i) {
       if (moved[i] < 0 || ::dup2(moved[i], fds[i].target) < 0) ::_exit(127);
+      // dup2 onto itself keeps the flag: a target that is its own copy must stay open.
+      if (moved[i] == fds[i].target && ::fcntl(moved[i], F_SETFD, 0) < 0) ::_exit(127);
     }
     if (env.empty()) {
       ::execv(raw[0], raw.data());

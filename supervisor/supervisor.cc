@@ -60,8 +60,7 @@ Status Supervisor::Start() {
   ::signal(SIGPIPE, SIG_IGN);
   ipc::InstallBusGuard();  // a client that truncates its region fails its request, not the farm
 
-  control_path_ = config_.run_dir + "/control-" + std::to_string(::getpid()) + ".sock";
-  launch_.control_endpoint = "ipc://" + control_path_;
+  launch_.control_endpoint = "ipc://" + config_.run_dir + "/control-" + std::to_string(::getpid()) + ".sock";
   launch_.worker_binary = config_.worker_binary.empty() ? SelfDirectory() + "/torchfarm-worker"
                                                         : config_.worker_binary;
   // The pid keeps RemoveStaleFiles working; the random part makes the names unguessable, so no
@@ -84,11 +83,13 @@ Status Supervisor::Start() {
   const std::pair<zmq::socket_t*, std::string> binds[] = {
       {&jobs_, config_.endpoint}, {&control_, launch_.control_endpoint}, {&admin_, config_.admin_endpoint}};
   for (const auto& [socket, endpoint] : binds) {
+    if (Status s = CheckIpcEndpointFree(endpoint); !s.ok()) return s;
     try {
       socket->bind(endpoint);
     } catch (const zmq::error_t& e) {
       return Unavailable("cannot bind '" + endpoint + "': " + e.what());
     }
+    ipc_files_.push_back(IpcEndpointFile::Bound(endpoint));
   }
   if (Status s = ApplyIpcGroup(); !s.ok()) return s;
   client_shm_ = std::make_unique<ClientShmRegistry>(config_.client_shm, launch_.segment_prefix,
@@ -305,12 +306,9 @@ void Supervisor::CleanUp() {
     }
   }
   if (client_shm_) client_shm_->ReleaseAll();
-  if (!control_path_.empty()) {
-    ::unlink(control_path_.c_str());
-    control_path_.clear();
-  }
-  if (config_.admin_endpoint.rfind("ipc://", 0) == 0) ::unlink(config_.admin_endpoint.substr(6).c_str());
-  if (config_.endpoint.rfind("ipc://", 0) == 0) ::unlink(config_.endpoint.substr(6).c_str());
+  // Only the socket files this process bound: a supervisor refused at start (run_dir locked by a
+  // live one, an endpoint in use) leaves the live farm's files alone.
+  ipc_files_.clear();
 }
 
 }  // namespace torchfarm

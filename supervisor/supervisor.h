@@ -29,6 +29,7 @@
 #include "supervisor/client_shm_registry.h"
 #include "supervisor/curve_authenticator.h"
 #include "supervisor/dispatch_planner.h"
+#include "supervisor/ipc_endpoint_file.h"
 #include "supervisor/metrics_exporter.h"
 #include "supervisor/model_queue.h"
 #include "supervisor/model_stats.h"
@@ -74,6 +75,9 @@ class Supervisor {
     std::vector<size_t> slots;  // indices into slots_ (retired slots are removed)
     bool removed = false;       // dropped by a reload: serves its queue, accepts nothing new
     BatchCostModel cost;          // a batch's compute time against its rows (dispatch_planner.h)
+    // Workers a reload changed, as (index into slots_, generation running the old config):
+    // replaced one at a time, the next once the last is ready again (ReplaceNextOutdated).
+    std::vector<std::pair<size_t, int>> outdated_slots{};
   };
 
   // Event handlers, in loop order.
@@ -144,6 +148,7 @@ class Supervisor {
   void AddModel(const ModelConfig& config);
   void AddSlot(size_t model_index, const InstanceConfig& instance);
   void RetireSlot(WorkerSlot& slot, const std::string& why);
+  void ReplaceNextOutdated(Model& model);
   void RebuildServedModels();
   Model* FindModel(const std::string& name);
   void StopWorkers();
@@ -154,7 +159,7 @@ class Supervisor {
   SteadyTimeSource clock_;
   TimePoint started_{};
   LaunchContext launch_;
-  std::string control_path_;
+  std::vector<IpcEndpointFile> ipc_files_;  // the socket files this process bound
   // Declared before context_ so it is destroyed after it: zmq messages of zero-copy replies point
   // into these rings until the context has freed the last of them.
   PinnedRingKeeper response_rings_;

@@ -30,17 +30,21 @@ std::vector<InstanceConfig> ExpandInstances(const ModelConfig& model, int cores)
   return out;
 }
 
+// Same worker process: every instance setting a worker is launched with (its argv) is equal.
 bool SameInstance(const InstanceConfig& a, const InstanceConfig& b) {
   return a.device == b.device && a.threads == b.threads && a.cores == b.cores &&
-         a.fallback == b.fallback;
+         a.fallback == b.fallback && a.precision == b.precision && a.streams == b.streams &&
+         a.cudnn_benchmark == b.cudnn_benchmark && a.pin_memory == b.pin_memory &&
+         a.idle_spin_us == b.idle_spin_us;
 }
 
-// Changes that a running worker cannot pick up: it must be replaced.
+// Changes that a running worker cannot pick up: it must be replaced. The warm-up runs once,
+// before a worker reports ready, so a new one only reaches new workers.
 bool NeedsNewWorkers(const ModelConfig& old_config, const ModelConfig& fresh) {
   return old_config.path != fresh.path || old_config.slot_bytes != fresh.slot_bytes ||
          old_config.ring_slots != fresh.ring_slots ||
          old_config.max_inflight_per_worker != fresh.max_inflight_per_worker ||
-         !(old_config.inputs == fresh.inputs);
+         !(old_config.inputs == fresh.inputs) || !(old_config.warmup == fresh.warmup);
 }
 
 }  // namespace
@@ -155,20 +159,26 @@ json Supervisor::Reload() {
     existing->config = m;
     existing->queue.SetPolicy(BatchingPolicyFor(m));
     std::vector<InstanceConfig> wanted = ExpandInstances(m, AvailableCores());
-    size_t k = 0;
+    size_t k = 0, replaced = 0;
     for (size_t i : existing->slots) {
       WorkerSlot& slot = *slots_[i];
       if (slot.retiring()) continue;
       const InstanceConfig& instance = wanted.empty() ? slot.instance() : wanted[std::min(k++, wanted.size() - 1)];
       bool changed = replace || !SameInstance(slot.instance(), instance);
       slot.UpdateConfig(m, instance);
-      if (changed && (slot.state() == SlotState::kReady || slot.state() == SlotState::kStarting)) {
-        slot.BeginGracefulRestart("config reloaded");
+      // A slot without a process (backing off, failed) launches the new config anyway.
+      auto& outdated = existing->outdated_slots;
+      const bool queued = std::any_of(outdated.begin(), outdated.end(),
+                                      [&](const auto& entry) { return entry.first == i; });
+      if (changed && !queued &&
+          (slot.state() == SlotState::kReady || slot.state() == SlotState::kStarting)) {
+        outdated.emplace_back(i, slot.generation());
+        ++replaced;
       }
     }
     json scaled = Scale(m.name, static_cast<int>(wanted.size()));
-    notes.push_back(m.name + (replace ? " (workers replaced)" : "") + ": " +
-                    scaled.value("message", std::string()));
+    notes.push_back(m.name + (replaced > 0 ? " (" + std::to_string(replaced) + " worker(s) to replace one by one)" : "") +
+                    ": " + scaled.value("message", std::string()));
   }
   for (auto& model : models_) {
     bool kept = std::any_of(fresh.models.begin(), fresh.models.end(),
@@ -209,6 +219,7 @@ void Supervisor::RetireIdleSlots() {
   }
   for (size_t m = 0; m < models_.size(); ++m) {
     Model& model = models_[m];
+    if (!stopping_workers_) ReplaceNextOutdated(model);
     if (model.removed && model.queue.empty()) {
       for (size_t i : model.slots) {
         if (!slots_[i]->retiring()) RetireSlot(*slots_[i], "model removed by reload");
@@ -218,6 +229,39 @@ void Supervisor::RetireIdleSlots() {
       return slots_[i]->retiring() && slots_[i]->state() == SlotState::kStopped;
     };
     model.slots.erase(std::remove_if(model.slots.begin(), model.slots.end(), gone), model.slots.end());
+  }
+}
+
+void Supervisor::ReplaceNextOutdated(Model& model) {
+  auto& outdated = model.outdated_slots;
+  while (!outdated.empty()) {
+    auto [index, old_generation] = outdated.front();
+    WorkerSlot& slot = *slots_[index];
+    const SlotState state = slot.state();
+    const bool old_process = slot.generation() == old_generation;
+    if (slot.retiring() || (old_process && (state == SlotState::kFailed || state == SlotState::kStopped))) {
+      outdated.erase(outdated.begin());  // gone, or relaunches with the new config when it does
+      continue;
+    }
+    if (old_process && state == SlotState::kReady && !slot.restart_requested()) {
+      TF_LOG(kInfo) << "replacing a worker for the reloaded config" << Kv("worker", slot.id())
+                    << Kv("model", slot.model_name()) << Kv("after_it", outdated.size() - 1);
+      slot.BeginGracefulRestart("config reloaded");
+      return;
+    }
+    if (!old_process && state == SlotState::kReady) {
+      outdated.erase(outdated.begin());  // replaced: on to the next
+      continue;
+    }
+    if (!old_process && state == SlotState::kFailed) {
+      // The new config does not come up: the workers not replaced yet keep serving the old one.
+      TF_LOG(kError) << "the reloaded config does not start; stopping the rollout"
+                     << Kv("model", model.config.name) << Kv("worker", slot.id())
+                     << Kv("reason", slot.failure_reason()) << Kv("not_replaced", outdated.size() - 1);
+      outdated.clear();
+      return;
+    }
+    return;  // on its way: stopping, backing off or starting
   }
 }
 

@@ -299,6 +299,7 @@ void WorkerSlot::UpdateConfig(const ModelConfig& model, const InstanceConfig& in
   ring_slots_ = model.ring_slots;
   slot_data_bytes_ = model.slot_bytes;
   max_inflight_ = model.max_inflight_per_worker;
+  warmup_json_ = model.warmup.empty() ? std::string() : WarmupToJson(model.warmup);
   if (!fallen_back_) device_ = instance.device;
   instance_ = instance;
 }

@@ -45,6 +45,7 @@ TEST(ProtocolFastPathTest, TakesTheHeadersClientsSend) {
   EXPECT_TRUE(FastTakes(R"({ "v" : 1 , "model" : "a.b-c_9", "inputs" : [ { "shape" : [ ] , "dtype" : "int64" } ,
       {"dtype":"uint8","shape":[2,3,4]} ], "timeout_ms": 250, "priority": 1000, "id": "req-1 x" } )"));
   EXPECT_TRUE(FastTakes(R"({"v":1,"id":null,"model":"m","inputs":[{"dtype":"bool","shape":[0]}],"timeout_ms":null,"priority":null})"));
+  EXPECT_TRUE(FastTakes(R"({"v":1,"model":"m","inputs":[{"dtype":"int8","shape":[1]}],"timeout_ms":999999999999999999})"));
   EXPECT_TRUE(FastTakes(R"({"v":1,"id":true,"model":"m","inputs":[{"dtype":"float16","shape":[1]}]})"));
   EXPECT_TRUE(FastTakes(R"({"v":1,"id":123456789012345678,"model":"m","inputs":[{"dtype":"float64","shape":[1]}]})"));
   EXPECT_TRUE(FastTakes(json{{"v", 1}, {"id", 42}, {"model", "resnet"},
@@ -80,6 +81,8 @@ TEST(ProtocolFastPathTest, LeavesEverythingElseToTheJsonParser) {
       R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"id":[1]})",
       R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"id":1234567890123456789})",
       R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"timeout_ms":-1})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"timeout_ms":9223372036854775808})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"timeout_ms":18446744073709551615})",
       R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"priority":1001})",
       R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"id":nul})",
       R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1,2,3,4,5,6,7,8,9]}]})",

@@ -93,24 +93,58 @@ Farm::~Farm() {
   fs::remove_all(dir_, ec);
 }
 
-bool Farm::Start(const std::vector<std::string>& extra_args, const std::vector<std::string>& env) {
-  std::vector<std::string> args = {BinDir() + "/torchfarm-supervisor", "--config", config_path_,
+namespace {
+
+// fork+exec of the supervisor on `config_path`, its stderr into `log_path`.
+pid_t SpawnSupervisor(const std::string& config_path, const std::string& log_path,
+                      const std::vector<std::string>& extra_args,
+                      const std::vector<std::string>& env) {
+  std::vector<std::string> args = {BinDir() + "/torchfarm-supervisor", "--config", config_path,
                                    "--log-level", "info"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<std::string> environment = env;
-  pid_ = ::fork();
-  if (pid_ == 0) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
     for (auto& e : environment) ::putenv(e.data());
-    std::string log = dir_ + "/supervisor.log";
-    FILE* f = std::freopen(log.c_str(), "w", stderr);
+    FILE* f = std::freopen(log_path.c_str(), "w", stderr);
     (void)f;
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
+  return pid;
+}
+
+}  // namespace
+
+bool Farm::Start(const std::vector<std::string>& extra_args, const std::vector<std::string>& env) {
+  pid_ = SpawnSupervisor(config_path_, dir_ + "/supervisor.log", extra_args, env);
   return pid_ > 0;
+}
+
+int RunSupervisorToExit(const std::string& config_path, std::string* log, int timeout_ms) {
+  const std::string log_path = config_path + ".run.log";
+  pid_t pid = SpawnSupervisor(config_path, log_path, {}, {});
+  if (pid <= 0) return -2000;
+  int code = -1000;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (code == -1000 && std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  if (code == -1000) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  std::ifstream in(log_path);
+  log->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return code;
 }
 
 json Farm::Admin(const std::string& cmd, int timeout_ms) const {

@@ -21,6 +21,11 @@ int FreePort();
 const std::string& ModelDir();
 std::string BinDir();
 
+// Runs another supervisor on `config_path` until it exits (a start that is refused); returns its
+// exit code (-signal if killed, -1000 if still running after timeout_ms, then SIGKILLed) and what
+// it logged in *log.
+int RunSupervisorToExit(const std::string& config_path, std::string* log, int timeout_ms = 20'000);
+
 class Farm {
  public:
   // `models` is the "models" array of the config; endpoint and run_dir are filled in.
@@ -44,6 +49,7 @@ class Farm {
 
   const std::string& endpoint() const { return endpoint_; }
   const std::string& dir() const { return dir_; }
+  const std::string& config_path() const { return config_path_; }
   pid_t pid() const { return pid_; }
   const std::string& error() const { return error_; }
 

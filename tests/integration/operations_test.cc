@@ -206,6 +206,115 @@ TEST(Operations, ReloadAddsResizesAndRemovesModels) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
+// Rewrites the config to serve `model` alone and reloads it; returns the reply.
+json ReloadWith(Farm& farm, const json& model) {
+  farm.RewriteConfig(json::array({model}));
+  return AdminCommand(farm, {{"cmd", "reload"}});
+}
+
+// Pids and generations of the workers of `stats`, in worker-id order.
+std::vector<std::pair<pid_t, int>> Processes(const json& stats) {
+  std::vector<std::pair<pid_t, int>> out;
+  for (const auto& w : stats["workers"]) out.emplace_back(w["pid"].get<pid_t>(), w["generation"].get<int>());
+  return out;
+}
+
+// Waits until every worker of `stats` runs a process other than those in `before` and is ready.
+bool WaitForNewProcesses(const Farm& farm, const std::vector<std::pair<pid_t, int>>& before) {
+  return WaitFor(farm, [&](const json& s) {
+    if (s["workers"].size() != before.size() || ReadyWorkers(s, "identity") != static_cast<int>(before.size())) {
+      return false;
+    }
+    for (size_t i = 0; i < before.size(); ++i) {
+      const json& w = s["workers"][i];
+      if (w["pid"].get<pid_t>() == before[i].first || w["generation"].get<int>() <= before[i].second) {
+        return false;
+      }
+    }
+    return true;
+  });
+}
+
+// A worker is launched with its model's warm-up and its instance's precision, streams and the
+// like: a reload that changes them replaces the workers, gracefully, like a changed model file.
+TEST(Operations, ReloadOfWarmupOrPrecisionReplacesTheWorkers) {
+  Farm farm(json::array({Identity(2)}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  auto before = Processes(farm.Admin("stats"));
+  Load load(farm.endpoint(), "identity", 16, 2);
+
+  json model = Identity(2);
+  model["warmup"] = json::array({1});
+  json reply = ReloadWith(farm, model);
+  EXPECT_EQ(reply["ok"], true) << reply.dump();
+  EXPECT_NE(reply.value("message", "").find("2 worker(s) to replace one by one"), std::string::npos)
+      << reply.dump();
+  ASSERT_TRUE(WaitForNewProcesses(farm, before)) << farm.Admin("stats").dump();
+
+  before = Processes(farm.Admin("stats"));
+  model["instances"][0]["precision"] = "bf16";
+  reply = ReloadWith(farm, model);
+  EXPECT_EQ(reply["ok"], true) << reply.dump();
+  ASSERT_TRUE(WaitForNewProcesses(farm, before)) << farm.Admin("stats").dump();
+  load.Stop();
+  EXPECT_EQ(load.failed.load(), 0) << load.last_error;
+  json stats = farm.Admin("stats");
+  for (const auto& w : stats["workers"]) {
+    EXPECT_EQ(w["device_stats"]["precision"], "bf16") << w.dump();
+    EXPECT_EQ(w["restarts"], 0) << "a replacement is not a failure";
+  }
+  // Nothing changed: nobody is replaced.
+  before = Processes(stats);
+  reply = AdminCommand(farm, {{"cmd", "reload"}});
+  EXPECT_EQ(reply.value("message", "").find("replaced"), std::string::npos) << reply.dump();
+  std::this_thread::sleep_for(Ms(500));
+  EXPECT_EQ(Processes(farm.Admin("stats")), before);
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+// A reloaded model file that does not load fails at the first worker replaced; the rollout stops
+// there and the other worker keeps serving the old model.
+TEST(Operations, AReloadThatDoesNotLoadStopsAtTheFirstWorker) {
+  Farm farm(json::array({Identity(2)}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  auto before = Processes(farm.Admin("stats"));
+  const std::string broken = farm.dir() + "/broken.pt";
+  std::ofstream(broken) << "not a TorchScript archive";
+  json model = Identity(2);
+  model["path"] = broken;
+  EXPECT_EQ(ReloadWith(farm, model)["ok"], true);
+  ASSERT_TRUE(WaitFor(farm, [](const json& s) { return s["workers"][0]["state"] == "failed"; }, 60'000))
+      << farm.Admin("stats").dump();
+  std::this_thread::sleep_for(Ms(500));
+  json worker = farm.Admin("stats")["workers"][1];
+  EXPECT_EQ(worker["pid"].get<pid_t>(), before[1].first) << worker.dump();
+  EXPECT_EQ(worker["state"], "ready") << worker.dump();
+  Client client(farm.endpoint(), 5'000);
+  EXPECT_TRUE(Send(client, "identity", 16).ok());
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+// Needs WorkerSlot::UpdateConfig to take the reloaded warm-up (worker_slot.cc is being rewritten
+// on another branch); enable it with that change.
+TEST(Operations, DISABLED_ReloadedWarmupRunsInTheNewWorkers) {
+  Farm farm(json::array({Identity(1)}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  auto before = Processes(farm.Admin("stats"));
+  json model = Identity(1);
+  model["warmup"] = json::array({1});
+  EXPECT_EQ(ReloadWith(farm, model)["ok"], true);
+  ASSERT_TRUE(WaitForNewProcesses(farm, before));
+  const pid_t fresh = farm.WorkerPids()[0];
+  EXPECT_EQ(farm.Stop(), 0);
+  std::ifstream log(farm.dir() + "/supervisor.log");
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  std::regex warmed("msg=\"warm-up batch done\"[^\n]*pid=" + std::to_string(fresh) + "\\b");
+  EXPECT_TRUE(std::regex_search(text, warmed)) << text.substr(0, 4000);
+}
+
 TEST(Operations, AdminDrainFinishesTheQueueAndRefusesNewWork) {
   Farm farm(json::array({Identity(1)}));
   ASSERT_TRUE(farm.Start());
@@ -300,6 +409,44 @@ TEST(Operations, PrometheusMetricsMoveWithTraffic) {
   EXPECT_EQ(MetricValue(second, R"(torchfarm_requests_total{model="identity",status="OK"})"), 35);
   EXPECT_EQ(MetricValue(second, R"(torchfarm_worker_restarts_total{model="identity"})"), 1);
   EXPECT_EQ(farm.Stop(), 0);
+}
+
+// What a refused second supervisor must leave working: the farm's admin socket, job socket and
+// metrics.
+void ExpectFarmAnswers(const Farm& farm, int metrics_port) {
+  EXPECT_TRUE(std::filesystem::exists(farm.dir() + "/run/admin.sock"));
+  EXPECT_TRUE(std::filesystem::exists(farm.dir() + "/jobs.sock"));
+  json stats = farm.Admin("stats");
+  ASSERT_TRUE(stats.is_object()) << "the admin socket does not answer stats";
+  EXPECT_EQ(ReadyWorkers(stats, "identity"), 1);
+  Client client(farm.endpoint(), 5'000);
+  EXPECT_TRUE(Send(client, "identity", 16).ok());
+  EXPECT_NE(HttpGet(metrics_port, "/metrics").find("torchfarm_requests_total"), std::string::npos);
+}
+
+TEST(Operations, ASecondSupervisorOnTheSameConfigIsRefusedAndLeavesTheFarmAlone) {
+  const int port = FreePort();
+  Farm farm(json::array({Identity(1)}), {{"metrics_endpoint", "127.0.0.1:" + std::to_string(port)}});
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  std::string log;
+  EXPECT_EQ(RunSupervisorToExit(farm.config_path(), &log), 1);
+  EXPECT_NE(log.find("is owned by a live supervisor (pid " + std::to_string(farm.pid())),
+            std::string::npos) << log;
+  ExpectFarmAnswers(farm, port);
+
+  // Another run_dir, the same job endpoint: refused before its bind takes the socket over.
+  json other = json::parse(std::ifstream(farm.config_path()));
+  other["run_dir"] = farm.dir() + "/run-other";
+  other.erase("metrics_endpoint");
+  const std::string other_path = farm.dir() + "/other.json";
+  std::ofstream(other_path) << other.dump();
+  EXPECT_EQ(RunSupervisorToExit(other_path, &log), 1);
+  EXPECT_NE(log.find("cannot bind 'ipc://" + farm.dir() + "/jobs.sock': a live process"),
+            std::string::npos) << log;
+  ExpectFarmAnswers(farm, port);
+  EXPECT_EQ(farm.Stop(), 0);
+  EXPECT_FALSE(std::filesystem::exists(farm.dir() + "/run/admin.sock")) << "removed by its owner";
 }
 
 TEST(Operations, SdNotifySaysReadyWatchdogAndStoppingInOrder) {

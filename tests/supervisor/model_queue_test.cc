@@ -184,6 +184,29 @@ TEST(ModelQueue, ExpiredRequestsLeaveTheQueue) {
   EXPECT_FALSE(q.NextDeadline().has_value());
 }
 
+TEST(ModelQueue, QueuedDeadlinesStillExpireAfterAPolicyChange) {
+  FakeTimeSource clock;
+  ModelQueue q(Policy(8, 1'000'000));
+  auto a = Make(1, clock.Now(), 1);
+  a.deadline = clock.Now() + Millis(5);
+  auto b = Make(1, clock.Now(), 2, 4, 1);
+  b.deadline = clock.Now() + Millis(3);
+  auto c = Make(1, clock.Now(), 3);
+  q.Push(a);
+  q.Push(b);
+  q.Push(c);
+  BatchingPolicy reloaded = Policy(4, 1'000'000);
+  reloaded.priority_levels = 2;
+  q.SetPolicy(reloaded);  // what a reload does
+  ASSERT_TRUE(q.NextDeadline().has_value());
+  EXPECT_EQ(*q.NextDeadline(), clock.Now() + Millis(3));
+  clock.Advance(Millis(5));
+  auto expired = q.TakeExpired(clock.Now());
+  ASSERT_EQ(expired.size(), 2u);
+  EXPECT_EQ(q.size(), 1u);
+  EXPECT_FALSE(q.NextDeadline().has_value());
+}
+
 TEST(ModelQueue, RequeuedRequestsGoFirstInTheirOrder) {
   FakeTimeSource clock;
   ModelQueue q(Policy(1, 0));

@@ -136,5 +136,68 @@ TEST(PinnedResponseRingTest, TheKeeperKeepsASegmentMappedUntilItsLastFrameIsSent
   EXPECT_EQ(keeper.size(), 0u);
 }
 
+// A client that stops reading keeps a retired segment mapped; over the cap, rings copy their
+// replies instead of pinning more segments, and pin again once the stuck replies are freed.
+TEST(PinnedResponseRingTest, OverTheCapRepliesAreCopiedNotPinned) {
+  PinnedRingKeeper keeper;
+  zmq::message_t stuck;
+  uint64_t segment_bytes = 0;
+  {
+    auto retired = MakeSegment("cap-retired");
+    segment_bytes = retired->size();
+    auto ring = std::make_shared<PinnedResponseRing>(retired);
+    keeper.Add(ring);
+    ASSERT_TRUE(Produce(*retired, 'r'));
+    stuck = ring->PinFrame(ipc::SlotData(ring->Next()), 100);
+    ring->Finish(TimePoint{});
+    ipc::WorkerSegment::Remove(retired->name());
+  }  // its worker was replaced: only the unread reply keeps the segment mapped
+  keeper.set_cap_bytes(segment_bytes + segment_bytes / 2);
+  keeper.ReleaseFreed();
+  EXPECT_EQ(keeper.budget().retired_bytes, segment_bytes);
+
+  auto live = MakeSegment("cap-live");
+  auto ring = std::make_shared<PinnedResponseRing>(live);
+  keeper.Add(ring);
+  ASSERT_TRUE(Produce(*live, 'c'));
+  const uint8_t* data = ipc::SlotData(ring->Next());
+  zmq::message_t copied = ring->PinFrame(data, 100);
+  ring->Finish(TimePoint{});
+  EXPECT_NE(copied.data(), static_cast<const void*>(data)) << "a second segment would pass the cap";
+  EXPECT_EQ(static_cast<const uint8_t*>(copied.data())[0], 'c');
+  EXPECT_EQ(ring->unpopped(), 0u) << "a copied reply gives its slot back at once";
+  EXPECT_EQ(keeper.budget().copied_frames, 1u);
+
+  stuck = zmq::message_t();  // the client read it (or went away)
+  keeper.ReleaseFreed();
+  EXPECT_EQ(keeper.budget().retired_bytes, 0u);
+  EXPECT_EQ(keeper.size(), 1u);
+  ASSERT_TRUE(Produce(*live, 'p'));
+  data = ipc::SlotData(ring->Next());
+  zmq::message_t pinned = ring->PinFrame(data, 100);
+  ring->Finish(TimePoint{});
+  EXPECT_EQ(pinned.data(), static_cast<const void*>(data));
+  EXPECT_EQ(ring->unpopped(), 1u);
+}
+
+TEST(PinnedResponseRingTest, TheDefaultCapIsAGibibyteOrFourTimesTheLiveSegments) {
+  PinnedRingKeeper keeper;
+  EXPECT_EQ(keeper.budget().cap_bytes, PinnedRingKeeper::kMinPinnedRetiredBytes);
+  auto segment = MakeSegment("cap-default");
+  auto ring = std::make_shared<PinnedResponseRing>(segment);
+  keeper.Add(ring);
+  EXPECT_EQ(keeper.budget().cap_bytes, PinnedRingKeeper::kMinPinnedRetiredBytes);
+  EXPECT_TRUE(keeper.budget().Allows(segment->size()));
+  EXPECT_EQ(PinnedRingKeeper::DefaultCap(100u << 20), PinnedRingKeeper::kMinPinnedRetiredBytes);
+  EXPECT_EQ(PinnedRingKeeper::DefaultCap(uint64_t{2} << 30), uint64_t{8} << 30);
+  PinBudget big;
+  big.cap_bytes = 4 * (uint64_t{2} << 30);
+  big.retired_bytes = big.cap_bytes - 10;
+  EXPECT_TRUE(big.Allows(10));
+  EXPECT_FALSE(big.Allows(11));
+  big.retired_bytes = big.cap_bytes + 1;  // recounted after several workers retired at once
+  EXPECT_FALSE(big.Allows(0));
+}
+
 }  // namespace
 }  // namespace torchfarm
