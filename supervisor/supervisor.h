@@ -35,6 +35,7 @@
 #include "supervisor/model_stats.h"
 #include "supervisor/mps_controller.h"
 #include "supervisor/process_stats.h"
+#include "supervisor/reload_plan.h"
 #include "supervisor/run_dir_lock.h"
 #include "supervisor/service_notifier.h"
 #include "supervisor/loop_timer.h"
@@ -145,6 +146,8 @@ class Supervisor {
   nlohmann::json RestartWorker(int worker_id);
   nlohmann::json Scale(const std::string& model, int count);
   nlohmann::json Reload();
+  // Applies one model's part of a reload plan (reload_plan.h); returns what it did.
+  std::string ApplyModelUpdate(const ModelUpdate& update);
   void AddModel(const ModelConfig& config);
   void AddSlot(size_t model_index, const InstanceConfig& instance);
   void RetireSlot(WorkerSlot& slot, const std::string& why);

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "ipc/control_protocol.h"
+#include "supervisor/reload_plan.h"
 #include "supervisor/supervisor.h"
 
 namespace torchfarm {
@@ -19,33 +20,6 @@ namespace {
 
 json Ok(const std::string& message) { return {{"ok", true}, {"message", message}}; }
 json Error(const std::string& message) { return {{"ok", false}, {"error", message}}; }
-
-// One InstanceConfig per worker, in the order the config lists them.
-std::vector<InstanceConfig> ExpandInstances(const ModelConfig& model, int cores) {
-  std::vector<InstanceConfig> out;
-  for (const auto& instance : model.instances) {
-    int count = ResolveInstanceCount(instance, cores);
-    for (int i = 0; i < count; ++i) out.push_back(instance);
-  }
-  return out;
-}
-
-// Same worker process: every instance setting a worker is launched with (its argv) is equal.
-bool SameInstance(const InstanceConfig& a, const InstanceConfig& b) {
-  return a.device == b.device && a.threads == b.threads && a.cores == b.cores &&
-         a.fallback == b.fallback && a.precision == b.precision && a.streams == b.streams &&
-         a.cudnn_benchmark == b.cudnn_benchmark && a.pin_memory == b.pin_memory &&
-         a.idle_spin_us == b.idle_spin_us;
-}
-
-// Changes that a running worker cannot pick up: it must be replaced. The warm-up runs once,
-// before a worker reports ready, so a new one only reaches new workers.
-bool NeedsNewWorkers(const ModelConfig& old_config, const ModelConfig& fresh) {
-  return old_config.path != fresh.path || old_config.slot_bytes != fresh.slot_bytes ||
-         old_config.ring_slots != fresh.ring_slots ||
-         old_config.max_inflight_per_worker != fresh.max_inflight_per_worker ||
-         !(old_config.inputs == fresh.inputs) || !(old_config.warmup == fresh.warmup);
-}
 
 }  // namespace
 
@@ -141,53 +115,26 @@ json Supervisor::Reload() {
     return Error("reload refused, the running config stays: " + s.message());
   }
   notifier_.Reloading();
+  const ReloadPlan plan = PlanReload(config_, served_configs_, fresh, AvailableCores());
   std::vector<std::string> notes;
-  if (fresh.endpoint != config_.endpoint || fresh.admin_endpoint != config_.admin_endpoint ||
-      fresh.run_dir != config_.run_dir) {
-    notes.push_back("endpoint, admin_endpoint and run_dir changes need a restart");
+  if (!plan.needs_restart.empty()) {
+    std::string keys;
+    for (const auto& key : plan.needs_restart) keys += (keys.empty() ? "" : ", ") + key;
+    notes.push_back(keys + " changed: a restart applies " +
+                    (plan.needs_restart.size() == 1 ? "it" : "them"));
   }
-  for (const ModelConfig& m : fresh.models) {
-    Model* existing = FindModel(m.name);
-    if (!existing) {
-      size_t first_new = slots_.size();
-      AddModel(m);
-      for (size_t i = first_new; i < slots_.size(); ++i) LaunchSlot(*slots_[i]);
-      notes.push_back("added " + m.name);
-      continue;
-    }
-    bool replace = NeedsNewWorkers(existing->config, m);
-    existing->config = m;
-    existing->queue.SetPolicy(BatchingPolicyFor(m));
-    std::vector<InstanceConfig> wanted = ExpandInstances(m, AvailableCores());
-    size_t k = 0, replaced = 0;
-    for (size_t i : existing->slots) {
-      WorkerSlot& slot = *slots_[i];
-      if (slot.retiring()) continue;
-      const InstanceConfig& instance = wanted.empty() ? slot.instance() : wanted[std::min(k++, wanted.size() - 1)];
-      bool changed = replace || !SameInstance(slot.instance(), instance);
-      slot.UpdateConfig(m, instance);
-      // A slot without a process (backing off, failed) launches the new config anyway.
-      auto& outdated = existing->outdated_slots;
-      const bool queued = std::any_of(outdated.begin(), outdated.end(),
-                                      [&](const auto& entry) { return entry.first == i; });
-      if (changed && !queued &&
-          (slot.state() == SlotState::kReady || slot.state() == SlotState::kStarting)) {
-        outdated.emplace_back(i, slot.generation());
-        ++replaced;
-      }
-    }
-    json scaled = Scale(m.name, static_cast<int>(wanted.size()));
-    notes.push_back(m.name + (replaced > 0 ? " (" + std::to_string(replaced) + " worker(s) to replace one by one)" : "") +
-                    ": " + scaled.value("message", std::string()));
+  for (const ModelConfig& m : plan.added) {
+    size_t first_new = slots_.size();
+    AddModel(m);
+    for (size_t i = first_new; i < slots_.size(); ++i) LaunchSlot(*slots_[i]);
+    notes.push_back("added " + m.name);
   }
-  for (auto& model : models_) {
-    bool kept = std::any_of(fresh.models.begin(), fresh.models.end(),
-                            [&](const ModelConfig& m) { return m.name == model.config.name; });
-    if (!kept && !model.removed) {
-      model.removed = true;
-      notes.push_back("removing " + model.config.name + " once its " +
-                      std::to_string(model.queue.size()) + " queued request(s) are served");
-    }
+  for (const ModelUpdate& update : plan.updated) notes.push_back(ApplyModelUpdate(update));
+  for (const std::string& name : plan.removed) {
+    Model* model = FindModel(name);
+    model->removed = true;
+    notes.push_back("removing " + name + " once its " + std::to_string(model->queue.size()) +
+                    " queued request(s) are served");
   }
   config_.models = fresh.models;
   config_.heartbeat_ms = fresh.heartbeat_ms;
@@ -207,6 +154,36 @@ json Supervisor::Reload() {
   for (const auto& n : notes) summary += (summary.empty() ? "" : "; ") + n;
   TF_LOG(kInfo) << "config reloaded" << Kv("changes", summary);
   return Ok("reloaded: " + summary);
+}
+
+std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update) {
+  const ModelConfig& m = update.config;
+  Model* existing = FindModel(m.name);
+  existing->config = m;
+  existing->queue.SetPolicy(BatchingPolicyFor(m));
+  const std::vector<InstanceConfig>& wanted = update.instances;
+  size_t k = 0, replaced = 0;
+  for (size_t i : existing->slots) {
+    WorkerSlot& slot = *slots_[i];
+    if (slot.retiring()) continue;
+    const InstanceConfig& instance =
+        wanted.empty() ? slot.instance() : wanted[std::min(k++, wanted.size() - 1)];
+    const bool changed = WorkerNeedsReplacing(update, slot.instance(), instance);
+    slot.UpdateConfig(m, instance);
+    // A slot without a process (backing off, failed) launches the new config anyway.
+    auto& outdated = existing->outdated_slots;
+    const bool queued = std::any_of(outdated.begin(), outdated.end(),
+                                    [&](const auto& entry) { return entry.first == i; });
+    if (changed && !queued &&
+        (slot.state() == SlotState::kReady || slot.state() == SlotState::kStarting)) {
+      outdated.emplace_back(i, slot.generation());
+      ++replaced;
+    }
+  }
+  json scaled = Scale(m.name, static_cast<int>(wanted.size()));
+  return m.name +
+         (replaced > 0 ? " (" + std::to_string(replaced) + " worker(s) to replace one by one)" : "") +
+         ": " + scaled.value("message", std::string());
 }
 
 void Supervisor::RetireIdleSlots() {

@@ -1,0 +1,78 @@
+#include "supervisor/reload_plan.h"
+
+#include <algorithm>
+
+namespace torchfarm {
+
+namespace {
+
+// Same worker process: every instance setting a worker is launched with (its argv) is equal.
+bool SameInstance(const InstanceConfig& a, const InstanceConfig& b) {
+  return a.device == b.device && a.threads == b.threads && a.cores == b.cores &&
+         a.fallback == b.fallback && a.precision == b.precision && a.streams == b.streams &&
+         a.cudnn_benchmark == b.cudnn_benchmark && a.pin_memory == b.pin_memory &&
+         a.idle_spin_us == b.idle_spin_us;
+}
+
+// Changes that a running worker cannot pick up: it must be replaced. The warm-up runs once,
+// before a worker reports ready, so a new one only reaches new workers.
+bool NeedsNewWorkers(const ModelConfig& old_config, const ModelConfig& fresh) {
+  return old_config.path != fresh.path || old_config.slot_bytes != fresh.slot_bytes ||
+         old_config.ring_slots != fresh.ring_slots ||
+         old_config.max_inflight_per_worker != fresh.max_inflight_per_worker ||
+         !(old_config.inputs == fresh.inputs) || !(old_config.warmup == fresh.warmup);
+}
+
+}  // namespace
+
+std::vector<InstanceConfig> ExpandInstances(const ModelConfig& model, int available_cores) {
+  std::vector<InstanceConfig> out;
+  for (const auto& instance : model.instances) {
+    int count = ResolveInstanceCount(instance, available_cores);
+    for (int i = 0; i < count; ++i) out.push_back(instance);
+  }
+  return out;
+}
+
+bool WorkerNeedsReplacing(const ModelUpdate& update, const InstanceConfig& current,
+                          const InstanceConfig& wanted) {
+  return update.replace_workers || !SameInstance(current, wanted);
+}
+
+ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>& served,
+                      const FarmConfig& fresh, int available_cores) {
+  ReloadPlan plan;
+  auto changed = [&](bool differs, const char* key) {
+    if (differs) plan.needs_restart.push_back(key);
+  };
+  changed(fresh.endpoint != running.endpoint, "endpoint");
+  changed(fresh.admin_endpoint != running.admin_endpoint, "admin_endpoint");
+  changed(fresh.run_dir != running.run_dir, "run_dir");
+  changed(fresh.metrics_endpoint != running.metrics_endpoint, "metrics_endpoint");
+  changed(fresh.worker_binary != running.worker_binary, "worker_binary");
+  changed(fresh.ipc_group != running.ipc_group, "ipc_group");
+  changed(fresh.insecure != running.insecure, "insecure");
+  changed(fresh.curve.secret_key_file != running.curve.secret_key_file, "curve.secret_key_file");
+  changed(fresh.gpu.mps != running.gpu.mps, "gpu.mps");
+  for (const ModelConfig& m : fresh.models) {
+    auto old = std::find_if(served.begin(), served.end(),
+                            [&](const ModelConfig& s) { return s.name == m.name; });
+    if (old == served.end()) {
+      plan.added.push_back(m);
+      continue;
+    }
+    ModelUpdate update;
+    update.config = m;
+    update.replace_workers = NeedsNewWorkers(*old, m);
+    update.instances = ExpandInstances(m, available_cores);
+    plan.updated.push_back(std::move(update));
+  }
+  for (const ModelConfig& s : served) {
+    bool kept = std::any_of(fresh.models.begin(), fresh.models.end(),
+                            [&](const ModelConfig& m) { return m.name == s.name; });
+    if (!kept) plan.removed.push_back(s.name);
+  }
+  return plan;
+}
+
+}  // namespace torchfarm

@@ -1,0 +1,37 @@
+// A config reload as a pure diff: what the running farm must do to become the fresh config
+// (models to add, update or remove; which workers a change forces to be replaced; which keys only
+// a restart applies). No processes, no sockets: unit-tested on plain configs. The Supervisor
+// applies the plan (supervisor_control.cc) on its loop thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+
+namespace torchfarm {
+
+struct ModelUpdate {
+  ModelConfig config;                     // the fresh one
+  bool replace_workers = false;           // a change no running worker can pick up
+  std::vector<InstanceConfig> instances;  // one per worker the fresh config wants
+};
+
+struct ReloadPlan {
+  std::vector<ModelConfig> added;
+  std::vector<ModelUpdate> updated;    // models in both configs
+  std::vector<std::string> removed;    // served now, absent from the fresh config
+  std::vector<std::string> needs_restart;  // keys whose change only a restart applies
+};
+
+// `served` are the models the farm serves now (removed ones excluded).
+ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>& served,
+                      const FarmConfig& fresh, int available_cores);
+
+// One InstanceConfig per worker, in the order the config lists them.
+std::vector<InstanceConfig> ExpandInstances(const ModelConfig& model, int available_cores);
+// Whether a worker launched with `current` must be replaced to run `wanted` under `update`.
+bool WorkerNeedsReplacing(const ModelUpdate& update, const InstanceConfig& current,
+                          const InstanceConfig& wanted);
+
+}  // namespace torchfarm

@@ -1,0 +1,87 @@
+// Config reload as a pure diff (supervisor/reload_plan.h).
+#include "supervisor/reload_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace torchfarm {
+namespace {
+
+ModelConfig Model(const std::string& name, int count = 1) {
+  ModelConfig m;
+  m.name = name;
+  m.path = "/models/" + name + ".pt";
+  m.inputs = {TensorSpec{DType::kFloat32, {-1, 4}}};
+  InstanceConfig instance;
+  instance.count = count;
+  m.instances = {instance};
+  return m;
+}
+
+FarmConfig Farm(std::vector<ModelConfig> models) {
+  FarmConfig c;
+  c.models = std::move(models);
+  return c;
+}
+
+TEST(ReloadPlanTest, AddsUpdatesAndRemovesModelsByName) {
+  FarmConfig running = Farm({Model("a"), Model("b")});
+  FarmConfig fresh = Farm({Model("b", 3), Model("c")});
+  ReloadPlan plan = PlanReload(running, running.models, fresh, 4);
+  ASSERT_EQ(plan.added.size(), 1u);
+  EXPECT_EQ(plan.added[0].name, "c");
+  ASSERT_EQ(plan.updated.size(), 1u);
+  EXPECT_EQ(plan.updated[0].config.name, "b");
+  EXPECT_EQ(plan.updated[0].instances.size(), 3u) << "count 3: three workers wanted";
+  EXPECT_FALSE(plan.updated[0].replace_workers) << "a count change scales, it replaces nobody";
+  EXPECT_EQ(plan.removed, std::vector<std::string>({"a"}));
+  EXPECT_TRUE(plan.needs_restart.empty());
+}
+
+TEST(ReloadPlanTest, ChangesNoRunningWorkerCanPickUpReplaceTheWorkers) {
+  FarmConfig running = Farm({Model("m")});
+  auto replaced = [&](auto change) {
+    FarmConfig fresh = running;
+    change(fresh.models[0]);
+    return PlanReload(running, running.models, fresh, 4).updated.at(0).replace_workers;
+  };
+  EXPECT_TRUE(replaced([](ModelConfig& m) { m.path = "/models/other.pt"; }));
+  EXPECT_TRUE(replaced([](ModelConfig& m) { m.slot_bytes *= 2; }));
+  EXPECT_TRUE(replaced([](ModelConfig& m) { m.ring_slots = 8; }));
+  EXPECT_TRUE(replaced([](ModelConfig& m) { m.max_inflight_per_worker = 4; }));
+  EXPECT_TRUE(replaced([](ModelConfig& m) { m.inputs[0].shape = {-1, 8}; }));
+  EXPECT_TRUE(replaced([](ModelConfig& m) { m.warmup = {{TensorSpec{DType::kFloat32, {8, 4}}}}; }));
+  EXPECT_FALSE(replaced([](ModelConfig& m) { m.max_batch_size = 32; })) << "batching is live";
+  EXPECT_FALSE(replaced([](ModelConfig& m) { m.max_queue_delay_us = 500; }));
+  EXPECT_FALSE(replaced([](ModelConfig& m) { m.max_queue_wait_ms = 5; }));
+}
+
+TEST(ReloadPlanTest, InstanceSettingsAWorkerIsLaunchedWithReplaceIt) {
+  ModelUpdate update;
+  InstanceConfig current;
+  auto differs = [&](auto change) {
+    InstanceConfig wanted = current;
+    change(wanted);
+    return WorkerNeedsReplacing(update, current, wanted);
+  };
+  EXPECT_FALSE(differs([](InstanceConfig&) {}));
+  EXPECT_TRUE(differs([](InstanceConfig& i) { i.threads = 2; }));
+  EXPECT_TRUE(differs([](InstanceConfig& i) { i.precision = "bf16"; }));
+  EXPECT_TRUE(differs([](InstanceConfig& i) { i.streams = 2; }));
+  EXPECT_TRUE(differs([](InstanceConfig& i) { i.device = "cuda:0"; }));
+  EXPECT_TRUE(differs([](InstanceConfig& i) { i.idle_spin_us = 300; }));
+  EXPECT_TRUE(differs([](InstanceConfig& i) { i.cores = {0}; }));
+  update.replace_workers = true;
+  EXPECT_TRUE(differs([](InstanceConfig&) {})) << "a model-level change replaces every worker";
+}
+
+TEST(ReloadPlanTest, KeysOnlyARestartAppliesAreNamed) {
+  FarmConfig running = Farm({Model("m")});
+  FarmConfig fresh = running;
+  fresh.endpoint = "tcp://127.0.0.1:6000";
+  fresh.metrics_endpoint = "127.0.0.1:9464";
+  ReloadPlan plan = PlanReload(running, running.models, fresh, 4);
+  EXPECT_EQ(plan.needs_restart, std::vector<std::string>({"endpoint", "metrics_endpoint"}));
+}
+
+}  // namespace
+}  // namespace torchfarm
