@@ -46,7 +46,10 @@ SupervisorOptions SupervisorOptions::From(const FarmConfig& config, const std::s
 Supervisor::Supervisor(FarmConfig config, SupervisorOptions options)
     : config_(std::move(config)), options_(std::move(options)), context_(1),
       jobs_(context_, zmq::socket_type::router), control_(context_, zmq::socket_type::router),
-      admin_(context_, zmq::socket_type::router) {}
+      admin_(context_, zmq::socket_type::router), workers_(clock_),
+      hang_limit_([this](const WorkerSlot& slot) {
+        return Millis(models_[slot.model_index()].config.hang_timeout_ms);
+      }) {}
 
 Supervisor::~Supervisor() { CleanUp(); }
 
@@ -60,19 +63,20 @@ Status Supervisor::Start() {
   ::signal(SIGPIPE, SIG_IGN);
   ipc::InstallBusGuard();  // a client that truncates its region fails its request, not the farm
 
-  launch_.control_endpoint = "ipc://" + config_.run_dir + "/control-" + std::to_string(::getpid()) + ".sock";
-  launch_.worker_binary = config_.worker_binary.empty() ? SelfDirectory() + "/torchfarm-worker"
+  LaunchContext launch;
+  launch.control_endpoint = "ipc://" + config_.run_dir + "/control-" + std::to_string(::getpid()) + ".sock";
+  launch.worker_binary = config_.worker_binary.empty() ? SelfDirectory() + "/torchfarm-worker"
                                                         : config_.worker_binary;
   // The pid keeps RemoveStaleFiles working; the random part makes the names unguessable, so no
   // other user can pre-create or predict a segment (docs/security.md).
   std::string nonce;
   if (Status s = RandomHex(8, &nonce); !s.ok()) return s;
-  launch_.segment_prefix = "torchfarm-" + std::to_string(::getpid()) + "-" + nonce + "-";
-  launch_.heartbeat_ms = config_.heartbeat_ms;
-  launch_.log_level = options_.log_level;
-  launch_.response_rings = &response_rings_;
-  if (::access(launch_.worker_binary.c_str(), X_OK) != 0) {
-    return NotFound("worker binary '" + launch_.worker_binary +
+  launch.segment_prefix = "torchfarm-" + std::to_string(::getpid()) + "-" + nonce + "-";
+  launch.heartbeat_ms = config_.heartbeat_ms;
+  launch.log_level = options_.log_level;
+  launch.response_rings = &response_rings_;
+  if (::access(launch.worker_binary.c_str(), X_OK) != 0) {
+    return NotFound("worker binary '" + launch.worker_binary +
                     "' is missing or not executable (set worker_binary in the config)");
   }
 
@@ -81,7 +85,7 @@ Status Supervisor::Start() {
   jobs_.set(zmq::sockopt::sndhwm, 100'000);
   if (Status s = SecureSockets(); !s.ok()) return s;
   const std::pair<zmq::socket_t*, std::string> binds[] = {
-      {&jobs_, config_.endpoint}, {&control_, launch_.control_endpoint}, {&admin_, config_.admin_endpoint}};
+      {&jobs_, config_.endpoint}, {&control_, launch.control_endpoint}, {&admin_, config_.admin_endpoint}};
   for (const auto& [socket, endpoint] : binds) {
     if (Status s = CheckIpcEndpointFree(endpoint); !s.ok()) return s;
     try {
@@ -92,7 +96,7 @@ Status Supervisor::Start() {
     ipc_files_.push_back(IpcEndpointFile::Bound(endpoint));
   }
   if (Status s = ApplyIpcGroup(); !s.ok()) return s;
-  client_shm_ = std::make_unique<ClientShmRegistry>(config_.client_shm, launch_.segment_prefix,
+  client_shm_ = std::make_unique<ClientShmRegistry>(config_.client_shm, launch.segment_prefix,
                                                     ipc_gid_);
 
   if (!config_.metrics_endpoint.empty()) {
@@ -102,7 +106,7 @@ Status Supervisor::Start() {
   for (const ModelConfig& mc : config_.models) AddModel(mc);
   RebuildServedModels();
   int cpu_threads = 0;
-  for (const auto& slot : slots_) {
+  for (const auto& slot : workers_) {
     if (slot->device() == "cpu") cpu_threads += slot->instance().threads;
   }
   if (cpu_threads > cores) {
@@ -110,14 +114,15 @@ Status Supervisor::Start() {
                      "oversubscription (set threads, count or cores)"
                   << Kv("threads", cpu_threads) << Kv("cores", cores);
   }
-  const bool has_gpu_instances = std::any_of(slots_.begin(), slots_.end(), [](const auto& slot) {
+  const bool has_gpu_instances = std::any_of(workers_.begin(), workers_.end(), [](const auto& slot) {
     return slot->instance().is_gpu();
   });
   if (Status s = mps_.Start(config_.gpu, config_.run_dir, has_gpu_instances); !s.ok()) return s;
-  launch_.gpu_env = mps_.WorkerEnvironment();
-  for (auto& slot : slots_) LaunchSlot(*slot);
+  launch.gpu_env = mps_.WorkerEnvironment();
+  workers_.Configure(std::move(launch), options_.restart, config_.heartbeat_ms);
+  for (auto& slot : workers_) workers_.Launch(*slot);
   TF_LOG(kInfo) << "supervisor serving" << Kv("endpoint", config_.endpoint)
-                << Kv("admin", config_.admin_endpoint) << Kv("workers", slots_.size())
+                << Kv("admin", config_.admin_endpoint) << Kv("workers", workers_.size())
                 << Kv("models", config_.models.size())
                 << Kv("metrics", config_.metrics_endpoint.empty() ? "off" : config_.metrics_endpoint)
                 << Kv("mps", mps_.state());
@@ -137,7 +142,7 @@ int Supervisor::Run() {
     items.push_back({static_cast<void*>(admin_), 0, ZMQ_POLLIN, 0});
     items.push_back({nullptr, signals_.fd(), ZMQ_POLLIN, 0});
     items.push_back({nullptr, timer_.fd(), ZMQ_POLLIN, 0});
-    for (auto& slot : slots_) {
+    for (auto& slot : workers_) {
       if (slot->response_fd() >= 0) {
         items.push_back({nullptr, slot->response_fd(), ZMQ_POLLIN, 0});
         owners.emplace_back(slot.get(), Source::kResponses);
@@ -174,8 +179,10 @@ int Supervisor::Run() {
     if (items[0].revents & ZMQ_POLLIN) Guarded("jobs", [&] { HandleJobs(); });
     if (items[2].revents & ZMQ_POLLIN) Guarded("admin", [&] { HandleAdmin(); });
     Guarded("deadlines", [&] { ExpireDeadlines(); });
-    Guarded("liveness", [&] { CheckWorkerLiveness(); });
-    Guarded("restarts", [&] { RestartDueSlots(); });
+    Guarded("liveness", [&] { workers_.KillUnresponsive(hang_limit_); });
+    Guarded("restarts", [&] {
+      if (!draining_) workers_.LaunchDue();  // a draining farm starts nothing new
+    });
     Guarded("dispatch", [&] { Dispatch(); });
     Guarded("pinned replies", [&] { ReleasePinnedReplies(); });
     Guarded("retire", [&] { RetireIdleSlots(); });
@@ -210,17 +217,11 @@ TimePoint Supervisor::NextWakeUp() const {
     // A batch that comes due while every worker of its model is full cannot go anyway; waking
     // for it would spin the loop (a finishing worker rings its doorbell, which wakes us).
     bool can_dispatch = std::any_of(model.slots.begin(), model.slots.end(),
-                                    [&](size_t i) { return slots_[i]->CanAccept(); });
+                                    [&](size_t i) { return workers_[i]->CanAccept(); });
     if (!can_dispatch) continue;
     if (auto due = model.queue.NextDue()) next = std::min(next, *due);
   }
-  const auto heartbeat_limit = Millis(config_.heartbeat_ms) * ipc::kLivenessHeartbeats;
-  for (const auto& slot : slots_) {
-    // Restarts wait while the farm drains (RestartDueSlots); their deadline would spin the loop.
-    if (draining_ && slot->pid() <= 0) continue;
-    Millis hang_limit(models_[slot->model_index()].config.hang_timeout_ms);
-    next = std::min(next, slot->NextDeadline(heartbeat_limit, hang_limit));
-  }
+  next = std::min(next, workers_.NextDeadline(hang_limit_, draining_));
   return std::max(next, now);
 }
 
@@ -256,7 +257,7 @@ void Supervisor::DrainStep() {
   if (!stopping_workers_) {
     bool idle = true;
     for (const auto& model : models_) idle = idle && model.queue.empty();
-    for (const auto& slot : slots_) idle = idle && slot->inflight() == 0;
+    for (const auto& slot : workers_) idle = idle && slot->inflight() == 0;
     if (!idle && now < drain_deadline_) return;
     for (auto& model : models_) {
       for (auto& r : model.queue.TakeAll()) {
@@ -266,13 +267,10 @@ void Supervisor::DrainStep() {
     StopWorkers();
     return;
   }
-  bool all_gone = std::all_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->pid() <= 0; });
-  if (all_gone) {
+  if (workers_.AllExited()) {
     done_ = true;
   } else if (now >= stop_deadline_) {
-    for (auto& slot : slots_) {
-      if (slot->pid() > 0) ::kill(slot->pid(), SIGKILL);
-    }
+    workers_.KillAll();
     stop_deadline_ = now + kStopGrace;
   }
 }
@@ -282,7 +280,7 @@ void Supervisor::StopWorkers() {
   notifier_.Stopping();
   const TimePoint now = clock_.Now();
   stop_deadline_ = now + kStopGrace;
-  for (auto& slot : slots_) {
+  for (auto& slot : workers_) {
     if (slot->pid() > 0) {
       control_.send(zmq::buffer(ipc::WorkerRoutingId(slot->id(), slot->generation())),
                     zmq::send_flags::sndmore);
@@ -294,7 +292,7 @@ void Supervisor::StopWorkers() {
 
 void Supervisor::CleanUp() {
   // Batches still held by workers (only after a forced stop) are answered, never dropped.
-  for (auto& slot : slots_) {
+  for (auto& slot : workers_) {
     if (slot->pid() > 0) {
       ::kill(slot->pid(), SIGKILL);
       int status = 0;

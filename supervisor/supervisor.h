@@ -1,12 +1,13 @@
 // The supervisor: one thread, one poll loop, every event source a named handler.
 //
 // Owns: the job socket (ROUTER, clients), the control socket (ROUTER, workers), the admin socket
-// (ROUTER, JSON commands), the signalfd, the run_dir lock, one ModelQueue per model and the table
-// of WorkerSlots. Never links LibTorch and never holds a CUDA context.
+// (ROUTER, JSON commands), the signalfd, the loop timer, the run_dir lock, one ModelQueue per model
+// and the WorkerPool (the table of WorkerSlots). Never links LibTorch and never holds a CUDA
+// context.
 //
 // Loop:  poll(job, control, admin, signals, timerfd armed to NextWakeUp, every worker's doorbell)
 //          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> HandleAdmin
-//          -> HandleWorkerOutput -> ExpireDeadlines -> CheckWorkerLiveness -> RestartDueSlots
+//          -> HandleWorkerOutput -> ExpireDeadlines -> workers_.KillUnresponsive -> workers_.LaunchDue
 //          -> Dispatch -> ReleasePinnedReplies -> RetireIdleSlots -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
 // each inside its own exception barrier (Guarded): a failing duty is logged, the loop goes on.
 //
@@ -40,6 +41,7 @@
 #include "supervisor/service_notifier.h"
 #include "supervisor/loop_timer.h"
 #include "supervisor/signal_fd.h"
+#include "supervisor/worker_pool.h"
 #include "supervisor/worker_slot.h"
 
 namespace torchfarm {
@@ -73,10 +75,10 @@ class Supervisor {
     ModelConfig config;
     ModelQueue queue;
     ModelStats stats;
-    std::vector<size_t> slots;  // indices into slots_ (retired slots are removed)
+    std::vector<size_t> slots;  // indices into workers_ (retired slots are removed)
     bool removed = false;       // dropped by a reload: serves its queue, accepts nothing new
     BatchCostModel cost;          // a batch's compute time against its rows (dispatch_planner.h)
-    // Workers a reload changed, as (index into slots_, generation running the old config):
+    // Workers a reload changed, as (index into workers_, generation running the old config):
     // replaced one at a time, the next once the last is ready again (ReplaceNextOutdated).
     std::vector<std::pair<size_t, int>> outdated_slots{};
   };
@@ -94,8 +96,6 @@ class Supervisor {
   std::string WorkerSummary(const Model& model) const;
   // Caps a request's time in the queue at the model's max_queue_wait_ms.
   static void ApplyQueueWait(const ModelConfig& config, PendingRequest* request);
-  void CheckWorkerLiveness();
-  void RestartDueSlots();
   void Dispatch();
   void ReleasePinnedReplies();
   void RetireIdleSlots();
@@ -121,11 +121,9 @@ class Supervisor {
   void OnChildExit(pid_t pid, int wait_status);
   void Requeue(InflightBatch& batch, size_t model_index, const std::string& cause,
                bool was_running);
-  void LaunchSlot(WorkerSlot& slot);
   void RecycleMpsPeers(const WorkerSlot& failed);
   void FailModelIfNoWorkers(Model& model);
   bool ModelAvailable(const Model& model) const;
-  WorkerSlot* FindSlotByRoutingId(const std::string& routing_id);
   WorkerSlot* PickSlot(const Model& model);
   // Estimated cost of the batches `slot` holds, in the model's measured microseconds.
   double Backlog(const Model& model, const WorkerSlot& slot) const;
@@ -161,7 +159,6 @@ class Supervisor {
   SupervisorOptions options_;
   SteadyTimeSource clock_;
   TimePoint started_{};
-  LaunchContext launch_;
   std::vector<IpcEndpointFile> ipc_files_;  // the socket files this process bound
   // Declared before context_ so it is destroyed after it: zmq messages of zero-copy replies point
   // into these rings until the context has freed the last of them.
@@ -189,7 +186,8 @@ class Supervisor {
   ServiceNotifier notifier_;
   TimePoint next_housekeeping_{};
   std::map<pid_t, ProcessSample> process_samples_;
-  std::vector<std::unique_ptr<WorkerSlot>> slots_;
+  WorkerPool workers_;
+  WorkerPool::HangLimit hang_limit_;  // a slot's model's hang_timeout_ms
   uint64_t next_batch_id_ = 1;
   double dispatch_us_ = 0;  // moving average of the supervisor's own work per batch dispatched
 

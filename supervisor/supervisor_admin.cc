@@ -71,7 +71,7 @@ json Supervisor::HealthJson() const {
   for (const auto& model : models_) {
     if (model.removed) continue;
     int ready = 0;
-    for (size_t i : model.slots) ready += slots_[i]->state() == SlotState::kReady;
+    for (size_t i : model.slots) ready += workers_[i]->state() == SlotState::kReady;
     all_ready = all_ready && ready > 0;
     models.push_back({{"name", model.config.name},
                       {"ready_workers", ready},
@@ -159,7 +159,7 @@ json Supervisor::StatsJson() {
     models.push_back(std::move(m));
   }
   json workers = json::array();
-  for (auto& slot : slots_) {
+  for (auto& slot : workers_) {
     if (slot->retiring() && slot->state() == SlotState::kStopped) continue;
     workers.push_back(WorkerJson(*slot, now));
   }

@@ -42,9 +42,7 @@ void Supervisor::RebuildServedModels() {
 
 void Supervisor::AddSlot(size_t model_index, const InstanceConfig& instance) {
   Model& model = models_[model_index];
-  model.slots.push_back(slots_.size());
-  slots_.push_back(std::make_unique<WorkerSlot>(static_cast<int>(slots_.size()), model.config,
-                                                instance, model_index));
+  model.slots.push_back(workers_.Add(model.config, instance, model_index));
 }
 
 void Supervisor::RetireSlot(WorkerSlot& slot, const std::string& why) {
@@ -66,11 +64,11 @@ json Supervisor::Drain() {
 }
 
 json Supervisor::RestartWorker(int worker_id) {
-  if (worker_id < 0 || worker_id >= static_cast<int>(slots_.size()) ||
-      slots_[worker_id]->retiring()) {
+  if (worker_id < 0 || worker_id >= static_cast<int>(workers_.size()) ||
+      workers_[worker_id]->retiring()) {
     return Error("no worker " + std::to_string(worker_id) + " (see torchfarm stats)");
   }
-  WorkerSlot& slot = *slots_[worker_id];
+  WorkerSlot& slot = *workers_[worker_id];
   if (slot.state() != SlotState::kReady && slot.state() != SlotState::kStarting) {
     return Error("worker " + std::to_string(worker_id) + " is " + SlotStateName(slot.state()) +
                  "; only a starting or ready worker can be restarted");
@@ -85,17 +83,17 @@ json Supervisor::Scale(const std::string& name, int count) {
   if (!model) return Error("no model '" + name + "'");
   std::vector<size_t> live;
   for (size_t i : model->slots) {
-    if (!slots_[i]->retiring()) live.push_back(i);
+    if (!workers_[i]->retiring()) live.push_back(i);
   }
   int before = static_cast<int>(live.size());
   size_t model_index = static_cast<size_t>(model - models_.data());
   for (int n = before; n < count; ++n) {
     const auto& instances = model->config.instances;
     AddSlot(model_index, instances.empty() ? InstanceConfig{} : instances.back());
-    if (!draining_) LaunchSlot(*slots_.back());
+    if (!draining_) workers_.Launch(*workers_.back());
   }
   // Remove the youngest workers first: the older ones are warm.
-  for (int n = before; n > count; --n) RetireSlot(*slots_[live[static_cast<size_t>(n - 1)]], "scaled down");
+  for (int n = before; n > count; --n) RetireSlot(*workers_[live[static_cast<size_t>(n - 1)]], "scaled down");
   TF_LOG(kInfo) << "scaled" << Kv("model", name) << Kv("from", before) << Kv("to", count);
   return Ok("model '" + name + "': " + std::to_string(before) + " -> " + std::to_string(count) +
             " worker(s)");
@@ -124,9 +122,9 @@ json Supervisor::Reload() {
                     (plan.needs_restart.size() == 1 ? "it" : "them"));
   }
   for (const ModelConfig& m : plan.added) {
-    size_t first_new = slots_.size();
+    size_t first_new = workers_.size();
     AddModel(m);
-    for (size_t i = first_new; i < slots_.size(); ++i) LaunchSlot(*slots_[i]);
+    for (size_t i = first_new; i < workers_.size(); ++i) workers_.Launch(*workers_[i]);
     notes.push_back("added " + m.name);
   }
   for (const ModelUpdate& update : plan.updated) notes.push_back(ApplyModelUpdate(update));
@@ -141,6 +139,8 @@ json Supervisor::Reload() {
   config_.max_retries = fresh.max_retries;
   options_.max_retries = fresh.max_retries;
   options_.restart = RestartPolicy::From(fresh.restart);
+  workers_.set_policy(options_.restart);
+  workers_.set_heartbeat_ms(fresh.heartbeat_ms);
   // Request limits apply from the next request; the socket's maxmsgsize, curve, insecure and
   // ipc_group stay as bound until a restart.
   config_.limits.request.max_header_bytes = fresh.limits.request.max_header_bytes;
@@ -164,7 +164,7 @@ std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update) {
   const std::vector<InstanceConfig>& wanted = update.instances;
   size_t k = 0, replaced = 0;
   for (size_t i : existing->slots) {
-    WorkerSlot& slot = *slots_[i];
+    WorkerSlot& slot = *workers_[i];
     if (slot.retiring()) continue;
     const InstanceConfig& instance =
         wanted.empty() ? slot.instance() : wanted[std::min(k++, wanted.size() - 1)];
@@ -187,7 +187,7 @@ std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update) {
 }
 
 void Supervisor::RetireIdleSlots() {
-  for (auto& slot : slots_) {
+  for (auto& slot : workers_) {
     if (slot->TakeStopRequest(clock_.Now())) {
       control_.send(zmq::buffer(ipc::WorkerRoutingId(slot->id(), slot->generation())),
                     zmq::send_flags::sndmore);
@@ -199,11 +199,11 @@ void Supervisor::RetireIdleSlots() {
     if (!stopping_workers_) ReplaceNextOutdated(model);
     if (model.removed && model.queue.empty()) {
       for (size_t i : model.slots) {
-        if (!slots_[i]->retiring()) RetireSlot(*slots_[i], "model removed by reload");
+        if (!workers_[i]->retiring()) RetireSlot(*workers_[i], "model removed by reload");
       }
     }
     auto gone = [&](size_t i) {
-      return slots_[i]->retiring() && slots_[i]->state() == SlotState::kStopped;
+      return workers_[i]->retiring() && workers_[i]->state() == SlotState::kStopped;
     };
     model.slots.erase(std::remove_if(model.slots.begin(), model.slots.end(), gone), model.slots.end());
   }
@@ -213,7 +213,7 @@ void Supervisor::ReplaceNextOutdated(Model& model) {
   auto& outdated = model.outdated_slots;
   while (!outdated.empty()) {
     auto [index, old_generation] = outdated.front();
-    WorkerSlot& slot = *slots_[index];
+    WorkerSlot& slot = *workers_[index];
     const SlotState state = slot.state();
     const bool old_process = slot.generation() == old_generation;
     if (slot.retiring() || (old_process && (state == SlotState::kFailed || state == SlotState::kStopped))) {
@@ -271,7 +271,7 @@ void Supervisor::Housekeeping() {
     std::map<std::string, int> states;
     int ready = 0;
     for (size_t i : model.slots) {
-      WorkerSlot& slot = *slots_[i];
+      WorkerSlot& slot = *workers_[i];
       ++states[SlotStateName(slot.state())];
       ready += slot.state() == SlotState::kReady;
       if (metrics_) {

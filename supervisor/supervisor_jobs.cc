@@ -227,7 +227,7 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
     FailModelIfNoWorkers(*model);
     std::string reason;
     for (size_t i : model->slots) {
-      if (!slots_[i]->failure_reason().empty()) reason = slots_[i]->failure_reason();
+      if (!workers_[i]->failure_reason().empty()) reason = workers_[i]->failure_reason();
     }
     s = Unavailable("model '" + model->config.name + "' has no live worker: " + reason);
   }
@@ -293,7 +293,7 @@ void Supervisor::ExpireDeadlines() {
 
 std::string Supervisor::WorkerSummary(const Model& model) const {
   std::map<std::string, int> states;
-  for (size_t i : model.slots) ++states[SlotStateName(slots_[i]->state())];
+  for (size_t i : model.slots) ++states[SlotStateName(workers_[i]->state())];
   std::string out;
   for (const auto& [state, count] : states) {
     out += (out.empty() ? "" : ", ") + std::to_string(count) + " " + state;
@@ -305,7 +305,7 @@ WorkerSlot* Supervisor::PickSlot(const Model& model) {
   WorkerSlot* best = nullptr;
   double best_backlog = 0;
   for (size_t i : model.slots) {
-    WorkerSlot* slot = slots_[i].get();
+    WorkerSlot* slot = workers_[i];
     if (!slot->CanAccept()) continue;
     double backlog = Backlog(model, *slot);
     if (!best || backlog < best_backlog) {
@@ -331,7 +331,7 @@ int64_t Supervisor::BatchRowsFor(const Model& model, const WorkerSlot& chosen) c
   in.per_row_us = model.cost.known() ? model.cost.per_row_us() : 1;
   in.dispatch_us = dispatch_us_;
   for (size_t i : model.slots) {
-    const WorkerSlot& slot = *slots_[i];
+    const WorkerSlot& slot = *workers_[i];
     if (&slot == &chosen) in.chosen = in.workers.size();
     in.workers.push_back({Backlog(model, slot), slot.CanAccept()});
   }
@@ -384,7 +384,7 @@ void Supervisor::FailShrunkRegions(Model& model, std::vector<PendingRequest>* re
 void Supervisor::ReleasePinnedReplies() {
   response_rings_.ReleaseFreed();
   TimePoint now = clock_.Now();
-  for (auto& slot : slots_) {
+  for (auto& slot : workers_) {
     if (slot->state() != SlotState::kReady || slot->restart_requested() || slot->retiring() ||
         !slot->ResponsesStuck(now, kStuckReplyLimit)) {
       continue;

@@ -48,32 +48,30 @@ void ReadTelemetry(const json& message, DeviceTelemetry* t) {
 }  // namespace
 
 void Supervisor::OnChildExit(pid_t pid, int wait_status) {
-  for (auto& slot : slots_) {
-    if (slot->pid() != pid) continue;
-    bool expected = stopping_workers_ || slot->state() == SlotState::kStopping;
-    HandleWorkerOutput(*slot);  // what it printed last (a crash message) comes first
-    // Batches it finished before it died are answered, not re-run: only what is left in the ring
-    // was running or waiting when it died.
-    HandleResponses(*slot);
-    const int running = slot->running_batches();
-    auto orphans = slot->OnExit(wait_status, clock_.Now(), options_.restart, stopping_workers_);
-    TF_LOG_AT(expected ? LogLevel::kInfo : LogLevel::kWarn) << "worker exited" << Kv("worker", slot->id())
-                                     << Kv("pid", pid) << Kv("model", slot->model_name())
-                                     << Kv("cause", slot->last_exit())
-                                     << Kv("inflight_batches", orphans.size());
-    // The oldest batches were running (one on a CPU, one per stream on a GPU); the ones behind
-    // them in the ring never started. Requeue in reverse so the queue keeps their order.
-    for (size_t i = orphans.size(); i-- > 0;) {
-      Requeue(orphans[i], slot->model_index(), slot->last_exit(),
-              i < static_cast<size_t>(running));
-    }
-    if (metrics_ && slot->state() == SlotState::kBackoff && !expected) {
-      metrics_->WorkerRestart(slot->model_name());
-    }
-    if (!expected && slot->last_exit_was_device_failure()) RecycleMpsPeers(*slot);
-    FailModelIfNoWorkers(models_[slot->model_index()]);
-    return;
+  WorkerSlot* slot = workers_.FindByPid(pid);
+  if (!slot) return;  // not a worker (an MPS control helper, a stale pid)
+  bool expected = stopping_workers_ || slot->state() == SlotState::kStopping;
+  HandleWorkerOutput(*slot);  // what it printed last (a crash message) comes first
+  // Batches it finished before it died are answered, not re-run: only what is left in the ring
+  // was running or waiting when it died.
+  HandleResponses(*slot);
+  const int running = slot->running_batches();
+  auto orphans = slot->OnExit(wait_status, clock_.Now(), options_.restart, stopping_workers_);
+  TF_LOG_AT(expected ? LogLevel::kInfo : LogLevel::kWarn) << "worker exited" << Kv("worker", slot->id())
+                                   << Kv("pid", pid) << Kv("model", slot->model_name())
+                                   << Kv("cause", slot->last_exit())
+                                   << Kv("inflight_batches", orphans.size());
+  // The oldest batches were running (one on a CPU, one per stream on a GPU); the ones behind
+  // them in the ring never started. Requeue in reverse so the queue keeps their order.
+  for (size_t i = orphans.size(); i-- > 0;) {
+    Requeue(orphans[i], slot->model_index(), slot->last_exit(),
+            i < static_cast<size_t>(running));
   }
+  if (metrics_ && slot->state() == SlotState::kBackoff && !expected) {
+    metrics_->WorkerRestart(slot->model_name());
+  }
+  if (!expected && slot->last_exit_was_device_failure()) RecycleMpsPeers(*slot);
+  FailModelIfNoWorkers(models_[slot->model_index()]);
 }
 
 void Supervisor::RecycleMpsPeers(const WorkerSlot& failed) {
@@ -81,7 +79,7 @@ void Supervisor::RecycleMpsPeers(const WorkerSlot& failed) {
   if (!mps_.ShouldRecycleDevice(device)) return;
   const std::string why = "MPS server of " + device + " recovering from a fault in worker " +
                           std::to_string(failed.id());
-  for (auto& slot : slots_) {
+  for (auto& slot : workers_) {
     if (slot.get() == &failed || slot->pid() <= 0 || slot->instance().device != device ||
         slot->device() == "cpu") {
       continue;
@@ -95,7 +93,7 @@ void Supervisor::FailModelIfNoWorkers(Model& model) {
   if (ModelAvailable(model)) return;
   std::string reason;
   for (size_t i : model.slots) {
-    if (!slots_[i]->failure_reason().empty()) reason = slots_[i]->failure_reason();
+    if (!workers_[i]->failure_reason().empty()) reason = workers_[i]->failure_reason();
   }
   Status status = Unavailable("model '" + model.config.name + "' has no live worker: " +
                               (reason.empty() ? "all workers failed" : reason));
@@ -108,7 +106,7 @@ bool Supervisor::ModelAvailable(const Model& model) const {
   // A restarting worker serves again soon: its model's requests wait for it (up to their
   // deadline or max_queue_wait_ms). Only failed or stopped workers cannot.
   return std::any_of(model.slots.begin(), model.slots.end(),
-                     [&](size_t i) { return slots_[i]->MayServeSoon(); });
+                     [&](size_t i) { return workers_[i]->MayServeSoon(); });
 }
 
 void Supervisor::HandleControl() {
@@ -116,7 +114,7 @@ void Supervisor::HandleControl() {
   for (int n = 0; n < kMaxMessagesPerTurn && ReceiveMultipart(control_, &frames); ++n) {
     if (frames.size() != 2) continue;
     std::string routing = frames[0].to_string();
-    WorkerSlot* slot = FindSlotByRoutingId(routing);
+    WorkerSlot* slot = workers_.FindByRoutingId(routing);
     json message = json::parse(frames[1].to_string_view(), nullptr, false);
     if (!slot || !message.is_object()) {
       TF_LOG(kDebug) << "control message from an unknown or stale worker dropped" << Kv("from", routing);
@@ -162,57 +160,6 @@ void Supervisor::OnControlMessage(WorkerSlot& worker, const std::string& routing
     if (message.value("fatal", false)) {
       slot->OnFatalError(reason, message.value("kind", "internal"), now);
     }
-  }
-}
-
-WorkerSlot* Supervisor::FindSlotByRoutingId(const std::string& routing_id) {
-  for (auto& slot : slots_) {
-    if (slot->pid() > 0 && ipc::WorkerRoutingId(slot->id(), slot->generation()) == routing_id) {
-      return slot.get();
-    }
-  }
-  return nullptr;
-}
-
-void Supervisor::CheckWorkerLiveness() {
-  TimePoint now = clock_.Now();
-  auto heartbeat_limit = Millis(config_.heartbeat_ms) * ipc::kLivenessHeartbeats;
-  for (auto& slot : slots_) {
-    std::string why;
-    Millis hang_limit(models_[slot->model_index()].config.hang_timeout_ms);
-    if (slot->LivenessExpired(now, heartbeat_limit)) {
-      why = "no heartbeat for " + std::to_string(ToMicros(now - slot->last_heard()) / 1000) + " ms";
-    } else if (slot->HangExpired(now, hang_limit)) {
-      why = "batch ran longer than hang_timeout_ms (" + std::to_string(hang_limit.count()) + " ms)";
-    } else if (slot->StopExpired(now)) {
-      why = "did not stop within " + std::to_string(WorkerSlot::kStopGrace.count()) +
-            " ms of being asked";
-    } else {
-      continue;
-    }
-    TF_LOG(kWarn) << "worker hung; killing it" << Kv("worker", slot->id()) << Kv("pid", slot->pid())
-                  << Kv("why", why);
-    slot->NoteKill("worker hung: " + why);
-    ::kill(slot->pid(), SIGKILL);
-    slot->OnKillSent(now);  // one kill per silence; the exit arrives through SIGCHLD
-  }
-}
-
-void Supervisor::RestartDueSlots() {
-  if (draining_) return;
-  TimePoint now = clock_.Now();
-  for (auto& slot : slots_) {
-    if (slot->RestartDue(now)) LaunchSlot(*slot);
-  }
-}
-
-void Supervisor::LaunchSlot(WorkerSlot& slot) {
-  Status s = slot.Launch(launch_, clock_.Now(), options_.restart);
-  if (!s.ok()) {
-    // The slot backs off and tries again (restart_policy.h): fork or descriptors running out is
-    // the machine's state, not a reason to stop serving for good.
-    TF_LOG(kError) << "cannot launch worker; will retry" << Kv("worker", slot.id())
-                   << Kv("model", slot.model_name()) << Kv("error", s.message());
   }
 }
 
