@@ -161,10 +161,10 @@ Status ReadRegions(const SlotHeader& header, uint32_t region_count, RequestView*
                     std::to_string(region_count));
   }
   out->output_region = output_region;
+  if (output_region == 0) return Status::Ok();  // the range means nothing then
   out->output_offset = header.output_offset;
   out->output_bytes = header.output_bytes;
-  if (output_region != 0 &&
-      !Within(out->output_offset, out->output_bytes, out->regions[output_region - 1].bytes)) {
+  if (!Within(out->output_offset, out->output_bytes, out->regions[output_region - 1].bytes)) {
     return Internal("output range " + Range(out->output_offset, out->output_bytes) +
                     " lies outside the " + std::to_string(out->regions[output_region - 1].bytes) +
                     "-byte client region");
