@@ -1,6 +1,7 @@
 #include "ipc/slot_codec.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "common/shm_reference.h"
@@ -83,17 +84,19 @@ Status CheckRegionTable(const RequestBatch& batch) {
 Status PlanInput(const RequestBatch& batch, size_t index, uint64_t data_capacity, uint64_t* end,
                  uint64_t* offset) {
   const RequestInput& input = batch.inputs[index];
-  const std::string where =
-      "input " + std::to_string(index) + " (" + SpecToString(input.spec) + ")";
+  // Built only for an error: this runs for every input of every batch.
+  auto where = [&] {
+    return "input " + std::to_string(index) + " (" + SpecToString(input.spec) + ")";
+  };
   const auto nbytes = ByteSize(input.spec);
   if (input.spec.shape.size() > static_cast<size_t>(kMaxRank) || !nbytes) {
-    return Internal(where + ": a slot holds ranks up to " + std::to_string(kMaxRank) +
+    return Internal(where() + ": a slot holds ranks up to " + std::to_string(kMaxRank) +
                     " and sizes below 2^62 bytes");
   }
   if (input.region >= 0) {
     if (input.region >= static_cast<int>(batch.regions.size()) ||
         !Within(input.region_offset, *nbytes, batch.regions[input.region].bytes)) {
-      return Internal(where + ": bytes " + Range(input.region_offset, *nbytes) +
+      return Internal(where() + ": bytes " + Range(input.region_offset, *nbytes) +
                       " of client region " + std::to_string(input.region) +
                       " are outside the regions the batch names");
     }
@@ -109,7 +112,7 @@ Status PlanInput(const RequestBatch& batch, size_t index, uint64_t data_capacity
     parts += part.nbytes;
   }
   if (parts != *nbytes) {
-    return Internal(where + " needs " + std::to_string(*nbytes) + " bytes but its " +
+    return Internal(where() + " needs " + std::to_string(*nbytes) + " bytes but its " +
                     std::to_string(input.parts.size()) + " parts hold " +
                     (parts > *nbytes ? "more" : std::to_string(parts)));
   }
@@ -174,9 +177,10 @@ Status ReadRegions(const SlotHeader& header, uint32_t region_count, RequestView*
 
 Status ReadRequestTensor(const TensorDesc& desc, uint32_t index, uint64_t data_capacity,
                          const RequestView& view, RequestTensor* out) {
-  const std::string where = "request tensor " + std::to_string(index) + ": ";
+  // Built only for an error: this runs for every input of every batch.
+  auto where = [index] { return "request tensor " + std::to_string(index) + ": "; };
   if (!ReadTensorDesc(desc, &out->spec)) {
-    return Internal(where + "invalid dtype code " + std::to_string(desc.dtype) + " or rank " +
+    return Internal(where() + "invalid dtype code " + std::to_string(desc.dtype) + " or rank " +
                     std::to_string(desc.rank) +
                     "; expected a torchfarm dtype and rank <= " + std::to_string(kMaxRank));
   }
@@ -185,28 +189,28 @@ Status ReadRequestTensor(const TensorDesc& desc, uint32_t index, uint64_t data_c
   out->nbytes = desc.nbytes;
   const auto expected = ByteSize(out->spec);
   if (!expected || *expected != out->nbytes) {
-    return Internal(where + SpecToString(out->spec) + " needs " +
+    return Internal(where() + SpecToString(out->spec) + " needs " +
                     (expected ? std::to_string(*expected) : std::string("an invalid number of")) +
                     " bytes but its descriptor says " + std::to_string(out->nbytes));
   }
   if (out->in_slot()) {
     if (out->offset % kTensorAlignment != 0) {
-      return Internal(where + "offset " + std::to_string(out->offset) + " is not a multiple of " +
+      return Internal(where() + "offset " + std::to_string(out->offset) + " is not a multiple of " +
                       std::to_string(kTensorAlignment));
     }
     if (!Within(out->offset, out->nbytes, data_capacity)) {
-      return Internal(where + "bytes " + Range(out->offset, out->nbytes) + " lie outside the " +
+      return Internal(where() + "bytes " + Range(out->offset, out->nbytes) + " lie outside the " +
                       std::to_string(data_capacity) + "-byte data area");
     }
     return Status::Ok();
   }
   if (out->region_index() >= view.regions.size()) {
-    return Internal(where + "names client region " + std::to_string(out->location) + " of " +
+    return Internal(where() + "names client region " + std::to_string(out->location) + " of " +
                     std::to_string(view.regions.size()));
   }
   const uint64_t region_bytes = view.regions[out->region_index()].bytes;
   if (!Within(out->offset, out->nbytes, region_bytes)) {
-    return Internal(where + "bytes " + Range(out->offset, out->nbytes) + " lie outside the " +
+    return Internal(where() + "bytes " + Range(out->offset, out->nbytes) + " lie outside the " +
                     std::to_string(region_bytes) + "-byte client region");
   }
   return Status::Ok();
@@ -303,7 +307,7 @@ Status WriteRequest(const RequestBatch& batch, uint8_t* slot, uint64_t data_capa
                       " inputs; a request slot holds at most " + std::to_string(kMaxTensors));
   }
   if (status.ok()) status = CheckRegionTable(batch);
-  std::vector<uint64_t> offsets(batch.inputs.size());
+  std::array<uint64_t, kMaxTensors> offsets{};  // inputs beyond kMaxTensors are refused above
   uint64_t end = 0;
   for (size_t i = 0; status.ok() && i < batch.inputs.size(); ++i) {
     status = PlanInput(batch, i, data_capacity, &end, &offsets[i]);

@@ -30,6 +30,7 @@ ipc::RequestBatch CopiedBatch(const InflightBatch& batch) {
     ipc::RequestInput& input = encoded.inputs[i];
     input.spec = first.inputs[i];
     if (batch.requests.size() > 1 && !input.spec.shape.empty()) input.spec.shape[0] = batch.rows;
+    input.parts.reserve(batch.requests.size());
     for (const PendingRequest& r : batch.requests) {
       // Bytes in a client region can vanish under the copy if its client truncates it.
       const bool from_region = i < r.input_regions.size() && r.input_regions[i];

@@ -76,6 +76,13 @@ void WriteOneInputByHand(Slot* slot) {
   FillTensorDesc(TensorSpec{DType::kFloat32, {2, 2}}, 0, 16, &h->tensors[0]);
 }
 
+// Names one client region, "/r" of `bytes` bytes, in a request header.
+void NameOneRegion(SlotHeader* h, uint64_t bytes) {
+  h->region_count = 1;
+  std::strcpy(h->regions[0].name, "/r");
+  h->regions[0].bytes = bytes;
+}
+
 Status Read(Slot& slot, RequestView* view = nullptr) {
   RequestView ignored;
   return ReadRequest(slot.get(), slot.capacity(), view ? view : &ignored);
@@ -293,16 +300,13 @@ TEST(SlotCodec, ReadRequestRejectsEveryMalformedField) {
       {"empty name", [](SlotHeader* h) { h->region_count = 1; }, "client region 0's name is empty"},
       {"output region",
        [](SlotHeader* h) {
-         h->region_count = 1;
-         std::strcpy(h->regions[0].name, "/r");
+         NameOneRegion(h, 100);
          h->output_region = 2;
        },
        "request slot names output region 2 of 1"},
       {"output range",
        [](SlotHeader* h) {
-         h->region_count = 1;
-         std::strcpy(h->regions[0].name, "/r");
-         h->regions[0].bytes = 100;
+         NameOneRegion(h, 100);
          h->output_region = 1;
          h->output_offset = 64;
          h->output_bytes = 64;
@@ -327,9 +331,7 @@ TEST(SlotCodec, ReadRequestRejectsEveryMalformedField) {
        "request tensor 0: names client region 1 of 0"},
       {"range in region",
        [](SlotHeader* h) {
-         h->region_count = 1;
-         std::strcpy(h->regions[0].name, "/r");
-         h->regions[0].bytes = 20;
+         NameOneRegion(h, 20);
          h->tensors[0].location = 1;
          h->tensors[0].offset = 8;
        },
@@ -386,10 +388,7 @@ Status Answer(const RequestView& request, const std::vector<TensorSpec>& outputs
 }
 
 ResponseExpectation Expect(uint64_t batch_id, uint64_t capacity = kCapacity) {
-  ResponseExpectation e;
-  e.batch_id = batch_id;
-  e.data_capacity = capacity;
-  return e;
+  return ResponseExpectation{batch_id, capacity};
 }
 
 TEST(SlotCodec, ResponseRoundTripsAndSplitsIntoRequests) {
