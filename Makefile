@@ -60,14 +60,20 @@ clean:
 #   make test-asan  ASan+UBSan build of the non-LibTorch parts in build-asan; runs their unit tests
 #                   and the end-to-end security tests against a sanitized supervisor (the workers
 #                   and torchfarm-mkmodel come unsanitized from $(BUILD_DIR)).
-#   make fuzz       libFuzzer over request intake for FUZZ_SECONDS (clang-14, build-fuzz); crash
-#                   inputs land in build-fuzz/artifacts/: copy them to tests/fuzz/regressions/.
+#   make fuzz       libFuzzer for FUZZ_SECONDS in all (clang-14, build-fuzz), split between request
+#                   intake (protocol_fuzzer, half) and the ring slot decoders (slot_codec_fuzzer,
+#                   the rest); crash inputs land in build-fuzz/artifacts/: copy them to
+#                   tests/fuzz/regressions/ or tests/fuzz/slot_codec_regressions/.
 ASAN_DIR ?= build-asan
-ASAN_TESTS = common_test common_client_test ipc_test supervisor_unit_test fuzz_regression_test \
+ASAN_TESTS = common_test common_client_test ipc_test slot_codec_test supervisor_unit_test \
+             fuzz_regression_test \
              security_test zero_copy_reply_test mps_test client_shm_test
 ASAN_TARGETS = torchfarm-supervisor torchfarm $(ASAN_TESTS)
 FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
+# One total for both fuzzers; each gets at least a second.
+FUZZ_PROTOCOL_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 2 )); echo $$(( s > 0 ? s : 1 )))
+FUZZ_SLOT_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) - $(FUZZ_PROTOCOL_SECONDS) )); echo $$(( s > 0 ? s : 1 )))
 
 test-asan: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target torchfarm-worker torchfarm-mkmodel
@@ -82,7 +88,11 @@ test-asan: configure
 fuzz:
 	./tools/install-deps.sh --fuzz
 	CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORCHFARM_FUZZ=ON
-	cmake --build $(FUZZ_DIR) -j $(JOBS) --target protocol_fuzzer
-	mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/artifacts
-	$(FUZZ_DIR)/bin/protocol_fuzzer -max_total_time=$(FUZZ_SECONDS) -max_len=80000 -timeout=10 \
-	  -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/ $(FUZZ_DIR)/corpus tests/fuzz/corpus
+	cmake --build $(FUZZ_DIR) -j $(JOBS) --target protocol_fuzzer slot_codec_fuzzer
+	mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/slot_codec_corpus $(FUZZ_DIR)/artifacts
+	$(FUZZ_DIR)/bin/protocol_fuzzer -max_total_time=$(FUZZ_PROTOCOL_SECONDS) -max_len=80000 \
+	  -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/ \
+	  $(FUZZ_DIR)/corpus tests/fuzz/corpus
+	$(FUZZ_DIR)/bin/slot_codec_fuzzer -max_total_time=$(FUZZ_SLOT_SECONDS) -max_len=8192 \
+	  -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/slot-codec- \
+	  $(FUZZ_DIR)/slot_codec_corpus tests/fuzz/slot_codec_corpus

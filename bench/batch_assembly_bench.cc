@@ -1,7 +1,7 @@
 // Batch assembly: what the supervisor does per batch between receiving requests and ringing a
-// worker: queue the requests (ModelQueue::Push), form the batch (TakeBatch), and concatenate the
-// rows into a ring slot. The copy loop mirrors WorkerSlot::Dispatch (which needs a live worker, so
-// it is not called here): memcpy per request, then one TensorDesc per input.
+// worker: queue the requests (ModelQueue::Push), form the batch (TakeBatch), and write it into a
+// ring slot with EncodeBatch, as WorkerSlot::Dispatch does (the rows concatenated per input by the
+// slot codec, then one TensorDesc per input).
 // Argument: batch size (requests of one [1, 256] float32 row each).
 #include <benchmark/benchmark.h>
 #include <unistd.h>
@@ -10,7 +10,9 @@
 #include <string>
 
 #include "ipc/worker_segment.h"
+#include "supervisor/batch_encoder.h"
 #include "supervisor/model_queue.h"
+#include "supervisor/worker_slot.h"
 
 namespace torchfarm {
 namespace {
@@ -28,25 +30,6 @@ PendingRequest MakeRequest(int tag) {
   return r;
 }
 
-void CopyIntoSlot(const std::vector<PendingRequest>& batch, int64_t rows, uint8_t* slot) {
-  ipc::SlotHeader* header = ipc::SlotHeaderOf(slot);
-  uint8_t* data = ipc::SlotData(slot);
-  const PendingRequest& first = batch.front();
-  header->tensor_count = static_cast<uint32_t>(first.inputs.size());
-  uint64_t offset = 0;
-  for (size_t i = 0; i < first.inputs.size(); ++i) {
-    TensorSpec spec = first.inputs[i];
-    if (batch.size() > 1) spec.shape[0] = rows;
-    uint64_t written = 0;
-    for (const PendingRequest& r : batch) {
-      std::memcpy(data + offset + written, r.frames[i].data(), r.frames[i].size());
-      written += r.frames[i].size();
-    }
-    ipc::FillTensorDesc(spec, offset, written, &header->tensors[i]);
-    offset = ipc::AlignUp(offset + written, ipc::kTensorAlignment);
-  }
-}
-
 void BM_BatchAssembly(benchmark::State& state) {
   const int64_t batch_size = state.range(0);
   BatchingPolicy policy;
@@ -59,15 +42,19 @@ void BM_BatchAssembly(benchmark::State& state) {
   std::vector<PendingRequest> requests;
   for (int i = 0; i < batch_size; ++i) requests.push_back(MakeRequest(i));
   const TimePoint now = Clock::now();
+  uint64_t batch_id = 0;
   for (auto _ : state) {
     for (auto& r : requests) queue.Push(r);
-    std::vector<PendingRequest> batch = queue.TakeBatch(now);
+    InflightBatch batch;
+    batch.batch_id = ++batch_id;
+    batch.requests = queue.TakeBatch(now);
+    batch.rows = static_cast<int64_t>(batch.requests.size());
     uint8_t* slot = ring.TryReserve();
-    CopyIntoSlot(batch, static_cast<int64_t>(batch.size()), slot);
+    EncodeBatch(batch, /*shm_in_place=*/false, slot, ring.data_capacity());
     ring.Publish();
     ring.Front();
     ring.Pop();
-    requests = std::move(batch);  // the same requests again next round, as fresh arrivals
+    requests = std::move(batch.requests);  // the same requests again next round, as fresh arrivals
   }
   state.SetItemsProcessed(state.iterations() * batch_size);
   state.SetBytesProcessed(state.iterations() * batch_size * kWidth * 4);

@@ -26,7 +26,8 @@ endif()
 set(TORCHFARM_SANITIZED_TARGETS
   torchfarm_common torchfarm_ipc torchfarm_client torchfarm_supervisor torchfarm_tools
   torchfarm_bench_tools torchfarm-supervisor torchfarm
-  common_test common_client_test common_multi_client_test ipc_test supervisor_unit_test
+  common_test common_client_test common_multi_client_test ipc_test slot_codec_test
+  supervisor_unit_test
   fuzz_regression_test ops_tools_unit_test security_test zero_copy_reply_test mps_test)
 
 function(torchfarm_apply_sanitizers)

@@ -228,6 +228,11 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
   if (inputs == j.end() || !inputs->is_array() || inputs->empty()) {
     return InvalidArgument(where + ".inputs: expected a non-empty array of {\"dtype\", \"shape\"}");
   }
+  if (inputs->size() > kMaxInputs) {
+    // A request slot holds kMaxInputs tensors (ipc/slot_codec.h): more could never be served.
+    return InvalidArgument(where + ".inputs: " + std::to_string(inputs->size()) +
+                           " inputs, at most " + std::to_string(kMaxInputs));
+  }
   for (size_t i = 0; i < inputs->size(); ++i) {
     TensorSpec spec;
     s = TensorSpecFromJson((*inputs)[i], where + ".inputs[" + std::to_string(i) + "]", true, &spec);

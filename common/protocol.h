@@ -23,6 +23,8 @@ inline constexpr int kProtocolVersion = 1;
 // Hard ceiling on a request header; larger headers are rejected before JSON parsing.
 inline constexpr size_t kMaxHeaderBytes = 64 * 1024;
 inline constexpr size_t kMaxInputs = 16;
+// Outputs of one reply; a model that returns more fails its batch (INTERNAL).
+inline constexpr size_t kMaxOutputs = 16;
 // Deepest nesting of arrays and objects in a header (the id included). Copying and printing a JSON
 // value recurses once per level, so a 64 KiB "[[[[..." id would otherwise overflow the stack.
 inline constexpr int kMaxHeaderDepth = 32;

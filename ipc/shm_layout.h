@@ -11,7 +11,9 @@
 // indices (slot = index % slot_count): no interprocess mutex that a dying process could leave
 // locked. A producer fills the slot at `head`, then stores head+1 with release order; the consumer
 // loads head with acquire order, uses the slot at `tail`, then stores tail+1 with release order.
-// Wake-ups travel separately through eventfd doorbells (ipc/doorbell.h).
+// Wake-ups travel separately through eventfd doorbells (ipc/doorbell.h). What a slot holds, and
+// every write and read of it, belongs to ipc/slot_codec.h; the bounds below are tied together
+// there with static_asserts.
 //
 // Increment kLayoutVersion whenever any struct in this file changes; the worker checks it against
 // the segment and reports it in its hello.
@@ -22,7 +24,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "common/tensor_spec.h"
+#include "common/tensor_spec.h"  // kMaxRank
 
 namespace torchfarm::ipc {
 
@@ -68,7 +70,7 @@ static_assert(sizeof(ClientRegionRef) == 64);
 struct SlotHeader {
   uint64_t batch_id;      // set by the supervisor, echoed by the worker in the response
   uint32_t tensor_count;  // <= kMaxTensors
-  int32_t status;         // responses: torchfarm::StatusCode; requests: 0
+  int32_t status;         // torchfarm::StatusCode; requests: 0, or a refusal (slot_codec.h)
   uint64_t compute_us;    // responses: wall time of forward() plus output copy
   uint32_t region_count;  // requests: entries of `regions` in use (<= kMaxClientRegions)
   uint32_t output_region;  // requests: 0, outputs into the response slot; else 1 + region index
@@ -76,7 +78,7 @@ struct SlotHeader {
   uint64_t output_bytes;   //   (common/shm_reference.h PlaceOutputs)
   ClientRegionRef regions[kMaxClientRegions];
   TensorDesc tensors[kMaxTensors];
-  char message[kSlotMessageBytes];  // responses with status != 0: NUL-terminated error text
+  char message[kSlotMessageBytes];  // with status != 0: NUL-terminated error text
 };
 static_assert(sizeof(SlotHeader) % kCacheLine == 0);
 static_assert(std::is_trivially_copyable_v<SlotHeader>);
@@ -117,12 +119,5 @@ inline SlotHeader* SlotHeaderOf(uint8_t* slot) { return reinterpret_cast<SlotHea
 inline const SlotHeader* SlotHeaderOf(const uint8_t* slot) {
   return reinterpret_cast<const SlotHeader*>(slot);
 }
-
-// Fills `desc` for `spec` at `offset`; the caller checked rank <= kMaxRank.
-void FillTensorDesc(const TensorSpec& spec, uint64_t offset, uint64_t nbytes, TensorDesc* desc);
-// Reads a descriptor back; false if its dtype code or rank is invalid.
-bool ReadTensorDesc(const TensorDesc& desc, TensorSpec* spec);
-// Copies `message` into the slot's message field, truncating to fit.
-void SetSlotMessage(SlotHeader* header, const std::string& message);
 
 }  // namespace torchfarm::ipc

@@ -5,12 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "common/log.h"
 #include "common/protocol.h"
 #include "ipc/control_protocol.h"
 #include "ipc/guarded_copy.h"
+#include "supervisor/batch_encoder.h"
 #include "supervisor/job_intake.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/zmq_util.h"
@@ -40,59 +40,26 @@ void Supervisor::HandleResponses(WorkerSlot& slot) {
 
 void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response) {
   Model& model = models_[slot.model_index()];
-  const ipc::SlotHeader* header = ipc::SlotHeaderOf(response);
   TimePoint now = clock_.Now();
+  // The segment's own capacity: a reload may have changed slot_bytes for the next launch.
+  ipc::ResponseView view;
+  const Status failure = ipc::ReadResponse(
+      response, ExpectedResponse(batch, slot.responses()->segment().data_capacity()), &view);
   slot.batches_done++;
   slot.rows_done += static_cast<uint64_t>(batch.rows);
   slot.requests_done += batch.requests.size();
   model.stats.RecordBatch(batch.rows);
-  model.cost.Observe(batch.rows, static_cast<double>(header->compute_us));
+  model.cost.Observe(batch.rows, static_cast<double>(view.compute_us));
   if (metrics_) metrics_->Batch(model.config.name, batch.rows);
-
-  Status failure;
-  if (header->batch_id != batch.batch_id) {
-    failure = Internal("worker answered batch " + std::to_string(header->batch_id) +
-                       " while batch " + std::to_string(batch.batch_id) + " was expected");
-  } else if (header->status != 0) {
-    std::string message(header->message, strnlen(header->message, ipc::kSlotMessageBytes));
-    auto code = static_cast<StatusCode>(header->status);
-    if (!ParseStatusCode(StatusCodeName(code))) code = StatusCode::kInternal;
-    failure = Status(code, message);
-  }
-  std::vector<TensorSpec> outputs;
-  const uint8_t* data = ipc::SlotData(response);
-  // The segment's own capacity: a reload may have changed slot_bytes for the next launch.
-  const uint64_t capacity = slot.responses()->segment().data_capacity();
-  // The worker wrote the outputs into the client's region itself (ipc/shm_layout.h, in place).
-  const bool outputs_in_place = batch.outputs_in_place;
-  for (uint32_t i = 0; failure.ok() && i < header->tensor_count && i < ipc::kMaxTensors; ++i) {
-    TensorSpec spec;
-    const ipc::TensorDesc& desc = header->tensors[i];
-    const bool where_expected =
-        outputs_in_place ? desc.location != ipc::kInSlot
-                         : desc.location == ipc::kInSlot && desc.offset <= capacity &&
-                               desc.nbytes <= capacity - desc.offset;
-    if (!ipc::ReadTensorDesc(desc, &spec) || !where_expected || ByteSize(spec) != desc.nbytes) {
-      failure = Internal(
-          "worker wrote a malformed output descriptor " + std::to_string(i) + ": dtype code " +
-          std::to_string(desc.dtype) + ", rank " + std::to_string(desc.rank) + ", location " +
-          std::to_string(desc.location) + ", bytes [" + std::to_string(desc.offset) + ", +" +
-          std::to_string(desc.nbytes) + "); expected a valid dtype and shape whose size is nbytes, " +
-          (outputs_in_place ? std::string("in the client's region")
-                            : "in the " + std::to_string(capacity) + "-byte response slot"));
-    } else if (batch.requests.size() > 1 && (spec.shape.empty() || spec.shape[0] != batch.rows)) {
-      failure = Internal("output " + std::to_string(i) + " has shape " + ShapeToString(spec.shape) +
-                         " but the batch had " + std::to_string(batch.rows) +
-                         " rows; a batched model must keep dim 0 (set max_batch_size 1)");
-    }
-    outputs.push_back(std::move(spec));
-  }
   if (!failure.ok()) {
     for (auto& r : batch.requests) {
       FailRequest(model, r, failure);
     }
     return;
   }
+  // The worker wrote the outputs into the client's region itself (ipc/slot_codec.h, in place).
+  const bool outputs_in_place = batch.outputs_in_place;
+  std::vector<TensorSpec> outputs = std::move(view.outputs);
   const bool may_pin = slot.CanPinResponse();
   int64_t row_start = 0;
   std::vector<zmq::message_t> frames;
@@ -102,32 +69,15 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
     // `outputs` becomes this request's: only dim 0 differs between the requests of a batch.
     slices.clear();
     for (size_t i = 0; i < outputs.size(); ++i) {
-      const ipc::TensorDesc& desc = header->tensors[i];
-      uint64_t begin = 0, length = desc.nbytes;
-      if (batch.requests.size() > 1) {
-        uint64_t row_bytes = desc.nbytes / static_cast<uint64_t>(batch.rows);
-        begin = row_bytes * static_cast<uint64_t>(row_start);
-        length = row_bytes * static_cast<uint64_t>(r.rows);
-        outputs[i].shape[0] = r.rows;
-      }
-      slices.emplace_back(outputs_in_place ? nullptr : data + desc.offset + begin, length);
+      slices.push_back(view.OutputRows(i, row_start, r.rows));
+      if (batch.requests.size() > 1) outputs[i].shape[0] = r.rows;
     }
     row_start += r.rows;
     frames.clear();
     if (r.output_shm.used()) {
+      // In place, ReadResponse checked the worker put the outputs at these offsets.
       Status placed = PlaceOutputs(outputs, r.output_shm, &shm_offsets);
-      for (size_t i = 0; placed.ok() && outputs_in_place && i < outputs.size(); ++i) {
-        if (header->tensors[i].offset != shm_offsets[i]) {
-          placed = Internal("worker placed output " + std::to_string(i) + " at byte " +
-                            std::to_string(header->tensors[i].offset) + " of the region, " +
-                            std::to_string(shm_offsets[i]) + " was expected");
-        }
-      }
-      if (!placed.ok()) {
-        FailRequest(model, r, placed);
-        continue;
-      }
-      if (!outputs_in_place) placed = CheckRegionsIntact(r);
+      if (placed.ok() && !outputs_in_place) placed = CheckRegionsIntact(r);
       for (size_t i = 0; placed.ok() && !outputs_in_place && i < slices.size(); ++i) {
         if (!ipc::GuardedCopy(r.output_region->data() + shm_offsets[i], slices[i].first,
                               slices[i].second)) {
@@ -150,7 +100,7 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
     }
     StageTimes timing;
     timing.queue_us = ToMicros(batch.dispatched - r.received);
-    timing.compute_us = static_cast<int64_t>(header->compute_us);
+    timing.compute_us = static_cast<int64_t>(view.compute_us);
     timing.total_us = ToMicros(now - r.received);
     model.stats.RecordOk(timing.queue_us, timing.compute_us, timing.total_us, now);
     if (metrics_) {

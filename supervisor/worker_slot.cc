@@ -11,7 +11,7 @@
 
 #include "common/log.h"
 #include "ipc/control_protocol.h"
-#include "ipc/guarded_copy.h"
+#include "supervisor/batch_encoder.h"
 #include "supervisor/process_launcher.h"
 
 namespace torchfarm {
@@ -310,111 +310,14 @@ int64_t WorkerSlot::inflight_rows() const {
   return rows;
 }
 
-namespace {
-
-// Index (in header->regions) of `region`, added if new; -1 when the table is full or the name
-// does not fit.
-int RegionIndex(ipc::SlotHeader* header, const ipc::SharedRegion& region) {
-  for (uint32_t i = 0; i < header->region_count; ++i) {
-    if (region.name() == header->regions[i].name) return static_cast<int>(i);
-  }
-  if (header->region_count >= static_cast<uint32_t>(ipc::kMaxClientRegions) ||
-      region.name().size() >= ipc::kRegionNameBytes) {
-    return -1;
-  }
-  ipc::ClientRegionRef& ref = header->regions[header->region_count];
-  std::memset(ref.name, 0, sizeof(ref.name));
-  std::memcpy(ref.name, region.name().data(), region.name().size());
-  ref.bytes = region.size();
-  return static_cast<int>(header->region_count++);
-}
-
-// True when the request's output range shares bytes with one of its inputs in the same region.
-// The worker must not write such outputs in place: an output may be a view of the input it
-// overwrites, and a rerun after a crash must find its inputs intact.
-bool OutputOverlapsInputs(const PendingRequest& r) {
-  const uint64_t begin = r.output_shm.offset, end = begin + r.output_shm.bytes;
-  for (size_t i = 0; i < r.input_regions.size(); ++i) {
-    if (r.input_regions[i] != r.output_region) continue;
-    const uint64_t input_begin = r.input_shm[i].offset;
-    const uint64_t input_end = input_begin + r.frames[i].size();
-    if (input_begin < end && begin < input_end) return true;
-  }
-  return false;
-}
-
-// Fills the request header's region table and output range for a request served in place; false
-// (header left to the copy path) when it names more regions than a slot can. Outputs that would
-// overwrite an input go through the response slot (the supervisor copies them in).
-bool NameClientRegions(const PendingRequest& r, ipc::SlotHeader* header) {
-  header->region_count = 0;
-  for (const auto& region : r.input_regions) {
-    if (region && RegionIndex(header, *region) < 0) return false;
-  }
-  if (r.output_shm.used() && !OutputOverlapsInputs(r)) {
-    int index = RegionIndex(header, *r.output_region);
-    if (index < 0) return false;
-    header->output_region = static_cast<uint32_t>(index + 1);
-    header->output_offset = r.output_shm.offset;
-    header->output_bytes = r.output_shm.bytes;
-  }
-  return true;
-}
-
-}  // namespace
-
 bool WorkerSlot::Dispatch(InflightBatch& batch, bool shm_in_place) {
   if (!segment_) return false;
   ipc::SpscRing ring = segment_->request_ring();
   uint8_t* slot = ring.TryReserve();
   if (!slot) return false;  // CanAccept() said yes; the ring disagrees: a failed dispatch
-  ipc::SlotHeader* header = ipc::SlotHeaderOf(slot);
-  uint8_t* data = ipc::SlotData(slot);
-  header->batch_id = batch.batch_id;
-  header->status = 0;
-  header->compute_us = 0;
-  header->region_count = 0;
-  header->output_region = 0;
-  const PendingRequest& first = batch.requests.front();
-  header->tensor_count = static_cast<uint32_t>(first.inputs.size());
-  batch.in_place = shm_in_place && batch.requests.size() == 1 &&
-                   (!first.input_regions.empty() || first.output_shm.used()) &&
-                   NameClientRegions(first, header);
-  if (!batch.in_place) {
-    header->region_count = 0;
-    header->output_region = 0;
-  }
-  batch.outputs_in_place = batch.in_place && header->output_region != 0;
-  uint64_t offset = 0;
-  for (size_t i = 0; i < first.inputs.size(); ++i) {
-    TensorSpec spec = first.inputs[i];
-    if (batch.in_place && i < first.input_regions.size() && first.input_regions[i]) {
-      const ipc::SharedRegion& region = *first.input_regions[i];
-      ipc::FillTensorDesc(spec, first.input_shm[i].offset, first.frames[i].size(),
-                          &header->tensors[i]);
-      header->tensors[i].location = static_cast<uint8_t>(RegionIndex(header, region) + 1);
-      continue;
-    }
-    if (batch.requests.size() > 1) spec.shape[0] = batch.rows;
-    uint64_t written = 0;
-    for (const PendingRequest& r : batch.requests) {
-      const bool from_region = i < r.input_regions.size() && r.input_regions[i];
-      if (!from_region) {
-        std::memcpy(data + offset + written, r.frames[i].data(), r.frames[i].size());
-      } else if (!ipc::GuardedCopy(data + offset + written, r.frames[i].data(),
-                                   r.frames[i].size())) {
-        // Its client truncated the region between the check at dispatch and this copy: it gets
-        // zeros, nobody else is affected.
-        std::memset(data + offset + written, 0, r.frames[i].size());
-        TF_LOG(kWarn) << "a client region shrank while its input was copied; the request runs "
-                         "on zeros"
-                      << Kv("region", r.input_regions[i]->name());
-      }
-      written += r.frames[i].size();
-    }
-    ipc::FillTensorDesc(spec, offset, written, &header->tensors[i]);
-    offset = ipc::AlignUp(offset + written, ipc::kTensorAlignment);
-  }
+  const BatchEncoding encoding = EncodeBatch(batch, shm_in_place, slot, ring.data_capacity());
+  batch.in_place = encoding.in_place;
+  batch.outputs_in_place = encoding.outputs_in_place;
   ring.Publish();
   request_bell_.Ring();
   if (inflight_.empty()) front_started_ = batch.dispatched;

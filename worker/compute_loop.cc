@@ -377,14 +377,8 @@ uint8_t* ComputeLoop::ReserveResponseSlot() {
 
 void ComputeLoop::Launch(const uint8_t* request, uint8_t* response) {
   busy_.store(true, std::memory_order_relaxed);
-  const ipc::SlotHeader* request_header = ipc::SlotHeaderOf(request);
-  ipc::SlotHeader* header = ipc::SlotHeaderOf(response);
-  header->batch_id = request_header->batch_id;
-  header->tensor_count = 0;
-  header->region_count = 0;
-  header->output_region = 0;
-  header->message[0] = '\0';
-  LaunchedBatch batch{request, response, next_lane_, Status::Ok(), 0, Clock::now(), {}};
+  const uint64_t batch_id = ipc::BeginResponse(request, response);
+  LaunchedBatch batch{request, response, batch_id, next_lane_, Status::Ok(), 0, Clock::now(), {}};
   launch_regions_.clear();
   next_lane_ = (next_lane_ + 1) % accelerator_->lanes();
   try {
@@ -414,7 +408,6 @@ void ComputeLoop::WaitForOldest() {
 void ComputeLoop::CompleteOldest() {
   LaunchedBatch batch = std::move(launched_.front());
   launched_.pop_front();
-  ipc::SlotHeader* header = ipc::SlotHeaderOf(batch.response);
   StageTimes times;
   try {
     times = accelerator_->Wait(batch.lane);
@@ -428,13 +421,11 @@ void ComputeLoop::CompleteOldest() {
     }
     batch.status = Internal("batch failed on the device: " + error);
   }
-  header->compute_us = static_cast<uint64_t>(ToMicros(Clock::now() - batch.start));
-  header->status = static_cast<int32_t>(batch.status.code());
+  ipc::FinishResponse(batch.status, static_cast<uint64_t>(ToMicros(Clock::now() - batch.start)),
+                      batch.response);
   if (!batch.status.ok()) {
-    header->tensor_count = 0;
-    ipc::SetSlotMessage(header, batch.status.message());
     errors_.fetch_add(1, std::memory_order_relaxed);
-    TF_LOG(kWarn) << "batch failed" << Kv("batch", header->batch_id)
+    TF_LOG(kWarn) << "batch failed" << Kv("batch", batch.batch_id)
                   << Kv("status", StatusCodeName(batch.status.code()))
                   << Kv("error", batch.status.message());
   }
@@ -460,8 +451,11 @@ void ComputeLoop::CompleteOldest() {
 
 Status ComputeLoop::RunBatch(const uint8_t* request, uint8_t* response, int64_t* rows) {
   InferenceModeGuard inference_mode;
+  ipc::RequestView view;
+  Status status = ipc::ReadRequest(request, segment_->data_capacity(), &view);
+  if (!status.ok()) return status;
   std::vector<c10::IValue> inputs;
-  Status status = BuildInputs(request, &inputs, rows);
+  status = BuildInputs(view, &inputs, rows);
   if (!status.ok()) return status;
   accelerator_->Mark(current_lane_, Stage::kInputsCopied);
   const FaultKind fault = faults_.Take(++launches_);
@@ -469,7 +463,7 @@ Status ComputeLoop::RunBatch(const uint8_t* request, uint8_t* response, int64_t*
   status = ForwardWithRecovery(inputs, fault, &tensors);
   if (!status.ok()) return status;
   accelerator_->Mark(current_lane_, Stage::kComputed);
-  status = WriteOutputs(tensors, request, response);
+  status = WriteOutputs(tensors, view, response);
   accelerator_->Mark(current_lane_, Stage::kOutputsCopied);
   return status;
 }

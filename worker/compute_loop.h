@@ -40,6 +40,7 @@
 #include "common/tensor_spec.h"
 #include "ipc/client_region_cache.h"
 #include "ipc/doorbell.h"
+#include "ipc/slot_codec.h"
 #include "ipc/worker_segment.h"
 #include "worker/accelerator.h"
 #include "worker/fault_injection.h"
@@ -136,6 +137,7 @@ class ComputeLoop {
   struct LaunchedBatch {
     const uint8_t* request;
     uint8_t* response;
+    uint64_t batch_id;
     int lane;
     Status status;
     int64_t rows;
@@ -157,12 +159,14 @@ class ComputeLoop {
                      std::vector<at::Tensor>* outputs, std::string* device_error);
   Status RetryInHalves(const std::vector<c10::IValue>& inputs, const std::string& error,
                        std::vector<at::Tensor>* outputs);
-  Status BuildInputs(const uint8_t* request, std::vector<c10::IValue>* inputs, int64_t* rows);
+  // Wraps the request's inputs (in the slot, or in place in client regions) as tensors.
+  Status BuildInputs(const ipc::RequestView& request, std::vector<c10::IValue>* inputs,
+                     int64_t* rows);
   // A host tensor on the device in the model's precision (floating types only).
   at::Tensor PrepareInput(const at::Tensor& host);
   Status CollectOutputs(const c10::IValue& output, std::vector<at::Tensor>* tensors);
   // Into the response slot, or into the client region the request names (in place).
-  Status WriteOutputs(const std::vector<at::Tensor>& tensors, const uint8_t* request,
+  Status WriteOutputs(const std::vector<at::Tensor>& tensors, const ipc::RequestView& request,
                       uint8_t* response);
   // Polls the request ring for up to idle_spin_us after a pass that launched work; true when a
   // request arrived (no doorbell wait needed).
@@ -171,13 +175,6 @@ class ComputeLoop {
   void TrimClientRegions();
   // Maps a client region for the batch being launched; released when the batch completes.
   Status AcquireClientRegion(const ipc::ClientRegionRef& ref, ipc::SharedRegion** out);
-  // Maps the request's output region and places `tensors` in its output range: the base to add
-  // `offsets` to.
-  Status PlaceInClientRegion(const std::vector<at::Tensor>& tensors, const ipc::SlotHeader* request,
-                             uint8_t** base, std::vector<uint64_t>* offsets);
-  // The bytes of request tensor `index`: in the slot's data area or in a client region.
-  Status TensorBytes(const ipc::SlotHeader* header, uint8_t* data, uint32_t index,
-                     TensorSpec* spec, uint8_t** bytes);
   void ReportLoad(LoadReport report);
   void MarkFinished();
 

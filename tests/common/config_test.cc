@@ -109,6 +109,18 @@ TEST(ConfigTest, UnknownKeyAtEachLevelNamesKeyAndPath) {
   EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].inputs[0]: unknown key 'layout'"));
 }
 
+TEST(ConfigTest, AModelTakesAtMostTheInputsARequestCarries) {
+  json j = MinimalConfig();
+  j["models"][0]["inputs"] = json::array();
+  for (int i = 0; i < 17; ++i) {
+    j["models"][0]["inputs"].push_back({{"dtype", "uint8"}, {"shape", {1}}});
+  }
+  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].inputs: 17 inputs, at most 16"));
+  j["models"][0]["inputs"].erase(16);
+  FarmConfig c;
+  EXPECT_TRUE(ParseConfig(j, "/base", &c).ok());
+}
+
 TEST(ConfigTest, WrongTypesNamePathExpectedAndReceived) {
   json j = MinimalConfig();
   j["endpoint"] = 5;

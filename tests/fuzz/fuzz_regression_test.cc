@@ -1,6 +1,9 @@
-// Replays every input under tests/fuzz/regressions/ (inputs that once crashed or broke an
-// invariant) and tests/fuzz/corpus/ (the seeds) through the fuzzer's body, in the unit suite, so a
-// fixed bug stays fixed without clang or libFuzzer.
+// Replays every input under the fuzzers' regression folders (inputs that once crashed or broke an
+// invariant) and seed corpora through the fuzzers' bodies, in the unit suite, so a fixed bug stays
+// fixed without clang or libFuzzer:
+//   protocol_fuzzer    tests/fuzz/regressions/, tests/fuzz/corpus/
+//   slot_codec_fuzzer  tests/fuzz/slot_codec_regressions/ (when there is one),
+//                      tests/fuzz/slot_codec_corpus/
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,31 +12,45 @@
 #include <string>
 
 #include "protocol_fuzz_input.h"
+#include "slot_codec_fuzz_input.h"
 
 namespace torchfarm::fuzz {
 namespace {
 
 namespace fs = std::filesystem;
 
-int ReplayFolder(const std::string& dir) {
+using FuzzBody = void (*)(const uint8_t* data, size_t size);
+
+int ReplayFolder(const std::string& dir, FuzzBody body) {
   int count = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (!entry.is_regular_file() || entry.path().filename() == "README.md") continue;
     std::ifstream in(entry.path(), std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     SCOPED_TRACE(entry.path().string());
-    RunProtocolInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+    body(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
     ++count;
   }
   return count;
 }
 
 TEST(FuzzRegressionTest, RegressionsStayFixed) {
-  EXPECT_GT(ReplayFolder(TORCHFARM_SOURCE_DIR "/tests/fuzz/regressions"), 0);
+  EXPECT_GT(ReplayFolder(TORCHFARM_SOURCE_DIR "/tests/fuzz/regressions", RunProtocolInput), 0);
 }
 
 TEST(FuzzRegressionTest, SeedCorpusPasses) {
-  EXPECT_GT(ReplayFolder(TORCHFARM_SOURCE_DIR "/tests/fuzz/corpus"), 10);
+  EXPECT_GT(ReplayFolder(TORCHFARM_SOURCE_DIR "/tests/fuzz/corpus", RunProtocolInput), 10);
+}
+
+TEST(FuzzRegressionTest, SlotCodecRegressionsStayFixed) {
+  const std::string dir = TORCHFARM_SOURCE_DIR "/tests/fuzz/slot_codec_regressions";
+  if (!fs::is_directory(dir)) GTEST_SKIP() << "no slot codec regressions yet (" << dir << ")";
+  ReplayFolder(dir, RunSlotCodecInput);
+}
+
+TEST(FuzzRegressionTest, SlotCodecSeedCorpusPasses) {
+  EXPECT_GT(ReplayFolder(TORCHFARM_SOURCE_DIR "/tests/fuzz/slot_codec_corpus", RunSlotCodecInput),
+            5);
 }
 
 }  // namespace

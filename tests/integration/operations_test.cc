@@ -298,7 +298,7 @@ TEST(Operations, AReloadThatDoesNotLoadStopsAtTheFirstWorker) {
 
 // Needs WorkerSlot::UpdateConfig to take the reloaded warm-up (worker_slot.cc is being rewritten
 // on another branch); enable it with that change.
-TEST(Operations, DISABLED_ReloadedWarmupRunsInTheNewWorkers) {
+TEST(Operations, ReloadedWarmupRunsInTheNewWorkers) {
   Farm farm(json::array({Identity(1)}));
   ASSERT_TRUE(farm.Start());
   ASSERT_TRUE(farm.WaitReady()) << farm.error();

@@ -60,17 +60,5 @@ TEST(WorkerSegment, OpenRejectsMissingAndForeignSegments) {
   EXPECT_NE(s.message().find("magic"), std::string::npos) << s.message();
 }
 
-TEST(ShmLayout, TensorDescRoundTrip) {
-  TensorDesc desc;
-  TensorSpec spec{DType::kBFloat16, {3, 4, 5}};
-  FillTensorDesc(spec, 128, 120, &desc);
-  TensorSpec back;
-  ASSERT_TRUE(ReadTensorDesc(desc, &back));
-  EXPECT_EQ(back, spec);
-  EXPECT_EQ(desc.offset, 128u);
-  desc.dtype = 200;
-  EXPECT_FALSE(ReadTensorDesc(desc, &back));
-}
-
 }  // namespace
 }  // namespace torchfarm::ipc

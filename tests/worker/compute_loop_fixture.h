@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "ipc/shm_layout.h"
+#include "ipc/slot_codec.h"
 #include "worker/compute_loop.h"
 #include "worker/torch_compat.h"
 
@@ -87,24 +87,25 @@ class ComputeLoopTest : public ::testing::Test {
     return loop_->load_report();
   }
 
-  // Writes one request slot the way the supervisor does and rings the doorbell.
+  // Writes one request slot the way the supervisor does (ipc/slot_codec.h) and rings the doorbell.
   // `ring` false leaves the doorbell alone (a worker that polls its ring finds it anyway).
   void Submit(uint64_t batch_id, const std::vector<at::Tensor>& inputs, bool ring = true) {
     uint8_t* slot = segment_->request_ring().TryReserve();
     ASSERT_NE(slot, nullptr);
-    ipc::SlotHeader* header = ipc::SlotHeaderOf(slot);
-    header->batch_id = batch_id;
-    header->tensor_count = static_cast<uint32_t>(inputs.size());
-    header->status = 0;
-    uint64_t offset = 0;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      at::Tensor tensor = inputs[i].contiguous();
-      TensorSpec spec{*FromScalarType(tensor.scalar_type()), tensor.sizes().vec()};
-      offset = ipc::AlignUp(offset, ipc::kTensorAlignment);
-      std::memcpy(ipc::SlotData(slot) + offset, tensor.data_ptr(), tensor.nbytes());
-      ipc::FillTensorDesc(spec, offset, tensor.nbytes(), &header->tensors[i]);
-      offset += tensor.nbytes();
+    ipc::RequestBatch batch;
+    batch.batch_id = batch_id;
+    std::vector<at::Tensor> contiguous;
+    for (const at::Tensor& input : inputs) {
+      contiguous.push_back(input.contiguous());
+      const at::Tensor& tensor = contiguous.back();
+      ipc::RequestInput encoded;
+      encoded.spec = TensorSpec{*FromScalarType(tensor.scalar_type()), tensor.sizes().vec()};
+      encoded.parts.push_back(ipc::TensorPart{static_cast<const uint8_t*>(tensor.data_ptr()),
+                                              static_cast<uint64_t>(tensor.nbytes()), false});
+      batch.inputs.push_back(std::move(encoded));
     }
+    Status written = ipc::WriteRequest(batch, slot, segment_->data_capacity(), /*report=*/nullptr);
+    ASSERT_TRUE(written.ok()) << written.ToString();
     segment_->request_ring().Publish();
     if (ring) request_doorbell_.Ring();
   }

@@ -148,6 +148,23 @@ TEST_F(ComputeLoopTest, LoadFailureIsReported) {
   EXPECT_TRUE(loop_->finished());
 }
 
+TEST_F(ComputeLoopTest, ARefusedBatchIsAnsweredWithItsErrorWithoutRunning) {
+  std::string path = Save("Identity", "def forward(self, x):\n    return x\n");
+  ASSERT_EQ(Start(path).state, LoadState::kLoaded);
+  // What the supervisor writes for a batch its slot cannot hold (ipc/slot_codec.h).
+  uint8_t* slot = segment_->request_ring().TryReserve();
+  ASSERT_NE(slot, nullptr);
+  ipc::WriteRefusal(4, ResourceExhausted("the batch's inputs need more; raise slot_bytes"), slot);
+  segment_->request_ring().Publish();
+  request_doorbell_.Ring();
+  Response refused = Await();
+  EXPECT_EQ(refused.batch_id, 4u);
+  EXPECT_EQ(refused.status, Code(StatusCode::kResourceExhausted));
+  EXPECT_EQ(refused.message, "the batch's inputs need more; raise slot_bytes");
+  EXPECT_TRUE(refused.outputs.empty());
+  EXPECT_EQ(loop_->stats().errors, 1u);
+}
+
 TEST_F(ComputeLoopTest, IdleSpinFindsTheNextRequestWithoutTheDoorbell) {
   idle_spin_us_ = 100'000;  // the most the config allows: a generous window on a loaded host
   std::string path = Save("Identity", "def forward(self, x):\n    return x\n");
