@@ -38,13 +38,20 @@ bool SameInstance(const InstanceConfig& a, const InstanceConfig& b) {
          a.idle_spin_us == b.idle_spin_us;
 }
 
+// Changes the running workers must not serve through while they are replaced: batches sized for
+// the new slot_bytes would overrun their rings' slots, and new inputs may not suit their model.
+// Such workers all stop taking batches at once.
+bool OldWorkersCannotServe(const ModelConfig& old_config, const ModelConfig& fresh) {
+  return old_config.slot_bytes != fresh.slot_bytes || old_config.ring_slots != fresh.ring_slots ||
+         old_config.max_inflight_per_worker != fresh.max_inflight_per_worker ||
+         !(old_config.inputs == fresh.inputs);
+}
+
 // Changes that a running worker cannot pick up: it must be replaced. The warm-up runs once,
 // before a worker reports ready, so a new one only reaches new workers.
 bool NeedsNewWorkers(const ModelConfig& old_config, const ModelConfig& fresh) {
-  return old_config.path != fresh.path || old_config.slot_bytes != fresh.slot_bytes ||
-         old_config.ring_slots != fresh.ring_slots ||
-         old_config.max_inflight_per_worker != fresh.max_inflight_per_worker ||
-         !(old_config.inputs == fresh.inputs) || !(old_config.warmup == fresh.warmup);
+  return old_config.path != fresh.path || !(old_config.warmup == fresh.warmup) ||
+         OldWorkersCannotServe(old_config, fresh);
 }
 
 }  // namespace
@@ -157,6 +164,7 @@ json Supervisor::Reload() {
       continue;
     }
     bool replace = NeedsNewWorkers(existing->config, m);
+    const bool at_once = OldWorkersCannotServe(existing->config, m);
     existing->config = m;
     existing->queue.SetPolicy(BatchingPolicyFor(m));
     std::vector<InstanceConfig> wanted = ExpandInstances(m, AvailableCores());
@@ -168,17 +176,23 @@ json Supervisor::Reload() {
       bool changed = replace || !SameInstance(slot.instance(), instance);
       slot.UpdateConfig(m, instance);
       // A slot without a process (backing off, failed) launches the new config anyway.
+      if (!changed || (slot.state() != SlotState::kReady && slot.state() != SlotState::kStarting)) {
+        continue;
+      }
       auto& outdated = existing->outdated_slots;
       const bool queued = std::any_of(outdated.begin(), outdated.end(),
                                       [&](const auto& entry) { return entry.first == i; });
-      if (changed && !queued &&
-          (slot.state() == SlotState::kReady || slot.state() == SlotState::kStarting)) {
+      if (at_once) {
+        slot.BeginGracefulRestart();
+      } else if (!queued) {
         outdated.emplace_back(i, slot.generation());
-        ++replaced;
       }
+      ++replaced;
     }
     json scaled = Scale(m.name, static_cast<int>(wanted.size()));
-    notes.push_back(m.name + (replaced > 0 ? " (" + std::to_string(replaced) + " worker(s) to replace one by one)" : "") +
+    const char* how = at_once ? " worker(s) replaced at once (ring or inputs changed)"
+                              : " worker(s) to replace one by one";
+    notes.push_back(m.name + (replaced > 0 ? " (" + std::to_string(replaced) + how + ")" : "") +
                     ": " + scaled.value("message", std::string()));
   }
   for (auto& model : models_) {

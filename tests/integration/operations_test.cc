@@ -296,6 +296,38 @@ TEST(Operations, AReloadThatDoesNotLoadStopsAtTheFirstWorker) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
+// Grown ring slots: no worker still on the old ring may get a batch sized for the new one (it
+// would overrun its slot), so those workers are all replaced at once instead of one by one.
+TEST(Operations, AReloadThatGrowsSlotBytesSendsNoLargerBatchToAnOldWorker) {
+  // The job socket's message size limit is fixed at start (it defaults to the largest slot).
+  Farm farm(json::array({Identity(2)}), {{"limits", {{"max_request_bytes", 16 << 20}}}});
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  json model = Identity(2);
+  model["slot_bytes"] = 8 << 20;
+  json reply = ReloadWith(farm, model);
+  EXPECT_NE(reply.value("message", "").find("2 worker(s) replaced at once"), std::string::npos)
+      << reply.dump();
+  const int64_t rows = (6 << 20) / 64;  // 6 MiB: more than an old slot (4 MiB) holds
+  std::vector<float> x(static_cast<size_t>(rows * 16));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 9973);
+  Client client(farm.endpoint(), 20'000);
+  Status s = Unavailable("not sent");
+  // The replaced workers leave a gap (no live worker: UNAVAILABLE) until the new ones are up.
+  for (int attempt = 0; attempt < 200 && s.code() == StatusCode::kUnavailable; ++attempt) {
+    InferResult result;
+    s = client.Infer("identity", {{{DType::kFloat32, {rows, 16}}, x.data(), x.size() * 4}}, &result);
+    if (s.ok()) {
+      ASSERT_EQ(result.outputs.size(), 1u);
+      EXPECT_EQ(std::memcmp(result.outputs[0].data.data(), x.data(), x.size() * 4), 0);
+    } else {
+      std::this_thread::sleep_for(Ms(50));
+    }
+  }
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
 // Needs WorkerSlot::UpdateConfig to take the reloaded warm-up (worker_slot.cc is being rewritten
 // on another branch); enable it with that change.
 TEST(Operations, DISABLED_ReloadedWarmupRunsInTheNewWorkers) {
