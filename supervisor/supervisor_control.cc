@@ -254,7 +254,8 @@ void Supervisor::ReplaceNextOutdated(Model& model) {
     WorkerSlot& slot = *slots_[index];
     const SlotState state = slot.state();
     const bool old_process = slot.generation() == old_generation;
-    if (slot.retiring() || (old_process && (state == SlotState::kFailed || state == SlotState::kStopped))) {
+    if (slot.retiring() ||
+        (old_process && (state == SlotState::kFailed || state == SlotState::kStopped))) {
       outdated.erase(outdated.begin());  // gone, or relaunches with the new config when it does
       continue;
     }
@@ -272,7 +273,8 @@ void Supervisor::ReplaceNextOutdated(Model& model) {
       // The new config does not come up: the workers not replaced yet keep serving the old one.
       TF_LOG(kError) << "the reloaded config does not start; stopping the rollout"
                      << Kv("model", model.config.name) << Kv("worker", slot.id())
-                     << Kv("reason", slot.failure_reason()) << Kv("not_replaced", outdated.size() - 1);
+                     << Kv("reason", slot.failure_reason())
+                     << Kv("not_replaced", outdated.size() - 1);
       outdated.clear();
       return;
     }

@@ -56,7 +56,8 @@ TEST(ProcessLauncherTest, TheChildHoldsTheMappedFdsAndNoCopiesOfThem) {
   }
 
   pid_t pid = -1;
-  ASSERT_TRUE(LaunchProcess({"/bin/sleep", "30"}, {{a_read.get(), 3}, {b_write.get(), 4}}, &pid).ok());
+  ASSERT_TRUE(
+      LaunchProcess({"/bin/sleep", "30"}, {{a_read.get(), 3}, {b_write.get(), 4}}, &pid).ok());
   ASSERT_TRUE(WaitForExec(pid, "sleep"));
   std::set<int> child = OpenFds("/proc/" + std::to_string(pid) + "/fd");
   ::kill(pid, SIGKILL);
