@@ -25,7 +25,8 @@ std::string IpcEndpointPath(const std::string& endpoint) {
 }
 
 IpcEndpointFile::IpcEndpointFile(IpcEndpointFile&& other) noexcept
-    : path_(std::exchange(other.path_, std::string())), device_(other.device_),
+    : path_(std::exchange(other.path_, std::string())),
+      device_(other.device_),
       inode_(other.inode_) {}
 
 IpcEndpointFile& IpcEndpointFile::operator=(IpcEndpointFile&& other) noexcept {

@@ -118,7 +118,10 @@ class PinnedRingKeeper {
   bool HasPins() const;
   size_t size() const { return rings_.size(); }
   // 0: the default cap above.
-  void set_cap_bytes(uint64_t cap) { fixed_cap_ = cap; Recount(); }
+  void set_cap_bytes(uint64_t cap) {
+    fixed_cap_ = cap;
+    Recount();
+  }
   const PinBudget& budget() const { return *budget_; }
 
  private:

@@ -3,10 +3,13 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 
 #include "supervisor/signal_fd.h"
@@ -32,6 +35,13 @@ std::vector<std::string> EnvironmentWith(const std::vector<std::string>& overrid
   return env;
 }
 
+// Closes fds [first, last] in the child (async-signal-safe). Without close_range (Linux < 5.9),
+// one by one up to `fallback_limit`.
+void CloseFds(unsigned first, unsigned last, unsigned fallback_limit) {
+  if (first > last || ::close_range(first, last, 0) == 0) return;
+  for (unsigned fd = first; fd <= last && fd < fallback_limit; ++fd) ::close(static_cast<int>(fd));
+}
+
 }  // namespace
 
 Status LaunchProcess(const std::vector<std::string>& argv, const std::vector<FdMapping>& fds,
@@ -47,6 +57,17 @@ Status LaunchProcess(const std::vector<std::string>& argv, const std::vector<FdM
   for (const auto& e : env) raw_env.push_back(const_cast<char*>(e.c_str()));
   raw_env.push_back(nullptr);
   const pid_t parent = ::getpid();
+  // The child keeps stdio and the mapped fds, nothing else the supervisor inherited or opened
+  // without close-on-exec (a shell's or a service manager's descriptors).
+  std::vector<unsigned> keep = {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO};
+  for (const FdMapping& m : fds) keep.push_back(static_cast<unsigned>(m.target));
+  std::sort(keep.begin(), keep.end());
+  keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+  rlimit files{};
+  const unsigned fallback_limit =
+      ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < (1u << 16)
+          ? static_cast<unsigned>(files.rlim_cur)
+          : 1u << 16;
 
   pid_t child = ::fork();
   if (child < 0) return Internal(std::string("fork failed: ") + std::strerror(errno));
@@ -67,6 +88,12 @@ Status LaunchProcess(const std::vector<std::string>& argv, const std::vector<FdM
       // dup2 onto itself keeps the flag: a target that is its own copy must stay open.
       if (moved[i] == fds[i].target && ::fcntl(moved[i], F_SETFD, 0) < 0) ::_exit(127);
     }
+    unsigned next = 0;
+    for (unsigned fd : keep) {
+      if (fd > next) CloseFds(next, fd - 1, fallback_limit);
+      next = fd + 1;
+    }
+    CloseFds(next, UINT_MAX, fallback_limit);
     if (env.empty()) {
       ::execv(raw[0], raw.data());
     } else {

@@ -3,7 +3,8 @@
 //
 // In the child, before exec: PR_SET_PDEATHSIG(SIGKILL) so workers die with the supervisor, a check
 // that the parent did not already die, an empty signal mask (the supervisor blocks its signals for
-// its signalfd), and the inherited fds moved to the numbers the worker's argv names.
+// its signalfd), and the inherited fds moved to the numbers the worker's argv names; every other
+// fd but stdio is closed, so the child holds exactly 0, 1, 2 and the mapped targets.
 #pragma once
 
 #include <sys/types.h>

@@ -14,13 +14,18 @@ bool SameInstance(const InstanceConfig& a, const InstanceConfig& b) {
          a.idle_spin_us == b.idle_spin_us;
 }
 
+// Changes the running workers must not serve through while they are replaced.
+bool OldWorkersCannotServe(const ModelConfig& old_config, const ModelConfig& fresh) {
+  return old_config.slot_bytes != fresh.slot_bytes || old_config.ring_slots != fresh.ring_slots ||
+         old_config.max_inflight_per_worker != fresh.max_inflight_per_worker ||
+         !(old_config.inputs == fresh.inputs);
+}
+
 // Changes that a running worker cannot pick up: it must be replaced. The warm-up runs once,
 // before a worker reports ready, so a new one only reaches new workers.
 bool NeedsNewWorkers(const ModelConfig& old_config, const ModelConfig& fresh) {
-  return old_config.path != fresh.path || old_config.slot_bytes != fresh.slot_bytes ||
-         old_config.ring_slots != fresh.ring_slots ||
-         old_config.max_inflight_per_worker != fresh.max_inflight_per_worker ||
-         !(old_config.inputs == fresh.inputs) || !(old_config.warmup == fresh.warmup);
+  return old_config.path != fresh.path || !(old_config.warmup == fresh.warmup) ||
+         OldWorkersCannotServe(old_config, fresh);
 }
 
 }  // namespace
@@ -64,6 +69,7 @@ ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>&
     ModelUpdate update;
     update.config = m;
     update.replace_workers = NeedsNewWorkers(*old, m);
+    update.replace_at_once = OldWorkersCannotServe(*old, m);
     update.instances = ExpandInstances(m, available_cores);
     plan.updated.push_back(std::move(update));
   }

@@ -14,6 +14,10 @@ namespace torchfarm {
 struct ModelUpdate {
   ModelConfig config;                     // the fresh one
   bool replace_workers = false;           // a change no running worker can pick up
+  // ...and one the old workers must not serve through while they are replaced (ring geometry,
+  // inputs: a batch sized for the new slot_bytes would overrun an old ring's slot). Such workers
+  // all stop taking batches at once; other replacements roll one worker at a time.
+  bool replace_at_once = false;
   std::vector<InstanceConfig> instances;  // one per worker the fresh config wants
 };
 

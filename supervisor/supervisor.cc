@@ -64,7 +64,8 @@ Status Supervisor::Start() {
   ipc::InstallBusGuard();  // a client that truncates its region fails its request, not the farm
 
   LaunchContext launch;
-  launch.control_endpoint = "ipc://" + config_.run_dir + "/control-" + std::to_string(::getpid()) + ".sock";
+  launch.control_endpoint =
+      "ipc://" + config_.run_dir + "/control-" + std::to_string(::getpid()) + ".sock";
   launch.worker_binary = config_.worker_binary.empty() ? SelfDirectory() + "/torchfarm-worker"
                                                         : config_.worker_binary;
   // The pid keeps RemoveStaleFiles working; the random part makes the names unguessable, so no

@@ -171,19 +171,25 @@ std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update) {
     const bool changed = WorkerNeedsReplacing(update, slot.instance(), instance);
     slot.UpdateConfig(m, instance);
     // A slot without a process (backing off, failed) launches the new config anyway.
+    if (!changed || (slot.state() != SlotState::kReady && slot.state() != SlotState::kStarting)) {
+      continue;
+    }
     auto& outdated = existing->outdated_slots;
     const bool queued = std::any_of(outdated.begin(), outdated.end(),
                                     [&](const auto& entry) { return entry.first == i; });
-    if (changed && !queued &&
-        (slot.state() == SlotState::kReady || slot.state() == SlotState::kStarting)) {
+    if (update.replace_at_once) {
+      slot.BeginGracefulRestart("config reloaded: ring geometry or inputs changed");
+    } else if (!queued) {
       outdated.emplace_back(i, slot.generation());
-      ++replaced;
     }
+    ++replaced;
   }
   json scaled = Scale(m.name, static_cast<int>(wanted.size()));
-  return m.name +
-         (replaced > 0 ? " (" + std::to_string(replaced) + " worker(s) to replace one by one)" : "") +
-         ": " + scaled.value("message", std::string());
+  const char* how = update.replace_at_once
+                        ? " worker(s) replaced at once (ring or inputs changed)"
+                        : " worker(s) to replace one by one";
+  return m.name + (replaced > 0 ? " (" + std::to_string(replaced) + how + ")" : "") + ": " +
+         scaled.value("message", std::string());
 }
 
 void Supervisor::RetireIdleSlots() {
@@ -216,7 +222,8 @@ void Supervisor::ReplaceNextOutdated(Model& model) {
     WorkerSlot& slot = *workers_[index];
     const SlotState state = slot.state();
     const bool old_process = slot.generation() == old_generation;
-    if (slot.retiring() || (old_process && (state == SlotState::kFailed || state == SlotState::kStopped))) {
+    if (slot.retiring() ||
+        (old_process && (state == SlotState::kFailed || state == SlotState::kStopped))) {
       outdated.erase(outdated.begin());  // gone, or relaunches with the new config when it does
       continue;
     }
@@ -234,7 +241,8 @@ void Supervisor::ReplaceNextOutdated(Model& model) {
       // The new config does not come up: the workers not replaced yet keep serving the old one.
       TF_LOG(kError) << "the reloaded config does not start; stopping the rollout"
                      << Kv("model", model.config.name) << Kv("worker", slot.id())
-                     << Kv("reason", slot.failure_reason()) << Kv("not_replaced", outdated.size() - 1);
+                     << Kv("reason", slot.failure_reason())
+                     << Kv("not_replaced", outdated.size() - 1);
       outdated.clear();
       return;
     }

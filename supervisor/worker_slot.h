@@ -61,7 +61,7 @@ struct InflightBatch {
   int64_t rows = 0;
   TimePoint dispatched{};
   // The worker reads the request's client-region inputs, and writes its outputs when the request
-  // named output_shm, in place (ipc/shm_layout.h); only ever for a batch of one request.
+  // named output_shm, in place (ipc/slot_codec.h); only ever for a batch of one request.
   bool in_place = false;
   bool outputs_in_place = false;  // in_place, and the worker writes the outputs into output_shm
 };

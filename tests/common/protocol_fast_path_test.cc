@@ -45,7 +45,8 @@ TEST(ProtocolFastPathTest, TakesTheHeadersClientsSend) {
   EXPECT_TRUE(FastTakes(R"({ "v" : 1 , "model" : "a.b-c_9", "inputs" : [ { "shape" : [ ] , "dtype" : "int64" } ,
       {"dtype":"uint8","shape":[2,3,4]} ], "timeout_ms": 250, "priority": 1000, "id": "req-1 x" } )"));
   EXPECT_TRUE(FastTakes(R"({"v":1,"id":null,"model":"m","inputs":[{"dtype":"bool","shape":[0]}],"timeout_ms":null,"priority":null})"));
-  EXPECT_TRUE(FastTakes(R"({"v":1,"model":"m","inputs":[{"dtype":"int8","shape":[1]}],"timeout_ms":999999999999999999})"));
+  EXPECT_TRUE(FastTakes(
+      R"({"v":1,"model":"m","inputs":[{"dtype":"int8","shape":[1]}],"timeout_ms":999999999999999999})"));
   EXPECT_TRUE(FastTakes(R"({"v":1,"id":true,"model":"m","inputs":[{"dtype":"float16","shape":[1]}]})"));
   EXPECT_TRUE(FastTakes(R"({"v":1,"id":123456789012345678,"model":"m","inputs":[{"dtype":"float64","shape":[1]}]})"));
   EXPECT_TRUE(FastTakes(json{{"v", 1}, {"id", 42}, {"model", "resnet"},

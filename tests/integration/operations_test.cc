@@ -215,19 +215,22 @@ json ReloadWith(Farm& farm, const json& model) {
 // Pids and generations of the workers of `stats`, in worker-id order.
 std::vector<std::pair<pid_t, int>> Processes(const json& stats) {
   std::vector<std::pair<pid_t, int>> out;
-  for (const auto& w : stats["workers"]) out.emplace_back(w["pid"].get<pid_t>(), w["generation"].get<int>());
+  for (const auto& w : stats["workers"])
+    out.emplace_back(w["pid"].get<pid_t>(), w["generation"].get<int>());
   return out;
 }
 
 // Waits until every worker of `stats` runs a process other than those in `before` and is ready.
 bool WaitForNewProcesses(const Farm& farm, const std::vector<std::pair<pid_t, int>>& before) {
   return WaitFor(farm, [&](const json& s) {
-    if (s["workers"].size() != before.size() || ReadyWorkers(s, "identity") != static_cast<int>(before.size())) {
+    if (s["workers"].size() != before.size() ||
+        ReadyWorkers(s, "identity") != static_cast<int>(before.size())) {
       return false;
     }
     for (size_t i = 0; i < before.size(); ++i) {
       const json& w = s["workers"][i];
-      if (w["pid"].get<pid_t>() == before[i].first || w["generation"].get<int>() <= before[i].second) {
+      if (w["pid"].get<pid_t>() == before[i].first ||
+          w["generation"].get<int>() <= before[i].second) {
         return false;
       }
     }
@@ -285,7 +288,8 @@ TEST(Operations, AReloadThatDoesNotLoadStopsAtTheFirstWorker) {
   json model = Identity(2);
   model["path"] = broken;
   EXPECT_EQ(ReloadWith(farm, model)["ok"], true);
-  ASSERT_TRUE(WaitFor(farm, [](const json& s) { return s["workers"][0]["state"] == "failed"; }, 60'000))
+  ASSERT_TRUE(WaitFor(
+      farm, [](const json& s) { return s["workers"][0]["state"] == "failed"; }, 60'000))
       << farm.Admin("stats").dump();
   std::this_thread::sleep_for(Ms(500));
   json worker = farm.Admin("stats")["workers"][1];
@@ -293,6 +297,39 @@ TEST(Operations, AReloadThatDoesNotLoadStopsAtTheFirstWorker) {
   EXPECT_EQ(worker["state"], "ready") << worker.dump();
   Client client(farm.endpoint(), 5'000);
   EXPECT_TRUE(Send(client, "identity", 16).ok());
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+// Grown ring slots: no worker still on the old ring may get a batch sized for the new one (it
+// would overrun its slot), so those workers are all replaced at once instead of one by one.
+TEST(Operations, AReloadThatGrowsSlotBytesSendsNoLargerBatchToAnOldWorker) {
+  // The job socket's message size limit is fixed at start (it defaults to the largest slot).
+  Farm farm(json::array({Identity(2)}), {{"limits", {{"max_request_bytes", 16 << 20}}}});
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  json model = Identity(2);
+  model["slot_bytes"] = 8 << 20;
+  json reply = ReloadWith(farm, model);
+  EXPECT_NE(reply.value("message", "").find("2 worker(s) replaced at once"), std::string::npos)
+      << reply.dump();
+  const int64_t rows = (6 << 20) / 64;  // 6 MiB: more than an old slot (4 MiB) holds
+  std::vector<float> x(static_cast<size_t>(rows * 16));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 9973);
+  Client client(farm.endpoint(), 20'000);
+  Status s = Unavailable("not sent");
+  // The replaced workers leave a gap (no live worker: UNAVAILABLE) until the new ones are up.
+  for (int attempt = 0; attempt < 200 && s.code() == StatusCode::kUnavailable; ++attempt) {
+    InferResult result;
+    s = client.Infer("identity", {{{DType::kFloat32, {rows, 16}}, x.data(), x.size() * 4}},
+                     &result);
+    if (s.ok()) {
+      ASSERT_EQ(result.outputs.size(), 1u);
+      EXPECT_EQ(std::memcmp(result.outputs[0].data.data(), x.data(), x.size() * 4), 0);
+    } else {
+      std::this_thread::sleep_for(Ms(50));
+    }
+  }
+  EXPECT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(farm.Stop(), 0);
 }
 
@@ -426,13 +463,15 @@ void ExpectFarmAnswers(const Farm& farm, int metrics_port) {
 
 TEST(Operations, ASecondSupervisorOnTheSameConfigIsRefusedAndLeavesTheFarmAlone) {
   const int port = FreePort();
-  Farm farm(json::array({Identity(1)}), {{"metrics_endpoint", "127.0.0.1:" + std::to_string(port)}});
+  Farm farm(json::array({Identity(1)}),
+            {{"metrics_endpoint", "127.0.0.1:" + std::to_string(port)}});
   ASSERT_TRUE(farm.Start());
   ASSERT_TRUE(farm.WaitReady()) << farm.error();
   std::string log;
   EXPECT_EQ(RunSupervisorToExit(farm.config_path(), &log), 1);
   EXPECT_NE(log.find("is owned by a live supervisor (pid " + std::to_string(farm.pid())),
-            std::string::npos) << log;
+            std::string::npos)
+      << log;
   ExpectFarmAnswers(farm, port);
 
   // Another run_dir, the same job endpoint: refused before its bind takes the socket over.
@@ -443,7 +482,8 @@ TEST(Operations, ASecondSupervisorOnTheSameConfigIsRefusedAndLeavesTheFarmAlone)
   std::ofstream(other_path) << other.dump();
   EXPECT_EQ(RunSupervisorToExit(other_path, &log), 1);
   EXPECT_NE(log.find("cannot bind 'ipc://" + farm.dir() + "/jobs.sock': a live process"),
-            std::string::npos) << log;
+            std::string::npos)
+      << log;
   ExpectFarmAnswers(farm, port);
   EXPECT_EQ(farm.Stop(), 0);
   EXPECT_FALSE(std::filesystem::exists(farm.dir() + "/run/admin.sock")) << "removed by its owner";

@@ -139,7 +139,7 @@ TEST_F(JobIntakeTest, HugeTimeoutsMeanNoDeadline) {
       {"50", start + Millis(50)},
       {std::to_string(kMaxTimeoutMs), start + Millis(kMaxTimeoutMs)},
       {std::to_string(kMaxTimeoutMs + 1), TimePoint::max()},
-      {"10000000000000", TimePoint::max()},                   // 317 years: ns overflow
+      {"10000000000000", TimePoint::max()},  // 317 years: ns overflow
       {std::to_string(INT64_MAX / 1'000'000 + 1), TimePoint::max()},
       {std::to_string(INT64_MAX), TimePoint::max()},
   };
@@ -147,14 +147,17 @@ TEST_F(JobIntakeTest, HugeTimeoutsMeanNoDeadline) {
   context.now = start;
   for (const auto& [timeout, deadline] : cases) {
     PendingRequest r;
-    Status s = RunJob(models_, R"({"v":1,"model":"mlp","inputs":[{"dtype":"float32","shape":[1,4]}],)"
-                      R"("timeout_ms":)" + timeout + "}", {16}, &r, nullptr, context);
+    const std::string header =
+        R"({"v":1,"model":"mlp","inputs":[{"dtype":"float32","shape":[1,4]}],"timeout_ms":)" +
+        timeout + "}";
+    Status s = RunJob(models_, header, {16}, &r, nullptr, context);
     ASSERT_TRUE(s.ok()) << timeout << ": " << s.ToString();
     EXPECT_EQ(r.deadline, deadline) << "timeout_ms " << timeout;
   }
   PendingRequest r;
   ExpectError(Run(R"({"v":1,"model":"mlp","inputs":[{"dtype":"float32","shape":[1,4]}],)"
-                  R"("timeout_ms":9223372036854775808})", {16}, &r),
+                  R"("timeout_ms":9223372036854775808})",
+                  {16}, &r),
               StatusCode::kInvalidArgument, {"timeout_ms", "non-negative integer"});
   // Near the clock's end the sum saturates too.
   EXPECT_EQ(DeadlineAfter(TimePoint::max() - Millis(5), 10), TimePoint::max());

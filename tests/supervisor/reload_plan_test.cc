@@ -55,6 +55,21 @@ TEST(ReloadPlanTest, ChangesNoRunningWorkerCanPickUpReplaceTheWorkers) {
   EXPECT_FALSE(replaced([](ModelConfig& m) { m.max_queue_wait_ms = 5; }));
 }
 
+TEST(ReloadPlanTest, RingOrInputChangesReplaceAllWorkersAtOnceOthersOneByOne) {
+  FarmConfig running = Farm({Model("m")});
+  auto at_once = [&](auto change) {
+    FarmConfig fresh = running;
+    change(fresh.models[0]);
+    return PlanReload(running, running.models, fresh, 4).updated.at(0).replace_at_once;
+  };
+  EXPECT_TRUE(at_once([](ModelConfig& m) { m.slot_bytes *= 2; }));
+  EXPECT_TRUE(at_once([](ModelConfig& m) { m.ring_slots = 8; }));
+  EXPECT_TRUE(at_once([](ModelConfig& m) { m.max_inflight_per_worker = 4; }));
+  EXPECT_TRUE(at_once([](ModelConfig& m) { m.inputs[0].shape = {-1, 8}; }));
+  EXPECT_FALSE(at_once([](ModelConfig& m) { m.path = "/models/v2.pt"; })) << "rolled one by one";
+  EXPECT_FALSE(at_once([](ModelConfig& m) { m.warmup = {{TensorSpec{DType::kFloat32, {8, 4}}}}; }));
+}
+
 TEST(ReloadPlanTest, InstanceSettingsAWorkerIsLaunchedWithReplaceIt) {
   ModelUpdate update;
   InstanceConfig current;
