@@ -39,6 +39,16 @@ const std::string& ModelDir() {
   return dir;
 }
 
+json ModelEntry(const std::string& name, const std::string& file, json shape, int workers,
+                json extra) {
+  json m = {{"name", name},
+            {"path", ModelDir() + "/" + file},
+            {"inputs", json::array({{{"dtype", "float32"}, {"shape", shape}}})},
+            {"instances", json::array({{{"device", "cpu"}, {"count", workers}}})}};
+  for (auto& [key, value] : extra.items()) m[key] = value;
+  return m;
+}
+
 namespace {
 std::atomic<int> g_farm_counter{0};
 }
@@ -51,7 +61,13 @@ Farm::Farm(json models, json extra) {
   admin_ = "ipc://" + dir_ + "/run/admin.sock";
   json config = {{"endpoint", endpoint_}, {"run_dir", dir_ + "/run"}, {"models", models},
                  {"heartbeat_ms", 200}};
-  for (auto& [key, value] : extra.items()) config[key] = value;
+  for (auto& [key, value] : extra.items()) {
+    if (value.is_null()) {
+      config.erase(key);
+    } else {
+      config[key] = value;
+    }
+  }
   config_path_ = dir_ + "/config.json";
   base_config_ = config;
   std::ofstream(config_path_) << config.dump(2);
@@ -197,6 +213,17 @@ int Farm::Stop(int timeout_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return -1000;
+}
+
+bool Farm::Running() {
+  if (pid_ <= 0) return false;
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) != pid_) return true;
+  pid_ = -1;
+  error_ = WIFSIGNALED(status)
+               ? "supervisor killed by signal " + std::to_string(WTERMSIG(status))
+               : "supervisor exited with status " + std::to_string(WEXITSTATUS(status));
+  return false;
 }
 
 std::vector<pid_t> Farm::WorkerPids() const {
