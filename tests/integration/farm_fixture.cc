@@ -51,9 +51,20 @@ json ModelEntry(const std::string& name, const std::string& file, json shape, in
 
 namespace {
 std::atomic<int> g_farm_counter{0};
-}
 
-Farm::Farm(json models, json extra) {
+// Failed assertions so far in the running test (0 outside a test).
+int FailedTestParts() {
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (!test) return 0;
+  int failed = 0;
+  for (int i = 0; i < test->result()->total_part_count(); ++i) {
+    failed += test->result()->GetTestPartResult(i).failed();
+  }
+  return failed;
+}
+}  // namespace
+
+Farm::Farm(json models, json extra) : failures_at_start_(FailedTestParts()) {
   dir_ = "/tmp/tf-it-" + std::to_string(::getpid()) + "-" + std::to_string(g_farm_counter++);
   fs::remove_all(dir_);
   fs::create_directories(dir_);
@@ -98,8 +109,8 @@ Farm::~Farm() {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
   }
-  // A failed test shows what the supervisor and its workers logged.
-  if (::testing::Test::HasFailure()) {
+  // A test that failed while this farm ran shows what the supervisor and its workers logged.
+  if (FailedTestParts() > failures_at_start_) {
     std::ifstream log(dir_ + "/supervisor.log");
     std::string line;
     std::fprintf(stderr, "---- supervisor.log of the failed test ----\n");

@@ -2,7 +2,8 @@
 // for readiness through its admin socket, and stops it with SIGTERM, the way an operator would.
 //
 // Owns: a scratch folder (config, run_dir, ipc sockets) removed on destruction, and the
-// supervisor's pid (SIGKILLed if still alive on destruction).
+// supervisor's pid (SIGKILLed if still alive on destruction). When the running test failed
+// during the Farm's life, the destructor prints the supervisor's log.
 #pragma once
 
 #include <sys/types.h>
@@ -71,6 +72,7 @@ class Farm {
   nlohmann::json base_config_;
   pid_t pid_ = -1;
   std::string error_;
+  int failures_at_start_ = 0;  // failed parts of the running test when this Farm was made
 };
 
 }  // namespace torchfarm::testing

@@ -111,11 +111,9 @@ void CheckErrorFraction(RoundLedger& ledger) {
   }
 }
 
-// Runs one round on a fresh farm; the ledger holds what broke.
-void RunRound(const RoundConfig& config, const MlpReference& mlp, RoundLedger& ledger,
+// Loads `farm` and injects faults for config.load_ms, then checks the round's invariants.
+void Exercise(Farm& farm, const RoundConfig& config, const MlpReference& mlp, RoundLedger& ledger,
               std::string* fault_summary) {
-  // heartbeat_ms null: the documented default (1000), not the fixture's 200.
-  Farm farm(config.ModelsJson(), {{"heartbeat_ms", nullptr}});
   if (!farm.Start() || !farm.WaitReady(-1, 60'000)) {
     ledger.Fail("the farm did not start: " + farm.error());
     return;
@@ -140,6 +138,29 @@ void RunRound(const RoundConfig& config, const MlpReference& mlp, RoundLedger& l
   CheckErrorFraction(ledger);
 }
 
+// One round on a fresh farm. A failure is reported while the farm still exists, so its
+// supervisor log follows the report.
+void SoakRound(uint64_t seed, int round, const RoundConfig& config, const MlpReference& mlp) {
+  std::printf("[ soak ] seed=%" PRIu64 " round=%d config=%s\n", seed, round,
+              config.ToJson().dump().c_str());
+  std::fflush(stdout);
+  const auto start = Clock::now();
+  // heartbeat_ms null: the documented default (1000), not the fixture's 200.
+  Farm farm(config.ModelsJson(), {{"heartbeat_ms", nullptr}});
+  RoundLedger ledger;
+  std::string faults;
+  Exercise(farm, config, mlp, ledger, &faults);
+  const double seconds = std::chrono::duration_cast<Ms>(Clock::now() - start).count() / 1e3;
+  std::printf("[ soak ] round=%d %.1f s: %s %s\n", round, seconds, ledger.Summary().c_str(),
+              faults.c_str());
+  std::fflush(stdout);
+  if (ledger.failure_count() > 0) {
+    ADD_FAILURE() << "soak failed: seed=" << seed << " round=" << round
+                  << " config=" << config.ToJson().dump() << "\n"
+                  << ledger.Report();
+  }
+}
+
 TEST(Soak, RandomConfigsUnderFaultsKeepEveryInvariant) {
   const uint64_t seed = RunSeed();
   const int total_ms = static_cast<int>(EnvNumber("TORCHFARM_SOAK_SECONDS").value_or(60)) * 1000;
@@ -156,22 +177,7 @@ TEST(Soak, RandomConfigsUnderFaultsKeepEveryInvariant) {
     RoundConfig config = DrawRound(seed, round);
     config.load_ms = std::max(kMinRoundMs - kRoundOverheadMs,
                               std::min(config.load_ms, left_ms - kRoundOverheadMs));
-    std::printf("[ soak ] seed=%" PRIu64 " round=%d config=%s\n", seed, round,
-                config.ToJson().dump().c_str());
-    std::fflush(stdout);
-    RoundLedger ledger;
-    std::string faults;
-    const auto round_start = Clock::now();
-    RunRound(config, mlp, ledger, &faults);
-    const double seconds = std::chrono::duration_cast<Ms>(Clock::now() - round_start).count() / 1e3;
-    std::printf("[ soak ] round=%d %.1f s: %s %s\n", round, seconds, ledger.Summary().c_str(),
-                faults.c_str());
-    std::fflush(stdout);
-    if (ledger.failure_count() > 0) {
-      ADD_FAILURE() << "soak failed: seed=" << seed << " round=" << round
-                    << " config=" << config.ToJson().dump() << "\n"
-                    << ledger.Report();
-    }
+    SoakRound(seed, round, config, mlp);
   }
 }
 
