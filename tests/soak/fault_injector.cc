@@ -135,10 +135,11 @@ void FaultInjector::KillStorm(Clock::time_point end) {
 }
 
 // Sends, stops reading, and closes its socket with replies owed: at once, or after holding the
-// socket open for up to 3 s (long enough for the supervisor's 2 s stalled-reader rule).
+// socket open for up to 3 s (long enough for the supervisor's 2 s stalled-reader rule, which
+// applies to replies of 128 KiB and more: 32 rows of 1024 floats, 16 of 2048).
 void FaultInjector::StartNonReadingClient() {
   const int requests = Uniform(rng_, 10, 100);
-  const int64_t rows = Uniform(rng_, 1, 16);
+  const int64_t rows = Uniform(rng_, 1, 32);
   const int hold_ms = Chance(rng_, 50) ? 0 : Uniform(rng_, 500, 3000);
   const int64_t columns = config_.models[0].columns;
   ++non_reading_clients_;

@@ -30,8 +30,9 @@ namespace torchfarm::testing {
 class FaultInjector {
  public:
   static constexpr int kMaxRestartsPerSlot = 6;
-  // A SIGSTOP this long may miss 3 heartbeats (heartbeat_ms 1000) and get the worker replaced.
-  static constexpr int kStopThatMayRestartMs = 2000;
+  // A SIGSTOP this long may, with the second since the last heartbeat, reach 3 missed heartbeats
+  // (heartbeat_ms 1000) and get the worker replaced: counted against the budget.
+  static constexpr int kStopThatMayRestartMs = 1500;
 
   FaultInjector(Farm& farm, const RoundConfig& config,
                 const std::vector<std::unique_ptr<SoakClient>>& clients, RoundLedger& ledger);
