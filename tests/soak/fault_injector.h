@@ -3,10 +3,10 @@
 // sends and then stops reading (and closes its socket with replies owed), or tells a reading
 // client to send a burst. It checks on every step that the supervisor still runs.
 //
-// Restart-causing faults per worker slot are capped at kMaxRestartsPerSlot per round: enough to
-// cross the default restart policy's "more than 5 restarts in 60 s" (README), few enough that a
-// slot retried with the documented doubling backoff (100 ms .. 3.2 s, 25% jitter) is back well
-// within the 10 s the round then allows.
+// Restart-causing faults per worker slot are capped at kMaxRestartsPerSlot per round: more than
+// the 5 restarts in 60 s that used to fail a slot for good (kills must never fail one), few
+// enough that a slot restarted with the documented backoff (100 ms doubling, 25% jitter, capped
+// at 5 s: README, "restart") is back well within the 10 s the round then allows.
 #pragma once
 
 #include <sys/types.h>
