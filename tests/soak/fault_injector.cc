@@ -66,7 +66,7 @@ std::vector<FaultInjector::Worker> FaultInjector::Workers() const {
   json stats = farm_.Admin("stats", 2'000);
   if (!stats.is_object() || !stats.contains("workers")) return workers;
   for (const auto& w : stats["workers"]) {
-    workers.push_back({w["id"].get<int>(), w["pid"].get<pid_t>(), w["state"].get<std::string>()});
+    workers.push_back({w.value("id", -1), w.value("pid", pid_t{-1}), w.value("state", "")});
   }
   return workers;
 }

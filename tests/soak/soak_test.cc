@@ -43,7 +43,7 @@ constexpr int kReadyAfterFaultsMs = 10'000;
 // How long replies still owed may take once the faults stop; only a broken farm waits it out.
 constexpr int kDrainMs = 20'000;
 // Error replies other than DEADLINE_EXCEEDED allowed, in percent of the requests sent.
-constexpr double kMaxErrorPercent = 1.0;
+constexpr int kMaxErrorPercent = 1;
 // Start-up and the checks after the load, on top of a round's load_ms.
 constexpr int kRoundOverheadMs = 3'000;
 constexpr int kMinRoundMs = 8'000;
@@ -64,13 +64,13 @@ uint64_t RunSeed() {
 // One line per worker: id, model, state, restarts, why it last exited or failed.
 std::string WorkersLine(const Farm& farm) {
   json stats = farm.Admin("stats", 2'000);
-  if (!stats.is_object()) return "no stats reply";
+  if (!stats.is_object() || !stats.contains("workers")) return " no stats reply";
   std::string line;
   for (const auto& w : stats["workers"]) {
-    line += "\n    worker " + w["id"].dump() + " " + w["model"].get<std::string>() + " " +
-            w["state"].get<std::string>() + " pid " + w["pid"].dump() + " restarts " +
-            w["restarts"].dump() + " last_exit '" + w["last_exit"].get<std::string>() +
-            "' failure_reason '" + w["failure_reason"].get<std::string>() + "'";
+    line += "\n    worker";
+    for (const char* key : {"id", "model", "state", "pid", "restarts", "last_exit", "failure_reason"}) {
+      line += std::string(" ") + key + "=" + w.value(key, json()).dump();
+    }
   }
   return line;
 }
