@@ -10,7 +10,7 @@ JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build models run test test-unit test-integration bench clean install \
+.PHONY: all deps configure build models run test test-unit test-integration test-soak bench clean install \
         test-asan fuzz
 
 all: build
@@ -38,6 +38,10 @@ test-unit: build
 
 test-integration: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L integration $(CTEST_ARGS)
+
+# The seeded randomised soak alone (~60 s): TORCHFARM_SOAK_SEED=N reproduces a printed seed.
+test-soak: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -L soak $(CTEST_ARGS)
 
 BENCH_TARGETS = torchfarm torchfarm-supervisor torchfarm-worker torchfarm-mkmodel \
                 torchfarm-bench-inprocess torchfarm-microbench

@@ -28,12 +28,7 @@ using nlohmann::json;
 using Ms = std::chrono::milliseconds;
 
 json Model(const std::string& name, const std::string& file, json shape, json extra = json::object()) {
-  json m = {{"name", name},
-            {"path", ModelDir() + "/" + file},
-            {"inputs", json::array({{{"dtype", "float32"}, {"shape", shape}}})},
-            {"instances", json::array({{{"device", "cpu"}, {"count", 2}}})}};
-  for (auto& [k, v] : extra.items()) m[k] = v;
-  return m;
+  return ModelEntry(name, file, std::move(shape), 2, std::move(extra));
 }
 
 TensorView View(const at::Tensor& t) {

@@ -39,11 +39,32 @@ const std::string& ModelDir() {
   return dir;
 }
 
-namespace {
-std::atomic<int> g_farm_counter{0};
+json ModelEntry(const std::string& name, const std::string& file, json shape, int workers,
+                json extra) {
+  json m = {{"name", name},
+            {"path", ModelDir() + "/" + file},
+            {"inputs", json::array({{{"dtype", "float32"}, {"shape", shape}}})},
+            {"instances", json::array({{{"device", "cpu"}, {"count", workers}}})}};
+  for (auto& [key, value] : extra.items()) m[key] = value;
+  return m;
 }
 
-Farm::Farm(json models, json extra) {
+namespace {
+std::atomic<int> g_farm_counter{0};
+
+// Failed assertions so far in the running test (0 outside a test).
+int FailedTestParts() {
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (!test) return 0;
+  int failed = 0;
+  for (int i = 0; i < test->result()->total_part_count(); ++i) {
+    failed += test->result()->GetTestPartResult(i).failed();
+  }
+  return failed;
+}
+}  // namespace
+
+Farm::Farm(json models, json extra) : failures_at_start_(FailedTestParts()) {
   dir_ = "/tmp/tf-it-" + std::to_string(::getpid()) + "-" + std::to_string(g_farm_counter++);
   fs::remove_all(dir_);
   fs::create_directories(dir_);
@@ -51,7 +72,13 @@ Farm::Farm(json models, json extra) {
   admin_ = "ipc://" + dir_ + "/run/admin.sock";
   json config = {{"endpoint", endpoint_}, {"run_dir", dir_ + "/run"}, {"models", models},
                  {"heartbeat_ms", 200}};
-  for (auto& [key, value] : extra.items()) config[key] = value;
+  for (auto& [key, value] : extra.items()) {
+    if (value.is_null()) {
+      config.erase(key);
+    } else {
+      config[key] = value;
+    }
+  }
   config_path_ = dir_ + "/config.json";
   base_config_ = config;
   std::ofstream(config_path_) << config.dump(2);
@@ -82,8 +109,8 @@ Farm::~Farm() {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
   }
-  // A failed test shows what the supervisor and its workers logged.
-  if (::testing::Test::HasFailure()) {
+  // A test that failed while this farm ran shows what the supervisor and its workers logged.
+  if (FailedTestParts() > failures_at_start_) {
     std::ifstream log(dir_ + "/supervisor.log");
     std::string line;
     std::fprintf(stderr, "---- supervisor.log of the failed test ----\n");
@@ -197,6 +224,17 @@ int Farm::Stop(int timeout_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return -1000;
+}
+
+bool Farm::Running() {
+  if (pid_ <= 0) return false;
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) != pid_) return true;
+  pid_ = -1;
+  error_ = WIFSIGNALED(status)
+               ? "supervisor killed by signal " + std::to_string(WTERMSIG(status))
+               : "supervisor exited with status " + std::to_string(WEXITSTATUS(status));
+  return false;
 }
 
 std::vector<pid_t> Farm::WorkerPids() const {

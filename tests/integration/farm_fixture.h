@@ -2,7 +2,8 @@
 // for readiness through its admin socket, and stops it with SIGTERM, the way an operator would.
 //
 // Owns: a scratch folder (config, run_dir, ipc sockets) removed on destruction, and the
-// supervisor's pid (SIGKILLed if still alive on destruction).
+// supervisor's pid (SIGKILLed if still alive on destruction). When the running test failed
+// during the Farm's life, the destructor prints the supervisor's log.
 #pragma once
 
 #include <sys/types.h>
@@ -26,9 +27,16 @@ std::string BinDir();
 // it logged in *log.
 int RunSupervisorToExit(const std::string& config_path, std::string* log, int timeout_ms = 20'000);
 
+// One "models[]" entry: float32 input of `shape` (e.g. [-1, 64]) served by `workers` CPU workers;
+// `extra` keys (max_batch_size, ...) are added or replace the ones written here.
+nlohmann::json ModelEntry(const std::string& name, const std::string& file, nlohmann::json shape,
+                          int workers, nlohmann::json extra = nlohmann::json::object());
+
 class Farm {
  public:
-  // `models` is the "models" array of the config; endpoint and run_dir are filled in.
+  // `models` is the "models" array of the config; endpoint and run_dir are filled in, and
+  // heartbeat_ms is 200 unless `extra` says otherwise. An `extra` key whose value is null is
+  // left out of the config, so a test can run on the documented default ({"heartbeat_ms": null}).
   explicit Farm(nlohmann::json models, nlohmann::json extra = nlohmann::json::object());
   ~Farm();
 
@@ -44,6 +52,9 @@ class Farm {
   nlohmann::json Admin(const std::string& cmd, int timeout_ms = 5'000) const;
   // SIGTERM, then waits up to timeout_ms; returns the exit code (or -signal, or -1000 on timeout).
   int Stop(int timeout_ms = 30'000);
+  // True while the supervisor runs; once it has exited it is reaped, error() says how it ended
+  // ("supervisor exited with status 0", "supervisor killed by signal 11") and this stays false.
+  bool Running();
   // Worker pids from the stats reply, in worker-id order (-1 for slots without a process).
   std::vector<pid_t> WorkerPids() const;
 
@@ -61,6 +72,7 @@ class Farm {
   nlohmann::json base_config_;
   pid_t pid_ = -1;
   std::string error_;
+  int failures_at_start_ = 0;  // failed parts of the running test when this Farm was made
 };
 
 }  // namespace torchfarm::testing

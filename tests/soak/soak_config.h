@@ -1,0 +1,58 @@
+// The soak test's configuration space (issue 15): what one round draws from the documented ranges
+// of the model settings (README.md, "Configuration"), and the load and fault rates it runs with.
+// Everything not drawn here stays at its documented default: restart policy, heartbeat_ms,
+// max_retries, hang_timeout_ms, max_queue_size, slot_bytes, threads, limits.
+//
+// Pure data and drawing; the same seed and round give the same config on every machine.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace torchfarm::testing {
+
+// One served model's drawn settings.
+struct ModelDraw {
+  std::string name;      // "identity" ([-1, columns]) or "mlp" ([-1, 256] -> [-1, 128])
+  int64_t columns = 0;   // the fixed dimension of the input
+  int workers = 1;       // 1..3 CPU workers, threads left at the default (1)
+  int max_inflight_per_worker = 2;  // 1..8
+  int ring_slots = 0;               // 0: unset (default max(4, max_inflight)); else max_inflight..2*max_inflight+2
+  int max_batch_size = 1;           // 1..32
+  int max_queue_delay_us = 0;       // 0..2000
+  int priority_levels = 1;          // 1..3
+  std::vector<int> preferred_batch_sizes;  // empty: unset
+
+  // The "models[]" entry of the config.
+  nlohmann::json ConfigJson() const;
+};
+
+// One round: a fresh farm serving `models`, `clients` reading client threads with up to
+// `pipeline_depth` requests in flight each, faults for `load_ms`.
+struct RoundConfig {
+  uint64_t seed = 0;  // of this round's request contents and fault schedule
+  int load_ms = 0;
+  std::vector<ModelDraw> models;  // identity first; mlp in about half the rounds
+  int clients = 2;                // 2..8
+  int pipeline_depth = 1;         // 1..16
+  int deadline_percent = 0;       // 0..30: requests that carry a timeout_ms of 50..500
+  int mlp_percent = 0;            // requests that go to mlp when it is served
+
+  // The config's "models" array.
+  nlohmann::json ModelsJson() const;
+  // Everything drawn, for the log and the failure message.
+  nlohmann::json ToJson() const;
+};
+
+int Uniform(std::mt19937_64& rng, int low, int high);  // inclusive
+bool Chance(std::mt19937_64& rng, int percent);
+
+// Round `round` of run `seed`, independent of how many rounds ran before it. load_ms is drawn
+// in 5..12 s; the caller may shorten it to fit the time left.
+RoundConfig DrawRound(uint64_t seed, int round);
+
+}  // namespace torchfarm::testing
