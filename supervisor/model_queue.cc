@@ -182,6 +182,7 @@ std::vector<PendingRequest> ModelQueue::TakeExpired(TimePoint now) {
     }
   }
   earliest_deadline_ = earliest;
+  split_rows_left_ = std::min(split_rows_left_, rows_);
   return expired;
 }
 

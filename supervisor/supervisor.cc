@@ -120,7 +120,7 @@ Status Supervisor::Start() {
   });
   if (Status s = mps_.Start(config_.gpu, config_.run_dir, has_gpu_instances); !s.ok()) return s;
   launch.gpu_env = mps_.WorkerEnvironment();
-  workers_.Configure(std::move(launch), options_.restart, config_.heartbeat_ms);
+  workers_.Configure(std::move(launch), options_.restart);
   for (auto& slot : workers_) workers_.Launch(*slot);
   TF_LOG(kInfo) << "supervisor serving" << Kv("endpoint", config_.endpoint)
                 << Kv("admin", config_.admin_endpoint) << Kv("workers", workers_.size())
@@ -182,7 +182,8 @@ int Supervisor::Run() {
     Guarded("deadlines", [&] { ExpireDeadlines(); });
     Guarded("liveness", [&] { workers_.KillUnresponsive(hang_limit_); });
     Guarded("restarts", [&] {
-      if (!draining_) workers_.LaunchDue();  // a draining farm starts nothing new
+      // A draining farm still replaces dead workers: the queue it promised to finish needs them.
+      if (!stopping_workers_) workers_.LaunchDue();
     });
     Guarded("dispatch", [&] { Dispatch(); });
     Guarded("pinned replies", [&] { ReleasePinnedReplies(); });
@@ -195,16 +196,6 @@ int Supervisor::Run() {
   return 0;
 }
 
-template <typename Duty>
-void Supervisor::Guarded(const char* duty, Duty&& run) {
-  try {
-    run();
-  } catch (const std::exception& e) {
-    TF_LOG(kError) << "loop duty failed; the supervisor carries on" << Kv("duty", duty)
-                   << Kv("error", e.what());
-  }
-}
-
 TimePoint Supervisor::NextWakeUp() const {
   TimePoint now = clock_.Now();
   // A safety net: every deadline below is exact, but a wake-up now and then costs nothing.
@@ -212,7 +203,10 @@ TimePoint Supervisor::NextWakeUp() const {
   next = std::min(next, next_housekeeping_);
   // Zero-copy replies still in libzmq free their slots without waking the loop: look again soon.
   if (response_rings_.HasPins()) next = std::min(next, now + kPinnedReplyPoll);
-  if (draining_) next = std::min(next, stopping_workers_ ? stop_deadline_ : drain_deadline_);
+  // An admin drain has no deadline: the farm stays up, not ready.
+  if (draining_ && exit_after_drain_) {
+    next = std::min(next, stopping_workers_ ? stop_deadline_ : drain_deadline_);
+  }
   for (const auto& model : models_) {
     if (auto deadline = model.queue.NextDeadline()) next = std::min(next, *deadline);
     // A batch that comes due while every worker of its model is full cannot go anyway; waking
@@ -222,7 +216,7 @@ TimePoint Supervisor::NextWakeUp() const {
     if (!can_dispatch) continue;
     if (auto due = model.queue.NextDue()) next = std::min(next, *due);
   }
-  next = std::min(next, workers_.NextDeadline(hang_limit_, draining_));
+  next = std::min(next, workers_.NextDeadline(hang_limit_, stopping_workers_));
   return std::max(next, now);
 }
 
@@ -231,7 +225,11 @@ void Supervisor::HandleSignals() {
     if (signo == SIGCHLD) {
       int status = 0;
       pid_t pid;
-      while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) OnChildExit(pid, status);
+      // A barrier per child: a reaped child whose handling failed would leave its slot waiting
+      // for a process that is gone.
+      while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+        Guarded("child exit", [&] { OnChildExit(pid, status); });
+      }
     } else if (signo == SIGTERM || signo == SIGINT) {
       if (draining_ && exit_after_drain_) {
         TF_LOG(kWarn) << "second stop signal: skipping the rest of the drain" << Kv("signal", SignalName(signo));
@@ -246,8 +244,8 @@ void Supervisor::HandleSignals() {
       }
     } else if (signo == SIGHUP) {
       TF_LOG(kInfo) << "SIGHUP: reloading the config" << Kv("config", config_.source_path);
-      Reload();
-      if (curve_.started()) curve_.Reload();  // authorized_clients_dir: admitted client keys
+      Guarded("reload", [&] { Reload(); });
+      if (curve_.started()) Guarded("curve reload", [&] { curve_.Reload(); });  // authorized_clients_dir: admitted client keys
     }
   }
 }

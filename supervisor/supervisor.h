@@ -25,6 +25,7 @@
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "supervisor/client_quota.h"
 #include "supervisor/client_shm_registry.h"
@@ -198,5 +199,16 @@ class Supervisor {
   TimePoint drain_deadline_{};
   TimePoint stop_deadline_{};
 };
+
+// Each loop duty runs inside this barrier: a failing duty is logged and the loop goes on.
+template <typename Duty>
+inline void Supervisor::Guarded(const char* duty, Duty&& run) {
+  try {
+    run();
+  } catch (const std::exception& e) {
+    TF_LOG(kError) << "loop duty failed; the supervisor carries on" << Kv("duty", duty)
+                   << Kv("error", e.what());
+  }
+}
 
 }  // namespace torchfarm

@@ -87,10 +87,14 @@ json Supervisor::Scale(const std::string& name, int count) {
   }
   int before = static_cast<int>(live.size());
   size_t model_index = static_cast<size_t>(model - models_.data());
+  // New workers take the config's instance entries in order (the n-th worker the n-th entry);
+  // beyond them, the last entry.
+  const std::vector<InstanceConfig> instances = ExpandInstances(model->config, AvailableCores());
   for (int n = before; n < count; ++n) {
-    const auto& instances = model->config.instances;
-    AddSlot(model_index, instances.empty() ? InstanceConfig{} : instances.back());
-    if (!draining_) workers_.Launch(*workers_.back());
+    const size_t k = static_cast<size_t>(n);
+    AddSlot(model_index, instances.empty() ? InstanceConfig{}
+                                           : instances[std::min(k, instances.size() - 1)]);
+    workers_.Launch(*workers_.back());
   }
   // Remove the youngest workers first: the older ones are warm.
   for (int n = before; n > count; --n) RetireSlot(*workers_[live[static_cast<size_t>(n - 1)]], "scaled down");
@@ -175,12 +179,14 @@ std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update) {
       continue;
     }
     auto& outdated = existing->outdated_slots;
-    const bool queued = std::any_of(outdated.begin(), outdated.end(),
-                                    [&](const auto& entry) { return entry.first == i; });
+    auto queued = std::find_if(outdated.begin(), outdated.end(),
+                               [&](const auto& entry) { return entry.first == i; });
     if (update.replace_at_once) {
       slot.BeginGracefulRestart("config reloaded: ring geometry or inputs changed");
-    } else if (!queued) {
+    } else if (queued == outdated.end()) {
       outdated.emplace_back(i, slot.generation());
+    } else {
+      queued->second = slot.generation();  // a process of an earlier reload is outdated too
     }
     ++replaced;
   }

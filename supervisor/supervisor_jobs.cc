@@ -49,7 +49,7 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
   slot.rows_done += static_cast<uint64_t>(batch.rows);
   slot.requests_done += batch.requests.size();
   model.stats.RecordBatch(batch.rows);
-  model.cost.Observe(batch.rows, static_cast<double>(view.compute_us));
+  if (failure.ok()) model.cost.Observe(batch.rows, static_cast<double>(view.compute_us));
   if (metrics_) metrics_->Batch(model.config.name, batch.rows);
   if (!failure.ok()) {
     for (auto& r : batch.requests) {

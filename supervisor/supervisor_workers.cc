@@ -54,7 +54,7 @@ void Supervisor::OnChildExit(pid_t pid, int wait_status) {
   HandleWorkerOutput(*slot);  // what it printed last (a crash message) comes first
   // Batches it finished before it died are answered, not re-run: only what is left in the ring
   // was running or waiting when it died.
-  HandleResponses(*slot);
+  Guarded("responses of an exited worker", [&] { HandleResponses(*slot); });
   const int running = slot->running_batches();
   auto orphans = slot->OnExit(wait_status, clock_.Now(), options_.restart, stopping_workers_);
   TF_LOG_AT(expected ? LogLevel::kInfo : LogLevel::kWarn) << "worker exited" << Kv("worker", slot->id())
@@ -64,6 +64,14 @@ void Supervisor::OnChildExit(pid_t pid, int wait_status) {
   // The oldest batches were running (one on a CPU, one per stream on a GPU); the ones behind
   // them in the ring never started. Requeue in reverse so the queue keeps their order.
   for (size_t i = orphans.size(); i-- > 0;) {
+    if (stopping_workers_) {
+      // The farm is stopping: nothing will run these again.
+      for (auto& r : orphans[i].requests) {
+        FailRequest(models_[slot->model_index()], r,
+                    Unavailable("the farm shut down before this request could finish"));
+      }
+      continue;
+    }
     Requeue(orphans[i], slot->model_index(), slot->last_exit(),
             i < static_cast<size_t>(running));
   }

@@ -9,10 +9,9 @@
 
 namespace torchfarm {
 
-void WorkerPool::Configure(LaunchContext context, RestartPolicy policy, int heartbeat_ms) {
+void WorkerPool::Configure(LaunchContext context, RestartPolicy policy) {
   context_ = std::move(context);
   policy_ = std::move(policy);
-  heartbeat_ms_ = heartbeat_ms;
 }
 
 size_t WorkerPool::Add(const ModelConfig& model, const InstanceConfig& instance,
@@ -39,8 +38,9 @@ void WorkerPool::LaunchDue() {
   }
 }
 
-Clock::duration WorkerPool::heartbeat_limit() const {
-  return Millis(heartbeat_ms_) * ipc::kLivenessHeartbeats;
+Clock::duration WorkerPool::HeartbeatLimit(const WorkerSlot& slot) {
+  // The interval the process was launched with: a reload changes only the next launch's.
+  return slot.heartbeat() * ipc::kLivenessHeartbeats;
 }
 
 void WorkerPool::KillUnresponsive(const HangLimit& hang_limit) {
@@ -48,7 +48,7 @@ void WorkerPool::KillUnresponsive(const HangLimit& hang_limit) {
   for (auto& slot : slots_) {
     std::string why;
     const Millis hang = hang_limit(*slot);
-    if (slot->LivenessExpired(now, heartbeat_limit())) {
+    if (slot->LivenessExpired(now, HeartbeatLimit(*slot))) {
       why = "no heartbeat for " + std::to_string(ToMicros(now - slot->last_heard()) / 1000) + " ms";
     } else if (slot->HangExpired(now, hang)) {
       why = "batch ran longer than hang_timeout_ms (" + std::to_string(hang.count()) + " ms)";
@@ -71,7 +71,7 @@ TimePoint WorkerPool::NextDeadline(const HangLimit& hang_limit, bool restarts_pa
   for (const auto& slot : slots_) {
     // Paused restarts (a draining farm) would wake the loop for nothing, over and over.
     if (restarts_paused && slot->pid() <= 0) continue;
-    next = std::min(next, slot->NextDeadline(heartbeat_limit(), hang_limit(*slot)));
+    next = std::min(next, slot->NextDeadline(HeartbeatLimit(*slot), hang_limit(*slot)));
   }
   return next;
 }

@@ -28,9 +28,10 @@ class WorkerPool {
 
   explicit WorkerPool(const TimeSource& clock) : clock_(clock) {}
 
-  void Configure(LaunchContext context, RestartPolicy policy, int heartbeat_ms);
+  void Configure(LaunchContext context, RestartPolicy policy);
   void set_policy(RestartPolicy policy) { policy_ = std::move(policy); }
-  void set_heartbeat_ms(int heartbeat_ms) { heartbeat_ms_ = heartbeat_ms; }
+  // Applies to the next launches (heartbeat_ms after a reload).
+  void set_heartbeat_ms(int heartbeat_ms) { context_.heartbeat_ms = heartbeat_ms; }
   const RestartPolicy& policy() const { return policy_; }
   const LaunchContext& launch_context() const { return context_; }
   LaunchContext& mutable_launch_context() { return context_; }
@@ -46,7 +47,7 @@ class WorkerPool {
   void KillUnresponsive(const HangLimit& hang_limit);
   // The earliest liveness, stop or (unless `restarts_paused`) restart deadline of any slot.
   TimePoint NextDeadline(const HangLimit& hang_limit, bool restarts_paused) const;
-  Clock::duration heartbeat_limit() const;
+  static Clock::duration HeartbeatLimit(const WorkerSlot& slot);
 
   WorkerSlot* FindByPid(pid_t pid);
   WorkerSlot* FindByRoutingId(const std::string& routing_id);
@@ -63,7 +64,6 @@ class WorkerPool {
   const TimeSource& clock_;
   LaunchContext context_;
   RestartPolicy policy_;
-  int heartbeat_ms_ = 1000;
   Slots slots_;
 };
 

@@ -113,6 +113,8 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
     args.precision = instance_.precision;  // bf16 on the CPU is the user's choice
   }  // after a fallback the CPU runs fp32: fp16 kernels are missing or slow there
   telemetry = DeviceTelemetry{};
+  launched_streams_ = on_gpu ? std::max(1, instance_.streams) : 1;
+  launched_heartbeat_ = Millis(context.heartbeat_ms);
   mps_ = on_gpu && !context.gpu_env.empty();
   mps_recycled_ = false;
 
@@ -150,7 +152,8 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
     failure_reason_ = "launch failed: " + s.message();
     ExitFacts facts;
     RestartDecision decision = DecideRestart(policy, facts, now, &history_, &jitter_);
-    restart_at_ = decision.at;
+    // Even with initial_backoff_ms 0, a machine out of processes is not asked again at once.
+    restart_at_ = std::max(decision.at, now + kLaunchRetryFloor);
     TransitionTo(SlotState::kBackoff, failure_reason_ + "; " + decision.why);
     return s;
   }
@@ -242,6 +245,7 @@ void WorkerSlot::RecycleForMps(const std::string& why) {
 void WorkerSlot::OnFatalError(const std::string& reason, const std::string& kind, TimePoint now) {
   failure_reason_ = reason;
   fatal_reported_ = true;
+  fatal_kind_ = kind;
   device_failure_reported_ = kind == "device";
   fatal_at_ = now;
 }
@@ -371,8 +375,10 @@ std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,
   // is the server's state, not this GPU failing, so it does not count towards the fallback.
   const bool mps_fault = mps_ && (mps_recycled_ || IsMpsServerFault(failure_reason_));
   ExitFacts facts;
+  // The model not loading is a start failure; an internal error after ready is a crash.
   facts.kind = ClassifyExit(wait_status, reached_ready_, device_failure && !mps_fault,
-                            fatal_reported_ && !device_failure_reported_);
+                            fatal_reported_ && (fatal_kind_ == "model" || !reached_ready_) &&
+                                !device_failure_reported_);
   facts.reached_ready = reached_ready_;
   facts.ready_for = reached_ready_ ? now - ready_since_ : Clock::duration(0);
   facts.on_gpu = device_ != "cpu";

@@ -116,6 +116,7 @@ class WorkerSlot {
   // A SIGKILL went out: silence, hang and stop deadlines stop firing until the exit arrives.
   void OnKillSent(TimePoint now) {
     last_heard_ = now;
+    fatal_at_ = now;
     stop_deadline_ = now + kStopGrace;
   }
   // Under MPS a fatal fault in one client poisons every client of the GPU: kills this worker so
@@ -126,7 +127,9 @@ class WorkerSlot {
   // True when the oldest batch has run longer than `limit` (0: never).
   bool HangExpired(TimePoint now, Millis limit) const;
   // How many batches may be running at once (the ring's oldest; CUDA streams run several).
-  int running_batches() const { return device_ == "cpu" ? 1 : std::max(1, instance_.streams); }
+  int running_batches() const { return launched_streams_; }
+  // The heartbeat interval this process was launched with (a reload changes the next launch's).
+  Millis heartbeat() const { return launched_heartbeat_; }
   // True when the process should be presumed hung: silent for `heartbeat_limit` after its hello;
   // silent for kStartupGrace before it (exec and loading LibTorch can be slow on a busy host);
   // or still alive kStartupGrace after reporting a fatal error.
@@ -159,6 +162,7 @@ class WorkerSlot {
     return state_ == SlotState::kStopping && pid_ > 0 && now >= stop_deadline_;
   }
   static constexpr Millis kStopGrace{5'000};
+  static constexpr Millis kLaunchRetryFloor{100};
   // The earliest time this slot needs the loop's attention (a restart, a stop or liveness
   // deadline); TimePoint::max() when none.
   TimePoint NextDeadline(Clock::duration heartbeat_limit, Millis hang_limit) const;
@@ -262,6 +266,9 @@ class WorkerSlot {
   bool mps_recycled_ = false;  // killed because another MPS client of its GPU failed
   TimePoint fatal_at_{};
   std::string kill_reason_;
+  std::string fatal_kind_;  // "model", "device" or "internal", with fatal_reported_
+  int launched_streams_ = 1;
+  Millis launched_heartbeat_{1000};
   std::string device_;  // instance_.device, or "cpu" after a fallback
   bool fallen_back_ = false;
   std::string fallback_reason_;
@@ -293,7 +300,14 @@ void WorkerSlot::CollectResponses(OnResponse&& on_response) {
     InflightBatch batch = std::move(inflight_.front());
     inflight_.pop_front();
     front_started_ = Clock::now();  // the next batch in the ring starts now
-    on_response(batch, slot);
+    try {
+      on_response(batch, slot);
+    } catch (...) {
+      // The slot goes back to the worker either way, so the next response pairs with the next
+      // batch; the loop's barrier logs what failed.
+      responses_->Finish(front_started_);
+      throw;
+    }
     responses_->Finish(front_started_);
   }
 }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <iterator>
 #include <sstream>
 #include <fstream>
 #include <regex>
@@ -206,6 +207,20 @@ TEST(Operations, ReloadAddsResizesAndRemovesModels) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
+// utime + stime of a process, in clock ticks.
+long CpuTicks(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::string field;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stol(field);
+    if (i == 15) stime = std::stol(field);
+  }
+  return utime + stime;
+}
+
 // Rewrites the config to serve `model` alone and reloads it; returns the reply.
 json ReloadWith(Farm& farm, const json& model) {
   farm.RewriteConfig(json::array({model}));
@@ -384,6 +399,40 @@ TEST(Operations, AdminDrainFinishesTheQueueAndRefusesNewWork) {
   json health = farm.Admin("health");
   EXPECT_EQ(health["ready"], false);
   EXPECT_EQ(health["draining"], true);
+
+  // A drained farm stays up without a deadline: its loop sleeps (it spun at 100% CPU once).
+  const long busy = CpuTicks(farm.pid());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  EXPECT_LT(CpuTicks(farm.pid()) - busy, 30) << "clock ticks of supervisor CPU in 1 s of drain";
+  // A worker that dies while the farm is drained is still replaced.
+  std::vector<pid_t> pids = farm.WorkerPids();
+  ASSERT_EQ(::kill(pids.at(0), SIGKILL), 0);
+  EXPECT_TRUE(WaitFor(farm, [&](const json& s) {
+    return ReadyWorkers(s, "identity") == 1 && s["workers"][0]["pid"] != pids[0];
+  })) << farm.Admin("stats").dump();
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+// heartbeat_ms applies to the workers launched after a reload; the ones running keep being judged
+// by the interval they were launched with (a lower one killed every worker, over and over).
+TEST(Operations, AReloadThatLowersHeartbeatMsKillsNoWorker) {
+  Farm farm(json::array({Identity(2)}), {{"heartbeat_ms", 1000}});
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  farm.RewriteConfig(json::array({Identity(2)}), {{"heartbeat_ms", 200}});
+  EXPECT_EQ(AdminCommand(farm, {{"cmd", "reload"}})["ok"], true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  json stats = farm.Admin("stats");
+  for (const auto& w : stats["workers"]) {
+    EXPECT_EQ(w["restarts"], 0) << w.dump();
+    EXPECT_NE(w["state"], "restarting") << w.dump();
+  }
+  // The next process of a slot heartbeats at the new interval and stays alive.
+  ASSERT_EQ(AdminCommand(farm, {{"cmd", "restart"}, {"worker", 0}})["ok"], true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  stats = farm.Admin("stats");
+  EXPECT_EQ(stats["workers"][0]["state"], "ready") << stats.dump();
+  EXPECT_EQ(stats["workers"][0]["restarts"], 0) << stats.dump();
   EXPECT_EQ(farm.Stop(), 0);
 }
 
