@@ -298,7 +298,9 @@ void Supervisor::CleanUp() {
       ::waitpid(slot->pid(), &status, 0);
       auto orphans = slot->OnExit(status, clock_.Now(), options_.restart, true);
       for (auto& batch : orphans) {
-        for (auto& r : batch.requests) ReplyError(r, Unavailable("the farm shut down while this request ran"));
+        for (auto& r : batch.requests) {
+          replies_.SendError(r, Unavailable("the farm shut down while this request ran"));
+        }
       }
     }
   }

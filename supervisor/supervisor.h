@@ -38,6 +38,7 @@
 #include "supervisor/mps_controller.h"
 #include "supervisor/process_stats.h"
 #include "supervisor/reload_plan.h"
+#include "supervisor/reply_writer.h"
 #include "supervisor/run_dir_lock.h"
 #include "supervisor/service_notifier.h"
 #include "supervisor/loop_timer.h"
@@ -109,16 +110,9 @@ class Supervisor {
   // Security set-up of Start (supervisor_security.cc).
   Status SecureSockets();
   Status ApplyIpcGroup();
-  // Counts an accepted request against its client (false: the client is at its limit) and
-  // forgets it once answered; Reply calls ReleaseQuota for every request.
-  Status AcquireQuota(PendingRequest& request, zmq::message_t& header_frame);
-  void ReleaseQuota(PendingRequest& request);
-  void ReplyError(PendingRequest& request, const Status& status);
   // Answers an accepted request with an error and counts it against its model.
   void FailRequest(Model& model, PendingRequest& request, const Status& status);
   void ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response);
-  void Reply(PendingRequest& request, const std::string& header,
-             std::vector<zmq::message_t>* frames);
   void OnChildExit(pid_t pid, int wait_status);
   void Requeue(InflightBatch& batch, size_t model_index, const std::string& cause,
                bool was_running);
@@ -171,6 +165,7 @@ class Supervisor {
   zmq::socket_t admin_;
   CurveAuthenticator curve_;  // ZAP handler; bound before any CURVE socket
   ClientQuota quota_;
+  ReplyWriter replies_{jobs_, quota_};  // every answer, its framing and the quota it releases
   int ipc_gid_ = -1;  // config ipc_group's gid once resolved
   std::unique_ptr<ClientShmRegistry> client_shm_;
   uint64_t shm_in_place_batches_ = 0;  // handed to workers naming client regions (no ring copy)

@@ -21,10 +21,6 @@ using nlohmann::json;
 
 namespace {
 
-// Reply frames at least this long point into the worker's response slot instead of being copied
-// (PinnedResponseRing). Below it a copy is cheaper than libzmq's separate content block and the
-// slot held until the frame is on the wire (measured: bench/analysis.md, "Zero-copy replies").
-constexpr uint64_t kZeroCopyMinBytes = 128 * 1024;
 // A reply pinned this long means its client stopped reading; once the pins also cost the worker
 // its in-flight capacity, the worker is replaced on a fresh segment (the old one stays mapped
 // until libzmq lets go of the reply).
@@ -57,93 +53,41 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
     }
     return;
   }
-  // The worker wrote the outputs into the client's region itself (ipc/slot_codec.h, in place).
-  const bool outputs_in_place = batch.outputs_in_place;
-  std::vector<TensorSpec> outputs = std::move(view.outputs);
   const bool may_pin = slot.CanPinResponse();
   int64_t row_start = 0;
-  std::vector<zmq::message_t> frames;
-  std::vector<std::pair<const uint8_t*, uint64_t>> slices;  // this request's bytes of each output
-  std::vector<uint64_t> shm_offsets;
   for (auto& r : batch.requests) {
-    // `outputs` becomes this request's: only dim 0 differs between the requests of a batch.
-    slices.clear();
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      slices.push_back(view.OutputRows(i, row_start, r.rows));
-      if (batch.requests.size() > 1) outputs[i].shape[0] = r.rows;
-    }
+    BatchShare share;
+    share.view = &view;
+    share.outputs = view.outputs;
+    share.first_row = row_start;
+    share.batched = batch.requests.size() > 1;
+    // The worker wrote the outputs into the client's region itself (ipc/slot_codec.h, in place).
+    share.outputs_in_place = batch.outputs_in_place;
+    share.ring = slot.responses();
+    share.may_pin = may_pin;
+    share.worker_id = slot.id();
+    share.timing.queue_us = ToMicros(batch.dispatched - r.received);
+    share.timing.compute_us = static_cast<int64_t>(view.compute_us);
+    share.timing.total_us = ToMicros(now - r.received);
     row_start += r.rows;
-    frames.clear();
-    if (r.output_shm.used()) {
-      // In place, ReadResponse checked the worker put the outputs at these offsets.
-      Status placed = PlaceOutputs(outputs, r.output_shm, &shm_offsets);
-      if (placed.ok() && !outputs_in_place) placed = CheckRegionsIntact(r);
-      for (size_t i = 0; placed.ok() && !outputs_in_place && i < slices.size(); ++i) {
-        if (!ipc::GuardedCopy(r.output_region->data() + shm_offsets[i], slices[i].first,
-                              slices[i].second)) {
-          placed = InvalidArgument("output_shm: the region shrank while output " +
-                                   std::to_string(i) + " was written into it");
-        }
-      }
-      if (!placed.ok()) {
-        FailRequest(model, r, placed);
-        continue;
-      }
-    } else {
-      for (const auto& [bytes, length] : slices) {
-        if (may_pin && length >= kZeroCopyMinBytes) {
-          frames.push_back(slot.responses()->PinFrame(bytes, length));
-        } else {
-          frames.emplace_back(bytes, length);
-        }
-      }
+    const StageTimes timing = share.timing;
+    if (Status s = replies_.SendOutputs(r, std::move(share)); !s.ok()) {
+      FailRequest(model, r, s);
+      continue;
     }
-    StageTimes timing;
-    timing.queue_us = ToMicros(batch.dispatched - r.received);
-    timing.compute_us = static_cast<int64_t>(view.compute_us);
-    timing.total_us = ToMicros(now - r.received);
     model.stats.RecordOk(timing.queue_us, timing.compute_us, timing.total_us, now);
     if (metrics_) {
       metrics_->RequestDone(model.config.name, StatusCode::kOk);
       metrics_->Latency(model.config.name, timing.queue_us * 1e-6, timing.compute_us * 1e-6,
                         timing.total_us * 1e-6);
     }
-    Reply(r,
-          r.output_shm.used()
-              ? MakeOkReply(r.id, outputs, timing, slot.id(), r.output_shm.region, &shm_offsets)
-              : MakeOkReply(r.id, outputs, timing, slot.id()),
-          &frames);
   }
-}
-
-void Supervisor::Reply(PendingRequest& request, const std::string& header,
-                       std::vector<zmq::message_t>* frames) {
-  // A client that went away makes ROUTER drop the message; that is the only loss, and it is the
-  // client's own.
-  const bool has_frames = frames && !frames->empty();
-  ReleaseQuota(request);
-  // The request is done with its client regions: let go of them before the client can see the
-  // reply, so a region released meanwhile has lost its name by then (the frames over it first).
-  request.frames.clear();
-  request.input_regions.clear();
-  request.output_region.reset();
-  jobs_.send(request.identity, zmq::send_flags::sndmore);
-  if (request.has_delimiter) jobs_.send(zmq::message_t(), zmq::send_flags::sndmore);
-  jobs_.send(zmq::buffer(header), has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
-  if (!has_frames) return;
-  for (size_t i = 0; i < frames->size(); ++i) {
-    jobs_.send((*frames)[i], i + 1 < frames->size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-  }
-}
-
-void Supervisor::ReplyError(PendingRequest& request, const Status& status) {
-  Reply(request, MakeErrorReply(request.id, status), nullptr);
 }
 
 void Supervisor::FailRequest(Model& model, PendingRequest& request, const Status& status) {
   model.stats.RecordError(clock_.Now());
   if (metrics_) metrics_->RequestDone(model.config.name, status.code());
-  ReplyError(request, status);
+  replies_.SendError(request, status);
 }
 
 void Supervisor::HandleJobs() {
@@ -171,7 +115,7 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
     return;
   }
   Model* model = served < served_index_.size() ? &models_[served_index_[served]] : nullptr;
-  if (s.ok()) s = AcquireQuota(request, frames[payload]);
+  if (s.ok()) s = replies_.AcquireQuota(request, frames[payload], curve_.started());
   if (s.ok() && draining_) s = Unavailable("the farm is draining and accepts no new requests");
   if (s.ok() && !ModelAvailable(*model)) {
     FailModelIfNoWorkers(*model);
@@ -192,7 +136,7 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
       model->stats.RecordRejected();
       if (metrics_) metrics_->RequestDone(model->config.name, s.code());
     }
-    ReplyError(request, s);
+    replies_.SendError(request, s);
   }
 }
 
@@ -209,14 +153,14 @@ void Supervisor::RunShmCommand(PendingRequest& request, const ShmCommand& comman
                                const std::string& client) {
   if (command.op == RequestOp::kShmRelease) {
     Status s = client_shm_->Release(command.region);
-    Reply(request, s.ok() ? MakeShmReleasedReply(request.id) : MakeErrorReply(request.id, s),
+    replies_.Send(request, s.ok() ? MakeShmReleasedReply(request.id) : MakeErrorReply(request.id, s),
           nullptr);
     return;
   }
   CreatedRegion created;
   Status s = draining_ ? Unavailable("the farm is draining and accepts no new requests")
                        : client_shm_->Create(command.bytes, client, clock_.Now(), &created);
-  Reply(request,
+  replies_.Send(request,
         s.ok() ? MakeShmCreatedReply(request.id, created.token, created.name, created.bytes)
                : MakeErrorReply(request.id, s),
         nullptr);

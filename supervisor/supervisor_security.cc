@@ -86,22 +86,4 @@ Status Supervisor::ApplyIpcGroup() {
   return Status::Ok();
 }
 
-Status Supervisor::AcquireQuota(PendingRequest& request, zmq::message_t& header_frame) {
-  request.client = ClientKey(request.identity, header_frame, curve_.started());
-  if (!quota_.TryAcquire(request.client)) {
-    return ResourceExhausted(
-        "this client already has " + std::to_string(quota_.held(request.client)) +
-        " requests queued or running, the most one client may have "
-        "(limits.max_queued_per_client); wait for replies before sending more");
-  }
-  request.quota_held = true;
-  return Status::Ok();
-}
-
-void Supervisor::ReleaseQuota(PendingRequest& request) {
-  if (!request.quota_held) return;
-  quota_.Release(request.client);
-  request.quota_held = false;
-}
-
 }  // namespace torchfarm

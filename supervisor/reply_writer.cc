@@ -1,0 +1,87 @@
+#include "supervisor/reply_writer.h"
+
+#include "common/shm_reference.h"
+#include "ipc/guarded_copy.h"
+#include "supervisor/job_intake.h"
+
+namespace torchfarm {
+
+Status ReplyWriter::AcquireQuota(PendingRequest& request, zmq::message_t& header_frame,
+                                 bool per_key) {
+  request.client = ClientKey(request.identity, header_frame, per_key);
+  if (!quota_.TryAcquire(request.client)) {
+    return ResourceExhausted(
+        "this client already has " + std::to_string(quota_.held(request.client)) +
+        " requests queued or running, the most one client may have "
+        "(limits.max_queued_per_client); wait for replies before sending more");
+  }
+  request.quota_held = true;
+  return Status::Ok();
+}
+
+void ReplyWriter::Send(PendingRequest& request, const std::string& header,
+                       std::vector<zmq::message_t>* frames) {
+  // A client that went away makes ROUTER drop the message; that is the only loss, and it is the
+  // client's own.
+  const bool has_frames = frames && !frames->empty();
+  if (request.quota_held) {
+    quota_.Release(request.client);
+    request.quota_held = false;
+  }
+  // The request is done with its client regions: let go of them before the client can see the
+  // reply, so a region released meanwhile has lost its name by then (the frames over it first).
+  request.frames.clear();
+  request.input_regions.clear();
+  request.output_region.reset();
+  jobs_.send(request.identity, zmq::send_flags::sndmore);
+  if (request.has_delimiter) jobs_.send(zmq::message_t(), zmq::send_flags::sndmore);
+  jobs_.send(zmq::buffer(header), has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  if (!has_frames) return;
+  for (size_t i = 0; i < frames->size(); ++i) {
+    jobs_.send((*frames)[i],
+               i + 1 < frames->size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+}
+
+void ReplyWriter::SendError(PendingRequest& request, const Status& status) {
+  Send(request, MakeErrorReply(request.id, status), nullptr);
+}
+
+Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
+  std::vector<std::pair<const uint8_t*, uint64_t>> slices;  // this request's bytes per output
+  for (size_t i = 0; i < share.outputs.size(); ++i) {
+    slices.push_back(share.view->OutputRows(i, share.first_row, request.rows));
+    if (share.batched) share.outputs[i].shape[0] = request.rows;
+  }
+  frames_.clear();
+  if (request.output_shm.used()) {
+    // In place, ReadResponse checked the worker put the outputs at these offsets.
+    Status placed = PlaceOutputs(share.outputs, request.output_shm, &shm_offsets_);
+    if (placed.ok() && !share.outputs_in_place) placed = CheckRegionsIntact(request);
+    for (size_t i = 0; placed.ok() && !share.outputs_in_place && i < slices.size(); ++i) {
+      if (!ipc::GuardedCopy(request.output_region->data() + shm_offsets_[i], slices[i].first,
+                            slices[i].second)) {
+        placed = InvalidArgument("output_shm: the region shrank while output " +
+                                 std::to_string(i) + " was written into it");
+      }
+    }
+    if (!placed.ok()) return placed;
+    const std::string region = request.output_shm.region;
+    Send(request,
+         MakeOkReply(request.id, share.outputs, share.timing, share.worker_id, region,
+                     &shm_offsets_),
+         &frames_);
+    return Status::Ok();
+  }
+  for (const auto& [bytes, length] : slices) {
+    if (share.may_pin && length >= kZeroCopyMinBytes) {
+      frames_.push_back(share.ring->PinFrame(bytes, length));
+    } else {
+      frames_.emplace_back(bytes, length);
+    }
+  }
+  Send(request, MakeOkReply(request.id, share.outputs, share.timing, share.worker_id), &frames_);
+  return Status::Ok();
+}
+
+}  // namespace torchfarm

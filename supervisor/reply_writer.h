@@ -1,0 +1,66 @@
+// Writes every answer a client gets on the job socket, and owns what answering releases.
+//
+// Owns: the framing of a reply (routing envelope, optional REQ delimiter, JSON header, one frame
+// per output tensor), how an output travels (copied into a frame; pinned zero-copy in the
+// worker's response ring when large and the ring can spare the slot; or written into the client's
+// shared-memory region), and the per-client quota (limits.max_queued_per_client) a request holds
+// from acceptance to its answer. Every answer goes through Send, so quotas and client regions
+// are released exactly once. One per supervisor; runs on the loop thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/protocol.h"
+#include "common/status.h"
+#include "ipc/slot_codec.h"
+#include "supervisor/client_quota.h"
+#include "supervisor/pending_request.h"
+#include "supervisor/pinned_response_ring.h"
+
+namespace torchfarm {
+
+// One request's share of a finished batch, as ReplyWriter::SendOutputs takes it.
+struct BatchShare {
+  const ipc::ResponseView* view = nullptr;
+  std::vector<TensorSpec> outputs;  // the batch's output specs; dim 0 becomes the request's
+  int64_t first_row = 0;
+  bool batched = false;           // the batch held more than this request
+  bool outputs_in_place = false;  // the worker wrote them into the request's output_shm itself
+  PinnedResponseRing* ring = nullptr;
+  bool may_pin = false;           // the ring can spare the slot for zero-copy frames
+  int worker_id = -1;
+  StageTimes timing;
+};
+
+class ReplyWriter {
+ public:
+  // Outputs this long or longer are sent zero-copy when the ring allows: below it a copy is
+  // cheaper than libzmq's separate content block and the slot held until the frame is on the
+  // wire (bench/analysis.md, "Zero-copy replies").
+  static constexpr uint64_t kZeroCopyMinBytes = 128 * 1024;
+
+  ReplyWriter(zmq::socket_t& jobs, ClientQuota& quota) : jobs_(jobs), quota_(quota) {}
+
+  // Counts an accepted request against its client; RESOURCE_EXHAUSTED when the client is at
+  // limits.max_queued_per_client. `per_key`: CURVE is on and clients count by public key.
+  Status AcquireQuota(PendingRequest& request, zmq::message_t& header_frame, bool per_key);
+  // Sends one answer and releases what the request held (quota, client regions).
+  void Send(PendingRequest& request, const std::string& header,
+            std::vector<zmq::message_t>* frames);
+  void SendError(PendingRequest& request, const Status& status);
+  // Sends `request` its rows of a finished batch. A non-OK status (its client region shrank or
+  // cannot hold the outputs) means nothing was sent: the caller fails the request with it.
+  Status SendOutputs(PendingRequest& request, BatchShare share);
+
+ private:
+  zmq::socket_t& jobs_;
+  ClientQuota& quota_;
+  std::vector<zmq::message_t> frames_;  // reused between replies
+  std::vector<uint64_t> shm_offsets_;
+};
+
+}  // namespace torchfarm
