@@ -49,7 +49,9 @@ Supervisor::Supervisor(FarmConfig config, SupervisorOptions options)
       admin_(context_, zmq::socket_type::router), workers_(clock_),
       hang_limit_([this](const WorkerSlot& slot) {
         return Millis(models_[slot.model_index()].config.hang_timeout_ms);
-      }) {}
+      }) {
+  RegisterAdminCommands();
+}
 
 Supervisor::~Supervisor() { CleanUp(); }
 
@@ -178,7 +180,9 @@ int Supervisor::Run() {
     }
     if (items[1].revents & ZMQ_POLLIN) Guarded("control", [&] { HandleControl(); });
     if (items[0].revents & ZMQ_POLLIN) Guarded("jobs", [&] { HandleJobs(); });
-    if (items[2].revents & ZMQ_POLLIN) Guarded("admin", [&] { HandleAdmin(); });
+    if (items[2].revents & ZMQ_POLLIN) {
+      Guarded("admin", [&] { admin_service_.HandleRequests(admin_); });
+    }
     Guarded("deadlines", [&] { ExpireDeadlines(); });
     Guarded("liveness", [&] { workers_.KillUnresponsive(hang_limit_); });
     Guarded("restarts", [&] {

@@ -6,7 +6,7 @@
 // context.
 //
 // Loop:  poll(job, control, admin, signals, timerfd armed to NextWakeUp, every worker's doorbell)
-//          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> HandleAdmin
+//          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> admin_service_
 //          -> HandleWorkerOutput -> ExpireDeadlines -> workers_.KillUnresponsive -> workers_.LaunchDue
 //          -> Dispatch -> ReleasePinnedReplies -> RetireIdleSlots -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
 // each inside its own exception barrier (Guarded): a failing duty is logged, the loop goes on.
@@ -27,6 +27,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "supervisor/admin_service.h"
 #include "supervisor/client_quota.h"
 #include "supervisor/client_shm_registry.h"
 #include "supervisor/curve_authenticator.h"
@@ -91,7 +92,7 @@ class Supervisor {
   void HandleControl();
   void OnControlMessage(WorkerSlot& slot, const std::string& routing, const nlohmann::json& message);
   void HandleJobs();
-  void HandleAdmin();
+  void RegisterAdminCommands();
   void HandleWorkerOutput(WorkerSlot& slot);
   void ExpireDeadlines();
   // "workers: 1 ready, 1 restarting": what an UNAVAILABLE answer tells the client.
@@ -133,7 +134,6 @@ class Supervisor {
   nlohmann::json HealthJson() const;
   nlohmann::json StatsJson();
   nlohmann::json WorkerJson(WorkerSlot& slot, TimePoint now);
-  nlohmann::json RunAdminCommand(const nlohmann::json& request);
   // Admin commands (supervisor_control.cc).
   nlohmann::json Drain();
   nlohmann::json RestartWorker(int worker_id);
@@ -163,6 +163,7 @@ class Supervisor {
   zmq::socket_t jobs_;
   zmq::socket_t control_;
   zmq::socket_t admin_;
+  AdminService admin_service_;
   CurveAuthenticator curve_;  // ZAP handler; bound before any CURVE socket
   ClientQuota quota_;
   ReplyWriter replies_{jobs_, quota_};  // every answer, its framing and the quota it releases

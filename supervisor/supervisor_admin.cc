@@ -16,53 +16,21 @@ using nlohmann::json;
 namespace {
 constexpr const char* kVersion = "0.1.0";
 
-json Error(const std::string& message) { return {{"ok", false}, {"error", message}}; }
 }  // namespace
 
-void Supervisor::HandleAdmin() {
-  std::vector<zmq::message_t> frames;
-  for (int n = 0; n < 64 && ReceiveMultipart(admin_, &frames); ++n) {
-    if (frames.size() < 2) continue;
-    // Envelope: identity, optional empty delimiter (REQ clients), one JSON frame.
-    bool delimiter = frames.size() > 2 && frames[1].size() == 0;
-    // Nesting is bounded before parsing: printing a deep value in the error would recurse.
-    json request = JsonNestingWithin(frames.back().to_string_view(), kMaxHeaderDepth)
-                       ? json::parse(frames.back().to_string_view(), nullptr, false)
-                       : json("nested too deeply");
-    json reply = RunAdminCommand(request);
-    admin_.send(frames[0], zmq::send_flags::sndmore);
-    if (delimiter) admin_.send(zmq::message_t(), zmq::send_flags::sndmore);
-    admin_.send(zmq::buffer(reply.dump(-1, ' ', false, json::error_handler_t::replace)),
-                zmq::send_flags::none);
-  }
-}
-
-json Supervisor::RunAdminCommand(const json& request) {
-  const std::string usage =
-      "expected {\"cmd\": \"health\"|\"stats\"|\"drain\"|\"reload\"}, {\"cmd\": \"restart\", "
-      "\"worker\": N} or {\"cmd\": \"scale\", \"model\": NAME, \"count\": N}";
-  if (!request.is_object() || !request.contains("cmd") || !request["cmd"].is_string()) {
-    return Error(usage + ", got " + request.dump().substr(0, 200));
-  }
-  const std::string cmd = request["cmd"];
-  if (cmd == "health") return HealthJson();
-  if (cmd == "stats") return StatsJson();
-  if (cmd == "drain") return Drain();
-  if (cmd == "reload") return Reload();
-  if (cmd == "restart") {
-    if (!request.contains("worker") || !request["worker"].is_number_integer()) {
-      return Error("restart: expected an integer \"worker\" id");
-    }
+void Supervisor::RegisterAdminCommands() {
+  using Field = AdminService::Field;
+  admin_service_.Register("health", {}, [this](const json&) { return HealthJson(); });
+  admin_service_.Register("stats", {}, [this](const json&) { return StatsJson(); });
+  admin_service_.Register("drain", {}, [this](const json&) { return Drain(); });
+  admin_service_.Register("reload", {}, [this](const json&) { return Reload(); });
+  admin_service_.Register("restart", {Field{"worker", false}}, [this](const json& request) {
     return RestartWorker(request["worker"].get<int>());
-  }
-  if (cmd == "scale") {
-    if (!request.contains("model") || !request["model"].is_string() || !request.contains("count") ||
-        !request["count"].is_number_integer() || request["count"].get<int>() < 0) {
-      return Error("scale: expected a \"model\" name and a non-negative integer \"count\"");
-    }
-    return Scale(request["model"].get<std::string>(), request["count"].get<int>());
-  }
-  return Error("unknown command '" + cmd + "'; " + usage);
+  });
+  admin_service_.Register(
+      "scale", {Field{"model", true}, Field{"count", false}}, [this](const json& request) {
+        return Scale(request["model"].get<std::string>(), request["count"].get<int>());
+      });
 }
 
 json Supervisor::HealthJson() const {

@@ -1,0 +1,72 @@
+#include "supervisor/admin_service.h"
+
+#include "common/protocol.h"
+#include "supervisor/zmq_util.h"
+
+namespace torchfarm {
+
+using nlohmann::json;
+
+namespace {
+constexpr int kMaxRequestsPerTurn = 64;
+
+json Error(const std::string& message) { return {{"ok", false}, {"error", message}}; }
+}  // namespace
+
+void AdminService::Register(std::string name, std::vector<Field> fields, Handler handler) {
+  commands_.push_back({std::move(name), std::move(fields), std::move(handler)});
+}
+
+std::string AdminService::Usage() const {
+  std::string usage = "expected one of";
+  for (const Command& c : commands_) {
+    usage += " {\"cmd\": \"" + c.name + "\"";
+    for (const Field& f : c.fields) usage += ", \"" + f.name + "\": " + (f.is_string ? "NAME" : "N");
+    usage += "}";
+  }
+  return usage;
+}
+
+json AdminService::Run(const json& request) const {
+  if (!request.is_object() || !request.contains("cmd") || !request["cmd"].is_string()) {
+    return Error(Usage() + "; got " + request.dump().substr(0, 200));
+  }
+  const std::string cmd = request["cmd"];
+  for (const Command& c : commands_) {
+    if (c.name != cmd) continue;
+    for (const Field& f : c.fields) {
+      auto it = request.find(f.name);
+      const bool fits = it != request.end() &&
+                        (f.is_string ? it->is_string()
+                                     : it->is_number_integer() && it->get<int64_t>() >= 0 &&
+                                           it->get<int64_t>() <= INT32_MAX);
+      if (!fits) {
+        return Error(cmd + ": expected " + (f.is_string ? "a string" : "a non-negative integer") +
+                     " \"" + f.name + "\", got " +
+                     (it == request.end() ? std::string("none") : it->dump().substr(0, 100)));
+      }
+    }
+    return c.handler(request);
+  }
+  return Error("unknown command '" + cmd + "'; " + Usage());
+}
+
+void AdminService::HandleRequests(zmq::socket_t& socket) {
+  std::vector<zmq::message_t> frames;
+  for (int n = 0; n < kMaxRequestsPerTurn && ReceiveMultipart(socket, &frames); ++n) {
+    if (frames.size() < 2) continue;
+    // Envelope: identity, optional empty delimiter (REQ clients), one JSON frame.
+    const bool delimiter = frames.size() > 2 && frames[1].size() == 0;
+    // Nesting is bounded before parsing: printing a deep value in the error would recurse.
+    json request = JsonNestingWithin(frames.back().to_string_view(), kMaxHeaderDepth)
+                       ? json::parse(frames.back().to_string_view(), nullptr, false)
+                       : json("nested too deeply");
+    json reply = Run(request);
+    socket.send(frames[0], zmq::send_flags::sndmore);
+    if (delimiter) socket.send(zmq::message_t(), zmq::send_flags::sndmore);
+    socket.send(zmq::buffer(reply.dump(-1, ' ', false, json::error_handler_t::replace)),
+                zmq::send_flags::none);
+  }
+}
+
+}  // namespace torchfarm
