@@ -351,3 +351,64 @@ TEST(ConfigTest, LoadConfigFileResolvesAgainstTheFilesFolder) {
 
 }  // namespace
 }  // namespace torchfarm
+
+namespace torchfarm {
+namespace {
+
+// Every restart key and max_queue_wait_ms at the limits README documents: both ends accepted,
+// one past either end refused with the key's path, the range and what was given.
+TEST(ConfigTest, RestartKeysAndMaxQueueWaitAtTheirDocumentedLimits) {
+  struct Key {
+    std::string name;
+    int64_t low, high;
+    bool in_model;
+  };
+  const Key keys[] = {{"initial_backoff_ms", 0, 3'600'000, false},
+                      {"max_backoff_ms", 0, 3'600'000, false},
+                      {"max_restarts", 0, 1'000'000, false},
+                      {"window_ms", 1, 86'400'000, false},
+                      {"healthy_after_ms", 0, 86'400'000, false},
+                      {"failed_retry_ms", 1'000, 86'400'000, false},
+                      {"max_queue_wait_ms", 0, 86'400'000, true}};
+  auto with = [](const Key& key, int64_t value) {
+    json j = MinimalConfig();
+    if (key.in_model) {
+      j["models"][0][key.name] = value;
+    } else {
+      j["restart"] = {{key.name, value}};
+    }
+    return j;
+  };
+  for (const Key& key : keys) {
+    for (int64_t value : {key.low, key.high}) {
+      FarmConfig c;
+      ASSERT_TRUE(ParseConfig(with(key, value), "/base", &c).ok()) << key.name << "=" << value;
+      const RestartConfig& r = c.restart;
+      const int64_t read = key.name == "initial_backoff_ms" ? r.initial_backoff_ms
+                           : key.name == "max_backoff_ms"   ? r.max_backoff_ms
+                           : key.name == "max_restarts"     ? r.max_restarts
+                           : key.name == "window_ms"        ? r.window_ms
+                           : key.name == "healthy_after_ms" ? r.healthy_after_ms
+                           : key.name == "failed_retry_ms"  ? r.failed_retry_ms
+                                                            : c.models[0].max_queue_wait_ms;
+      EXPECT_EQ(read, value) << key.name;
+    }
+    const std::string path = key.in_model ? "config.models[0]." + key.name
+                                          : "config.restart." + key.name;
+    EXPECT_THAT(ParseError(with(key, key.low - 1)), HasSubstr(path + ": expected an integer in"));
+    EXPECT_THAT(ParseError(with(key, key.high + 1)),
+                HasSubstr(std::to_string(key.high + 1)));
+  }
+  FarmConfig defaults;
+  ASSERT_TRUE(ParseConfig(MinimalConfig(), "/base", &defaults).ok());
+  EXPECT_EQ(defaults.restart.initial_backoff_ms, 100);
+  EXPECT_EQ(defaults.restart.max_backoff_ms, 5'000);
+  EXPECT_EQ(defaults.restart.max_restarts, 5);
+  EXPECT_EQ(defaults.restart.window_ms, 60'000);
+  EXPECT_EQ(defaults.restart.healthy_after_ms, 10'000);
+  EXPECT_EQ(defaults.restart.failed_retry_ms, 300'000);
+  EXPECT_EQ(defaults.models[0].max_queue_wait_ms, 30'000);
+}
+
+}  // namespace
+}  // namespace torchfarm
