@@ -284,11 +284,7 @@ void Supervisor::StopWorkers() {
   const TimePoint now = clock_.Now();
   stop_deadline_ = now + kStopGrace;
   for (auto& slot : workers_) {
-    if (slot->pid() > 0) {
-      control_.send(zmq::buffer(ipc::WorkerRoutingId(slot->id(), slot->generation())),
-                    zmq::send_flags::sndmore);
-      control_.send(zmq::str_buffer(R"({"type":"stop"})"), zmq::send_flags::none);
-    }
+    if (slot->pid() > 0) SendStop(*slot);
     slot->BeginShutdown(now);
   }
 }

@@ -91,6 +91,8 @@ class Supervisor {
   void HandleResponses(WorkerSlot& slot);
   void HandleControl();
   void OnControlMessage(WorkerSlot& slot, const std::string& routing, const nlohmann::json& message);
+  // Sends a worker the control message to finish its batches and exit.
+  void SendStop(const WorkerSlot& slot);
   void HandleJobs();
   void RegisterAdminCommands();
   void HandleWorkerOutput(WorkerSlot& slot);

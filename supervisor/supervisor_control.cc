@@ -200,11 +200,7 @@ std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update) {
 
 void Supervisor::RetireIdleSlots() {
   for (auto& slot : workers_) {
-    if (slot->TakeStopRequest(clock_.Now())) {
-      control_.send(zmq::buffer(ipc::WorkerRoutingId(slot->id(), slot->generation())),
-                    zmq::send_flags::sndmore);
-      control_.send(zmq::str_buffer(R"({"type":"stop"})"), zmq::send_flags::none);
-    }
+    if (slot->TakeStopRequest(clock_.Now())) SendStop(*slot);
   }
   for (size_t m = 0; m < models_.size(); ++m) {
     Model& model = models_[m];

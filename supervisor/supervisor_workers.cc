@@ -156,6 +156,10 @@ void Supervisor::OnControlMessage(WorkerSlot& worker, const std::string& routing
                      << Kv("worker", slot->id()) << Kv("worker_layout", version)
                      << Kv("supervisor_layout", ipc::kLayoutVersion);
       ::kill(slot->pid(), SIGKILL);
+    } else if (slot->state() == SlotState::kStopping) {
+      // Asked to stop before it could hear it (ROUTER drops messages to a peer not connected
+      // yet): say it again now, instead of waiting kStopGrace to SIGKILL it.
+      SendStop(*slot);
     }
   } else if (type == ipc::kMsgReady) {
     slot->telemetry.precision = message.value("precision", "fp32");
@@ -169,6 +173,12 @@ void Supervisor::OnControlMessage(WorkerSlot& worker, const std::string& routing
       slot->OnFatalError(reason, message.value("kind", "internal"), now);
     }
   }
+}
+
+void Supervisor::SendStop(const WorkerSlot& slot) {
+  control_.send(zmq::buffer(ipc::WorkerRoutingId(slot.id(), slot.generation())),
+                zmq::send_flags::sndmore);
+  control_.send(zmq::str_buffer(R"({"type":"stop"})"), zmq::send_flags::none);
 }
 
 }  // namespace torchfarm

@@ -598,5 +598,23 @@ TEST(Operations, WhatAWorkerPrintsReachesTheSupervisorLogWithItsId) {
   std::filesystem::remove(path);
 }
 
+
+// SIGTERM while the workers are still starting: they are told to stop once they say hello (a stop
+// sent before it is dropped by ROUTER), so they exit on their own instead of being SIGKILLed
+// kStopGrace later.
+TEST(Operations, StopDuringStartUpLetsWorkersExitOnTheirOwn) {
+  Farm farm(json::array({Identity(2)}));
+  ASSERT_TRUE(farm.Start());
+  // The supervisor answers once its workers are launched; they take a while to say hello.
+  json health;
+  for (int i = 0; i < 500 && !health.is_object(); ++i) health = farm.Admin("health", 100);
+  ASSERT_TRUE(health.is_object());
+  EXPECT_EQ(farm.Stop(), 0);
+  std::ifstream file(farm.dir() + "/supervisor.log");
+  std::string log((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(log.find("did not stop within"), std::string::npos) << log;
+  EXPECT_EQ(log.find("killed by SIGKILL"), std::string::npos) << log;
+}
+
 }  // namespace
 }  // namespace torchfarm::testing
