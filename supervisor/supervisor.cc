@@ -105,6 +105,10 @@ Status Supervisor::Start() {
   if (!config_.metrics_endpoint.empty()) {
     if (Status m = MetricsExporter::Start(config_.metrics_endpoint, &metrics_); !m.ok()) return m;
   }
+  dispatcher_.set_metrics(metrics_.get());
+  // In place only while regions are owner-only: a region shared with an ipc_group could be
+  // truncated or rewritten by another user while the model reads it (docs/security.md).
+  dispatcher_.set_options({options_.max_retries, config_.client_shm.in_place && config_.ipc_group.empty()});
   int cores = AvailableCores();
   for (const ModelConfig& mc : config_.models) AddModel(mc);
   RebuildServedModels();
@@ -183,13 +187,13 @@ int Supervisor::Run() {
     if (items[2].revents & ZMQ_POLLIN) {
       Guarded("admin", [&] { admin_service_.HandleRequests(admin_); });
     }
-    Guarded("deadlines", [&] { ExpireDeadlines(); });
+    Guarded("deadlines", [&] { dispatcher_.ExpireDeadlines(); });
     Guarded("liveness", [&] { workers_.KillUnresponsive(hang_limit_); });
     Guarded("restarts", [&] {
       // A draining farm still replaces dead workers: the queue it promised to finish needs them.
       if (!stopping_workers_) workers_.LaunchDue();
     });
-    Guarded("dispatch", [&] { Dispatch(); });
+    Guarded("dispatch", [&] { dispatcher_.DispatchAll(); });
     Guarded("pinned replies", [&] { ReleasePinnedReplies(); });
     Guarded("retire", [&] { RetireIdleSlots(); });
     Guarded("drain", [&] { DrainStep(); });
@@ -264,7 +268,7 @@ void Supervisor::DrainStep() {
     if (!idle && now < drain_deadline_) return;
     for (auto& model : models_) {
       for (auto& r : model.queue.TakeAll()) {
-        FailRequest(model, r, Unavailable("the farm shut down before this request could run"));
+        dispatcher_.Fail(model, r, Unavailable("the farm shut down before this request could run"));
       }
     }
     StopWorkers();

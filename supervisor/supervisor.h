@@ -7,8 +7,8 @@
 //
 // Loop:  poll(job, control, admin, signals, timerfd armed to NextWakeUp, every worker's doorbell)
 //          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> admin_service_
-//          -> HandleWorkerOutput -> ExpireDeadlines -> workers_.KillUnresponsive -> workers_.LaunchDue
-//          -> Dispatch -> ReleasePinnedReplies -> RetireIdleSlots -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
+//          -> HandleWorkerOutput -> dispatcher_.ExpireDeadlines -> workers_.KillUnresponsive -> workers_.LaunchDue
+//          -> dispatcher_.DispatchAll -> ReleasePinnedReplies -> RetireIdleSlots -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
 // each inside its own exception barrier (Guarded): a failing duty is logged, the loop goes on.
 //
 // Every accepted request is answered exactly once: with its result, or with an error code.
@@ -31,7 +31,8 @@
 #include "supervisor/client_quota.h"
 #include "supervisor/client_shm_registry.h"
 #include "supervisor/curve_authenticator.h"
-#include "supervisor/dispatch_planner.h"
+#include "supervisor/dispatcher.h"
+#include "supervisor/served_model.h"
 #include "supervisor/ipc_endpoint_file.h"
 #include "supervisor/metrics_exporter.h"
 #include "supervisor/model_queue.h"
@@ -74,17 +75,7 @@ class Supervisor {
   int Run();
 
  private:
-  struct Model {
-    ModelConfig config;
-    ModelQueue queue;
-    ModelStats stats;
-    std::vector<size_t> slots;  // indices into workers_ (retired slots are removed)
-    bool removed = false;       // dropped by a reload: serves its queue, accepts nothing new
-    BatchCostModel cost;          // a batch's compute time against its rows (dispatch_planner.h)
-    // Workers a reload changed, as (index into workers_, generation running the old config):
-    // replaced one at a time, the next once the last is ready again (ReplaceNextOutdated).
-    std::vector<std::pair<size_t, int>> outdated_slots{};
-  };
+  using Model = ServedModel;
 
   // Event handlers, in loop order.
   void HandleSignals();
@@ -96,12 +87,6 @@ class Supervisor {
   void HandleJobs();
   void RegisterAdminCommands();
   void HandleWorkerOutput(WorkerSlot& slot);
-  void ExpireDeadlines();
-  // "workers: 1 ready, 1 restarting": what an UNAVAILABLE answer tells the client.
-  std::string WorkerSummary(const Model& model) const;
-  // Caps a request's time in the queue at the model's max_queue_wait_ms.
-  static void ApplyQueueWait(const ModelConfig& config, PendingRequest* request);
-  void Dispatch();
   void ReleasePinnedReplies();
   void RetireIdleSlots();
   void DrainStep();
@@ -113,22 +98,11 @@ class Supervisor {
   // Security set-up of Start (supervisor_security.cc).
   Status SecureSockets();
   Status ApplyIpcGroup();
-  // Answers an accepted request with an error and counts it against its model.
-  void FailRequest(Model& model, PendingRequest& request, const Status& status);
   void ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response);
   void OnChildExit(pid_t pid, int wait_status);
-  void Requeue(InflightBatch& batch, size_t model_index, const std::string& cause,
-               bool was_running);
   void RecycleMpsPeers(const WorkerSlot& failed);
   void FailModelIfNoWorkers(Model& model);
   bool ModelAvailable(const Model& model) const;
-  WorkerSlot* PickSlot(const Model& model);
-  // Estimated cost of the batches `slot` holds, in the model's measured microseconds.
-  double Backlog(const Model& model, const WorkerSlot& slot) const;
-  // Rows the next batch for `chosen` may take (dispatch_planner.h).
-  int64_t BatchRowsFor(const Model& model, const WorkerSlot& chosen) const;
-  // Answers (with the reason) and removes the requests whose client truncated a region they use.
-  void FailShrunkRegions(Model& model, std::vector<PendingRequest>* requests);
   // The earliest batch delay, deadline, restart, liveness or housekeeping time.
   TimePoint NextWakeUp() const;
   template <typename Duty>
@@ -171,7 +145,6 @@ class Supervisor {
   ReplyWriter replies_{jobs_, quota_};  // every answer, its framing and the quota it releases
   int ipc_gid_ = -1;  // config ipc_group's gid once resolved
   std::unique_ptr<ClientShmRegistry> client_shm_;
-  uint64_t shm_in_place_batches_ = 0;  // handed to workers naming client regions (no ring copy)
   SignalFd signals_;
   LoopTimer timer_;
   RunDirLock lock_;
@@ -187,8 +160,7 @@ class Supervisor {
   std::map<pid_t, ProcessSample> process_samples_;
   WorkerPool workers_;
   WorkerPool::HangLimit hang_limit_;  // a slot's model's hang_timeout_ms
-  uint64_t next_batch_id_ = 1;
-  double dispatch_us_ = 0;  // moving average of the supervisor's own work per batch dispatched
+  Dispatcher dispatcher_{models_, workers_, replies_, clock_};  // queues to workers, requeue, deadlines
 
   bool draining_ = false;
   bool exit_after_drain_ = true;  // false for an admin drain: stay up, not ready

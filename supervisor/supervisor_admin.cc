@@ -149,7 +149,7 @@ json Supervisor::StatsJson() {
     client_shm["bytes"] = client_shm_->bytes();
     client_shm["created"] = client_shm_->created();
     client_shm["expired"] = client_shm_->expired();
-    client_shm["in_place_batches"] = shm_in_place_batches_;
+    client_shm["in_place_batches"] = dispatcher_.in_place_batches();
   }
   return {{"supervisor", supervisor}, {"gpu", gpu},           {"client_shm", client_shm},
           {"models", models},         {"workers", workers}};

@@ -142,6 +142,8 @@ json Supervisor::Reload() {
   config_.heartbeat_ms = fresh.heartbeat_ms;
   config_.max_retries = fresh.max_retries;
   options_.max_retries = fresh.max_retries;
+  dispatcher_.set_options(
+      {options_.max_retries, config_.client_shm.in_place && config_.ipc_group.empty()});
   options_.restart = RestartPolicy::From(fresh.restart);
   workers_.set_policy(options_.restart);
   workers_.set_heartbeat_ms(fresh.heartbeat_ms);

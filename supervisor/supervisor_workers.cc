@@ -67,12 +67,12 @@ void Supervisor::OnChildExit(pid_t pid, int wait_status) {
     if (stopping_workers_) {
       // The farm is stopping: nothing will run these again.
       for (auto& r : orphans[i].requests) {
-        FailRequest(models_[slot->model_index()], r,
+        dispatcher_.Fail(models_[slot->model_index()], r,
                     Unavailable("the farm shut down before this request could finish"));
       }
       continue;
     }
-    Requeue(orphans[i], slot->model_index(), slot->last_exit(),
+    dispatcher_.Requeue(orphans[i], slot->model_index(), slot->last_exit(),
             i < static_cast<size_t>(running));
   }
   if (metrics_ && slot->state() == SlotState::kBackoff && !expected) {
@@ -106,7 +106,7 @@ void Supervisor::FailModelIfNoWorkers(Model& model) {
   Status status = Unavailable("model '" + model.config.name + "' has no live worker: " +
                               (reason.empty() ? "all workers failed" : reason));
   for (auto& r : model.queue.TakeAll()) {
-    FailRequest(model, r, status);
+    dispatcher_.Fail(model, r, status);
   }
 }
 

@@ -1,0 +1,30 @@
+// One model as the supervisor serves it: its config, the queue of its accepted requests, its
+// counters, the worker slots that run it and the measured cost of its batches. Plain state, owned
+// by the Supervisor (one per model, in config order, never erased: a reload marks a dropped
+// model `removed`); the Dispatcher, the admin service and reload work on it. Loop thread only.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "common/config.h"
+#include "supervisor/dispatch_planner.h"
+#include "supervisor/model_queue.h"
+#include "supervisor/model_stats.h"
+
+namespace torchfarm {
+
+struct ServedModel {
+  ModelConfig config;
+  ModelQueue queue;
+  ModelStats stats;
+  std::vector<size_t> slots;  // indices into the WorkerPool (retired slots are removed)
+  bool removed = false;       // dropped by a reload: serves its queue, accepts nothing new
+  BatchCostModel cost;        // a batch's compute time against its rows (dispatch_planner.h)
+  // Workers a reload changed, as (index into the WorkerPool, generation running the old config):
+  // replaced one at a time, the next once the last is ready again (ReplaceNextOutdated).
+  std::vector<std::pair<size_t, int>> outdated_slots{};
+};
+
+}  // namespace torchfarm
