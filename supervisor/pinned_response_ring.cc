@@ -100,4 +100,10 @@ bool PinnedRingKeeper::HasPins() const {
                      [](const auto& ring) { return ring->unpopped() > 0; });
 }
 
+bool PinnedRingKeeper::HasLivePins() const {
+  return std::any_of(rings_.begin(), rings_.end(), [](const auto& ring) {
+    return ring.use_count() > 1 && ring->unpopped() > 0;
+  });
+}
+
 }  // namespace torchfarm

@@ -116,6 +116,10 @@ class PinnedRingKeeper {
   void ReleaseFreed();
   // True while some ring has unpopped slots (the loop then polls with a short timeout).
   bool HasPins() const;
+  // The same for the rings a worker still uses (a slot shares them with the keeper): their pins
+  // hold back that worker. A retired ring's pins only hold memory, freed at the loop's slower
+  // pace.
+  bool HasLivePins() const;
   size_t size() const { return rings_.size(); }
   // 0: the default cap above.
   void set_cap_bytes(uint64_t cap) {

@@ -210,7 +210,7 @@ TimePoint Supervisor::NextWakeUp() const {
   TimePoint next = std::min(now + kMaxPollTimeout, notifier_.next_watchdog());
   next = std::min(next, next_housekeeping_);
   // Zero-copy replies still in libzmq free their slots without waking the loop: look again soon.
-  if (response_rings_.HasPins()) next = std::min(next, now + kPinnedReplyPoll);
+  if (response_rings_.HasLivePins()) next = std::min(next, now + kPinnedReplyPoll);
   // An admin drain has no deadline: the farm stays up, not ready.
   if (draining_ && exit_after_drain_) {
     next = std::min(next, stopping_workers_ ? stop_deadline_ : drain_deadline_);

@@ -118,11 +118,13 @@ TEST(PinnedResponseRingTest, TheKeeperKeepsASegmentMappedUntilItsLastFrameIsSent
     zmq::message_t frame = ring->PinFrame(ipc::SlotData(ring->Next()), kDataBytes);
     ring->Finish(TimePoint{});
     ASSERT_TRUE(out.send(frame, zmq::send_flags::none));
+    EXPECT_TRUE(keeper.HasLivePins()) << "a worker's ring: the loop polls for its pins";
     ipc::WorkerSegment::Remove(segment->name());  // what a worker exit does
   }  // the worker slot's references are gone; the frame is still queued
   keeper.ReleaseFreed();
   EXPECT_EQ(keeper.size(), 1u);
   EXPECT_TRUE(keeper.HasPins());
+  EXPECT_FALSE(keeper.HasLivePins()) << "retired: its pins hold memory, no worker";
   EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + name));
 
   zmq::message_t got;
