@@ -410,5 +410,24 @@ TEST(ConfigTest, RestartKeysAndMaxQueueWaitAtTheirDocumentedLimits) {
   EXPECT_EQ(defaults.models[0].max_queue_wait_ms, 30'000);
 }
 
+// `make run` serves configs/demo.json as shipped: on a 2-core machine (issue 16's fresh Debian)
+// its CPU workers' threads fit the cores (the supervisor warns otherwise), and every model is
+// warmed up before it reports ready, so the first request is as fast as the rest.
+TEST(ConfigTest, DemoConfigFitsTwoCoresAndWarmsUpEveryModel) {
+  FarmConfig c;
+  ASSERT_TRUE(LoadConfigFile(std::string(TORCHFARM_SOURCE_DIR) + "/configs/demo.json", &c).ok());
+  constexpr int kCores = 2;
+  int threads = 0;
+  for (const ModelConfig& model : c.models) {
+    EXPECT_FALSE(model.warmup.empty()) << model.name << " has no warmup";
+    for (const InstanceConfig& instance : model.instances) {
+      if (instance.device == "cpu") {
+        threads += ResolveInstanceCount(instance, kCores) * instance.threads;
+      }
+    }
+  }
+  EXPECT_LE(threads, kCores);
+}
+
 }  // namespace
 }  // namespace torchfarm

@@ -17,6 +17,8 @@
 #include <gtest/gtest.h>
 #include <zmq.hpp>
 
+#include "supervisor/run_dir_lock.h"
+
 namespace torchfarm::testing {
 
 namespace fs = std::filesystem;
@@ -116,6 +118,10 @@ Farm::~Farm() {
     std::fprintf(stderr, "---- supervisor.log of the failed test ----\n");
     while (std::getline(log, line)) std::fprintf(stderr, "%s\n", line.c_str());
   }
+  // A supervisor that did not exit on its own (SIGKILLed here or by the test) leaves its /dev/shm
+  // segments behind; the sweep a supervisor runs at its own start removes them (and those of any
+  // other dead supervisor), so the suite leaves /dev/shm as it found it (tests/CMakeLists.txt).
+  RemoveStaleFiles(dir_ + "/run");
   std::error_code ec;
   fs::remove_all(dir_, ec);
 }
@@ -168,6 +174,7 @@ int RunSupervisorToExit(const std::string& config_path, std::string* log, int ti
   if (code == -1000) {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
+    RemoveStaleFiles("");  // its segments only: the run_dir is the caller's to remove
   }
   std::ifstream in(log_path);
   log->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

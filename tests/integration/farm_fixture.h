@@ -2,7 +2,8 @@
 // for readiness through its admin socket, and stops it with SIGTERM, the way an operator would.
 //
 // Owns: a scratch folder (config, run_dir, ipc sockets) removed on destruction, and the
-// supervisor's pid (SIGKILLed if still alive on destruction). When the running test failed
+// supervisor's pid (SIGKILLed if still alive on destruction; then the /dev/shm segments of dead
+// supervisors are removed with the supervisor's own RemoveStaleFiles). When the running test failed
 // during the Farm's life, the destructor prints the supervisor's log.
 #pragma once
 

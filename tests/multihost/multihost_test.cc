@@ -23,6 +23,7 @@
 
 #include "../integration/farm_fixture.h"
 #include "netns_topology.h"
+#include "supervisor/run_dir_lock.h"
 #include "torchfarm/multi_client.h"
 
 namespace torchfarm::testing {
@@ -95,6 +96,7 @@ class HostFarm {
     ::kill(pid_, SIGKILL);  // its workers follow (PR_SET_PDEATHSIG)
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;
+    RemoveStaleFiles(dir_ + "/run");  // the killed supervisor's /dev/shm segments
   }
 
  private:

@@ -122,4 +122,7 @@ def farm():
         if not clean:
             sys.stderr.write(f"---- supervisor.log (exit {process.returncode}) ----\n"
                              f"{log_path.read_text()}\n")
+            # A supervisor that did not exit cleanly leaves its segments (torchfarm-<pid>-...).
+            for segment in Path("/dev/shm").glob(f"torchfarm-{process.pid}-*"):
+                segment.unlink(missing_ok=True)
         shutil.rmtree(scratch, ignore_errors=True)
