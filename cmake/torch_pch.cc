@@ -1,0 +1,1 @@
+// Compiled only to make the LibTorch precompiled header (cmake/TorchfarmBuildSpeed.cmake).
