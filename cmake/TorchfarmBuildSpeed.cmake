@@ -11,10 +11,12 @@
 #   torchfarm_use_torch_pch(<target>)  LibTorch's headers (torch/script.h, ATen) plus nlohmann/json
 #       and cppzmq, compiled once by torchfarm_torch_pch and reused (REUSE_FROM) by every target
 #       that includes LibTorch: parsing them is most of what a LibTorch file costs.
-#   torchfarm_precompile(<target> [TEST])  nlohmann/json, cppzmq and the standard headers (TEST:
-#       GoogleTest too), one precompiled header per target: per target because the sanitized
-#       trees (TORCHFARM_SANITIZE, TORCHFARM_FUZZ) and -fPIC give targets different flags, and a
-#       precompiled header is only valid for the flags it was made with (clang refuses the rest).
+#   torchfarm_precompile(<target> [HEADERS ...])  nlohmann/json, cppzmq and the standard headers
+#       (plus HEADERS), one precompiled header per library: per target because -fPIC and the
+#       sanitized trees (TORCHFARM_SANITIZE) give libraries different flags, and a precompiled
+#       header is only valid for the flags it was made with (GCC ignores it, clang refuses it).
+#   torchfarm_precompile_test(<target>)  test code without LibTorch: -O0 and one precompiled
+#       header with GoogleTest shared by all such tests (torchfarm_test_pch).
 # Either can be switched off (-DTORCHFARM_PCH=OFF) to check that every file includes what it uses.
 option(TORCHFARM_CCACHE "Compile through ccache when it is installed" ON)
 option(TORCHFARM_PCH "Precompiled headers for LibTorch, nlohmann/json, cppzmq and GoogleTest" ON)
@@ -32,6 +34,7 @@ set(TORCHFARM_PCH_STD_HEADERS <algorithm> <atomic> <chrono> <cstdint> <cstring> 
     <memory> <mutex> <optional> <string> <thread> <unordered_map> <vector>)
 set(TORCHFARM_PCH_LIBRARY_HEADERS <nlohmann/json.hpp> <zmq.hpp>)
 set(TORCHFARM_PCH_TEST_HEADERS <gtest/gtest.h> <gmock/gmock.h>)
+set(TORCHFARM_PCH_SOURCE ${CMAKE_CURRENT_LIST_DIR}/pch.cc)
 
 # Test code compiles at -O0: the code under test comes from the libraries with the build type's
 # flags, and a GoogleTest + nlohmann/json file costs half the CPU time at -O0 that it does at -O2.
@@ -40,22 +43,43 @@ set(TORCHFARM_PCH_TEST_HEADERS <gtest/gtest.h> <gmock/gmock.h>)
 set(TORCHFARM_TEST_COMPILE_OPTIONS -O0 CACHE STRING
     "Compile options of test code that does not include LibTorch (empty: the build type's)")
 
+# torchfarm_precompile(<target> [HEADERS <extra headers>...]): a precompiled header of its own.
 function(torchfarm_precompile target)
   if(NOT TORCHFARM_PCH)
     return()
   endif()
-  cmake_parse_arguments(P "TEST" "" "" ${ARGN})
-  set(headers ${TORCHFARM_PCH_STD_HEADERS} ${TORCHFARM_PCH_LIBRARY_HEADERS})
-  if(P_TEST)
-    list(APPEND headers ${TORCHFARM_PCH_TEST_HEADERS})
+  cmake_parse_arguments(P "" "" "HEADERS" ${ARGN})
+  target_precompile_headers(${target} PRIVATE ${TORCHFARM_PCH_STD_HEADERS}
+                            ${TORCHFARM_PCH_LIBRARY_HEADERS} ${P_HEADERS})
+endfunction()
+
+# torchfarm_precompile_test(<target>): test code without LibTorch (at TORCHFARM_TEST_COMPILE_OPTIONS)
+# shares one precompiled header with GoogleTest, made by torchfarm_test_pch. A sanitized tree gives
+# only some tests the sanitizer flags, so there each test makes its own.
+function(torchfarm_precompile_test target)
+  target_compile_options(${target} PRIVATE ${TORCHFARM_TEST_COMPILE_OPTIONS})
+  if(NOT TORCHFARM_PCH)
+    return()
   endif()
-  target_precompile_headers(${target} PRIVATE ${headers})
+  if(TORCHFARM_SANITIZE)
+    torchfarm_precompile(${target} HEADERS ${TORCHFARM_PCH_TEST_HEADERS})
+    return()
+  endif()
+  if(NOT TARGET torchfarm_test_pch)
+    add_library(torchfarm_test_pch OBJECT ${TORCHFARM_PCH_SOURCE})
+    target_link_libraries(torchfarm_test_pch PRIVATE cppzmq nlohmann_json::nlohmann_json
+                          GTest::gtest)
+    target_compile_options(torchfarm_test_pch PRIVATE ${TORCHFARM_TEST_COMPILE_OPTIONS})
+    target_precompile_headers(torchfarm_test_pch PRIVATE ${TORCHFARM_PCH_STD_HEADERS}
+                              ${TORCHFARM_PCH_LIBRARY_HEADERS} ${TORCHFARM_PCH_TEST_HEADERS})
+  endif()
+  target_precompile_headers(${target} REUSE_FROM torchfarm_test_pch)
 endfunction()
 
 # The one LibTorch precompiled header. Its users share its flags: none of them is sanitized or
 # -fPIC (cmake/TorchfarmSanitize.cmake lists no LibTorch target).
 if(TORCHFARM_PCH)
-  add_library(torchfarm_torch_pch OBJECT ${CMAKE_CURRENT_LIST_DIR}/torch_pch.cc)
+  add_library(torchfarm_torch_pch OBJECT ${TORCHFARM_PCH_SOURCE})
   target_link_libraries(torchfarm_torch_pch PRIVATE ${TORCH_LIBRARIES} cppzmq
                         nlohmann_json::nlohmann_json)
   target_precompile_headers(torchfarm_torch_pch PRIVATE <torch/script.h> <ATen/Parallel.h>

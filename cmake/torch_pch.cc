@@ -1,1 +1,0 @@
-// Compiled only to make the LibTorch precompiled header (cmake/TorchfarmBuildSpeed.cmake).
