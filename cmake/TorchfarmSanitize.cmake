@@ -28,7 +28,8 @@ set(TORCHFARM_SANITIZED_TARGETS
   torchfarm_bench_tools torchfarm-supervisor torchfarm
   common_test common_client_test common_multi_client_test ipc_test slot_codec_test
   supervisor_unit_test
-  fuzz_regression_test ops_tools_unit_test security_test zero_copy_reply_test mps_test)
+  fuzz_regression_test ops_tools_unit_test security_test zero_copy_reply_test mps_test
+  torchfarm_farm_fixture)
 
 function(torchfarm_apply_sanitizers)
   if(NOT TORCHFARM_SANITIZE)

@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   cmake g++ make pkg-config
+  ccache                 # compiler cache; CMake uses it when present (cmake/TorchfarmBuildSpeed.cmake)
   libtorch-dev
   libopenblas0-openmp    # without it Debian's libtorch runs on the reference BLAS (~17x slower)
   libzmq3-dev cppzmq-dev

@@ -1,0 +1,1 @@
+// Compiled only to make a shared precompiled header (cmake/TorchfarmBuildSpeed.cmake).
