@@ -71,6 +71,12 @@ TEST_F(IpcEndpointFileTest, AFileReplacedByAnotherBindStays) {
   zmq::socket_t first = Bind(endpoint);
   IpcEndpointFile file = IpcEndpointFile::Bound(endpoint);
   first.close();
+  // libzmq closes the listener on its I/O thread after close() returns, and that close may unlink
+  // the path: wait until nothing listens there, or it could unlink the second bind's file.
+  for (int i = 0; i < 200 && !CheckIpcEndpointFree(endpoint).ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   zmq::socket_t second = Bind(endpoint);  // libzmq unlinks the old file and makes a new one
   file.Remove();
   EXPECT_TRUE(fs::exists(dir_ + "/b.sock")) << "the newer owner's file was removed";
