@@ -14,6 +14,12 @@
 namespace torchfarm {
 
 namespace {
+int64_t ChangedNs(const struct stat& st) {
+  return static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
+}
+}  // namespace
+
+namespace {
 constexpr char kIpcScheme[] = "ipc://";
 }  // namespace
 
@@ -27,7 +33,8 @@ std::string IpcEndpointPath(const std::string& endpoint) {
 IpcEndpointFile::IpcEndpointFile(IpcEndpointFile&& other) noexcept
     : path_(std::exchange(other.path_, std::string())),
       device_(other.device_),
-      inode_(other.inode_) {}
+      inode_(other.inode_),
+      changed_ns_(other.changed_ns_) {}
 
 IpcEndpointFile& IpcEndpointFile::operator=(IpcEndpointFile&& other) noexcept {
   if (this != &other) {
@@ -35,6 +42,7 @@ IpcEndpointFile& IpcEndpointFile::operator=(IpcEndpointFile&& other) noexcept {
     path_ = std::exchange(other.path_, std::string());
     device_ = other.device_;
     inode_ = other.inode_;
+    changed_ns_ = other.changed_ns_;
   }
   return *this;
 }
@@ -48,13 +56,15 @@ IpcEndpointFile IpcEndpointFile::Bound(const std::string& endpoint) {
   file.path_ = std::move(path);
   file.device_ = st.st_dev;
   file.inode_ = st.st_ino;
+  file.changed_ns_ = ChangedNs(st);
   return file;
 }
 
 void IpcEndpointFile::Remove() {
   if (path_.empty()) return;
   struct stat st {};
-  if (::lstat(path_.c_str(), &st) == 0 && st.st_dev == device_ && st.st_ino == inode_) {
+  if (::lstat(path_.c_str(), &st) == 0 && st.st_dev == device_ && st.st_ino == inode_ &&
+      ChangedNs(st) == changed_ns_) {
     ::unlink(path_.c_str());
   }
   path_.clear();

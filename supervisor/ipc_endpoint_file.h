@@ -41,6 +41,9 @@ class IpcEndpointFile {
   std::string path_;
   dev_t device_ = 0;
   ino_t inode_ = 0;
+  // A file system may give a new file the inode of one just unlinked: the change time tells a
+  // later bind's file from ours.
+  int64_t changed_ns_ = 0;
 };
 
 // The file of an ipc:// endpoint ("ipc:///run/x.sock" -> "/run/x.sock"); empty for other

@@ -71,8 +71,8 @@ TEST_F(IpcEndpointFileTest, AFileReplacedByAnotherBindStays) {
   zmq::socket_t first = Bind(endpoint);
   IpcEndpointFile file = IpcEndpointFile::Bound(endpoint);
   first.close();
-  // libzmq closes the listener on its I/O thread after close() returns, and that close may unlink
-  // the path: wait until nothing listens there, or it could unlink the second bind's file.
+  // Once the old listener is gone (libzmq closes it on its I/O thread), the file system may hand
+  // the second bind's file the inode the first one had: the change time must tell them apart.
   for (int i = 0; i < 200 && !CheckIpcEndpointFree(endpoint).ok(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
