@@ -33,8 +33,6 @@ class WorkerPool {
   // Applies to the next launches (heartbeat_ms after a reload).
   void set_heartbeat_ms(int heartbeat_ms) { context_.heartbeat_ms = heartbeat_ms; }
   const RestartPolicy& policy() const { return policy_; }
-  const LaunchContext& launch_context() const { return context_; }
-  LaunchContext& mutable_launch_context() { return context_; }
 
   // Adds a slot (not launched); returns its index.
   size_t Add(const ModelConfig& model, const InstanceConfig& instance, size_t model_index);
