@@ -372,6 +372,58 @@ static Status ParseCurve(const json& j, const std::string& base_dir, CurveConfig
   return Status::Ok();
 }
 
+static Status ParseFrontendEndpoint(const json& j, const char* key, const FarmConfig& c,
+                                    std::string* out) {
+  Status s = GetString(j, key, "config", false, out);
+  if (!s.ok() || out->empty()) return s;
+  const std::string where = std::string("config.") + key;
+  std::string host;
+  int port = 0;
+  if (s = SplitHostPort(*out, where, &host, &port); !s.ok()) return s;
+  if (!IsLocalEndpoint("tcp://" + host + ":" + std::to_string(port)) &&
+      !c.frontend.tls.enabled() && !c.insecure) {
+    return InvalidArgument(where + ": "" + *out +
+                           "" is reachable from the network but "frontend.tls" is not "
+                           "configured; set "frontend": {"tls": {"cert_file", "key_file"}} "
+                           "(docs/security.md), bind a loopback address, or set "insecure": "
+                           "true to serve unauthenticated clients anyway");
+  }
+  return Status::Ok();
+}
+
+static Status ParseFrontend(const json& j, const std::string& base_dir, FrontendConfig* out) {
+  const std::string where = "config.frontend";
+  if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
+  Status s = CheckKeys(j, where, {"threads", "max_connections", "idle_timeout_ms",
+                                  "request_timeout_ms", "max_header_bytes", "max_body_bytes",
+                                  "tls"});
+  if (!s.ok()) return s;
+  FrontendConfig f;
+  if (s = GetInt(j, "threads", where, 1, 64, &f.threads); !s.ok()) return s;
+  if (s = GetInt(j, "max_connections", where, 1, 1'000'000, &f.max_connections); !s.ok()) return s;
+  if (s = GetInt(j, "idle_timeout_ms", where, 100, 86'400'000, &f.idle_timeout_ms); !s.ok())
+    return s;
+  if (s = GetInt(j, "request_timeout_ms", where, 100, 86'400'000, &f.request_timeout_ms); !s.ok())
+    return s;
+  if (s = GetInt(j, "max_header_bytes", where, 1024, 1 << 20, &f.max_header_bytes); !s.ok())
+    return s;
+  if (s = GetInt(j, "max_body_bytes", where, 1024, int64_t{4} << 30, &f.max_body_bytes); !s.ok())
+    return s;
+  if (auto tls = j.find("tls"); tls != j.end()) {
+    const std::string tls_where = where + ".tls";
+    if (!tls->is_object()) return InvalidArgument(tls_where + ": expected an object, got " + Got(*tls));
+    if (s = CheckKeys(*tls, tls_where, {"cert_file", "key_file"}); !s.ok()) return s;
+    if (s = GetString(*tls, "cert_file", tls_where, true, &f.tls.cert_file); !s.ok()) return s;
+    if (s = GetString(*tls, "key_file", tls_where, true, &f.tls.key_file); !s.ok()) return s;
+    for (std::string* path : {&f.tls.cert_file, &f.tls.key_file}) {
+      std::filesystem::path p(*path);
+      if (p.is_relative()) *path = (std::filesystem::path(base_dir) / p).lexically_normal().string();
+    }
+  }
+  *out = std::move(f);
+  return Status::Ok();
+}
+
 // Defaults that depend on the models: a request never needs more than the largest ring slot plus
 // its header, so that is what the socket accepts unless the config says otherwise.
 static Status ParseLimits(const json* j, const std::vector<ModelConfig>& models, LimitsConfig* out) {
@@ -432,6 +484,24 @@ bool IsLocalEndpoint(const std::string& endpoint) {
   return a == 127 && b >= 0 && b <= 255 && c >= 0 && c <= 255 && d >= 0 && d <= 255;
 }
 
+Status SplitHostPort(const std::string& text, const std::string& where, std::string* host,
+                     int* port) {
+  const size_t colon = text.rfind(':');
+  std::string h = colon == std::string::npos ? std::string() : text.substr(0, colon);
+  const std::string p = colon == std::string::npos ? std::string() : text.substr(colon + 1);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  bool digits = !p.empty() && p.size() <= 5;
+  for (char ch : p) digits = digits && ch >= '0' && ch <= '9';
+  const int value = digits ? std::stoi(p) : -1;
+  if (h.empty() || !digits || value > 65535) {
+    return InvalidArgument(where + ": expected \"HOST:PORT\" with a port 0..65535 (e.g. "
+                           "\"127.0.0.1:8000\"), got \"" + text + "\"");
+  }
+  *host = h;
+  *port = value;
+  return Status::Ok();
+}
+
 // The job socket may face the network only with CURVE (or an explicit "insecure": true); the admin
 // socket never faces it, and a TCP admin socket needs CURVE even on loopback.
 static Status CheckEndpointSecurity(const FarmConfig& c) {
@@ -462,7 +532,8 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
   Status s = CheckKeys(j, "config", {"endpoint", "admin_endpoint", "run_dir", "heartbeat_ms",
                                      "worker_binary", "models", "max_retries",
                                      "drain_timeout_ms", "restart", "metrics_endpoint", "curve",
-                                     "insecure", "ipc_group", "limits", "client_shm", "gpu"});
+                                     "insecure", "ipc_group", "limits", "client_shm", "gpu",
+                                     "http_endpoint", "grpc_endpoint", "frontend"});
   if (!s.ok()) return s;
   FarmConfig c;
   if (s = GetString(j, "endpoint", "config", false, &c.endpoint); !s.ok()) return s;
@@ -501,6 +572,16 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
                            c.endpoint + "\"");
   }
   if (s = CheckEndpointSecurity(c); !s.ok()) return s;
+  if (auto frontend = j.find("frontend"); frontend != j.end()) {
+    if (s = ParseFrontend(*frontend, base_dir, &c.frontend); !s.ok()) return s;
+  }
+  if (s = ParseFrontendEndpoint(j, "http_endpoint", c, &c.frontend.http_endpoint); !s.ok()) return s;
+  if (s = ParseFrontendEndpoint(j, "grpc_endpoint", c, &c.frontend.grpc_endpoint); !s.ok()) return s;
+  if (!c.frontend.http_endpoint.empty() && c.frontend.http_endpoint == c.frontend.grpc_endpoint &&
+      c.frontend.http_endpoint.substr(c.frontend.http_endpoint.rfind(':')) != ":0") {
+    return InvalidArgument("config.grpc_endpoint: must differ from http_endpoint "" +
+                           c.frontend.http_endpoint + """);
+  }
   auto models = j.find("models");
   if (models == j.end() || !models->is_array() || models->empty()) {
     return InvalidArgument("config.models: expected a non-empty array of models");

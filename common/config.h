@@ -111,6 +111,30 @@ struct LimitsConfig {
   int64_t max_queued_per_client = 256;  // queued + running requests of one client identity
 };
 
+// TLS of the HTTP and gRPC front ends: PEM files (relative paths resolve against the config).
+struct TlsConfig {
+  std::string cert_file;  // certificate chain
+  std::string key_file;   // private key
+  bool enabled() const { return !cert_file.empty(); }
+};
+
+// "http_endpoint", "grpc_endpoint" and "frontend": the Open Inference Protocol (KServe v2) front
+// ends (docs/kserve-v2.md). Both endpoints are off by default; "HOST:PORT", port 0 picks a free
+// one (the log and stats say which). Like the job socket, a non-loopback host needs "tls" or
+// "insecure": true.
+struct FrontendConfig {
+  std::string http_endpoint;
+  std::string grpc_endpoint;
+  int threads = 1;                       // front-end threads (FarmChannels), 1..64
+  int max_connections = 1024;            // open HTTP connections; more are closed at accept
+  int64_t idle_timeout_ms = 60'000;      // a keep-alive connection with no request this long closes
+  int64_t request_timeout_ms = 30'000;   // a request's header and body must arrive within this
+  uint64_t max_header_bytes = 16 << 10;  // HTTP request line + headers
+  uint64_t max_body_bytes = 64 << 20;    // HTTP body, gRPC message
+  TlsConfig tls;
+  bool enabled() const { return !http_endpoint.empty() || !grpc_endpoint.empty(); }
+};
+
 struct FarmConfig {
   std::string endpoint = "tcp://127.0.0.1:5555";
   std::string admin_endpoint;  // default: ipc://<run_dir>/admin.sock
@@ -127,6 +151,7 @@ struct FarmConfig {
   LimitsConfig limits;
   ClientShmConfig client_shm;
   GpuConfig gpu;
+  FrontendConfig frontend;
   std::vector<ModelConfig> models;
   std::string source_path;     // the file this came from, for reloads and messages
 };
@@ -140,6 +165,9 @@ Status LoadConfigFile(const std::string& path, FarmConfig* out);
 // endpoints another host cannot reach. Every other endpoint (tcp://*, tcp://0.0.0.0, an interface
 // name, ws://, pgm://...) counts as reachable from the network.
 bool IsLocalEndpoint(const std::string& endpoint);
+// "HOST:PORT" of a front end: splits it (HOST may be "[::1]"); errors name `where`.
+Status SplitHostPort(const std::string& text, const std::string& where, std::string* host,
+                     int* port);
 
 // The warm-up batches as the worker's --warmup argument takes them: a JSON array of arrays of
 // {"dtype", "shape"}; and back.

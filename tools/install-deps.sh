@@ -9,7 +9,9 @@ packages=(
   libtorch-dev
   libopenblas0-openmp    # without it Debian's libtorch runs on the reference BLAS (~17x slower)
   libzmq3-dev cppzmq-dev
-  libboost-dev           # Boost.Interprocess (header-only)
+  libboost-dev           # Boost.Interprocess, Boost.Beast (HTTP front end), header-only
+  libssl-dev             # TLS of the HTTP front end (Beast over OpenSSL)
+  libgrpc++-dev protobuf-compiler protobuf-compiler-grpc  # the gRPC front end (KServe v2)
   nlohmann-json3-dev
   libcli11-dev
   libgtest-dev libgmock-dev
@@ -18,6 +20,7 @@ packages=(
   libsystemd-dev         # sd_notify: Type=notify, watchdog
   systemd                # systemd-analyze verify of configs/*.service (tests/tools)
   python3-numpy python3-zmq python3-pytest
+  python3-requests python3-grpcio python3-protobuf  # tests/python: v2 clients as users write them
   python3-yaml           # offline check of deploy/kubernetes (tests/multihost)
   iproute2               # ip netns: the multihost test (tests/multihost)
 )

@@ -1,0 +1,100 @@
+// FarmChannel: how a front-end thread talks to the supervisor's job loop.
+//
+// The HTTP and gRPC front ends (docs/kserve-v2.md) run on threads of the supervisor process, never
+// on its poll loop. Each FarmChannel is one such thread: it runs a Boost.Asio io_context and owns
+// one ZeroMQ DEALER socket connected to the loop's front-end socket (inproc://, a ROUTER the
+// supervisor polls beside the job socket). So a front-end request is an ordinary job to the loop:
+// the same intake checks, batching, quotas and replies as the ZeroMQ path, with no extra process
+// hop. The DEALER's descriptor (ZMQ_FD) is watched by the io_context, so one thread serves both
+// its HTTP connections and its farm replies.
+//
+// Messages on the front-end socket (DEALER -> loop): [tag][header][data frames...], where
+//   tag     "http <peer>" or "grpc <peer>": the protocol (metrics label) and the client identity
+//           that limits.max_queued_per_client counts by; or "meta": a metadata/health query.
+//   header  a wire-protocol request header (docs/protocol.md), "id" set by the channel; for
+//           "meta": {"id": N} or {"id": N, "model": NAME}.
+// Replies (loop -> DEALER): [header][data frames...], exactly as the job socket's replies. A
+// "meta" reply is {"id": N, "status": "ok", "live": true, "ready": bool, "draining": bool,
+// "models": [ModelMetadataJson...]} (supervisor/model_metadata.h).
+//
+// Thread rules: Call may be used from the channel's own thread (HTTP sessions on its io_context);
+// Post hands work to that thread from any other (gRPC's threads). `done` always runs on the
+// channel's thread, exactly once per Call, also when the channel stops (UNAVAILABLE).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "common/protocol.h"
+#include "common/status.h"
+
+namespace torchfarm {
+
+// The loop's end of the front-end socket.
+inline constexpr const char* kFrontendEndpoint = "inproc://torchfarm-frontend";
+inline constexpr const char* kMetaTag = "meta";
+
+// One answer from the loop. `status` is not OK when the farm answered with an error or when the
+// channel could not deliver the request; `header` is the reply's parsed header (empty on a channel
+// failure), `frames` its data frames (one per output).
+struct FarmReply {
+  Status status;
+  ReplyHeader header;
+  std::vector<zmq::message_t> frames;
+};
+
+class FarmChannel {
+ public:
+  using Done = std::function<void(FarmReply)>;
+
+  // Connects a DEALER to `endpoint` in `context`; Start runs the thread.
+  FarmChannel(zmq::context_t& context, std::string endpoint = kFrontendEndpoint);
+  ~FarmChannel();  // Stop()
+  FarmChannel(const FarmChannel&) = delete;
+  FarmChannel& operator=(const FarmChannel&) = delete;
+
+  Status Start();
+  // Ends the thread; calls still waiting get UNAVAILABLE ("the supervisor is shutting down").
+  void Stop();
+
+  boost::asio::io_context& io() { return io_; }
+
+  // On the channel's thread. `header` is a request header without "id" (the channel sets it);
+  // `frames` are its data frames. `tag` is "http <peer>", "grpc <peer>" or kMetaTag.
+  void Call(const std::string& tag, nlohmann::json header, std::vector<zmq::message_t> frames,
+            Done done);
+  // From any thread: runs `work` on the channel's thread.
+  void Post(std::function<void()> work);
+
+  // Calls sent and not yet answered (for tests and stats).
+  size_t pending() const { return pending_count_.load(std::memory_order_relaxed); }
+
+ private:
+  void WatchSocket();
+  void DrainReplies();
+  void FailAll(const Status& status);
+
+  zmq::context_t& context_;
+  std::string endpoint_;
+  zmq::socket_t socket_;
+  boost::asio::io_context io_;
+  std::unique_ptr<boost::asio::posix::stream_descriptor> socket_fd_;
+  std::thread thread_;
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, Done> waiting_;
+  std::atomic<size_t> pending_count_{0};
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace torchfarm

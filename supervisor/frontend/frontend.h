@@ -1,0 +1,49 @@
+// Frontend: the Open Inference Protocol front ends of one supervisor (docs/kserve-v2.md).
+//
+// Owns: the FarmChannels (config.frontend.threads of them, each a thread with a DEALER on the
+// loop's inproc front-end socket), the HttpServer and the GrpcServer when their endpoints are
+// configured, and the FrontendStats they share. Created and stopped by the Supervisor on its loop
+// thread: Start after the loop's front-end socket is bound, Stop before the ZeroMQ context ends.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "common/config.h"
+#include "common/status.h"
+#include "supervisor/frontend/farm_channel.h"
+#include "supervisor/frontend/frontend_stats.h"
+
+namespace torchfarm {
+
+class HttpServer;
+class GrpcServer;
+
+class Frontend {
+ public:
+  Frontend();
+  ~Frontend();  // Stop()
+
+  // Starts the channels and the servers `config` enables; logs each bound address. Errors name
+  // the endpoint.
+  Status Start(const FrontendConfig& config, zmq::context_t& context);
+  void Stop();
+
+  int http_port() const;  // 0 when off
+  int grpc_port() const;
+  const FrontendStats& stats() const { return stats_; }
+  // For `stats`: {"http": {"endpoint", "port", ...FrontendStats}, "grpc": {...}}
+  nlohmann::json ToJson() const;
+
+ private:
+  FrontendConfig config_;
+  FrontendStats stats_;
+  std::vector<std::unique_ptr<FarmChannel>> channels_;
+  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<GrpcServer> grpc_;
+};
+
+}  // namespace torchfarm

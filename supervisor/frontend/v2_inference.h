@@ -1,0 +1,83 @@
+// The Open Inference Protocol (KServe v2) inference request and response, independent of the
+// transport, and their translation to and from the farm's wire protocol (docs/protocol.md).
+//
+// Owns: the v2 datatype names and their mapping to DType; the checks a v2 request gets before it
+// becomes a farm job (datatype known, shape and byte count agree, names unique, BYTES refused);
+// building the farm header + data frames; turning a farm reply into v2 outputs (names, the
+// requested subset). The HTTP codec (v2_http_codec.h) and the gRPC service (grpc_service.h) fill
+// and read these structs; neither talks to the farm's wire format directly. Runs on front-end
+// threads; no state.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "common/dtype.h"
+#include "common/protocol.h"
+#include "common/status.h"
+
+namespace torchfarm {
+
+// "FP32", "FP16", "BF16", "FP64", "INT64", "INT32", "INT16", "INT8", "UINT8", "BOOL" <-> DType.
+// "BYTES" and unknown names give INVALID_ARGUMENT naming `where` and listing the accepted names.
+Status DTypeFromV2(std::string_view datatype, const std::string& where, DType* out);
+std::string_view V2DatatypeName(DType dtype);
+
+// One tensor. Its bytes are C-contiguous little-endian (row-major), itemsize x prod(shape) long,
+// held in a zmq message so they travel to the loop without another copy.
+struct V2Tensor {
+  std::string name;
+  std::string datatype;  // v2 name
+  std::vector<int64_t> shape;
+  zmq::message_t data;
+};
+
+struct V2RequestedOutput {
+  std::string name;
+  bool binary = false;  // HTTP binary extension: "binary_data": true
+};
+
+struct V2InferRequest {
+  std::string model;
+  std::string version;  // empty: the default version
+  std::string id;       // echoed in the response; empty: none
+  std::vector<V2Tensor> inputs;
+  // Empty: every output. Otherwise these, in this order; an unknown name is INVALID_ARGUMENT.
+  std::vector<V2RequestedOutput> outputs;
+  bool binary_outputs = false;  // HTTP: "parameters": {"binary_data_output": true}
+  int64_t timeout_ms = 0;       // parameters "timeout" (µs in Triton: converted) or 0
+  int priority = 0;             // parameters "priority"
+};
+
+struct V2InferResponse {
+  std::string model;
+  std::string version;
+  std::string id;
+  std::vector<V2Tensor> outputs;  // in the requested order; data holds the farm's frame
+  std::vector<bool> binary;       // per output: send as binary (HTTP only)
+  StageTimes timing;              // the farm's timing_us
+};
+
+// The farm request for `request`: header (without "id"; FarmChannel adds it) and one data frame
+// per input, moved out of `request`. Inputs travel by name; the loop puts them in the model's
+// order. Errors name the input: "inputs[1] ('x'): datatype 'FP33' is not one of FP32, ...".
+Status ToFarmRequest(V2InferRequest& request, nlohmann::json* header,
+                     std::vector<zmq::message_t>* frames);
+
+// Builds the v2 response from a farm reply to `request` (its outputs carry names; see
+// docs/protocol.md). Takes the frames. An output `request` asked for that the model did not
+// return is INVALID_ARGUMENT naming it and the outputs there are.
+Status FromFarmReply(const V2InferRequest& request, const ReplyHeader& reply,
+                     std::vector<zmq::message_t> frames, V2InferResponse* out);
+
+// HTTP status of a farm code: 400 INVALID_ARGUMENT, 404 NOT_FOUND, 429 RESOURCE_EXHAUSTED,
+// 504 DEADLINE_EXCEEDED, 503 UNAVAILABLE, 500 INTERNAL; 200 OK.
+int HttpStatusOf(StatusCode code);
+
+}  // namespace torchfarm

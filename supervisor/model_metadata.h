@@ -1,0 +1,21 @@
+// A served model's metadata as the Open Inference Protocol describes it (docs/kserve-v2.md):
+// name, versions, platform, and each input and output with name, datatype and shape (-1 for a
+// variable dimension).
+//
+// Owns: where that comes from. Inputs: the config's `inputs` (names default to INPUT__0...).
+// Outputs: the config's `outputs` when given; otherwise what the model returned (learned by the
+// supervisor from the worker's warm-up report or from the first batch it answered, with dim 0
+// written -1 when the model batches); until then an empty list. Loop thread only.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "supervisor/served_model.h"
+
+namespace torchfarm {
+
+// {"name": ..., "versions": ["1"], "platform": "pytorch_libtorch", "ready": ready,
+//  "inputs": [{"name", "datatype", "shape"}], "outputs": [...]}
+nlohmann::json ModelMetadataJson(const ServedModel& model, bool ready);
+
+}  // namespace torchfarm
