@@ -382,10 +382,10 @@ static Status ParseFrontendEndpoint(const json& j, const char* key, const FarmCo
   if (s = SplitHostPort(*out, where, &host, &port); !s.ok()) return s;
   if (!IsLocalEndpoint("tcp://" + host + ":" + std::to_string(port)) &&
       !c.frontend.tls.enabled() && !c.insecure) {
-    return InvalidArgument(where + ": "" + *out +
-                           "" is reachable from the network but "frontend.tls" is not "
-                           "configured; set "frontend": {"tls": {"cert_file", "key_file"}} "
-                           "(docs/security.md), bind a loopback address, or set "insecure": "
+    return InvalidArgument(where + ": \"" + *out +
+                           "\" is reachable from the network but \"frontend.tls\" is not "
+                           "configured; set \"frontend\": {\"tls\": {\"cert_file\", \"key_file\"}} "
+                           "(docs/security.md), bind a loopback address, or set \"insecure\": "
                            "true to serve unauthenticated clients anyway");
   }
   return Status::Ok();
@@ -579,8 +579,8 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
   if (s = ParseFrontendEndpoint(j, "grpc_endpoint", c, &c.frontend.grpc_endpoint); !s.ok()) return s;
   if (!c.frontend.http_endpoint.empty() && c.frontend.http_endpoint == c.frontend.grpc_endpoint &&
       c.frontend.http_endpoint.substr(c.frontend.http_endpoint.rfind(':')) != ":0") {
-    return InvalidArgument("config.grpc_endpoint: must differ from http_endpoint "" +
-                           c.frontend.http_endpoint + """);
+    return InvalidArgument("config.grpc_endpoint: must differ from http_endpoint \"" +
+                           c.frontend.http_endpoint + "\"");
   }
   auto models = j.find("models");
   if (models == j.end() || !models->is_array() || models->empty()) {
