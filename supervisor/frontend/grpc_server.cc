@@ -1,0 +1,334 @@
+// GrpcServer: gRPC's callback API. A handler runs on one of gRPC's threads, converts the request
+// (grpc_service.h, v2_inference.h) and posts it to a FarmChannel, chosen round robin; the channel
+// sends it to the loop and, on its own thread, fills the response from the reply and finishes the
+// call. No thread waits for the farm.
+#include "supervisor/frontend/grpc_server.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <utility>
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include "proto/grpc_predict_v2.grpc.pb.h"
+#include "supervisor/frontend/grpc_service.h"
+#include "supervisor/frontend/v2_inference.h"
+
+namespace torchfarm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+// Streams one HTTP/2 connection may hold open; the farm's per-client quota bounds the rest.
+constexpr int kMaxConcurrentStreams = 1024;
+// Memory gRPC may hold in buffers (ResourceQuota): a few messages of the largest allowed size.
+constexpr uint64_t kMinQuotaBytes = uint64_t{256} << 20;
+constexpr uint64_t kQuotaMessages = 4;
+
+int64_t MicrosSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+}
+
+Status ReadPemFile(const std::string& path, const char* what, std::string* out) {
+  std::ifstream file(path, std::ios::binary);
+  std::ostringstream text;
+  if (file) text << file.rdbuf();
+  if (!file || text.str().empty()) {
+    return InvalidArgument("frontend.tls." + std::string(what) + " '" + path +
+                           "': cannot read a PEM file there");
+  }
+  *out = text.str();
+  return Status::Ok();
+}
+
+// The client's gRPC deadline becomes the farm's timeout_ms when it is the nearer one.
+Status ApplyDeadline(const grpc::CallbackServerContext& context, V2InferRequest* request) {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return Status::Ok();
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        deadline - std::chrono::system_clock::now()).count() + 1;
+  if (left <= 0) return Status(StatusCode::kDeadlineExceeded, "the call's deadline had passed");
+  if (request->timeout_ms == 0 || left < request->timeout_ms) request->timeout_ms = left;
+  return Status::Ok();
+}
+
+}  // namespace
+
+class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  Impl(const FrontendConfig& config, std::vector<FarmChannel*> channels, FrontendStats* stats)
+      : config_(config), channels_(std::move(channels)), stats_(stats) {}
+  ~Impl() override { Stop(); }
+
+  Status Start();
+  void Stop();
+  int port() const { return port_; }
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
+                                       const inference::ServerLiveRequest*,
+                                       inference::ServerLiveResponse* response) override {
+    return Meta(context, "", [response](const json& meta) {
+      response->set_live(meta.value("live", false));
+      return Status::Ok();
+    });
+  }
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
+                                        const inference::ServerReadyRequest*,
+                                        inference::ServerReadyResponse* response) override {
+    return Meta(context, "", [response](const json& meta) {
+      response->set_ready(meta.value("ready", false));
+      return Status::Ok();
+    });
+  }
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
+                                       const inference::ModelReadyRequest* request,
+                                       inference::ModelReadyResponse* response) override {
+    return Meta(context, request->name(),
+                [name = request->name(), version = request->version(), response](const json& meta) {
+                  const json* model = nullptr;
+                  Status s = FindModelInMeta(meta, name, version, &model);
+                  if (s.ok()) response->set_ready(model->value("ready", false));
+                  return s;
+                });
+  }
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
+                                          const inference::ModelMetadataRequest* request,
+                                          inference::ModelMetadataResponse* response) override {
+    return Meta(context, request->name(),
+                [name = request->name(), version = request->version(), response](const json& meta) {
+                  const json* model = nullptr;
+                  Status s = FindModelInMeta(meta, name, version, &model);
+                  return s.ok() ? ModelMetadataFromJson(*model, response) : s;
+                });
+  }
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
+                                           const inference::ServerMetadataRequest*,
+                                           inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
+
+ private:
+  class Call;
+  using OnReply = std::function<Status(FarmReply& reply)>;
+
+  // A registered call, or null when the server is stopping (the call is then finished already).
+  std::shared_ptr<Call> Begin(grpc::ServerUnaryReactor* reactor);
+  void Forget(Call* call);
+  // Sends header + frames to the loop through the next channel; `on_reply` fills the response
+  // from an OK reply (on the channel's thread) and its status finishes the call.
+  void Submit(std::shared_ptr<Call> call, std::string tag, json header,
+              std::vector<zmq::message_t> frames, OnReply on_reply);
+  // A "meta" query (farm_channel.h) for `model` (empty: every model); `fill` reads the reply.
+  grpc::ServerUnaryReactor* Meta(grpc::CallbackServerContext* context, const std::string& model,
+                                 std::function<Status(const json& meta)> fill);
+
+  const FrontendConfig config_;
+  const std::vector<FarmChannel*> channels_;
+  FrontendStats* const stats_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::atomic<size_t> next_channel_{0};
+  std::mutex mutex_;  // guards live_ and stopping_
+  std::unordered_map<Call*, std::shared_ptr<Call>> live_;
+  bool stopping_ = false;
+};
+
+// One call in flight. The channel's reply and Stop may both want to finish it: the first to
+// Claim() owns the response object and calls Finish; the other leaves it alone.
+class GrpcServer::Impl::Call {
+ public:
+  Call(Impl* owner, grpc::ServerUnaryReactor* reactor) : owner_(owner), reactor_(reactor) {}
+
+  bool Claim() { return !claimed_.exchange(true, std::memory_order_acq_rel); }
+  // After a successful Claim(): counts the call and ends it with `status`.
+  void Finish(const Status& status) {
+    owner_->stats_->Record(FrontendProtocol::kGrpc, status.code(), MicrosSince(received_),
+                           farm_us_);
+    owner_->Forget(this);
+    reactor_->Finish(ToGrpcStatus(status));
+  }
+  void MarkSent() { sent_ = Clock::now(); }
+  void MarkAnswered() { farm_us_ = MicrosSince(sent_); }
+
+ private:
+  Impl* const owner_;
+  grpc::ServerUnaryReactor* const reactor_;
+  const Clock::time_point received_ = Clock::now();
+  Clock::time_point sent_ = received_;
+  int64_t farm_us_ = 0;
+  std::atomic<bool> claimed_{false};
+};
+
+Status GrpcServer::Impl::Start() {
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (config_.tls.enabled()) {
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    if (Status s = ReadPemFile(config_.tls.key_file, "key_file", &pair.private_key); !s.ok()) {
+      return s;
+    }
+    if (Status s = ReadPemFile(config_.tls.cert_file, "cert_file", &pair.cert_chain); !s.ok()) {
+      return s;
+    }
+    grpc::SslServerCredentialsOptions options;
+    options.pem_key_cert_pairs.push_back(std::move(pair));
+    credentials = grpc::SslServerCredentials(options);
+  }
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config_.grpc_endpoint, credentials, &port_);
+  builder.RegisterService(this);
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<uint64_t>(config_.max_body_bytes, INT_MAX)));
+  grpc::ResourceQuota quota("torchfarm-grpc");
+  quota.Resize(std::max(kMinQuotaBytes, kQuotaMessages * config_.max_body_bytes));
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreams);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(std::min<int64_t>(config_.idle_timeout_ms, INT_MAX)));
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    server_.reset();
+    return Unavailable("grpc_endpoint '" + config_.grpc_endpoint +
+                       "': gRPC could not listen there (expected a free HOST:PORT; see the log "
+                       "line above for gRPC's reason)");
+  }
+  return Status::Ok();
+}
+
+void GrpcServer::Impl::Stop() {
+  std::unordered_map<Call*, std::shared_ptr<Call>> calls;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+    calls.swap(live_);
+  }
+  for (const auto& [address, call] : calls) {
+    if (call->Claim()) call->Finish(Unavailable("the gRPC front end is shutting down"));
+  }
+  // Every call is finished now (or finishes at once when it arrives), so this returns promptly.
+  if (server_) server_->Shutdown();
+}
+
+std::shared_ptr<GrpcServer::Impl::Call> GrpcServer::Impl::Begin(
+    grpc::ServerUnaryReactor* reactor) {
+  auto call = std::make_shared<Call>(this, reactor);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!stopping_) {
+      live_.emplace(call.get(), call);
+      return call;
+    }
+  }
+  call->Claim();
+  call->Finish(Unavailable("the gRPC front end is shutting down"));
+  return nullptr;
+}
+
+void GrpcServer::Impl::Forget(Call* call) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  live_.erase(call);
+}
+
+void GrpcServer::Impl::Submit(std::shared_ptr<Call> call, std::string tag, json header,
+                              std::vector<zmq::message_t> frames, OnReply on_reply) {
+  FarmChannel* channel =
+      channels_[next_channel_.fetch_add(1, std::memory_order_relaxed) % channels_.size()];
+  // Post takes a copyable function; the message frames are move-only, so they ride in a
+  // shared holder.
+  struct Payload {
+    json header;
+    std::vector<zmq::message_t> frames;
+  };
+  auto payload = std::make_shared<Payload>(Payload{std::move(header), std::move(frames)});
+  channel->Post([channel, call = std::move(call), tag = std::move(tag), payload,
+                 on_reply = std::move(on_reply)]() {
+    call->MarkSent();
+    channel->Call(tag, std::move(payload->header), std::move(payload->frames),
+                  [call, on_reply](FarmReply reply) {
+                    if (!call->Claim()) return;  // Stop finished it already
+                    call->MarkAnswered();
+                    Status status = reply.status;
+                    if (status.ok()) status = on_reply(reply);
+                    call->Finish(status);
+                  });
+  });
+}
+
+grpc::ServerUnaryReactor* GrpcServer::Impl::Meta(grpc::CallbackServerContext* context,
+                                                 const std::string& model,
+                                                 std::function<Status(const json& meta)> fill) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::shared_ptr<Call> call = Begin(reactor);
+  if (!call) return reactor;
+  json header = json::object();
+  if (!model.empty()) header["model"] = model;
+  Submit(std::move(call), kMetaTag, std::move(header), {},
+         [fill = std::move(fill)](FarmReply& reply) { return fill(reply.header.raw); });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GrpcServer::Impl::ServerMetadata(
+    grpc::CallbackServerContext* context, const inference::ServerMetadataRequest*,
+    inference::ServerMetadataResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::shared_ptr<Call> call = Begin(reactor);
+  if (call && call->Claim()) {
+    FillServerMetadata(response);
+    call->Finish(Status::Ok());
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GrpcServer::Impl::ModelInfer(grpc::CallbackServerContext* context,
+                                                       const inference::ModelInferRequest* request,
+                                                       inference::ModelInferResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::shared_ptr<Call> call = Begin(reactor);
+  if (!call) return reactor;
+  auto v2 = std::make_shared<V2InferRequest>();
+  json header;
+  std::vector<zmq::message_t> frames;
+  Status status = V2RequestFromProto(*request, v2.get());
+  if (status.ok()) status = ApplyDeadline(*context, v2.get());
+  if (status.ok()) status = ToFarmRequest(*v2, &header, &frames);
+  if (!status.ok()) {
+    if (call->Claim()) call->Finish(status);
+    return reactor;
+  }
+  Submit(std::move(call), "grpc " + context->peer(), std::move(header), std::move(frames),
+         [v2, response](FarmReply& reply) {
+           V2InferResponse v2_response;
+           Status s = FromFarmReply(*v2, reply.header, std::move(reply.frames), &v2_response);
+           if (s.ok()) V2ResponseToProto(v2_response, response);
+           return s;
+         });
+  return reactor;
+}
+
+Status GrpcServer::Start(const FrontendConfig& config, std::vector<FarmChannel*> channels,
+                         FrontendStats* stats, std::unique_ptr<GrpcServer>* out) {
+  if (channels.empty()) return Internal("GrpcServer::Start needs at least one FarmChannel");
+  auto impl = std::make_unique<Impl>(config, std::move(channels), stats);
+  if (Status s = impl->Start(); !s.ok()) return s;
+  out->reset(new GrpcServer(std::move(impl)));
+  return Status::Ok();
+}
+
+GrpcServer::GrpcServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GrpcServer::~GrpcServer() { Stop(); }
+void GrpcServer::Stop() {
+  if (impl_) impl_->Stop();
+}
+int GrpcServer::port() const { return impl_ ? impl_->port() : 0; }
+
+}  // namespace torchfarm

@@ -1,0 +1,283 @@
+#include "supervisor/frontend/grpc_service.h"
+
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "common/tensor_spec.h"
+
+#ifndef TORCHFARM_VERSION
+#define TORCHFARM_VERSION "unknown"
+#endif
+
+// Typed contents are copied element by element into the tensor's bytes; the wire format is
+// little-endian, and so must the host be for those copies to be the wire's bytes.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "typed contents assume a little-endian host");
+
+namespace torchfarm {
+namespace {
+
+using inference::InferParameter;
+using inference::InferTensorContents;
+using inference::ModelInferRequest;
+
+// The typed field a datatype's values travel in, and how many values each field holds, so a
+// request that fills the wrong field is told which one it should have used.
+const char* ContentsFieldFor(DType dtype) {
+  switch (dtype) {
+    case DType::kBool: return "bool_contents";
+    case DType::kInt8:
+    case DType::kInt16:
+    case DType::kInt32: return "int_contents";
+    case DType::kInt64: return "int64_contents";
+    case DType::kUInt8: return "uint_contents";
+    case DType::kFloat32: return "fp32_contents";
+    case DType::kFloat64: return "fp64_contents";
+    case DType::kFloat16:
+    case DType::kBFloat16: return nullptr;
+  }
+  return nullptr;
+}
+
+size_t ContentsFieldSize(const InferTensorContents& c, const std::string& field) {
+  if (field == "bool_contents") return c.bool_contents_size();
+  if (field == "int_contents") return c.int_contents_size();
+  if (field == "int64_contents") return c.int64_contents_size();
+  if (field == "uint_contents") return c.uint_contents_size();
+  if (field == "uint64_contents") return c.uint64_contents_size();
+  if (field == "fp32_contents") return c.fp32_contents_size();
+  if (field == "fp64_contents") return c.fp64_contents_size();
+  if (field == "bytes_contents") return c.bytes_contents_size();
+  return 0;
+}
+
+constexpr const char* kAllContentsFields[] = {
+    "bool_contents",  "int_contents",  "int64_contents", "uint_contents",
+    "uint64_contents", "fp32_contents", "fp64_contents",  "bytes_contents"};
+
+// Copies `values` (already the element type) into `out`.
+template <typename T, typename Field>
+void CopySame(const Field& values, zmq::message_t* out) {
+  *out = zmq::message_t(values.size() * sizeof(T));
+  if (values.size() > 0) std::memcpy(out->data(), values.data(), values.size() * sizeof(T));
+}
+
+// Narrows each value to T, refusing one outside T's range.
+template <typename T, typename Field>
+Status CopyNarrowed(const Field& values, const std::string& where, zmq::message_t* out) {
+  *out = zmq::message_t(values.size() * sizeof(T));
+  auto* dst = static_cast<T*>(out->data());
+  for (int i = 0; i < values.size(); ++i) {
+    const auto v = values.Get(i);
+    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) {
+      return InvalidArgument(where + ": value " + std::to_string(v) + " at element " +
+                             std::to_string(i) + " does not fit the datatype");
+    }
+    dst[i] = static_cast<T>(v);
+  }
+  return Status::Ok();
+}
+
+Status TypedContentsToBytes(const InferTensorContents& c, DType dtype, const std::string& where,
+                            zmq::message_t* out) {
+  switch (dtype) {
+    case DType::kFloat32: CopySame<float>(c.fp32_contents(), out); return Status::Ok();
+    case DType::kFloat64: CopySame<double>(c.fp64_contents(), out); return Status::Ok();
+    case DType::kInt64: CopySame<int64_t>(c.int64_contents(), out); return Status::Ok();
+    case DType::kInt32: CopySame<int32_t>(c.int_contents(), out); return Status::Ok();
+    case DType::kInt16: return CopyNarrowed<int16_t>(c.int_contents(), where, out);
+    case DType::kInt8: return CopyNarrowed<int8_t>(c.int_contents(), where, out);
+    case DType::kUInt8: return CopyNarrowed<uint8_t>(c.uint_contents(), where, out);
+    case DType::kBool: {
+      *out = zmq::message_t(static_cast<size_t>(c.bool_contents_size()));
+      auto* dst = static_cast<uint8_t*>(out->data());
+      for (int i = 0; i < c.bool_contents_size(); ++i) dst[i] = c.bool_contents(i) ? 1 : 0;
+      return Status::Ok();
+    }
+    case DType::kFloat16:
+    case DType::kBFloat16: break;
+  }
+  return InvalidArgument(where + ": " + std::string(V2DatatypeName(dtype)) +
+                         " has no typed contents field; send it in raw_input_contents");
+}
+
+// One input's bytes from its typed `contents`: the datatype's field with one value per element,
+// every other field empty.
+Status InputFromContents(const ModelInferRequest::InferInputTensor& input, const std::string& where,
+                         V2Tensor* tensor) {
+  DType dtype;
+  if (Status s = DTypeFromV2(input.datatype(), where, &dtype); !s.ok()) return s;
+  const char* field = ContentsFieldFor(dtype);
+  if (field == nullptr) {
+    return InvalidArgument(where + ": " + input.datatype() +
+                           " has no typed contents field; send it in raw_input_contents");
+  }
+  auto elements = NumElements(tensor->shape);
+  if (!elements) {
+    return InvalidArgument(where + ": shape " + ShapeToString(tensor->shape) +
+                           " is not a tensor's shape (negative or too large)");
+  }
+  const InferTensorContents& contents = input.contents();
+  for (const char* other : kAllContentsFields) {
+    if (std::strcmp(other, field) != 0 && ContentsFieldSize(contents, other) > 0) {
+      return InvalidArgument(where + ": contents." + other + " given for datatype " +
+                             input.datatype() + ", which travels in contents." + field);
+    }
+  }
+  const size_t got = ContentsFieldSize(contents, field);
+  if (got != *elements) {
+    return InvalidArgument(where + ": " + input.datatype() + " " + ShapeToString(tensor->shape) +
+                           " needs " + std::to_string(*elements) + " values in contents." +
+                           field + ", got " + std::to_string(got));
+  }
+  return TypedContentsToBytes(contents, dtype, where, &tensor->data);
+}
+
+Status ReadParameters(const ModelInferRequest& request, V2InferRequest* out) {
+  for (const auto& [key, value] : request.parameters()) {
+    if (key == "timeout") {
+      // Triton's "timeout" is in microseconds; the farm counts milliseconds (rounded up, so a
+      // short timeout never becomes "none").
+      if (value.parameter_choice_case() != InferParameter::kInt64Param || value.int64_param() < 0) {
+        return InvalidArgument("parameters.timeout: expected a non-negative int64_param (µs)");
+      }
+      out->timeout_ms = (value.int64_param() + 999) / 1000;
+    } else if (key == "priority") {
+      if (value.parameter_choice_case() != InferParameter::kInt64Param ||
+          value.int64_param() < 0 || value.int64_param() > std::numeric_limits<int>::max()) {
+        return InvalidArgument("parameters.priority: expected a non-negative int64_param");
+      }
+      out->priority = static_cast<int>(value.int64_param());
+    }
+    // Other parameters (e.g. the HTTP binary extension's) mean nothing to the farm.
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+grpc::StatusCode GrpcCodeOf(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return grpc::StatusCode::OK;
+    case StatusCode::kInvalidArgument: return grpc::StatusCode::INVALID_ARGUMENT;
+    case StatusCode::kNotFound: return grpc::StatusCode::NOT_FOUND;
+    case StatusCode::kResourceExhausted: return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case StatusCode::kDeadlineExceeded: return grpc::StatusCode::DEADLINE_EXCEEDED;
+    case StatusCode::kUnavailable: return grpc::StatusCode::UNAVAILABLE;
+    case StatusCode::kInternal: return grpc::StatusCode::INTERNAL;
+  }
+  return grpc::StatusCode::INTERNAL;
+}
+
+grpc::Status ToGrpcStatus(const Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(GrpcCodeOf(status.code()), status.message());
+}
+
+Status V2RequestFromProto(const ModelInferRequest& request, V2InferRequest* out) {
+  *out = V2InferRequest{};
+  out->model = request.model_name();
+  out->version = request.model_version();
+  out->id = request.id();
+  if (Status s = ReadParameters(request, out); !s.ok()) return s;
+  const bool raw = request.raw_input_contents_size() > 0;
+  if (raw && request.raw_input_contents_size() != request.inputs_size()) {
+    return InvalidArgument("raw_input_contents holds " +
+                           std::to_string(request.raw_input_contents_size()) +
+                           " entries for " + std::to_string(request.inputs_size()) +
+                           " inputs; it needs one per input");
+  }
+  out->inputs.reserve(request.inputs_size());
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const auto& input = request.inputs(i);
+    const std::string where = "inputs[" + std::to_string(i) + "] ('" + input.name() + "')";
+    V2Tensor tensor;
+    tensor.name = input.name();
+    tensor.datatype = input.datatype();
+    tensor.shape.assign(input.shape().begin(), input.shape().end());
+    if (raw) {
+      if (input.has_contents()) {
+        return InvalidArgument(where + ": has contents, but the request uses "
+                               "raw_input_contents (use one or the other)");
+      }
+      const std::string& bytes = request.raw_input_contents(i);
+      tensor.data = zmq::message_t(bytes.data(), bytes.size());
+    } else if (Status s = InputFromContents(input, where, &tensor); !s.ok()) {
+      return s;
+    }
+    out->inputs.push_back(std::move(tensor));
+  }
+  for (const auto& output : request.outputs()) {
+    out->outputs.push_back(V2RequestedOutput{output.name(), false});
+  }
+  return Status::Ok();
+}
+
+void V2ResponseToProto(const V2InferResponse& response, inference::ModelInferResponse* out) {
+  out->set_model_name(response.model);
+  out->set_model_version(response.version);
+  out->set_id(response.id);
+  for (const V2Tensor& tensor : response.outputs) {
+    auto* output = out->add_outputs();
+    output->set_name(tensor.name);
+    output->set_datatype(tensor.datatype);
+    for (int64_t dim : tensor.shape) output->add_shape(dim);
+    out->add_raw_output_contents(static_cast<const char*>(tensor.data.data()), tensor.data.size());
+  }
+}
+
+Status FindModelInMeta(const nlohmann::json& meta, const std::string& name,
+                       const std::string& version, const nlohmann::json** out) {
+  auto models = meta.find("models");
+  if (models == meta.end() || !models->is_array()) {
+    return Internal("the farm's metadata reply has no \"models\" list");
+  }
+  std::string served;
+  for (const auto& model : *models) {
+    const std::string model_name = model.is_object() ? model.value("name", "") : "";
+    if (model_name != name) {
+      served += (served.empty() ? "" : ", ") + model_name;
+      continue;
+    }
+    if (!version.empty()) {
+      const auto versions = model.value("versions", nlohmann::json::array());
+      bool known = false;
+      for (const auto& v : versions) known = known || (v.is_string() && v == version);
+      if (!known) {
+        return NotFound("model '" + name + "' has no version '" + version + "' (versions: " +
+                        versions.dump() + ")");
+      }
+    }
+    *out = &model;
+    return Status::Ok();
+  }
+  return NotFound("model '" + name + "' is not served (served: " + served + ")");
+}
+
+Status ModelMetadataFromJson(const nlohmann::json& model, inference::ModelMetadataResponse* out) {
+  try {
+    out->set_name(model.at("name").get<std::string>());
+    for (const auto& v : model.value("versions", nlohmann::json::array())) {
+      out->add_versions(v.get<std::string>());
+    }
+    out->set_platform(model.value("platform", ""));
+    for (const char* list : {"inputs", "outputs"}) {
+      for (const auto& tensor : model.value(list, nlohmann::json::array())) {
+        auto* t = std::string(list) == "inputs" ? out->add_inputs() : out->add_outputs();
+        t->set_name(tensor.at("name").get<std::string>());
+        t->set_datatype(tensor.at("datatype").get<std::string>());
+        for (const auto& dim : tensor.at("shape")) t->add_shape(dim.get<int64_t>());
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Internal(std::string("the farm's model metadata is malformed: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+void FillServerMetadata(inference::ServerMetadataResponse* out) {
+  out->set_name("torchfarm");
+  out->set_version(TORCHFARM_VERSION);
+}
+
+}  // namespace torchfarm
