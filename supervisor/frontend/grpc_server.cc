@@ -192,6 +192,9 @@ Status GrpcServer::Impl::Start() {
   quota.Resize(std::max(kMinQuotaBytes, kQuotaMessages * config_.max_body_bytes));
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxConcurrentStreams);
+  // gRPC binds with SO_REUSEPORT by default: a second farm on the same port would then share its
+  // connections instead of failing to start.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              static_cast<int>(std::min<int64_t>(config_.idle_timeout_ms, INT_MAX)));
   server_ = builder.BuildAndStart();

@@ -1,0 +1,499 @@
+// GrpcServer over a real gRPC channel, against a fake job loop: a ROUTER on an inproc endpoint of
+// the test's ZeroMQ context that answers like the supervisor's front-end socket
+// (farm_channel.h). Every RPC, raw and typed contents, output selection, and each error class
+// with its gRPC code.
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "proto/grpc_predict_v2.grpc.pb.h"
+#include "supervisor/frontend/farm_channel.h"
+#include "supervisor/frontend/frontend_stats.h"
+#include "supervisor/frontend/grpc_server.h"
+
+namespace torchfarm {
+namespace {
+
+using nlohmann::json;
+
+// The fake loop. Models: "identity" echoes its inputs as OUTPUT__0.. (and "name" OUTPUT__k);
+// "fail_<CODE>" answers that error; "silent" never answers. A "meta" query gets two models,
+// "identity" (ready) and "cold" (not ready).
+class FakeLoop {
+ public:
+  explicit FakeLoop(zmq::context_t& context, std::string endpoint)
+      : socket_(context, zmq::socket_type::router) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.bind(endpoint);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~FakeLoop() {
+    stop_ = true;
+    thread_.join();
+  }
+  std::string last_tag() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return last_tag_;
+  }
+  json last_header() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return last_header_;
+  }
+  std::string last_model() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return last_header_.is_object() ? last_header_.value("model", "") : "";
+  }
+
+  static json Meta() {
+    auto tensor = [](const char* name) {
+      return json{{"name", name}, {"datatype", "FP32"}, {"shape", {-1, 4}}};
+    };
+    json identity = {{"name", "identity"}, {"versions", {"1"}}, {"platform", "pytorch_libtorch"},
+                     {"ready", true}, {"inputs", {tensor("INPUT__0")}},
+                     {"outputs", {tensor("OUTPUT__0")}}};
+    json cold = identity;
+    cold["name"] = "cold";
+    cold["ready"] = false;
+    return {{"status", "ok"}, {"live", true}, {"ready", false}, {"draining", false},
+            {"models", {identity, cold}}};
+  }
+
+ private:
+  void Run() {
+    while (!stop_) {
+      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(20));
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      std::vector<zmq::message_t> parts;
+      if (!zmq::recv_multipart(socket_, std::back_inserter(parts))) continue;
+      Answer(parts);
+    }
+  }
+
+  void Answer(std::vector<zmq::message_t>& parts) {
+    // [identity][tag][header][frames...]
+    const std::string tag = parts[1].to_string();
+    json header = json::parse(parts[2].to_string_view());
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      last_tag_ = tag;
+      last_header_ = header;
+    }
+    std::vector<zmq::message_t> reply;
+    reply.emplace_back(parts[0].data(), parts[0].size());
+    if (tag == kMetaTag) {
+      json meta = Meta();
+      meta["id"] = header["id"];
+      reply.emplace_back(meta.dump());
+      zmq::send_multipart(socket_, reply);
+      return;
+    }
+    const std::string model = header.value("model", "");
+    if (model == "silent") return;
+    if (model.rfind("fail_", 0) == 0) {
+      json error = {{"v", 1}, {"id", header["id"]}, {"status", "error"},
+                    {"code", model.substr(5)}, {"message", "fake " + model.substr(5)}};
+      reply.emplace_back(error.dump());
+      zmq::send_multipart(socket_, reply);
+      return;
+    }
+    json outputs = json::array();
+    for (size_t i = 0; i < header["inputs"].size(); ++i) {
+      const json& in = header["inputs"][i];
+      outputs.push_back({{"name", "OUTPUT__" + std::to_string(i)}, {"dtype", in["dtype"]},
+                         {"shape", in["shape"]}});
+    }
+    json ok = {{"v", 1}, {"id", header["id"]}, {"status", "ok"}, {"outputs", outputs},
+               {"timing_us", {{"queue", 1}, {"compute", 2}, {"total", 3}}}, {"worker", 0}};
+    reply.emplace_back(ok.dump());
+    for (size_t i = 3; i < parts.size(); ++i) reply.push_back(std::move(parts[i]));
+    zmq::send_multipart(socket_, reply);
+  }
+
+  zmq::socket_t socket_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::string last_tag_;
+  json last_header_;
+};
+
+class GrpcServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static std::atomic<int> counter{0};
+    const std::string endpoint = "inproc://grpc-test-" + std::to_string(counter++);
+    loop_ = std::make_unique<FakeLoop>(context_, endpoint);
+    for (int i = 0; i < 2; ++i) {
+      channels_.push_back(std::make_unique<FarmChannel>(context_, endpoint));
+      ASSERT_TRUE(channels_.back()->Start().ok());
+    }
+    FrontendConfig config;
+    config.grpc_endpoint = "127.0.0.1:0";
+    config.max_body_bytes = 1 << 20;
+    Status s = GrpcServer::Start(config, {channels_[0].get(), channels_[1].get()}, &stats_,
+                                 &server_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_GT(server_->port(), 0);
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                       grpc::InsecureChannelCredentials());
+    stub_ = inference::GRPCInferenceService::NewStub(channel);
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+    for (auto& channel : channels_) channel->Stop();
+  }
+
+  grpc::Status Infer(const inference::ModelInferRequest& request,
+                     inference::ModelInferResponse* response, int deadline_ms = 5000) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
+    return stub_->ModelInfer(&context, request, response);
+  }
+
+  static inference::ModelInferRequest RawRequest(const std::string& model,
+                                                 const std::vector<float>& values) {
+    inference::ModelInferRequest request;
+    request.set_model_name(model);
+    request.set_id("req-7");
+    auto* input = request.add_inputs();
+    input->set_name("INPUT__0");
+    input->set_datatype("FP32");
+    input->add_shape(1);
+    input->add_shape(static_cast<int64_t>(values.size()));
+    request.add_raw_input_contents(reinterpret_cast<const char*>(values.data()),
+                                   values.size() * sizeof(float));
+    return request;
+  }
+
+  zmq::context_t context_;
+  std::unique_ptr<FakeLoop> loop_;
+  std::vector<std::unique_ptr<FarmChannel>> channels_;
+  FrontendStats stats_;
+  std::unique_ptr<GrpcServer> server_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
+};
+
+TEST_F(GrpcServerTest, HealthCallsAskTheLoop) {
+  grpc::ClientContext live_context;
+  inference::ServerLiveResponse live;
+  ASSERT_TRUE(stub_->ServerLive(&live_context, {}, &live).ok());
+  EXPECT_TRUE(live.live());
+  EXPECT_EQ(loop_->last_tag(), kMetaTag);
+
+  grpc::ClientContext ready_context;
+  inference::ServerReadyResponse ready;
+  ASSERT_TRUE(stub_->ServerReady(&ready_context, {}, &ready).ok());
+  EXPECT_FALSE(ready.ready());  // the fake farm has a cold model
+
+  for (const auto& [name, expected] : {std::pair{"identity", true}, std::pair{"cold", false}}) {
+    grpc::ClientContext context;
+    inference::ModelReadyRequest request;
+    request.set_name(name);
+    inference::ModelReadyResponse response;
+    ASSERT_TRUE(stub_->ModelReady(&context, request, &response).ok()) << name;
+    EXPECT_EQ(response.ready(), expected) << name;
+    EXPECT_EQ(loop_->last_model(), name);
+  }
+}
+
+TEST_F(GrpcServerTest, ModelReadyOfAnUnknownModelOrVersionIsNotFound) {
+  grpc::ClientContext context;
+  inference::ModelReadyRequest request;
+  request.set_name("nope");
+  inference::ModelReadyResponse response;
+  grpc::Status status = stub_->ModelReady(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("identity"), std::string::npos) << status.error_message();
+
+  grpc::ClientContext version_context;
+  request.set_name("identity");
+  request.set_version("9");
+  status = stub_->ModelReady(&version_context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(GrpcServerTest, Metadata) {
+  grpc::ClientContext server_context;
+  inference::ServerMetadataResponse server;
+  ASSERT_TRUE(stub_->ServerMetadata(&server_context, {}, &server).ok());
+  EXPECT_EQ(server.name(), "torchfarm");
+  EXPECT_FALSE(server.version().empty());
+
+  grpc::ClientContext model_context;
+  inference::ModelMetadataRequest request;
+  request.set_name("identity");
+  request.set_version("1");
+  inference::ModelMetadataResponse model;
+  grpc::Status status = stub_->ModelMetadata(&model_context, request, &model);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(model.name(), "identity");
+  ASSERT_EQ(model.versions_size(), 1);
+  EXPECT_EQ(model.versions(0), "1");
+  EXPECT_EQ(model.platform(), "pytorch_libtorch");
+  ASSERT_EQ(model.inputs_size(), 1);
+  EXPECT_EQ(model.inputs(0).name(), "INPUT__0");
+  EXPECT_EQ(model.inputs(0).datatype(), "FP32");
+  EXPECT_EQ(std::vector<int64_t>(model.inputs(0).shape().begin(), model.inputs(0).shape().end()),
+            (std::vector<int64_t>{-1, 4}));
+  ASSERT_EQ(model.outputs_size(), 1);
+  EXPECT_EQ(model.outputs(0).name(), "OUTPUT__0");
+}
+
+TEST_F(GrpcServerTest, InferRawContentsRoundTrip) {
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f, 0.0f};
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(RawRequest("identity", values), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.model_name(), "identity");
+  EXPECT_EQ(response.id(), "req-7");
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_EQ(response.outputs(0).name(), "OUTPUT__0");
+  EXPECT_EQ(response.outputs(0).datatype(), "FP32");
+  EXPECT_EQ(std::vector<int64_t>(response.outputs(0).shape().begin(),
+                                 response.outputs(0).shape().end()),
+            (std::vector<int64_t>{1, 4}));
+  EXPECT_FALSE(response.outputs(0).has_contents());
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  ASSERT_EQ(response.raw_output_contents(0).size(), values.size() * sizeof(float));
+  EXPECT_EQ(std::memcmp(response.raw_output_contents(0).data(), values.data(),
+                        values.size() * sizeof(float)), 0);
+  // The farm saw a grpc-tagged job with the client's peer, and the input's dtype and shape.
+  EXPECT_EQ(loop_->last_tag().rfind("grpc ", 0), 0u) << loop_->last_tag();
+  const json header = loop_->last_header();
+  EXPECT_EQ(header["model"], "identity");
+  EXPECT_EQ(header["inputs"][0]["dtype"], "float32");
+  // The call's 5 s deadline became the farm's timeout (gRPC rounds the deadline it sends up).
+  EXPECT_GT(header.value("timeout_ms", 0), 4000);
+  EXPECT_LE(header.value("timeout_ms", 0), 5100);
+  EXPECT_EQ(stats_.ToJson()["grpc"]["requests"], 1);
+}
+
+TEST_F(GrpcServerTest, InferTypedContentsBecomeLittleEndianBytes) {
+  inference::ModelInferRequest request;
+  request.set_model_name("identity");
+  auto add = [&](const char* name, const char* datatype) {
+    auto* input = request.add_inputs();
+    input->set_name(name);
+    input->set_datatype(datatype);
+    input->add_shape(3);
+    return input->mutable_contents();
+  };
+  auto* f32s = add("f32", "FP32");
+  for (float v : {1.0f, 2.5f, -3.0f}) f32s->add_fp32_contents(v);
+  auto* i64 = add("i64", "INT64");
+  for (int64_t v : {int64_t{1} << 40, int64_t{-5}, int64_t{7}}) i64->add_int64_contents(v);
+  auto* i8 = add("i8", "INT8");
+  for (int v : {-128, 0, 127}) i8->add_int_contents(v);
+  auto* u8 = add("u8", "UINT8");
+  for (unsigned v : {0u, 200u, 255u}) u8->add_uint_contents(v);
+  auto* b = add("b", "BOOL");
+  for (bool v : {true, false, true}) b->add_bool_contents(v);
+  auto* f64 = add("f64", "FP64");
+  for (double v : {0.1, -0.2, 1e300}) f64->add_fp64_contents(v);
+
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.raw_output_contents_size(), 6);
+  const float f32[] = {1.0f, 2.5f, -3.0f};
+  const int64_t s64[] = {int64_t{1} << 40, -5, 7};
+  const int8_t s8[] = {-128, 0, 127};
+  const uint8_t u8s[] = {0, 200, 255};
+  const uint8_t bools[] = {1, 0, 1};
+  const double f64s[] = {0.1, -0.2, 1e300};
+  auto bytes = [](const void* p, size_t n) { return std::string(static_cast<const char*>(p), n); };
+  EXPECT_EQ(response.raw_output_contents(0), bytes(f32, sizeof f32));
+  EXPECT_EQ(response.raw_output_contents(1), bytes(s64, sizeof s64));
+  EXPECT_EQ(response.raw_output_contents(2), bytes(s8, sizeof s8));
+  EXPECT_EQ(response.raw_output_contents(3), bytes(u8s, sizeof u8s));
+  EXPECT_EQ(response.raw_output_contents(4), bytes(bools, sizeof bools));
+  EXPECT_EQ(response.raw_output_contents(5), bytes(f64s, sizeof f64s));
+  EXPECT_EQ(response.outputs(3).datatype(), "UINT8");
+  EXPECT_EQ(response.outputs(4).datatype(), "BOOL");
+}
+
+TEST_F(GrpcServerTest, RequestedOutputsSelectAndOrder) {
+  inference::ModelInferRequest request = RawRequest("identity", {1, 2});
+  const float second[] = {3, 4, 5};
+  auto* input = request.add_inputs();
+  input->set_name("INPUT__1");
+  input->set_datatype("FP32");
+  input->add_shape(3);
+  request.add_raw_input_contents(reinterpret_cast<const char*>(second), sizeof second);
+  request.add_outputs()->set_name("OUTPUT__1");
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.outputs_size(), 1);
+  EXPECT_EQ(response.outputs(0).name(), "OUTPUT__1");
+  EXPECT_EQ(response.raw_output_contents(0).size(), sizeof second);
+
+  request.mutable_outputs(0)->set_name("OUTPUT__9");
+  status = Infer(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(GrpcServerTest, MalformedRequestsAreInvalidArgumentAndNeverReachTheFarm) {
+  struct Case {
+    const char* what;
+    std::function<void(inference::ModelInferRequest*)> spoil;
+    const char* message_part;
+  };
+  const std::vector<Case> cases = {
+      {"unknown datatype",
+       [](auto* r) { r->mutable_inputs(0)->set_datatype("FP33"); }, "FP33"},
+      {"BYTES", [](auto* r) { r->mutable_inputs(0)->set_datatype("BYTES"); }, "BYTES"},
+      {"raw size", [](auto* r) { r->mutable_raw_input_contents(0)->resize(3); }, "inputs[0]"},
+      {"raw count", [](auto* r) { r->add_raw_input_contents("x"); }, "raw_input_contents"},
+      {"raw and contents",
+       [](auto* r) { r->mutable_inputs(0)->mutable_contents()->add_fp32_contents(1); },
+       "raw_input_contents"},
+      {"typed count",
+       [](auto* r) {
+         r->clear_raw_input_contents();
+         r->mutable_inputs(0)->mutable_contents()->add_fp32_contents(1);
+       },
+       "needs 2 values in contents.fp32_contents, got 1"},
+      {"typed wrong field",
+       [](auto* r) {
+         r->clear_raw_input_contents();
+         auto* c = r->mutable_inputs(0)->mutable_contents();
+         c->add_int64_contents(1);
+         c->add_int64_contents(2);
+       },
+       "fp32_contents"},
+      {"typed FP16",
+       [](auto* r) {
+         r->clear_raw_input_contents();
+         r->mutable_inputs(0)->set_datatype("FP16");
+       },
+       "raw_input_contents"},
+      {"INT8 out of range",
+       [](auto* r) {
+         r->clear_raw_input_contents();
+         r->mutable_inputs(0)->set_datatype("INT8");
+         r->mutable_inputs(0)->mutable_contents()->add_int_contents(1);
+         r->mutable_inputs(0)->mutable_contents()->add_int_contents(300);
+       },
+       "300"},
+      {"timeout type",
+       [](auto* r) { (*r->mutable_parameters())["timeout"].set_string_param("soon"); },
+       "timeout"},
+  };
+  for (const Case& c : cases) {
+    inference::ModelInferRequest request = RawRequest("silent", {1, 2});
+    c.spoil(&request);
+    inference::ModelInferResponse response;
+    grpc::Status status = Infer(request, &response, 2000);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.what;
+    EXPECT_NE(status.error_message().find(c.message_part), std::string::npos)
+        << c.what << ": " << status.error_message();
+  }
+}
+
+TEST_F(GrpcServerTest, FarmCodesBecomeGrpcCodes) {
+  const std::vector<std::pair<std::string, grpc::StatusCode>> cases = {
+      {"INVALID_ARGUMENT", grpc::StatusCode::INVALID_ARGUMENT},
+      {"NOT_FOUND", grpc::StatusCode::NOT_FOUND},
+      {"RESOURCE_EXHAUSTED", grpc::StatusCode::RESOURCE_EXHAUSTED},
+      {"DEADLINE_EXCEEDED", grpc::StatusCode::DEADLINE_EXCEEDED},
+      {"UNAVAILABLE", grpc::StatusCode::UNAVAILABLE},
+      {"INTERNAL", grpc::StatusCode::INTERNAL},
+  };
+  for (const auto& [farm_code, grpc_code] : cases) {
+    inference::ModelInferResponse response;
+    grpc::Status status = Infer(RawRequest("fail_" + farm_code, {1}), &response);
+    EXPECT_EQ(status.error_code(), grpc_code) << farm_code;
+    EXPECT_EQ(status.error_message(), "fake " + farm_code);
+  }
+  const json stats = stats_.ToJson()["grpc"];
+  EXPECT_EQ(stats["requests"], cases.size());
+  EXPECT_EQ(stats["errors"], cases.size());
+}
+
+TEST_F(GrpcServerTest, OversizedMessageIsRefusedByGrpc) {
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(RawRequest("identity", std::vector<float>(1 << 19)), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST_F(GrpcServerTest, ClientDeadlineWhileTheFarmHoldsTheCall) {
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(RawRequest("silent", {1}), &response, 200);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
+TEST_F(GrpcServerTest, StopFinishesCallsInFlightUnavailable) {
+  std::atomic<int> code{-1};
+  std::thread client([&] {
+    inference::ModelInferResponse response;
+    code = Infer(RawRequest("silent", {1}), &response, 10000).error_code();
+  });
+  // Wait until the farm holds the call, then stop the server under it.
+  for (int i = 0; i < 500 && loop_->last_model() != "silent"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  server_->Stop();
+  client.join();
+  EXPECT_EQ(code, static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_F(GrpcServerTest, ConcurrentCallsAllComplete) {
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        std::vector<float> values = {static_cast<float>(t), static_cast<float>(i)};
+        inference::ModelInferResponse response;
+        if (Infer(RawRequest("identity", values), &response).ok() &&
+            std::memcmp(response.raw_output_contents(0).data(), values.data(), 8) == 0) {
+          ++ok;
+        }
+      }
+    });
+  }
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(ok, 200);
+}
+
+TEST(GrpcServerStartTest, AnEndpointInUseNamesIt) {
+  zmq::context_t context;
+  FarmChannel channel(context, "inproc://grpc-test-unused");
+  ASSERT_TRUE(channel.Start().ok());
+  FrontendStats stats;
+  FrontendConfig config;
+  config.grpc_endpoint = "127.0.0.1:0";
+  std::unique_ptr<GrpcServer> first;
+  ASSERT_TRUE(GrpcServer::Start(config, {&channel}, &stats, &first).ok());
+  config.grpc_endpoint = "127.0.0.1:" + std::to_string(first->port());
+  std::unique_ptr<GrpcServer> second;
+  Status s = GrpcServer::Start(config, {&channel}, &stats, &second);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(config.grpc_endpoint), std::string::npos) << s.message();
+
+  config.grpc_endpoint = "127.0.0.1:0";
+  config.tls.cert_file = "/nonexistent/cert.pem";
+  config.tls.key_file = "/nonexistent/key.pem";
+  s = GrpcServer::Start(config, {&channel}, &stats, &second);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("/nonexistent/key.pem"), std::string::npos) << s.message();
+  first->Stop();
+  channel.Stop();
+}
+
+}  // namespace
+}  // namespace torchfarm
