@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,15 @@ class Farm:
     admin_endpoint: str
     model_dir: Path
     dir: Path
+    http_endpoint: str = ""  # the Open Inference Protocol front ends (docs/kserve-v2.md)
+    grpc_endpoint: str = ""
+
+
+def _free_port() -> int:
+    """A loopback TCP port nothing listens on now (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _bin_dir() -> Path:
@@ -78,6 +88,8 @@ def _config(scratch: Path, models: Path) -> dict:
     ]
     return {"endpoint": f"ipc://{scratch}/jobs.sock",
             "admin_endpoint": f"ipc://{scratch}/admin.sock", "run_dir": str(scratch / "run"),
+            "http_endpoint": f"127.0.0.1:{_free_port()}",
+            "grpc_endpoint": f"127.0.0.1:{_free_port()}",
             "heartbeat_ms": 200, "models": entries}
 
 
@@ -111,7 +123,8 @@ def farm():
                 pytest.fail(f"farm not ready in 90 s; last health {health}:\n"
                             f"{log_path.read_text()}")
             time.sleep(0.1)
-        yield Farm(config["endpoint"], config["admin_endpoint"], models, scratch)
+        yield Farm(config["endpoint"], config["admin_endpoint"], models, scratch,
+                   config["http_endpoint"], config["grpc_endpoint"])
     finally:
         process.send_signal(signal.SIGTERM)
         try:
