@@ -4,11 +4,16 @@
 // with its gRPC code.
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -493,6 +498,53 @@ TEST(GrpcServerStartTest, AnEndpointInUseNamesIt) {
   EXPECT_NE(s.message().find("/nonexistent/key.pem"), std::string::npos) << s.message();
   first->Stop();
   channel.Stop();
+}
+
+// TLS: a self-signed certificate made by the openssl command for this test; the client trusts
+// exactly that certificate.
+TEST(GrpcServerStartTest, ServesTlsWithTheConfiguredCertificate) {
+  const std::string dir = ::testing::TempDir() + "grpc-tls-" + std::to_string(::getpid());
+  const std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
+  const std::string make = "mkdir -p " + dir + " && openssl req -x509 -newkey rsa:2048 -nodes " +
+                           "-subj /CN=localhost -addext subjectAltName=DNS:localhost -days 1 " +
+                           "-keyout " + key + " -out " + cert + " >/dev/null 2>&1";
+  if (std::system(make.c_str()) != 0) GTEST_SKIP() << "the openssl command could not make a certificate";
+  zmq::context_t context;
+  FakeLoop loop(context, "inproc://grpc-test-tls");
+  FarmChannel channel(context, "inproc://grpc-test-tls");
+  ASSERT_TRUE(channel.Start().ok());
+  FrontendStats stats;
+  FrontendConfig config;
+  config.grpc_endpoint = "127.0.0.1:0";
+  config.tls.cert_file = cert;
+  config.tls.key_file = key;
+  std::unique_ptr<GrpcServer> server;
+  Status s = GrpcServer::Start(config, {&channel}, &stats, &server);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+
+  std::ifstream file(cert);
+  std::stringstream pem;
+  pem << file.rdbuf();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = pem.str();
+  auto tls = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      "localhost:" + std::to_string(server->port()), grpc::SslCredentials(options)));
+  grpc::ClientContext tls_context;
+  tls_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  inference::ServerLiveResponse live;
+  grpc::Status status = tls->ServerLive(&tls_context, {}, &live);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(live.live());
+
+  // A plaintext client gets nowhere.
+  auto plain = inference::GRPCInferenceService::NewStub(grpc::CreateChannel(
+      "localhost:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext plain_context;
+  plain_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  EXPECT_FALSE(plain->ServerLive(&plain_context, {}, &live).ok());
+  server->Stop();
+  channel.Stop();
+  std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace
