@@ -7,14 +7,13 @@
 //
 //   torchfarm-bench-grpc-echo [--listen 127.0.0.1:0]
 // prints "ready <port>" on stdout once listening and runs until SIGINT or SIGTERM.
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
 #include <memory>
 #include <string>
-
-#include <CLI/CLI.hpp>
-#include <grpcpp/grpcpp.h>
 
 #include "proto/grpc_predict_v2.grpc.pb.h"
 

@@ -9,7 +9,11 @@
 //       --concurrency 1,64 --seconds 5 --json
 // The JSON report has the shape of `torchfarm bench --json`: {"target", "model", "shape",
 // "datatype", "steps": [{"concurrency", "window_s", "sent", "ok", "requests_per_s", "ok_per_s",
-// "latency_us": {count, min, mean, p50, p90, p99, p999, max}, "errors": {code: n}, "error_count"}]}.
+// "latency_us": {count, min, mean, p50, p90, p99, p999, max}, "errors": {code: n},
+// "error_count"}]}.
+#include <grpcpp/grpcpp.h>
+
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -18,12 +22,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <grpcpp/grpcpp.h>
-#include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
 #include "proto/grpc_predict_v2.grpc.pb.h"
@@ -46,12 +47,13 @@ struct StepReport {
 // One step: `concurrency` calls in flight until the window ends, then the stragglers drain.
 class ClosedLoop {
  public:
-  ClosedLoop(inference::GRPCInferenceService::Stub* stub, const inference::ModelInferRequest* request,
-             int concurrency, double warmup_s, double seconds)
+  ClosedLoop(inference::GRPCInferenceService::Stub* stub,
+             const inference::ModelInferRequest* request, int concurrency, double warmup_s,
+             double seconds)
       : stub_(stub), request_(request), concurrency_(concurrency) {
     const auto now = Clock::now();
-    window_start_ = now + std::chrono::duration_cast<Clock::duration>(
-                              std::chrono::duration<double>(warmup_s));
+    window_start_ =
+        now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup_s));
     window_end_ = window_start_ + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(seconds));
   }
@@ -86,7 +88,8 @@ class ClosedLoop {
   void OnDone(Call* call, const grpc::Status& status) {
     const auto end = Clock::now();
     const bool counted = call->start >= window_start_ && end <= window_end_;
-    const int64_t nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(end - call->start).count();
+    const int64_t nanos =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(end - call->start).count();
     delete call;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -126,9 +129,14 @@ json StepJson(StepReport& step) {
           {"requests_per_s", Round((ok + error_count) / step.window_s)},
           {"ok_per_s", Round(ok / step.window_s)},
           {"latency_us",
-           {{"count", l.count}, {"min", Round(l.min_us)}, {"mean", Round(l.mean_us)},
-            {"p50", Round(l.p50_us)}, {"p90", Round(l.p90_us)}, {"p99", Round(l.p99_us)},
-            {"p999", Round(l.p999_us)}, {"max", Round(l.max_us)}}},
+           {{"count", l.count},
+            {"min", Round(l.min_us)},
+            {"mean", Round(l.mean_us)},
+            {"p50", Round(l.p50_us)},
+            {"p90", Round(l.p90_us)},
+            {"p99", Round(l.p99_us)},
+            {"p999", Round(l.p999_us)},
+            {"max", Round(l.max_us)}}},
           {"errors", step.errors},
           {"error_count", error_count}};
 }
@@ -136,7 +144,7 @@ json StepJson(StepReport& step) {
 // FP32 -> float32 etc., for the input's byte count.
 size_t ItemSize(const std::string& datatype) {
   static const std::map<std::string, size_t> kSizes = {
-      {"FP32", 4}, {"FP64", 8}, {"FP16", 2}, {"BF16", 2}, {"INT64", 8},
+      {"FP32", 4},  {"FP64", 8},  {"FP16", 2}, {"BF16", 2},  {"INT64", 8},
       {"INT32", 4}, {"INT16", 2}, {"INT8", 1}, {"UINT8", 1}, {"BOOL", 1}};
   auto it = kSizes.find(datatype);
   return it == kSizes.end() ? 0 : it->second;
@@ -191,7 +199,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto stub = inference::GRPCInferenceService::NewStub(channel);
-  json report = {{"target", target}, {"model", model}, {"shape", shape}, {"datatype", datatype},
+  json report = {{"target", target},
+                 {"model", model},
+                 {"shape", shape},
+                 {"datatype", datatype},
                  {"steps", json::array()}};
   for (int c : concurrency) {
     StepReport step = ClosedLoop(stub.get(), &request, std::max(c, 1), warmup, seconds).Run();

@@ -4,6 +4,9 @@
 // call. No thread waits for the farm.
 #include "supervisor/frontend/grpc_server.h"
 
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/server_credentials.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -14,9 +17,6 @@
 #include <sstream>
 #include <unordered_map>
 #include <utility>
-
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/security/server_credentials.h>
 
 #include "proto/grpc_predict_v2.grpc.pb.h"
 #include "supervisor/frontend/grpc_service.h"
@@ -55,7 +55,9 @@ Status ApplyDeadline(const grpc::CallbackServerContext& context, V2InferRequest*
   const auto deadline = context.deadline();
   if (deadline == std::chrono::system_clock::time_point::max()) return Status::Ok();
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        deadline - std::chrono::system_clock::now()).count() + 1;
+                        deadline - std::chrono::system_clock::now())
+                        .count() +
+                    1;
   if (left <= 0) return Status(StatusCode::kDeadlineExceeded, "the call's deadline had passed");
   if (request->timeout_ms == 0 || left < request->timeout_ms) request->timeout_ms = left;
   return Status::Ok();
@@ -222,8 +224,7 @@ void GrpcServer::Impl::Stop() {
   if (server_) server_->Shutdown();
 }
 
-std::shared_ptr<GrpcServer::Impl::Call> GrpcServer::Impl::Begin(
-    grpc::ServerUnaryReactor* reactor) {
+std::shared_ptr<GrpcServer::Impl::Call> GrpcServer::Impl::Begin(grpc::ServerUnaryReactor* reactor) {
   auto call = std::make_shared<Call>(this, reactor);
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -12,7 +12,8 @@
 
 // Typed contents are copied element by element into the tensor's bytes; the wire format is
 // little-endian, and so must the host be for those copies to be the wire's bytes.
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "typed contents assume a little-endian host");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "typed contents assume a little-endian host");
 
 namespace torchfarm {
 namespace {
@@ -25,16 +26,23 @@ using inference::ModelInferRequest;
 // request that fills the wrong field is told which one it should have used.
 const char* ContentsFieldFor(DType dtype) {
   switch (dtype) {
-    case DType::kBool: return "bool_contents";
+    case DType::kBool:
+      return "bool_contents";
     case DType::kInt8:
     case DType::kInt16:
-    case DType::kInt32: return "int_contents";
-    case DType::kInt64: return "int64_contents";
-    case DType::kUInt8: return "uint_contents";
-    case DType::kFloat32: return "fp32_contents";
-    case DType::kFloat64: return "fp64_contents";
+    case DType::kInt32:
+      return "int_contents";
+    case DType::kInt64:
+      return "int64_contents";
+    case DType::kUInt8:
+      return "uint_contents";
+    case DType::kFloat32:
+      return "fp32_contents";
+    case DType::kFloat64:
+      return "fp64_contents";
     case DType::kFloat16:
-    case DType::kBFloat16: return nullptr;
+    case DType::kBFloat16:
+      return nullptr;
   }
   return nullptr;
 }
@@ -51,9 +59,9 @@ size_t ContentsFieldSize(const InferTensorContents& c, const std::string& field)
   return 0;
 }
 
-constexpr const char* kAllContentsFields[] = {
-    "bool_contents",  "int_contents",  "int64_contents", "uint_contents",
-    "uint64_contents", "fp32_contents", "fp64_contents",  "bytes_contents"};
+constexpr const char* kAllContentsFields[] = {"bool_contents", "int_contents",    "int64_contents",
+                                              "uint_contents", "uint64_contents", "fp32_contents",
+                                              "fp64_contents", "bytes_contents"};
 
 // Copies `values` (already the element type) into `out`.
 template <typename T, typename Field>
@@ -81,13 +89,24 @@ Status CopyNarrowed(const Field& values, const std::string& where, zmq::message_
 Status TypedContentsToBytes(const InferTensorContents& c, DType dtype, const std::string& where,
                             zmq::message_t* out) {
   switch (dtype) {
-    case DType::kFloat32: CopySame<float>(c.fp32_contents(), out); return Status::Ok();
-    case DType::kFloat64: CopySame<double>(c.fp64_contents(), out); return Status::Ok();
-    case DType::kInt64: CopySame<int64_t>(c.int64_contents(), out); return Status::Ok();
-    case DType::kInt32: CopySame<int32_t>(c.int_contents(), out); return Status::Ok();
-    case DType::kInt16: return CopyNarrowed<int16_t>(c.int_contents(), where, out);
-    case DType::kInt8: return CopyNarrowed<int8_t>(c.int_contents(), where, out);
-    case DType::kUInt8: return CopyNarrowed<uint8_t>(c.uint_contents(), where, out);
+    case DType::kFloat32:
+      CopySame<float>(c.fp32_contents(), out);
+      return Status::Ok();
+    case DType::kFloat64:
+      CopySame<double>(c.fp64_contents(), out);
+      return Status::Ok();
+    case DType::kInt64:
+      CopySame<int64_t>(c.int64_contents(), out);
+      return Status::Ok();
+    case DType::kInt32:
+      CopySame<int32_t>(c.int_contents(), out);
+      return Status::Ok();
+    case DType::kInt16:
+      return CopyNarrowed<int16_t>(c.int_contents(), where, out);
+    case DType::kInt8:
+      return CopyNarrowed<int8_t>(c.int_contents(), where, out);
+    case DType::kUInt8:
+      return CopyNarrowed<uint8_t>(c.uint_contents(), where, out);
     case DType::kBool: {
       *out = zmq::message_t(static_cast<size_t>(c.bool_contents_size()));
       auto* dst = static_cast<uint8_t*>(out->data());
@@ -95,7 +114,8 @@ Status TypedContentsToBytes(const InferTensorContents& c, DType dtype, const std
       return Status::Ok();
     }
     case DType::kFloat16:
-    case DType::kBFloat16: break;
+    case DType::kBFloat16:
+      break;
   }
   return InvalidArgument(where + ": " + std::string(V2DatatypeName(dtype)) +
                          " has no typed contents field; send it in raw_input_contents");
@@ -127,8 +147,8 @@ Status InputFromContents(const ModelInferRequest::InferInputTensor& input, const
   const size_t got = ContentsFieldSize(contents, field);
   if (got != *elements) {
     return InvalidArgument(where + ": " + input.datatype() + " " + ShapeToString(tensor->shape) +
-                           " needs " + std::to_string(*elements) + " values in contents." +
-                           field + ", got " + std::to_string(got));
+                           " needs " + std::to_string(*elements) + " values in contents." + field +
+                           ", got " + std::to_string(got));
   }
   return TypedContentsToBytes(contents, dtype, where, &tensor->data);
 }
@@ -143,8 +163,8 @@ Status ReadParameters(const ModelInferRequest& request, V2InferRequest* out) {
       }
       out->timeout_ms = (value.int64_param() + 999) / 1000;
     } else if (key == "priority") {
-      if (value.parameter_choice_case() != InferParameter::kInt64Param ||
-          value.int64_param() < 0 || value.int64_param() > std::numeric_limits<int>::max()) {
+      if (value.parameter_choice_case() != InferParameter::kInt64Param || value.int64_param() < 0 ||
+          value.int64_param() > std::numeric_limits<int>::max()) {
         return InvalidArgument("parameters.priority: expected a non-negative int64_param");
       }
       out->priority = static_cast<int>(value.int64_param());
@@ -158,13 +178,20 @@ Status ReadParameters(const ModelInferRequest& request, V2InferRequest* out) {
 
 grpc::StatusCode GrpcCodeOf(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return grpc::StatusCode::OK;
-    case StatusCode::kInvalidArgument: return grpc::StatusCode::INVALID_ARGUMENT;
-    case StatusCode::kNotFound: return grpc::StatusCode::NOT_FOUND;
-    case StatusCode::kResourceExhausted: return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case StatusCode::kDeadlineExceeded: return grpc::StatusCode::DEADLINE_EXCEEDED;
-    case StatusCode::kUnavailable: return grpc::StatusCode::UNAVAILABLE;
-    case StatusCode::kInternal: return grpc::StatusCode::INTERNAL;
+    case StatusCode::kOk:
+      return grpc::StatusCode::OK;
+    case StatusCode::kInvalidArgument:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case StatusCode::kNotFound:
+      return grpc::StatusCode::NOT_FOUND;
+    case StatusCode::kResourceExhausted:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case StatusCode::kDeadlineExceeded:
+      return grpc::StatusCode::DEADLINE_EXCEEDED;
+    case StatusCode::kUnavailable:
+      return grpc::StatusCode::UNAVAILABLE;
+    case StatusCode::kInternal:
+      return grpc::StatusCode::INTERNAL;
   }
   return grpc::StatusCode::INTERNAL;
 }
@@ -183,8 +210,8 @@ Status V2RequestFromProto(const ModelInferRequest& request, V2InferRequest* out)
   const bool raw = request.raw_input_contents_size() > 0;
   if (raw && request.raw_input_contents_size() != request.inputs_size()) {
     return InvalidArgument("raw_input_contents holds " +
-                           std::to_string(request.raw_input_contents_size()) +
-                           " entries for " + std::to_string(request.inputs_size()) +
+                           std::to_string(request.raw_input_contents_size()) + " entries for " +
+                           std::to_string(request.inputs_size()) +
                            " inputs; it needs one per input");
   }
   out->inputs.reserve(request.inputs_size());
@@ -197,7 +224,8 @@ Status V2RequestFromProto(const ModelInferRequest& request, V2InferRequest* out)
     tensor.shape.assign(input.shape().begin(), input.shape().end());
     if (raw) {
       if (input.has_contents()) {
-        return InvalidArgument(where + ": has contents, but the request uses "
+        return InvalidArgument(where +
+                               ": has contents, but the request uses "
                                "raw_input_contents (use one or the other)");
       }
       const std::string& bytes = request.raw_input_contents(i);
@@ -244,8 +272,8 @@ Status FindModelInMeta(const nlohmann::json& meta, const std::string& name,
       bool known = false;
       for (const auto& v : versions) known = known || (v.is_string() && v == version);
       if (!known) {
-        return NotFound("model '" + name + "' has no version '" + version + "' (versions: " +
-                        versions.dump() + ")");
+        return NotFound("model '" + name + "' has no version '" + version +
+                        "' (versions: " + versions.dump() + ")");
       }
     }
     *out = &model;

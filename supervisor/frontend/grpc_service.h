@@ -9,10 +9,10 @@
 // the FarmChannels' threads.
 #pragma once
 
-#include <string>
-
 #include <grpcpp/support/status.h>
+
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/status.h"
 #include "proto/grpc_predict_v2.pb.h"

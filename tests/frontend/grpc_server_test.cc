@@ -2,29 +2,29 @@
 // the test's ZeroMQ context that answers like the supervisor's front-end socket
 // (farm_channel.h). Every RPC, raw and typed contents, output selection, and each error class
 // with its gRPC code.
+#include "supervisor/frontend/grpc_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
 #include "proto/grpc_predict_v2.grpc.pb.h"
 #include "supervisor/frontend/farm_channel.h"
 #include "supervisor/frontend/frontend_stats.h"
-#include "supervisor/frontend/grpc_server.h"
 
 namespace torchfarm {
 namespace {
@@ -63,13 +63,19 @@ class FakeLoop {
     auto tensor = [](const char* name) {
       return json{{"name", name}, {"datatype", "FP32"}, {"shape", {-1, 4}}};
     };
-    json identity = {{"name", "identity"}, {"versions", {"1"}}, {"platform", "pytorch_libtorch"},
-                     {"ready", true}, {"inputs", {tensor("INPUT__0")}},
+    json identity = {{"name", "identity"},
+                     {"versions", {"1"}},
+                     {"platform", "pytorch_libtorch"},
+                     {"ready", true},
+                     {"inputs", {tensor("INPUT__0")}},
                      {"outputs", {tensor("OUTPUT__0")}}};
     json cold = identity;
     cold["name"] = "cold";
     cold["ready"] = false;
-    return {{"status", "ok"}, {"live", true}, {"ready", false}, {"draining", false},
+    return {{"status", "ok"},
+            {"live", true},
+            {"ready", false},
+            {"draining", false},
             {"models", {identity, cold}}};
   }
 
@@ -106,8 +112,11 @@ class FakeLoop {
     const std::string model = header.value("model", "");
     if (model == "silent") return;
     if (model.rfind("fail_", 0) == 0) {
-      json error = {{"v", 1}, {"id", header["id"]}, {"status", "error"},
-                    {"code", model.substr(5)}, {"message", "fake " + model.substr(5)}};
+      json error = {{"v", 1},
+                    {"id", header["id"]},
+                    {"status", "error"},
+                    {"code", model.substr(5)},
+                    {"message", "fake " + model.substr(5)}};
       reply.emplace_back(error.dump());
       zmq::send_multipart(socket_, reply);
       return;
@@ -115,11 +124,16 @@ class FakeLoop {
     json outputs = json::array();
     for (size_t i = 0; i < header["inputs"].size(); ++i) {
       const json& in = header["inputs"][i];
-      outputs.push_back({{"name", "OUTPUT__" + std::to_string(i)}, {"dtype", in["dtype"]},
+      outputs.push_back({{"name", "OUTPUT__" + std::to_string(i)},
+                         {"dtype", in["dtype"]},
                          {"shape", in["shape"]}});
     }
-    json ok = {{"v", 1}, {"id", header["id"]}, {"status", "ok"}, {"outputs", outputs},
-               {"timing_us", {{"queue", 1}, {"compute", 2}, {"total", 3}}}, {"worker", 0}};
+    json ok = {{"v", 1},
+               {"id", header["id"]},
+               {"status", "ok"},
+               {"outputs", outputs},
+               {"timing_us", {{"queue", 1}, {"compute", 2}, {"total", 3}}},
+               {"worker", 0}};
     reply.emplace_back(ok.dump());
     for (size_t i = 3; i < parts.size(); ++i) reply.push_back(std::move(parts[i]));
     zmq::send_multipart(socket_, reply);
@@ -146,8 +160,8 @@ class GrpcServerTest : public ::testing::Test {
     FrontendConfig config;
     config.grpc_endpoint = "127.0.0.1:0";
     config.max_body_bytes = 1 << 20;
-    Status s = GrpcServer::Start(config, {channels_[0].get(), channels_[1].get()}, &stats_,
-                                 &server_);
+    Status s =
+        GrpcServer::Start(config, {channels_[0].get(), channels_[1].get()}, &stats_, &server_);
     ASSERT_TRUE(s.ok()) << s.ToString();
     ASSERT_GT(server_->port(), 0);
     auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
@@ -265,14 +279,15 @@ TEST_F(GrpcServerTest, InferRawContentsRoundTrip) {
   ASSERT_EQ(response.outputs_size(), 1);
   EXPECT_EQ(response.outputs(0).name(), "OUTPUT__0");
   EXPECT_EQ(response.outputs(0).datatype(), "FP32");
-  EXPECT_EQ(std::vector<int64_t>(response.outputs(0).shape().begin(),
-                                 response.outputs(0).shape().end()),
-            (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(
+      std::vector<int64_t>(response.outputs(0).shape().begin(), response.outputs(0).shape().end()),
+      (std::vector<int64_t>{1, 4}));
   EXPECT_FALSE(response.outputs(0).has_contents());
   ASSERT_EQ(response.raw_output_contents_size(), 1);
   ASSERT_EQ(response.raw_output_contents(0).size(), values.size() * sizeof(float));
   EXPECT_EQ(std::memcmp(response.raw_output_contents(0).data(), values.data(),
-                        values.size() * sizeof(float)), 0);
+                        values.size() * sizeof(float)),
+            0);
   // The farm saw a grpc-tagged job with the client's peer, and the input's dtype and shape.
   EXPECT_EQ(loop_->last_tag().rfind("grpc ", 0), 0u) << loop_->last_tag();
   const json header = loop_->last_header();
@@ -356,8 +371,7 @@ TEST_F(GrpcServerTest, MalformedRequestsAreInvalidArgumentAndNeverReachTheFarm) 
     const char* message_part;
   };
   const std::vector<Case> cases = {
-      {"unknown datatype",
-       [](auto* r) { r->mutable_inputs(0)->set_datatype("FP33"); }, "FP33"},
+      {"unknown datatype", [](auto* r) { r->mutable_inputs(0)->set_datatype("FP33"); }, "FP33"},
       {"BYTES", [](auto* r) { r->mutable_inputs(0)->set_datatype("BYTES"); }, "BYTES"},
       {"raw size", [](auto* r) { r->mutable_raw_input_contents(0)->resize(3); }, "inputs[0]"},
       {"raw count", [](auto* r) { r->add_raw_input_contents("x"); }, "raw_input_contents"},
@@ -393,8 +407,7 @@ TEST_F(GrpcServerTest, MalformedRequestsAreInvalidArgumentAndNeverReachTheFarm) 
        },
        "300"},
       {"timeout type",
-       [](auto* r) { (*r->mutable_parameters())["timeout"].set_string_param("soon"); },
-       "timeout"},
+       [](auto* r) { (*r->mutable_parameters())["timeout"].set_string_param("soon"); }, "timeout"},
   };
   for (const Case& c : cases) {
     inference::ModelInferRequest request = RawRequest("silent", {1, 2});
@@ -508,7 +521,8 @@ TEST(GrpcServerStartTest, ServesTlsWithTheConfiguredCertificate) {
   const std::string make = "mkdir -p " + dir + " && openssl req -x509 -newkey rsa:2048 -nodes " +
                            "-subj /CN=localhost -addext subjectAltName=DNS:localhost -days 1 " +
                            "-keyout " + key + " -out " + cert + " >/dev/null 2>&1";
-  if (std::system(make.c_str()) != 0) GTEST_SKIP() << "the openssl command could not make a certificate";
+  if (std::system(make.c_str()) != 0)
+    GTEST_SKIP() << "the openssl command could not make a certificate";
   zmq::context_t context;
   FakeLoop loop(context, "inproc://grpc-test-tls");
   FarmChannel channel(context, "inproc://grpc-test-tls");
