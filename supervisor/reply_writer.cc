@@ -8,7 +8,9 @@ namespace torchfarm {
 
 Status ReplyWriter::AcquireQuota(PendingRequest& request, zmq::message_t& header_frame,
                                  bool per_key) {
-  request.client = ClientKey(request.identity, header_frame, per_key);
+  if (request.origin == RequestOrigin::kZmq) {
+    request.client = ClientKey(request.identity, header_frame, per_key);
+  }
   if (!quota_.TryAcquire(request.client)) {
     return ResourceExhausted(
         "this client already has " + std::to_string(quota_.held(request.client)) +
@@ -33,13 +35,15 @@ void ReplyWriter::Send(PendingRequest& request, const std::string& header,
   request.frames.clear();
   request.input_regions.clear();
   request.output_region.reset();
-  jobs_.send(request.identity, zmq::send_flags::sndmore);
-  if (request.has_delimiter) jobs_.send(zmq::message_t(), zmq::send_flags::sndmore);
-  jobs_.send(zmq::buffer(header), has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  zmq::socket_t& socket =
+      request.origin != RequestOrigin::kZmq && frontend_ ? *frontend_ : jobs_;
+  socket.send(request.identity, zmq::send_flags::sndmore);
+  if (request.has_delimiter) socket.send(zmq::message_t(), zmq::send_flags::sndmore);
+  socket.send(zmq::buffer(header), has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
   if (!has_frames) return;
   for (size_t i = 0; i < frames->size(); ++i) {
-    jobs_.send((*frames)[i],
-               i + 1 < frames->size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    socket.send((*frames)[i],
+                i + 1 < frames->size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   }
 }
 

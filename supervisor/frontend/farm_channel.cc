@@ -79,7 +79,7 @@ void FarmChannel::Call(const std::string& tag, nlohmann::json header,
     done(FarmReply{Unavailable(std::string("front-end channel: send failed: ") + e.what()), {}, {}});
     return;
   }
-  waiting_.emplace(id, std::move(done));
+  waiting_.emplace(id, Waiting{std::move(done), tag == kMetaTag});
   pending_count_.store(waiting_.size(), std::memory_order_relaxed);
   // A send may have consumed the edge that announced a reply: look now.
   DrainReplies();
@@ -121,10 +121,16 @@ void FarmChannel::DrainReplies() {
                        << Kv("id", reply.header.id.dump()) << Kv("parse", parsed.ToString());
       continue;
     }
-    Done done = std::move(it->second);
+    Done done = std::move(it->second.done);
+    const bool meta = it->second.meta;
     waiting_.erase(it);
     pending_count_.store(waiting_.size(), std::memory_order_relaxed);
     reply.status = parsed.ok() ? reply.header.status : parsed;
+    // A metadata answer has no tensors: it is well formed when the loop said "ok".
+    if (meta && reply.header.raw.is_object() && reply.header.raw.value("status", "") == "ok") {
+      reply.status = Status::Ok();
+      reply.header.status = Status::Ok();
+    }
     frames.erase(frames.begin());
     reply.frames = std::move(frames);
     done(std::move(reply));
@@ -135,7 +141,7 @@ void FarmChannel::FailAll(const Status& status) {
   auto waiting = std::move(waiting_);
   waiting_.clear();
   pending_count_.store(0, std::memory_order_relaxed);
-  for (auto& [id, done] : waiting) done(FarmReply{status, {}, {}});
+  for (auto& [id, call] : waiting) call.done(FarmReply{status, {}, {}});
 }
 
 }  // namespace torchfarm
