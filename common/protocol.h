@@ -73,9 +73,10 @@ Status ParseRequestHeader(std::string_view text, RequestHeader* out,
 // The two halves of ParseRequestHeader, public so tests and the fuzzer can hold them against each
 // other. The fast path is a single scan for the common header (plain keys, ASCII strings without
 // escapes, non-negative integers, an id that is null, a boolean, such an integer or such a
-// string, input names of tensor-name characters); it returns true only for a header it fully read and found valid, with the same result
-// the JSON path would give. Anything else (every error included) returns false untouched-in-kind,
-// and the JSON path, a full nlohmann parse, decides and words the error.
+// string, input names of tensor-name characters); it returns true only for a header it fully read
+// and found valid, with the same result the JSON path would give. Anything else (every error
+// included) returns false untouched-in-kind, and the JSON path, a full nlohmann parse, decides and
+// words the error.
 bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out,
                             const RequestLimits& limits = RequestLimits{});
 Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,

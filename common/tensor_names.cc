@@ -19,8 +19,8 @@ bool ValidTensorName(std::string_view name) {
 std::string DefaultInputName(size_t index) { return "INPUT__" + std::to_string(index); }
 std::string DefaultOutputName(size_t index) { return "OUTPUT__" + std::to_string(index); }
 
-Status TensorNameFromJson(const nlohmann::json& entry, const std::string& where,
-                          std::string* out, bool* present) {
+Status TensorNameFromJson(const nlohmann::json& entry, const std::string& where, std::string* out,
+                          bool* present) {
   *present = false;
   if (!entry.is_object()) return Status::Ok();
   auto it = entry.find("name");
@@ -54,13 +54,15 @@ Status NamedTensorListFromJson(const nlohmann::json& list, const std::string& wh
                                std::vector<std::string>* names) {
   const char* noun = outputs ? "outputs" : "inputs";
   if (!list.is_array() || list.empty()) {
-    return InvalidArgument(where + ": expected a non-empty array of {\"name\", \"dtype\", "
-                           "\"shape\"}, got " + std::string(list.type_name()) + " " +
+    return InvalidArgument(where +
+                           ": expected a non-empty array of {\"name\", \"dtype\", "
+                           "\"shape\"}, got " +
+                           std::string(list.type_name()) + " " +
                            list.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   if (list.size() > max_count) {
-    return InvalidArgument(where + ": " + std::to_string(list.size()) + " " + noun +
-                           ", at most " + std::to_string(max_count));
+    return InvalidArgument(where + ": " + std::to_string(list.size()) + " " + noun + ", at most " +
+                           std::to_string(max_count));
   }
   specs->clear();
   names->clear();

@@ -7,11 +7,10 @@
 #pragma once
 
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "common/tensor_spec.h"
@@ -31,8 +30,8 @@ std::string DefaultOutputName(size_t index);
 // Reads the optional "name" of the object `entry` (a tensor entry at `where`, e.g.
 // "config.models[0].inputs[1]"). Absent: *out is left empty and *present false. Present but not
 // a valid name: INVALID_ARGUMENT naming `where`.name, what is allowed and what was received.
-Status TensorNameFromJson(const nlohmann::json& entry, const std::string& where,
-                          std::string* out, bool* present);
+Status TensorNameFromJson(const nlohmann::json& entry, const std::string& where, std::string* out,
+                          bool* present);
 
 // OK when no name appears twice; else INVALID_ARGUMENT naming `where`[k].name of the second one.
 Status CheckUniqueTensorNames(const std::vector<std::string>& names, const std::string& where);

@@ -106,8 +106,9 @@ Status MatchInputNames(const ModelConfig& model, const std::vector<std::string>&
       return InvalidArgument(where + ": no input is named \"" + given[i] + "\"" + takes);
     }
     if ((*order)[k] != kUnset) {
-      return InvalidArgument(where + ": input \"" + given[i] + "\" is given twice, also as inputs[" +
-                             std::to_string((*order)[k]) + "]" + takes);
+      return InvalidArgument(where + ": input \"" + given[i] +
+                             "\" is given twice, also as inputs[" + std::to_string((*order)[k]) +
+                             "]" + takes);
     }
     (*order)[k] = i;
   }
@@ -139,7 +140,9 @@ Status ArrangeNamedInputs(const ModelConfig& model, RequestHeader* header,
     arranged.input_names.push_back(std::move(header->input_names[i]));
     if (!header->input_shm.empty()) arranged.input_shm.push_back(std::move(header->input_shm[i]));
   }
-  for (size_t f = 0; f < moved_frames.size(); ++f) frames[first_frame + f] = std::move(moved_frames[f]);
+  for (size_t f = 0; f < moved_frames.size(); ++f) {
+    frames[first_frame + f] = std::move(moved_frames[f]);
+  }
   header->inputs = std::move(arranged.inputs);
   header->input_names = std::move(arranged.input_names);
   header->input_shm = std::move(arranged.input_shm);

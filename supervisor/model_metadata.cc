@@ -7,9 +7,8 @@ namespace torchfarm {
 using nlohmann::json;
 
 json TensorMetadataJson(const std::string& name, const TensorSpec& spec) {
-  return json{{"name", name},
-              {"datatype", std::string(V2DatatypeName(spec.dtype))},
-              {"shape", spec.shape}};
+  return json{
+      {"name", name}, {"datatype", std::string(V2DatatypeName(spec.dtype))}, {"shape", spec.shape}};
 }
 
 json ModelMetadataJson(const ServedModel& model, bool ready) {
@@ -19,21 +18,22 @@ json ModelMetadataJson(const ServedModel& model, bool ready) {
     inputs.push_back(TensorMetadataJson(config.input_name(k), config.inputs[k]));
   }
   // Declared outputs win; learned ones count only for the model file they came from.
-  const bool learned = !model.outputs_learned_for.empty() &&
-                       model.outputs_learned_for == config.path;
-  const std::vector<TensorSpec>& specs =
-      !config.outputs.empty() ? config.outputs
-                              : learned ? model.learned_outputs : std::vector<TensorSpec>{};
-  json outputs = json::array();
-  for (size_t k = 0; k < specs.size(); ++k) {
-    outputs.push_back(TensorMetadataJson(config.output_name(k), specs[k]));
+  const bool learned =
+      !model.outputs_learned_for.empty() && model.outputs_learned_for == config.path;
+  static const std::vector<TensorSpec> kNone;
+  const std::vector<TensorSpec>* specs = &kNone;
+  if (!config.outputs.empty()) {
+    specs = &config.outputs;
+  } else if (learned) {
+    specs = &model.learned_outputs;
   }
-  return json{{"name", config.name},
-              {"versions", json::array({"1"})},
-              {"platform", "pytorch_libtorch"},
-              {"ready", ready},
-              {"inputs", std::move(inputs)},
-              {"outputs", std::move(outputs)}};
+  json outputs = json::array();
+  for (size_t k = 0; k < specs->size(); ++k) {
+    outputs.push_back(TensorMetadataJson(config.output_name(k), (*specs)[k]));
+  }
+  return json{
+      {"name", config.name}, {"versions", json::array({"1"})}, {"platform", "pytorch_libtorch"},
+      {"ready", ready},      {"inputs", std::move(inputs)},    {"outputs", std::move(outputs)}};
 }
 
 void LearnOutputs(ServedModel* model, const std::vector<TensorSpec>& outputs) {

@@ -197,8 +197,9 @@ int main(int argc, char** argv) {
   std::string out;
   std::string all_dir;
   uint64_t seed = 0;
-  auto* model_option = app.add_option("--model", model, "model to write")
-                           ->check(CLI::IsMember({"identity", "mlp", "convnet", "slow", "pair", "add2"}));
+  auto* model_option =
+      app.add_option("--model", model, "model to write")
+          ->check(CLI::IsMember({"identity", "mlp", "convnet", "slow", "pair", "add2"}));
   auto* out_option = app.add_option("--out", out, "file to write (with --model)");
   auto* all_option = app.add_option("--all", all_dir, "write every model as DIR/<name>.pt");
   app.add_option("--seed", seed, "weight seed (default 0)");

@@ -178,7 +178,9 @@ std::optional<int> Worker::OnComputeEvent() {
                             {"threads", args_.threads},
                             {"device", args_.device},
                             {"precision", args_.precision}};
-    if (report.warmup_outputs_known) ready["outputs"] = ipc::ReadyOutputsJson(report.warmup_outputs);
+    if (report.warmup_outputs_known) {
+      ready["outputs"] = ipc::ReadyOutputsJson(report.warmup_outputs);
+    }
     Send(ready);
     TF_LOG(kInfo) << "worker ready" << Kv("load_ms", report.load_ms);
   }

@@ -174,10 +174,10 @@ RequestHeader ParseBoth(const std::string& text, bool fast) {
 }
 
 TEST(ProtocolNamesTest, InputNamesAreReadByBothPaths) {
-  RequestHeader h = ParseBoth(
-      R"({"v":1,"model":"m","inputs":[{"name":"y","dtype":"int64","shape":[3]},)"
-      R"({"dtype":"float32","shape":[3,4],"name":"x:0"}]})",
-      true);
+  RequestHeader h =
+      ParseBoth(R"({"v":1,"model":"m","inputs":[{"name":"y","dtype":"int64","shape":[3]},)"
+                R"({"dtype":"float32","shape":[3,4],"name":"x:0"}]})",
+                true);
   EXPECT_EQ(h.input_names, (std::vector<std::string>{"y", "x:0"}));
   h = ParseBoth(R"({"v":1,"model":"m","inputs":[{"dtype":"int64","shape":[3]}]})", true);
   EXPECT_TRUE(h.input_names.empty());
@@ -201,22 +201,26 @@ std::string HeaderError(const std::string& text) {
 }
 
 TEST(ProtocolNamesTest, EveryInputNamedOrNone) {
-  EXPECT_THAT(HeaderError(R"({"v":1,"model":"m","inputs":[{"name":"x","dtype":"int64","shape":[3]},)"
-                          R"({"dtype":"int64","shape":[3]}]})"),
-              HasSubstr("inputs[1].name: missing, but inputs[0] has one; name every input or none"));
+  EXPECT_THAT(
+      HeaderError(R"({"v":1,"model":"m","inputs":[{"name":"x","dtype":"int64","shape":[3]},)"
+                  R"({"dtype":"int64","shape":[3]}]})"),
+      HasSubstr("inputs[1].name: missing, but inputs[0] has one; name every input or none"));
   EXPECT_THAT(HeaderError(R"({"v":1,"model":"m","inputs":[{"dtype":"int64","shape":[3]},)"
                           R"({"name":"y","dtype":"int64","shape":[3]}]})"),
               HasSubstr("inputs[1].name: given, but inputs[0] has none"));
 }
 
 TEST(ProtocolNamesTest, BadNamesAreRefusedWithWhatWasReceived) {
-  EXPECT_THAT(HeaderError(R"({"v":1,"model":"m","inputs":[{"name":"","dtype":"int64","shape":[3]}]})"),
-              HasSubstr("inputs[0].name: expected 1..64 of the characters A-Z a-z 0-9 _ . : -, "
-                        "got \"\""));
-  EXPECT_THAT(HeaderError(R"({"v":1,"model":"m","inputs":[{"name":1,"dtype":"int64","shape":[3]}]})"),
-              HasSubstr("got 1"));
-  EXPECT_THAT(HeaderError(R"({"v":1,"model":"m","inputs":[{"name":"a b","dtype":"int64","shape":[3]}]})"),
-              HasSubstr("got \"a b\""));
+  EXPECT_THAT(
+      HeaderError(R"({"v":1,"model":"m","inputs":[{"name":"","dtype":"int64","shape":[3]}]})"),
+      HasSubstr("inputs[0].name: expected 1..64 of the characters A-Z a-z 0-9 _ . : -, "
+                "got \"\""));
+  EXPECT_THAT(
+      HeaderError(R"({"v":1,"model":"m","inputs":[{"name":1,"dtype":"int64","shape":[3]}]})"),
+      HasSubstr("got 1"));
+  EXPECT_THAT(
+      HeaderError(R"({"v":1,"model":"m","inputs":[{"name":"a b","dtype":"int64","shape":[3]}]})"),
+      HasSubstr("got \"a b\""));
   const std::string long_name(65, 'n');
   EXPECT_THAT(HeaderError(R"({"v":1,"model":"m","inputs":[{"name":")" + long_name +
                           R"(","dtype":"int64","shape":[3]}]})"),
@@ -248,7 +252,8 @@ TEST(ProtocolNamesTest, RepliesNameEveryOutput) {
   EXPECT_EQ(json::parse(MakeOkReply(7, outputs, {"a\"b"}, StageTimes{}, 1))["outputs"][0]["name"],
             "a\"b");
   const std::vector<uint64_t> offsets = {0, 64};
-  const json shm = json::parse(MakeOkReply(7, outputs, {"p", "q"}, StageTimes{}, 1, "tok", &offsets));
+  const json shm =
+      json::parse(MakeOkReply(7, outputs, {"p", "q"}, StageTimes{}, 1, "tok", &offsets));
   EXPECT_EQ(shm["outputs"][1]["name"], "q");
   EXPECT_EQ(shm["outputs"][1]["shm"]["offset"], 64);
 }

@@ -1,10 +1,10 @@
 // Named tensors end to end: a real supervisor and worker serving the 2-input add2 model
 // (x + 2 * y, tools/mkmodel.cc). Named inputs sent in reverse order must give the bytes the
 // positional request gives, and replies name their outputs (config "outputs", else OUTPUT__k).
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "farm_fixture.h"
 #include "torchfarm/client.h"

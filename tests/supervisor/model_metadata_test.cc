@@ -13,8 +13,9 @@ namespace {
 using nlohmann::json;
 
 ServedModel Model(ModelConfig config) {
-  return ServedModel{std::move(config), ModelQueue(BatchingPolicy{}), ModelStats(TimePoint{}), {},
-                     false, BatchCostModel()};
+  return ServedModel{
+      std::move(config), ModelQueue(BatchingPolicy{}), ModelStats(TimePoint{}), {}, false,
+      BatchCostModel()};
 }
 
 ModelConfig TwoInputs() {

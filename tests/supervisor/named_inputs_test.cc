@@ -54,9 +54,9 @@ std::string Header(const std::string& model, const std::vector<std::string>& ent
   return R"({"v":1,"id":1,"model":")" + model + R"(","inputs":[)" + list + "]}";
 }
 
-const std::string kX(8, 'x');        // float32 [1, 2]
-const std::string kIds(8, 'i');      // int64 [1]
-const std::string kBytes(3, 'b');    // uint8 [1, 3]
+const std::string kX(8, 'x');      // float32 [1, 2]
+const std::string kIds(8, 'i');    // int64 [1]
+const std::string kBytes(3, 'b');  // uint8 [1, 3]
 
 TEST_F(NamedInputsTest, InputsInAnyOrderArriveInTheModelsOrder) {
   const std::string x = Entry("x", "float32", "[1,2]"), ids = Entry("ids", "int64", "[1]"),
@@ -90,9 +90,9 @@ TEST_F(NamedInputsTest, InputsInAnyOrderArriveInTheModelsOrder) {
 
 TEST_F(NamedInputsTest, AModelWithoutNamesTakesTheDefaults) {
   PendingRequest r;
-  Status s = Run(Header("unnamed", {Entry("INPUT__1", "float32", "[1]"),
-                                    Entry("INPUT__0", "float32", "[1]")}),
-                 {"BBBB", "AAAA"}, &r);
+  Status s = Run(
+      Header("unnamed", {Entry("INPUT__1", "float32", "[1]"), Entry("INPUT__0", "float32", "[1]")}),
+      {"BBBB", "AAAA"}, &r);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(r.frames[0].to_string(), "AAAA");
   EXPECT_EQ(r.frames[1].to_string(), "BBBB");
@@ -104,21 +104,24 @@ TEST_F(NamedInputsTest, UnknownRepeatedAndMissingNamesListTheModelsInputs) {
                                    Entry("INPUT__2", "uint8", "[1,3]")}),
                  {kX, kIds, kBytes}, &r);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "inputs[1].name: no input is named \"idz\" (model 'triple' takes x, ids, "
-                         "INPUT__2)");
+  EXPECT_EQ(s.message(),
+            "inputs[1].name: no input is named \"idz\" (model 'triple' takes x, ids, "
+            "INPUT__2)");
   r = PendingRequest{};
   s = Run(Header("triple", {Entry("x", "float32", "[1,2]"), Entry("ids", "int64", "[1]"),
                             Entry("x", "float32", "[1,2]")}),
           {kX, kIds, kX}, &r);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "inputs[2].name: input \"x\" is given twice, also as inputs[0] (model "
-                         "'triple' takes x, ids, INPUT__2)");
+  EXPECT_EQ(s.message(),
+            "inputs[2].name: input \"x\" is given twice, also as inputs[0] (model "
+            "'triple' takes x, ids, INPUT__2)");
   r = PendingRequest{};
   s = Run(Header("triple", {Entry("ids", "int64", "[1]"), Entry("x", "float32", "[1,2]")}),
           {kIds, kX}, &r);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "inputs: input \"INPUT__2\" is missing (model 'triple' takes x, ids, "
-                         "INPUT__2)");
+  EXPECT_EQ(s.message(),
+            "inputs: input \"INPUT__2\" is missing (model 'triple' takes x, ids, "
+            "INPUT__2)");
   // The request id survives for the error reply.
   EXPECT_EQ(r.id, 1);
 }
