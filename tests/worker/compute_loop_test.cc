@@ -323,7 +323,7 @@ def forward(self, x):
 TEST_F(ComputeLoopTest, WarmupReportsTheOutputsOfItsFirstBatch) {
   std::string path = Save("TwoOut", R"(
 def forward(self, x):
-    return (x * 2.0, x.sum(1).to(torch.int64))
+    return (x * 2.0, x.sum(1).long())
 )");
   warmup_ = {{TensorSpec{DType::kFloat32, {2, 3}}}, {TensorSpec{DType::kFloat32, {5, 3}}}};
   LoadReport report = Start(path);
