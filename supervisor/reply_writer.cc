@@ -6,6 +6,10 @@
 
 namespace torchfarm {
 
+namespace {
+const std::vector<std::string> kNoNames;
+}  // namespace
+
 Status ReplyWriter::AcquireQuota(PendingRequest& request, zmq::message_t& header_frame,
                                  bool per_key) {
   if (request.origin == RequestOrigin::kZmq) {
@@ -52,6 +56,7 @@ void ReplyWriter::SendError(PendingRequest& request, const Status& status) {
 }
 
 Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
+  const std::vector<std::string>& names = share.output_names ? *share.output_names : kNoNames;
   std::vector<std::pair<const uint8_t*, uint64_t>> slices;  // this request's bytes per output
   for (size_t i = 0; i < share.outputs.size(); ++i) {
     slices.push_back(share.view->OutputRows(i, share.first_row, request.rows));
@@ -72,7 +77,7 @@ Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
     if (!placed.ok()) return placed;
     const std::string region = request.output_shm.region;
     Send(request,
-         MakeOkReply(request.id, share.outputs, share.timing, share.worker_id, region,
+         MakeOkReply(request.id, share.outputs, names, share.timing, share.worker_id, region,
                      &shm_offsets_),
          &frames_);
     return Status::Ok();
@@ -84,7 +89,8 @@ Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
       frames_.emplace_back(bytes, length);
     }
   }
-  Send(request, MakeOkReply(request.id, share.outputs, share.timing, share.worker_id), &frames_);
+  Send(request, MakeOkReply(request.id, share.outputs, names, share.timing, share.worker_id),
+       &frames_);
   return Status::Ok();
 }
 

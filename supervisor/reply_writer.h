@@ -27,6 +27,8 @@ namespace torchfarm {
 struct BatchShare {
   const ipc::ResponseView* view = nullptr;
   std::vector<TensorSpec> outputs;  // the batch's output specs; dim 0 becomes the request's
+  // The model's output names (config "outputs"); OUTPUT__k beyond them. Null: all OUTPUT__k.
+  const std::vector<std::string>* output_names = nullptr;
   int64_t first_row = 0;
   bool batched = false;           // the batch held more than this request
   bool outputs_in_place = false;  // the worker wrote them into the request's output_shm itself

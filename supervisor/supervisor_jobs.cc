@@ -12,6 +12,7 @@
 #include "ipc/guarded_copy.h"
 #include "supervisor/batch_encoder.h"
 #include "supervisor/job_intake.h"
+#include "supervisor/model_metadata.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/zmq_util.h"
 
@@ -53,12 +54,14 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
     }
     return;
   }
+  LearnOutputs(&model, view.outputs);  // model_metadata.h: once per model file
   const bool may_pin = slot.CanPinResponse();
   int64_t row_start = 0;
   for (auto& r : batch.requests) {
     BatchShare share;
     share.view = &view;
     share.outputs = view.outputs;
+    share.output_names = &model.config.output_names;
     share.first_row = row_start;
     share.batched = batch.requests.size() > 1;
     // The worker wrote the outputs into the client's region itself (ipc/slot_codec.h, in place).

@@ -1,5 +1,4 @@
-// The v2 <-> farm translation (v2_inference.h). The datatype table lives here for now; common/dtype.h
-// gains the same mapping on another branch and this file will use it once both are merged.
+// The v2 <-> farm translation (v2_inference.h); the datatype names are common/dtype.h's.
 #include "supervisor/frontend/v2_inference.h"
 
 #include <array>
@@ -10,33 +9,6 @@
 
 namespace torchfarm {
 namespace {
-
-struct V2Name {
-  std::string_view name;
-  DType dtype;
-};
-
-constexpr std::array<V2Name, 10> kV2Names = {{
-    {"FP32", DType::kFloat32},
-    {"FP16", DType::kFloat16},
-    {"BF16", DType::kBFloat16},
-    {"FP64", DType::kFloat64},
-    {"INT64", DType::kInt64},
-    {"INT32", DType::kInt32},
-    {"INT16", DType::kInt16},
-    {"INT8", DType::kInt8},
-    {"UINT8", DType::kUInt8},
-    {"BOOL", DType::kBool},
-}};
-
-std::string AllV2Names() {
-  std::string names;
-  for (const auto& entry : kV2Names) {
-    if (!names.empty()) names += ", ";
-    names += entry.name;
-  }
-  return names;
-}
 
 std::string InputWhere(size_t index, const std::string& name) {
   return "inputs[" + std::to_string(index) + "] ('" + name + "')";
@@ -80,25 +52,16 @@ std::string OutputName(const ReplyHeader& reply, size_t index) {
 }  // namespace
 
 Status DTypeFromV2(std::string_view datatype, const std::string& where, DType* out) {
-  for (const auto& entry : kV2Names) {
-    if (entry.name == datatype) {
-      *out = entry.dtype;
-      return Status::Ok();
-    }
+  if (std::optional<DType> dtype = DTypeFromV2Name(datatype)) {
+    *out = *dtype;
+    return Status::Ok();
   }
   if (datatype == "BYTES") {
     return InvalidArgument(where + ": datatype BYTES (strings) is not supported; use one of " +
-                           AllV2Names());
+                           AllV2DatatypeNames());
   }
   return InvalidArgument(where + ": datatype '" + std::string(datatype) + "' is not one of " +
-                         AllV2Names());
-}
-
-std::string_view V2DatatypeName(DType dtype) {
-  for (const auto& entry : kV2Names) {
-    if (entry.dtype == dtype) return entry.name;
-  }
-  return "UNKNOWN";
+                         AllV2DatatypeNames());
 }
 
 Status ToFarmRequest(V2InferRequest& request, nlohmann::json* header,
