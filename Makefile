@@ -64,10 +64,11 @@ clean:
 #   make test-asan  ASan+UBSan build of the non-LibTorch parts in build-asan; runs their unit tests
 #                   and the end-to-end security tests against a sanitized supervisor (the workers
 #                   and torchfarm-mkmodel come unsanitized from $(BUILD_DIR)).
-#   make fuzz       libFuzzer for FUZZ_SECONDS in all (clang-14, build-fuzz), split between request
-#                   intake (protocol_fuzzer, half) and the ring slot decoders (slot_codec_fuzzer,
-#                   the rest); crash inputs land in build-fuzz/artifacts/: copy them to
-#                   tests/fuzz/regressions/ or tests/fuzz/slot_codec_regressions/.
+#   make fuzz       libFuzzer for FUZZ_SECONDS in all (clang-14, build-fuzz), split three ways
+#                   between request intake (protocol_fuzzer), the ring slot decoders
+#                   (slot_codec_fuzzer) and the v2 HTTP request parser (v2_http_fuzzer); crash
+#                   inputs land in build-fuzz/artifacts/: copy them to tests/fuzz/regressions/,
+#                   tests/fuzz/slot_codec_regressions/ or tests/fuzz/v2_regressions/.
 ASAN_DIR ?= build-asan
 ASAN_TESTS = common_test common_client_test ipc_test slot_codec_test supervisor_unit_test \
              fuzz_regression_test \
@@ -75,9 +76,10 @@ ASAN_TESTS = common_test common_client_test ipc_test slot_codec_test supervisor_
 ASAN_TARGETS = torchfarm-supervisor torchfarm $(ASAN_TESTS)
 FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
-# One total for both fuzzers; each gets at least a second.
-FUZZ_PROTOCOL_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 2 )); echo $$(( s > 0 ? s : 1 )))
-FUZZ_SLOT_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) - $(FUZZ_PROTOCOL_SECONDS) )); echo $$(( s > 0 ? s : 1 )))
+# One total for the three fuzzers; each gets at least a second.
+FUZZ_PROTOCOL_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 3 )); echo $$(( s > 0 ? s : 1 )))
+FUZZ_SLOT_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 3 )); echo $$(( s > 0 ? s : 1 )))
+FUZZ_V2_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) - 2 * ($(FUZZ_SECONDS) / 3) )); echo $$(( s > 0 ? s : 1 )))
 
 test-asan: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target torchfarm-worker torchfarm-mkmodel
@@ -92,11 +94,14 @@ test-asan: configure
 fuzz:
 	./tools/install-deps.sh --fuzz
 	CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORCHFARM_FUZZ=ON
-	cmake --build $(FUZZ_DIR) -j $(JOBS) --target protocol_fuzzer slot_codec_fuzzer
-	mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/slot_codec_corpus $(FUZZ_DIR)/artifacts
+	cmake --build $(FUZZ_DIR) -j $(JOBS) --target protocol_fuzzer slot_codec_fuzzer v2_http_fuzzer
+	mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/slot_codec_corpus $(FUZZ_DIR)/v2_corpus $(FUZZ_DIR)/artifacts
 	$(FUZZ_DIR)/bin/protocol_fuzzer -max_total_time=$(FUZZ_PROTOCOL_SECONDS) -max_len=80000 \
 	  -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/ \
 	  $(FUZZ_DIR)/corpus tests/fuzz/corpus
 	$(FUZZ_DIR)/bin/slot_codec_fuzzer -max_total_time=$(FUZZ_SLOT_SECONDS) -max_len=8192 \
 	  -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/slot-codec- \
 	  $(FUZZ_DIR)/slot_codec_corpus tests/fuzz/slot_codec_corpus
+	$(FUZZ_DIR)/bin/v2_http_fuzzer -max_total_time=$(FUZZ_V2_SECONDS) -max_len=80000 \
+	  -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/v2-http- \
+	  $(FUZZ_DIR)/v2_corpus tests/fuzz/v2_corpus

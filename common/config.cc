@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/protocol.h"
+#include "common/tensor_names.h"
 
 namespace torchfarm {
 
@@ -208,7 +209,7 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
                   ModelConfig* out) {
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
   Status s = CheckKeys(j, where,
-                       {"name", "path", "inputs", "instances", "max_batch_size",
+                       {"name", "path", "inputs", "outputs", "instances", "max_batch_size",
                         "max_queue_delay_us", "preferred_batch_sizes", "max_queue_size",
                         "max_queue_wait_ms", "max_inflight_per_worker", "priority_levels", "slot_bytes", "ring_slots",
                         "hang_timeout_ms", "warmup"});
@@ -225,19 +226,18 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
   m.path = p.lexically_normal().string();
 
   auto inputs = j.find("inputs");
-  if (inputs == j.end() || !inputs->is_array() || inputs->empty()) {
+  if (inputs == j.end()) {
     return InvalidArgument(where + ".inputs: expected a non-empty array of {\"dtype\", \"shape\"}");
   }
-  if (inputs->size() > kMaxInputs) {
-    // A request slot holds kMaxInputs tensors (ipc/slot_codec.h): more could never be served.
-    return InvalidArgument(where + ".inputs: " + std::to_string(inputs->size()) +
-                           " inputs, at most " + std::to_string(kMaxInputs));
-  }
-  for (size_t i = 0; i < inputs->size(); ++i) {
-    TensorSpec spec;
-    s = TensorSpecFromJson((*inputs)[i], where + ".inputs[" + std::to_string(i) + "]", true, &spec);
+  // A request slot holds kMaxInputs tensors (ipc/slot_codec.h): more could never be served.
+  s = NamedTensorListFromJson(*inputs, where + ".inputs", kMaxInputs, false, &m.inputs,
+                              &m.input_names);
+  if (!s.ok()) return s;
+  if (auto outputs = j.find("outputs"); outputs != j.end()) {
+    // A reply holds kMaxOutputs tensors: a model returning more fails every batch.
+    s = NamedTensorListFromJson(*outputs, where + ".outputs", kMaxOutputs, true, &m.outputs,
+                                &m.output_names);
     if (!s.ok()) return s;
-    m.inputs.push_back(std::move(spec));
   }
   if (auto inst = j.find("instances"); inst != j.end()) {
     if (!inst->is_array()) return InvalidArgument(where + ".instances: expected an array");
@@ -645,6 +645,14 @@ Status WarmupFromJson(const std::string& text, std::vector<std::vector<TensorSpe
     out->push_back(std::move(entry));
   }
   return Status::Ok();
+}
+
+std::string ModelConfig::input_name(size_t k) const {
+  return k < input_names.size() ? input_names[k] : DefaultInputName(k);
+}
+
+std::string ModelConfig::output_name(size_t k) const {
+  return k < output_names.size() ? output_names[k] : DefaultOutputName(k);
 }
 
 int ResolveInstanceCount(const InstanceConfig& instance, int available_cores) {

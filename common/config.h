@@ -42,6 +42,14 @@ struct ModelConfig {
   std::string name;
   std::string path;  // absolute after parsing
   std::vector<TensorSpec> inputs;
+  // One per input after parsing: its config "name", else INPUT__k (common/tensor_names.h). A
+  // ModelConfig built in code may leave it short; input_name() fills the defaults.
+  std::vector<std::string> input_names;
+  // Config "outputs": what the model returns (-1 for a variable dimension), with names (else
+  // OUTPUT__k). Empty when the config declares none; the supervisor then learns them
+  // (supervisor/model_metadata.h). Not checked against what the model returns.
+  std::vector<TensorSpec> outputs;
+  std::vector<std::string> output_names;
   std::vector<InstanceConfig> instances;
   // Scheduling.
   int64_t max_batch_size = 1;        // rows along dim 0 per batch; 1 disables merging
@@ -61,6 +69,12 @@ struct ModelConfig {
   // Batches each worker runs (zero-filled) after loading and before it reports ready; one spec per
   // input. Written as batch sizes (trailing dims from `inputs`) or as shape lists.
   std::vector<std::vector<TensorSpec>> warmup;
+
+  // Input k's name: input_names[k], or INPUT__k beyond them.
+  std::string input_name(size_t k) const;
+  // Output k's name in replies and metadata: output_names[k], or OUTPUT__k beyond them (also for
+  // outputs a model returns beyond those its config declares).
+  std::string output_name(size_t k) const;
 };
 
 // Top-level "gpu": how GPU workers share their devices (docs/gpu.md).

@@ -10,19 +10,20 @@ struct DTypeInfo {
   std::string_view name;
   size_t size;
   std::string_view descr;
+  std::string_view v2_name;  // the Open Inference Protocol's datatype
 };
 
 constexpr std::array<DTypeInfo, 10> kInfo = {{
-    {DType::kFloat32, "float32", 4, "<f4"},
-    {DType::kFloat64, "float64", 8, "<f8"},
-    {DType::kFloat16, "float16", 2, "<f2"},
-    {DType::kBFloat16, "bfloat16", 2, ""},
-    {DType::kInt64, "int64", 8, "<i8"},
-    {DType::kInt32, "int32", 4, "<i4"},
-    {DType::kInt16, "int16", 2, "<i2"},
-    {DType::kInt8, "int8", 1, "|i1"},
-    {DType::kUInt8, "uint8", 1, "|u1"},
-    {DType::kBool, "bool", 1, "|b1"},
+    {DType::kFloat32, "float32", 4, "<f4", "FP32"},
+    {DType::kFloat64, "float64", 8, "<f8", "FP64"},
+    {DType::kFloat16, "float16", 2, "<f2", "FP16"},
+    {DType::kBFloat16, "bfloat16", 2, "", "BF16"},
+    {DType::kInt64, "int64", 8, "<i8", "INT64"},
+    {DType::kInt32, "int32", 4, "<i4", "INT32"},
+    {DType::kInt16, "int16", 2, "<i2", "INT16"},
+    {DType::kInt8, "int8", 1, "|i1", "INT8"},
+    {DType::kUInt8, "uint8", 1, "|u1", "UINT8"},
+    {DType::kBool, "bool", 1, "|b1", "BOOL"},
 }};
 
 const DTypeInfo& Info(DType dtype) {
@@ -51,6 +52,24 @@ std::optional<DType> DTypeFromCode(uint8_t code) {
 std::string_view DTypeName(DType dtype) { return Info(dtype).name; }
 size_t DTypeSize(DType dtype) { return Info(dtype).size; }
 std::string_view DTypeNumpyDescr(DType dtype) { return Info(dtype).descr; }
+
+std::string_view V2DatatypeName(DType dtype) { return Info(dtype).v2_name; }
+
+std::optional<DType> DTypeFromV2Name(std::string_view v2_name) {
+  for (const auto& info : kInfo) {
+    if (info.v2_name == v2_name) return info.dtype;
+  }
+  return std::nullopt;
+}
+
+std::string AllV2DatatypeNames() {
+  std::string out;
+  for (const auto& info : kInfo) {
+    if (!out.empty()) out += ", ";
+    out += info.v2_name;
+  }
+  return out;
+}
 
 std::optional<DType> DTypeFromNumpyDescr(std::string_view descr) {
   // Single-byte types may be written with '|' or without a byte-order mark; '=' means native,

@@ -1,7 +1,8 @@
 // Element types of tensors on the wire, in shared memory and in .npy files.
 //
 // Owns: the mapping between numpy dtype names ("float32"), numpy array-protocol descriptors
-// ("<f4"), element sizes and the small integer code stored in shared-memory tensor descriptors.
+// ("<f4"), Open Inference Protocol datatypes ("FP32"), element sizes and the small integer code
+// stored in shared-memory tensor descriptors.
 // No LibTorch here: the worker maps DType to at::ScalarType in worker/torch_compat.h.
 #pragma once
 
@@ -34,6 +35,12 @@ size_t DTypeSize(DType dtype);
 // numpy's array-protocol descriptor ("<f4", "|u1"); empty for bfloat16, which numpy lacks.
 std::string_view DTypeNumpyDescr(DType dtype);
 std::optional<DType> DTypeFromNumpyDescr(std::string_view descr);
+// The Open Inference Protocol (KServe v2) datatype: "FP32", "INT64", "BOOL"... (docs/kserve-v2.md).
+// v2 types torchfarm cannot carry (UINT16..UINT64, BYTES) have no DType: nullopt.
+std::string_view V2DatatypeName(DType dtype);
+std::optional<DType> DTypeFromV2Name(std::string_view v2_name);
+// "FP32, FP64, ..." for error messages.
+std::string AllV2DatatypeNames();
 // "float32, float64, ..." for error messages.
 std::string AllDTypeNames();
 

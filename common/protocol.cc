@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/tensor_names.h"
+
 namespace torchfarm {
 
 using nlohmann::json;
@@ -188,14 +190,18 @@ bool ScanId(HeaderScanner& in, json* id) {
   return true;
 }
 
-// {"dtype": "...", "shape": [...]} with exactly those two keys.
-bool ScanTensorSpec(HeaderScanner& in, int max_rank, TensorSpec* spec) {
+// {"dtype": "...", "shape": [...]} with exactly those two keys, and optionally a "name" of
+// tensor-name characters (*name stays empty without one).
+bool ScanTensorSpec(HeaderScanner& in, int max_rank, TensorSpec* spec, std::string_view* name) {
   if (!in.Take('{')) return false;
-  bool have_dtype = false, have_shape = false;
+  bool have_dtype = false, have_shape = false, have_name = false;
   do {
     std::string_view key;
     if (!in.String(&key, KeyChar) || !in.Take(':')) return false;
-    if (key == "dtype" && !have_dtype) {
+    if (key == "name" && !have_name) {
+      if (!in.String(name, TensorNameChar) || !ValidTensorName(*name)) return false;
+      have_name = true;
+    } else if (key == "dtype" && !have_dtype) {
       std::string_view name;
       if (!in.String(&name, NameChar)) return false;
       auto dtype = ParseDType(name);
@@ -262,6 +268,21 @@ Status ParseShmCommand(const json& j, RequestHeader* out) {
   return Status::Ok();
 }
 
+// The "name" of inputs[i], appended to out->input_names; every input named or none.
+Status ReadInputName(const json& entry, size_t i, RequestHeader* out) {
+  const std::string where = "inputs[" + std::to_string(i) + "]";
+  std::string name;
+  bool named = false;
+  if (Status s = TensorNameFromJson(entry, where, &name, &named); !s.ok()) return s;
+  if (i > 0 && named != !out->input_names.empty()) {
+    return InvalidArgument(where + ".name: " + (named ? "given, but inputs[0] has none"
+                                                      : "missing, but inputs[0] has one") +
+                           "; name every input or none");
+  }
+  if (named) out->input_names.push_back(std::move(name));
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out, const RequestLimits& limits) {
@@ -292,9 +313,14 @@ bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out, const Req
       if (!in.Take('[')) return false;
       do {
         TensorSpec spec;
-        if (header.inputs.size() >= limits.max_inputs || !ScanTensorSpec(in, max_rank, &spec)) {
+        std::string_view name;
+        if (header.inputs.size() >= limits.max_inputs ||
+            !ScanTensorSpec(in, max_rank, &spec, &name)) {
           return false;
         }
+        // Every input named or none: a mix is an error, which the JSON path words.
+        if (name.empty() != header.input_names.empty() && !header.inputs.empty()) return false;
+        if (!name.empty()) header.input_names.emplace_back(name);
         header.inputs.push_back(std::move(spec));
       } while (in.Take(','));
       if (!in.Take(']')) return false;
@@ -381,6 +407,7 @@ Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
     TensorSpec spec;
     Status s = TensorSpecFromJson(*entry, where, false, &spec);
     if (!s.ok()) return s;
+    if (s = ReadInputName(*entry, i, out); !s.ok()) return s;
     if (spec.shape.size() > static_cast<size_t>(limits.max_rank)) {
       return InvalidArgument("inputs[" + std::to_string(i) + "].shape: rank " +
                              std::to_string(spec.shape.size()) + " exceeds the maximum of " +
@@ -459,6 +486,13 @@ Status CheckInputFrames(const RequestHeader& header, const std::vector<size_t>& 
 std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
                         const StageTimes& timing, int worker_id, const std::string& shm_region,
                         const std::vector<uint64_t>* shm_offsets) {
+  return MakeOkReply(id, outputs, {}, timing, worker_id, shm_region, shm_offsets);
+}
+
+std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
+                        const std::vector<std::string>& output_names, const StageTimes& timing,
+                        int worker_id, const std::string& shm_region,
+                        const std::vector<uint64_t>* shm_offsets) {
   // Built by hand: this runs once per answered request, and a json object plus dump() cost
   // several times more (bench/analysis.md). The layout equals json::dump() of the same object.
   std::string out;
@@ -477,7 +511,17 @@ std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
     if (i) out += ',';
     out += "{\"dtype\":\"";
     out += DTypeName(outputs[i].dtype);
-    out += "\",\"shape\":[";
+    // Keys in dump()'s (sorted) order. A config name needs no escaping (tensor_names.h); any
+    // other goes through dump().
+    out += "\",\"name\":";
+    if (i >= output_names.size()) {
+      out += "\"" + DefaultOutputName(i) + "\"";
+    } else if (ValidTensorName(output_names[i])) {
+      out += "\"" + output_names[i] + "\"";
+    } else {
+      out += json(output_names[i]).dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+    out += ",\"shape\":[";
     for (size_t d = 0; d < outputs[i].shape.size(); ++d) {
       if (d) out += ',';
       out += std::to_string(outputs[i].shape[d]);
@@ -537,6 +581,11 @@ Status ParseReplyHeader(std::string_view text, ReplyHeader* out) {
     Status s = TensorSpecFromJson(entry, where, false, &spec);
     if (!s.ok()) return Internal("bad reply: " + s.message());
     out->outputs.push_back(std::move(spec));
+    const json* name = entry.is_object() && entry.contains("name") ? &entry["name"] : nullptr;
+    if (name && !name->is_string()) {
+      return Internal("bad reply: " + where + ".name: expected a string, got " + name->dump());
+    }
+    out->output_names.push_back(name ? name->get<std::string>() : DefaultOutputName(i));
   }
   if (auto t = j.find("timing_us"); t != j.end() && t->is_object()) {
     out->timing.queue_us = t->value("queue", int64_t{0});

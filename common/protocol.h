@@ -48,6 +48,9 @@ struct RequestHeader {
   nlohmann::json id;  // echoed verbatim in the reply; null when absent
   std::string model;
   std::vector<TensorSpec> inputs;
+  // Empty, or one "name" per input (a request names every input or none): the supervisor then
+  // puts the inputs into the model's declared order (supervisor/job_intake.h).
+  std::vector<std::string> input_names;
   int64_t timeout_ms = 0;  // 0: no deadline
   int priority = 0;        // 0 is highest
   // Client shared memory (shm_reference.h). input_shm is empty, or one entry per input (unused
@@ -70,9 +73,10 @@ Status ParseRequestHeader(std::string_view text, RequestHeader* out,
 // The two halves of ParseRequestHeader, public so tests and the fuzzer can hold them against each
 // other. The fast path is a single scan for the common header (plain keys, ASCII strings without
 // escapes, non-negative integers, an id that is null, a boolean, such an integer or such a
-// string); it returns true only for a header it fully read and found valid, with the same result
-// the JSON path would give. Anything else (every error included) returns false untouched-in-kind,
-// and the JSON path, a full nlohmann parse, decides and words the error.
+// string, input names of tensor-name characters); it returns true only for a header it fully read
+// and found valid, with the same result the JSON path would give. Anything else (every error
+// included) returns false untouched-in-kind, and the JSON path, a full nlohmann parse, decides and
+// words the error.
 bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out,
                             const RequestLimits& limits = RequestLimits{});
 Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
@@ -90,8 +94,14 @@ struct StageTimes {
   int64_t total_us = 0;
 };
 
-// `shm_offsets`, when given, are where each output was written in region `shm_region`
-// (PlaceOutputs): the reply names them and carries no data frames.
+// Every output carries a "name": output_names[k], or OUTPUT__k beyond them
+// (common/tensor_names.h). `shm_offsets`, when given, are where each output was written in region
+// `shm_region` (PlaceOutputs): the reply names them and carries no data frames.
+std::string MakeOkReply(const nlohmann::json& id, const std::vector<TensorSpec>& outputs,
+                        const std::vector<std::string>& output_names, const StageTimes& timing,
+                        int worker_id, const std::string& shm_region = {},
+                        const std::vector<uint64_t>* shm_offsets = nullptr);
+// The same with every output named OUTPUT__k.
 std::string MakeOkReply(const nlohmann::json& id, const std::vector<TensorSpec>& outputs,
                         const StageTimes& timing, int worker_id,
                         const std::string& shm_region = {},
@@ -103,6 +113,8 @@ struct ReplyHeader {
   nlohmann::json id;
   Status status;  // ok, or the code and message of an error reply
   std::vector<TensorSpec> outputs;
+  // One per output: its "name", or OUTPUT__k for a reply without names (servers before names).
+  std::vector<std::string> output_names;
   std::vector<ShmRef> output_shm;  // per output when the request named output_shm; else empty
   StageTimes timing;
   int worker_id = -1;

@@ -2,10 +2,32 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/protocol.h"
+
 namespace torchfarm::ipc {
 
 std::string WorkerRoutingId(int worker_id, int generation) {
   return "w" + std::to_string(worker_id) + "." + std::to_string(generation);
+}
+
+nlohmann::json ReadyOutputsJson(const std::vector<TensorSpec>& outputs) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const TensorSpec& spec : outputs) list.push_back(TensorSpecToJson(spec));
+  return list;
+}
+
+bool ReadyOutputsFromMessage(const nlohmann::json& message, std::vector<TensorSpec>* out) {
+  auto list = message.find("outputs");
+  if (list == message.end() || !list->is_array() || list->size() > kMaxOutputs) return false;
+  std::vector<TensorSpec> specs;
+  for (size_t i = 0; i < list->size(); ++i) {
+    TensorSpec spec;
+    if (!TensorSpecFromJson((*list)[i], "outputs[" + std::to_string(i) + "]", false, &spec).ok())
+      return false;
+    specs.push_back(std::move(spec));
+  }
+  *out = std::move(specs);
+  return true;
 }
 
 std::string WorkerLaunchArgs::RoutingId() const { return WorkerRoutingId(worker_id, generation); }

@@ -6,7 +6,11 @@
 //   hello      {"type":"hello","worker":3,"generation":0,"pid":1234,"layout_version":1,
 //               "device":"cpu"}                                     first thing after connect
 //   ready      {"type":"ready","load_ms":12.5,"warmup_ms":3.1,"threads":1,"device":"cpu",
-//               "precision":"fp32"}                                 model loaded, warmed up
+//               "precision":"fp32","outputs":[{"dtype":"float32","shape":[4,10]}]}
+//                                                                   model loaded, warmed up.
+//              "outputs" (optional, ReadyOutputsJson): what the first warm-up batch returned, as
+//              the replies would carry it (reduced precision answers float32); absent without a
+//              warm-up. The supervisor learns the model's outputs from it (model_metadata.h).
 //   heartbeat  {"type":"heartbeat","batches":10,"rows":40,"errors":0,"busy":false,
 //               "stage_us":{"h2d":120,"compute":9000,"d2h":80},
 //               "device":{"name":"NVIDIA H200","streams":2,"pinned":true,"mps_attached":true,
@@ -25,7 +29,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
+#include "common/tensor_spec.h"
 
 namespace torchfarm::ipc {
 
@@ -79,5 +86,10 @@ struct WorkerLaunchArgs {
 };
 
 std::string WorkerRoutingId(int worker_id, int generation);
+
+// The "outputs" field of a ready message, and back: false when the message has none or an
+// unreadable one (a worker without warm-up, an older worker).
+nlohmann::json ReadyOutputsJson(const std::vector<TensorSpec>& outputs);
+bool ReadyOutputsFromMessage(const nlohmann::json& message, std::vector<TensorSpec>* out);
 
 }  // namespace torchfarm::ipc

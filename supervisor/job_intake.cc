@@ -1,6 +1,10 @@
 #include "supervisor/job_intake.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "common/protocol.h"
+#include "common/tensor_names.h"
 #include "ipc/shm_layout.h"
 
 namespace torchfarm {
@@ -80,6 +84,71 @@ Status ResolveShm(const RequestHeader& header, ClientShmRegistry* regions, TimeP
   return Status::Ok();
 }
 
+std::vector<std::string> InputNames(const ModelConfig& model) {
+  std::vector<std::string> names;
+  for (size_t k = 0; k < model.inputs.size(); ++k) names.push_back(model.input_name(k));
+  return names;
+}
+
+// For a request that names its inputs: where each of the model's inputs is in the request
+// (*order[k] = request index), or the INVALID_ARGUMENT for an unknown, repeated or missing name.
+Status MatchInputNames(const ModelConfig& model, const std::vector<std::string>& given,
+                       std::vector<size_t>* order) {
+  const std::vector<std::string> names = InputNames(model);
+  const std::string takes = " (model '" + model.name + "' takes " + JoinTensorNames(names) + ")";
+  constexpr size_t kUnset = SIZE_MAX;
+  order->assign(names.size(), kUnset);
+  for (size_t i = 0; i < given.size(); ++i) {
+    const std::string where = "inputs[" + std::to_string(i) + "].name";
+    const auto k = static_cast<size_t>(std::find(names.begin(), names.end(), given[i]) -
+                                       names.begin());
+    if (k == names.size()) {
+      return InvalidArgument(where + ": no input is named \"" + given[i] + "\"" + takes);
+    }
+    if ((*order)[k] != kUnset) {
+      return InvalidArgument(where + ": input \"" + given[i] +
+                             "\" is given twice, also as inputs[" + std::to_string((*order)[k]) +
+                             "]" + takes);
+    }
+    (*order)[k] = i;
+  }
+  for (size_t k = 0; k < names.size(); ++k) {
+    if ((*order)[k] == kUnset) {
+      return InvalidArgument("inputs: input \"" + names[k] + "\" is missing" + takes);
+    }
+  }
+  return Status::Ok();
+}
+
+// Puts a request's named inputs into the model's declared order: their specs, names, shared-
+// memory references and data frames (frames[first_frame...], one per input not in shared
+// memory, CheckInputFrames matched them). A request without names is left as it came.
+Status ArrangeNamedInputs(const ModelConfig& model, RequestHeader* header,
+                          std::vector<zmq::message_t>& frames, size_t first_frame) {
+  if (header->input_names.empty()) return Status::Ok();
+  std::vector<size_t> order;
+  if (Status s = MatchInputNames(model, header->input_names, &order); !s.ok()) return s;
+  std::vector<size_t> frame_of(header->inputs.size(), 0);
+  for (size_t i = 0, frame = first_frame; i < header->inputs.size(); ++i) {
+    if (!header->input_in_shm(i)) frame_of[i] = frame++;
+  }
+  std::vector<zmq::message_t> moved_frames;
+  RequestHeader arranged;
+  for (size_t i : order) {
+    if (!header->input_in_shm(i)) moved_frames.push_back(std::move(frames[frame_of[i]]));
+    arranged.inputs.push_back(std::move(header->inputs[i]));
+    arranged.input_names.push_back(std::move(header->input_names[i]));
+    if (!header->input_shm.empty()) arranged.input_shm.push_back(std::move(header->input_shm[i]));
+  }
+  for (size_t f = 0; f < moved_frames.size(); ++f) {
+    frames[first_frame + f] = std::move(moved_frames[f]);
+  }
+  header->inputs = std::move(arranged.inputs);
+  header->input_names = std::move(arranged.input_names);
+  header->input_shm = std::move(arranged.input_shm);
+  return Status::Ok();
+}
+
 }  // namespace
 
 TimePoint DeadlineAfter(TimePoint now, int64_t timeout_ms) {
@@ -142,7 +211,9 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   std::vector<size_t> sizes;
   for (size_t i = payload_start + 1; i < frames.size(); ++i) sizes.push_back(frames[i].size());
   if (s = CheckInputFrames(header, sizes, limits); !s.ok()) return s;
-  // From here on sizes[i] is input i's byte count, wherever its bytes are.
+  // From here on the inputs are in the model's order, and sizes[i] is input i's byte count,
+  // wherever its bytes are.
+  if (s = ArrangeNamedInputs(model, &header, frames, payload_start + 1); !s.ok()) return s;
   sizes.clear();
   for (const auto& spec : header.inputs) sizes.push_back(static_cast<size_t>(*ByteSize(spec)));
   if (header.inputs.size() != model.inputs.size()) {
@@ -152,7 +223,10 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   }
   uint64_t slot_bytes = 0;
   for (size_t i = 0; i < header.inputs.size(); ++i) {
-    if (s = CheckAgainstDeclared(model.inputs[i], header.inputs[i], i); !s.ok()) return s;
+    if (s = CheckAgainstDeclared(model.inputs[i], header.inputs[i], i); !s.ok()) {
+      if (header.input_names.empty()) return s;
+      return Status(s.code(), "input \"" + header.input_names[i] + "\": " + s.message());
+    }
     slot_bytes = ipc::AlignUp(slot_bytes + sizes[i], ipc::kTensorAlignment);
   }
   if (slot_bytes > model.slot_bytes) {

@@ -27,7 +27,7 @@ const prometheus::Histogram::BucketBoundaries& BatchBuckets() {
 }  // namespace
 
 struct MetricsExporter::ModelHandles {
-  std::map<StatusCode, prometheus::Counter*> requests;
+  std::map<std::pair<RequestOrigin, StatusCode>, prometheus::Counter*> requests;
   prometheus::Histogram* queue = nullptr;
   prometheus::Histogram* compute = nullptr;
   prometheus::Histogram* total = nullptr;
@@ -39,7 +39,8 @@ struct MetricsExporter::ModelHandles {
 MetricsExporter::MetricsExporter() : registry_(std::make_shared<prometheus::Registry>()) {
   requests_ = &prometheus::BuildCounter()
                    .Name("torchfarm_requests_total")
-                   .Help("Requests answered, by model and status (OK or the error code)")
+                   .Help("Requests answered, by model, status (OK or the error code) and protocol "
+                         "(zmq, http, grpc)")
                    .Register(*registry_);
   duration_ = &prometheus::BuildHistogram()
                    .Name("torchfarm_request_duration_seconds")
@@ -113,11 +114,14 @@ MetricsExporter::ModelHandles& MetricsExporter::For(const std::string& model) {
   return *handles;
 }
 
-void MetricsExporter::RequestDone(const std::string& model, StatusCode code) {
+void MetricsExporter::RequestDone(const std::string& model, StatusCode code,
+                                  RequestOrigin origin) {
   auto& handles = For(model);
-  auto& counter = handles.requests[code];
+  auto& counter = handles.requests[{origin, code}];
   if (!counter) {
-    counter = &requests_->Add({{"model", model}, {"status", std::string(StatusCodeName(code))}});
+    counter = &requests_->Add({{"model", model},
+                               {"status", std::string(StatusCodeName(code))},
+                               {"protocol", std::string(RequestOriginName(origin))}});
   }
   counter->Increment();
 }

@@ -7,7 +7,8 @@
 // read them while the supervisor's loop thread writes them).
 //
 // Metrics (names follow the Prometheus conventions):
-//   torchfarm_requests_total{model,status}                 counter, status = OK or an error code
+//   torchfarm_requests_total{model,status,protocol}        counter, status = OK or an error code,
+//                                                          protocol = zmq|http|grpc
 //   torchfarm_request_duration_seconds{model,stage}        histogram, stage = queue|compute|total
 //   torchfarm_batch_size{model}                            histogram of rows per batch
 //   torchfarm_queue_depth{model}                           gauge
@@ -22,6 +23,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "supervisor/request_origin.h"
 
 namespace prometheus {
 class Counter;
@@ -41,7 +43,8 @@ class MetricsExporter {
   static Status Start(const std::string& endpoint, std::unique_ptr<MetricsExporter>* out);
   ~MetricsExporter();
 
-  void RequestDone(const std::string& model, StatusCode code);
+  void RequestDone(const std::string& model, StatusCode code,
+                   RequestOrigin origin = RequestOrigin::kZmq);
   void Latency(const std::string& model, double queue_s, double compute_s, double total_s);
   void Batch(const std::string& model, int64_t rows);
   void QueueDepth(const std::string& model, size_t depth);

@@ -8,6 +8,9 @@
 // written -1 when the model batches); until then an empty list. Loop thread only.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "supervisor/served_model.h"
@@ -17,5 +20,12 @@ namespace torchfarm {
 // {"name": ..., "versions": ["1"], "platform": "pytorch_libtorch", "ready": ready,
 //  "inputs": [{"name", "datatype", "shape"}], "outputs": [...]}
 nlohmann::json ModelMetadataJson(const ServedModel& model, bool ready);
+
+// Records `outputs` (what a batch or a warm-up returned) as the model's learned outputs, unless
+// they were learned already for its current path. Dim 0 becomes -1 when max_batch_size > 1.
+void LearnOutputs(ServedModel* model, const std::vector<TensorSpec>& outputs);
+
+// One tensor as metadata lists it: {"name", "datatype" (FP32...), "shape"}.
+nlohmann::json TensorMetadataJson(const std::string& name, const TensorSpec& spec);
 
 }  // namespace torchfarm

@@ -18,11 +18,13 @@
 #include "common/shm_reference.h"
 #include "common/tensor_spec.h"
 #include "ipc/shared_region.h"
+#include "supervisor/request_origin.h"
 
 namespace torchfarm {
 
 struct PendingRequest {
-  zmq::message_t identity;     // ROUTER routing id of the client
+  zmq::message_t identity;     // ROUTER routing id of the client (or of a front-end channel)
+  RequestOrigin origin = RequestOrigin::kZmq;  // the socket the reply goes back on
   bool has_delimiter = false;  // REQ clients put an empty frame before the header; echo it
   nlohmann::json id;
   std::vector<TensorSpec> inputs;
@@ -41,7 +43,9 @@ struct PendingRequest {
   bool deadline_is_queue_wait = false;  // `deadline` is max_queue_wait_ms, not the client's timeout
   int priority = 0;
   int attempts = 0;  // times this request was handed to a worker that then died
-  std::string client;       // ClientKey: what limits.max_queued_per_client counts by
+  // What limits.max_queued_per_client counts by: ClientKey for the job socket, the front end's
+  // "http <peer>" / "grpc <peer>" for the others.
+  std::string client;
   bool quota_held = false;  // counted in the supervisor's ClientQuota until answered
 };
 

@@ -6,9 +6,15 @@
 
 namespace torchfarm {
 
+namespace {
+const std::vector<std::string> kNoNames;
+}  // namespace
+
 Status ReplyWriter::AcquireQuota(PendingRequest& request, zmq::message_t& header_frame,
                                  bool per_key) {
-  request.client = ClientKey(request.identity, header_frame, per_key);
+  if (request.origin == RequestOrigin::kZmq) {
+    request.client = ClientKey(request.identity, header_frame, per_key);
+  }
   if (!quota_.TryAcquire(request.client)) {
     return ResourceExhausted(
         "this client already has " + std::to_string(quota_.held(request.client)) +
@@ -33,13 +39,15 @@ void ReplyWriter::Send(PendingRequest& request, const std::string& header,
   request.frames.clear();
   request.input_regions.clear();
   request.output_region.reset();
-  jobs_.send(request.identity, zmq::send_flags::sndmore);
-  if (request.has_delimiter) jobs_.send(zmq::message_t(), zmq::send_flags::sndmore);
-  jobs_.send(zmq::buffer(header), has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  zmq::socket_t& socket =
+      request.origin != RequestOrigin::kZmq && frontend_ ? *frontend_ : jobs_;
+  socket.send(request.identity, zmq::send_flags::sndmore);
+  if (request.has_delimiter) socket.send(zmq::message_t(), zmq::send_flags::sndmore);
+  socket.send(zmq::buffer(header), has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
   if (!has_frames) return;
   for (size_t i = 0; i < frames->size(); ++i) {
-    jobs_.send((*frames)[i],
-               i + 1 < frames->size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    socket.send((*frames)[i],
+                i + 1 < frames->size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   }
 }
 
@@ -48,6 +56,7 @@ void ReplyWriter::SendError(PendingRequest& request, const Status& status) {
 }
 
 Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
+  const std::vector<std::string>& names = share.output_names ? *share.output_names : kNoNames;
   std::vector<std::pair<const uint8_t*, uint64_t>> slices;  // this request's bytes per output
   for (size_t i = 0; i < share.outputs.size(); ++i) {
     slices.push_back(share.view->OutputRows(i, share.first_row, request.rows));
@@ -68,7 +77,7 @@ Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
     if (!placed.ok()) return placed;
     const std::string region = request.output_shm.region;
     Send(request,
-         MakeOkReply(request.id, share.outputs, share.timing, share.worker_id, region,
+         MakeOkReply(request.id, share.outputs, names, share.timing, share.worker_id, region,
                      &shm_offsets_),
          &frames_);
     return Status::Ok();
@@ -80,7 +89,8 @@ Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
       frames_.emplace_back(bytes, length);
     }
   }
-  Send(request, MakeOkReply(request.id, share.outputs, share.timing, share.worker_id), &frames_);
+  Send(request, MakeOkReply(request.id, share.outputs, names, share.timing, share.worker_id),
+       &frames_);
   return Status::Ok();
 }
 

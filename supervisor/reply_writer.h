@@ -27,6 +27,8 @@ namespace torchfarm {
 struct BatchShare {
   const ipc::ResponseView* view = nullptr;
   std::vector<TensorSpec> outputs;  // the batch's output specs; dim 0 becomes the request's
+  // The model's output names (config "outputs"); OUTPUT__k beyond them. Null: all OUTPUT__k.
+  const std::vector<std::string>* output_names = nullptr;
   int64_t first_row = 0;
   bool batched = false;           // the batch held more than this request
   bool outputs_in_place = false;  // the worker wrote them into the request's output_shm itself
@@ -44,6 +46,9 @@ class ReplyWriter {
   static constexpr uint64_t kZeroCopyMinBytes = 128 * 1024;
 
   ReplyWriter(zmq::socket_t& jobs, ClientQuota& quota) : jobs_(jobs), quota_(quota) {}
+  // The loop's front-end socket (supervisor/frontend/farm_channel.h): requests whose origin is
+  // HTTP or gRPC are answered there. Unset while no front end runs.
+  void set_frontend_socket(zmq::socket_t* socket) { frontend_ = socket; }
 
   // Counts an accepted request against its client; RESOURCE_EXHAUSTED when the client is at
   // limits.max_queued_per_client. `per_key`: CURVE is on and clients count by public key.
@@ -58,6 +63,7 @@ class ReplyWriter {
 
  private:
   zmq::socket_t& jobs_;
+  zmq::socket_t* frontend_ = nullptr;
   ClientQuota& quota_;
   std::vector<zmq::message_t> frames_;  // reused between replies
   std::vector<uint64_t> shm_offsets_;

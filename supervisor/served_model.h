@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,11 @@ struct ServedModel {
   // Workers a reload changed, as (index into the WorkerPool, generation running the old config):
   // replaced one at a time, the next once the last is ready again (ReplaceNextOutdated).
   std::vector<std::pair<size_t, int>> outdated_slots{};
+  // What the model returns, as learned from a worker's warm-up report or the first batch answered
+  // (model_metadata.h, LearnOutputs); dim 0 is -1 when the model batches. Learned for the model
+  // file at `outputs_learned_for` (empty: not yet); a reload to another path learns anew.
+  std::vector<TensorSpec> learned_outputs{};
+  std::string outputs_learned_for{};
 };
 
 }  // namespace torchfarm

@@ -46,7 +46,8 @@ SupervisorOptions SupervisorOptions::From(const FarmConfig& config, const std::s
 Supervisor::Supervisor(FarmConfig config, SupervisorOptions options)
     : config_(std::move(config)), options_(std::move(options)), context_(1),
       jobs_(context_, zmq::socket_type::router), control_(context_, zmq::socket_type::router),
-      admin_(context_, zmq::socket_type::router), workers_(clock_),
+      admin_(context_, zmq::socket_type::router),
+      frontend_jobs_(context_, zmq::socket_type::router), workers_(clock_),
       hang_limit_([this](const WorkerSlot& slot) {
         return Millis(models_[slot.model_index()].config.hang_timeout_ms);
       }) {
@@ -128,6 +129,7 @@ Status Supervisor::Start() {
   launch.gpu_env = mps_.WorkerEnvironment();
   workers_.Configure(std::move(launch), options_.restart);
   for (auto& slot : workers_) workers_.Launch(*slot);
+  if (Status s = StartFrontend(); !s.ok()) return s;
   TF_LOG(kInfo) << "supervisor serving" << Kv("endpoint", config_.endpoint)
                 << Kv("admin", config_.admin_endpoint) << Kv("workers", workers_.size())
                 << Kv("models", config_.models.size())
@@ -140,7 +142,7 @@ int Supervisor::Run() {
   enum class Source { kResponses, kOutput };
   std::vector<zmq::pollitem_t> items;
   std::vector<std::pair<WorkerSlot*, Source>> owners;
-  constexpr size_t kFixedItems = 5;  // jobs, control, admin, signals, timer
+  constexpr size_t kFixedItems = 6;  // jobs, control, admin, signals, timer, front end
   while (!done_) {
     items.clear();
     owners.clear();
@@ -149,6 +151,8 @@ int Supervisor::Run() {
     items.push_back({static_cast<void*>(admin_), 0, ZMQ_POLLIN, 0});
     items.push_back({nullptr, signals_.fd(), ZMQ_POLLIN, 0});
     items.push_back({nullptr, timer_.fd(), ZMQ_POLLIN, 0});
+    // An unbound socket never becomes readable: polling it always keeps the indices fixed.
+    items.push_back({static_cast<void*>(frontend_jobs_), 0, ZMQ_POLLIN, 0});
     for (auto& slot : workers_) {
       if (slot->response_fd() >= 0) {
         items.push_back({nullptr, slot->response_fd(), ZMQ_POLLIN, 0});
@@ -184,6 +188,7 @@ int Supervisor::Run() {
     }
     if (items[1].revents & ZMQ_POLLIN) Guarded("control", [&] { HandleControl(); });
     if (items[0].revents & ZMQ_POLLIN) Guarded("jobs", [&] { HandleJobs(); });
+    if (items[5].revents & ZMQ_POLLIN) Guarded("front end", [&] { HandleFrontendJobs(); });
     if (items[2].revents & ZMQ_POLLIN) {
       Guarded("admin", [&] { admin_service_.HandleRequests(admin_); });
     }
@@ -294,6 +299,9 @@ void Supervisor::StopWorkers() {
 }
 
 void Supervisor::CleanUp() {
+  // The drain answered every front-end request; the front ends get a moment to pass the last
+  // answers on before their threads stop.
+  if (frontend_) frontend_->Stop(Millis(1'000));
   // Batches still held by workers (only after a forced stop) are answered, never dropped.
   for (auto& slot : workers_) {
     if (slot->pid() > 0) {

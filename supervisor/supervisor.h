@@ -1,12 +1,13 @@
 // The supervisor: one thread, one poll loop, every event source a named handler.
 //
 // Owns: the job socket (ROUTER, clients), the control socket (ROUTER, workers), the admin socket
-// (ROUTER, JSON commands), the signalfd, the loop timer, the run_dir lock, one ModelQueue per model
+// (ROUTER, JSON commands), the front-end socket (ROUTER on inproc://, the HTTP and gRPC front
+// ends' threads; supervisor/frontend/) and those front ends, the signalfd, the loop timer, the run_dir lock, one ModelQueue per model
 // and the WorkerPool (the table of WorkerSlots). Never links LibTorch and never holds a CUDA
 // context.
 //
 // Loop:  poll(job, control, admin, signals, timerfd armed to NextWakeUp, every worker's doorbell)
-//          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> admin_service_
+//          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> HandleFrontendJobs -> admin_service_
 //          -> HandleWorkerOutput -> dispatcher_.ExpireDeadlines -> workers_.KillUnresponsive -> workers_.LaunchDue
 //          -> dispatcher_.DispatchAll -> ReleasePinnedReplies -> RetireIdleSlots -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
 // each inside its own exception barrier (Guarded): a failing duty is logged, the loop goes on.
@@ -32,6 +33,7 @@
 #include "supervisor/client_shm_registry.h"
 #include "supervisor/curve_authenticator.h"
 #include "supervisor/dispatcher.h"
+#include "supervisor/frontend/frontend.h"
 #include "supervisor/served_model.h"
 #include "supervisor/ipc_endpoint_file.h"
 #include "supervisor/metrics_exporter.h"
@@ -85,6 +87,11 @@ class Supervisor {
   // Sends a worker the control message to finish its batches and exit.
   void SendStop(const WorkerSlot& slot);
   void HandleJobs();
+  // The front ends' requests and metadata queries (supervisor_frontend.cc).
+  void HandleFrontendJobs();
+  Status StartFrontend();
+  // The answer to a "meta" query: HealthJson plus each model's metadata (model_metadata.h).
+  nlohmann::json FrontendMetaJson() const;
   void RegisterAdminCommands();
   void HandleWorkerOutput(WorkerSlot& slot);
   void ReleasePinnedReplies();
@@ -93,7 +100,10 @@ class Supervisor {
   void Housekeeping();
 
   // Helpers.
-  void AcceptJob(std::vector<zmq::message_t>& frames);
+  // `origin` and `client` (the quota key) are set for front-end requests; frames[0] is the
+  // routing id either way.
+  void AcceptJob(std::vector<zmq::message_t>& frames, RequestOrigin origin = RequestOrigin::kZmq,
+                 std::string client = {});
   void RunShmCommand(PendingRequest& request, const ShmCommand& command, const std::string& client);
   // Security set-up of Start (supervisor_security.cc).
   Status SecureSockets();
@@ -139,6 +149,7 @@ class Supervisor {
   zmq::socket_t jobs_;
   zmq::socket_t control_;
   zmq::socket_t admin_;
+  zmq::socket_t frontend_jobs_;  // bound only when a front end is configured
   AdminService admin_service_;
   CurveAuthenticator curve_;  // ZAP handler; bound before any CURVE socket
   ClientQuota quota_;
@@ -156,6 +167,8 @@ class Supervisor {
   std::unique_ptr<MetricsExporter> metrics_;
   MpsController mps_;
   ServiceNotifier notifier_;
+  // After the sockets it uses (stopped in CleanUp, before the context ends).
+  std::unique_ptr<Frontend> frontend_;
   TimePoint next_housekeeping_{};
   std::map<pid_t, ProcessSample> process_samples_;
   WorkerPool workers_;

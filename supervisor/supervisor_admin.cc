@@ -151,8 +151,10 @@ json Supervisor::StatsJson() {
     client_shm["expired"] = client_shm_->expired();
     client_shm["in_place_batches"] = dispatcher_.in_place_batches();
   }
-  return {{"supervisor", supervisor}, {"gpu", gpu},           {"client_shm", client_shm},
-          {"models", models},         {"workers", workers}};
+  json out = {{"supervisor", supervisor}, {"gpu", gpu},           {"client_shm", client_shm},
+              {"models", models},         {"workers", workers}};
+  if (frontend_) out["frontend"] = frontend_->ToJson();
+  return out;
 }
 
 }  // namespace torchfarm

@@ -12,6 +12,7 @@
 #include "ipc/guarded_copy.h"
 #include "supervisor/batch_encoder.h"
 #include "supervisor/job_intake.h"
+#include "supervisor/model_metadata.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/zmq_util.h"
 
@@ -53,12 +54,14 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
     }
     return;
   }
+  LearnOutputs(&model, view.outputs);  // model_metadata.h: once per model file
   const bool may_pin = slot.CanPinResponse();
   int64_t row_start = 0;
   for (auto& r : batch.requests) {
     BatchShare share;
     share.view = &view;
     share.outputs = view.outputs;
+    share.output_names = &model.config.output_names;
     share.first_row = row_start;
     share.batched = batch.requests.size() > 1;
     // The worker wrote the outputs into the client's region itself (ipc/slot_codec.h, in place).
@@ -77,7 +80,7 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
     }
     model.stats.RecordOk(timing.queue_us, timing.compute_us, timing.total_us, now);
     if (metrics_) {
-      metrics_->RequestDone(model.config.name, StatusCode::kOk);
+      metrics_->RequestDone(model.config.name, StatusCode::kOk, r.origin);
       metrics_->Latency(model.config.name, timing.queue_us * 1e-6, timing.compute_us * 1e-6,
                         timing.total_us * 1e-6);
     }
@@ -97,14 +100,19 @@ void Supervisor::HandleJobs() {
   }
 }
 
-void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
+void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames, RequestOrigin origin,
+                           std::string client) {
   PendingRequest request;
+  request.origin = origin;
+  request.client = std::move(client);
   size_t payload = 0;
   if (!SplitEnvelope(frames, &request, &payload)) return;
   size_t served = served_index_.size();
   ShmCommand command;
+  // Front-end requests never name client regions: those belong to ZeroMQ clients on this host.
   Status s = ParseJob(frames, payload, served_configs_, clock_.Now(), &request, &served,
-                      config_.limits.request, client_shm_.get(), &command);
+                      config_.limits.request,
+                      origin == RequestOrigin::kZmq ? client_shm_.get() : nullptr, &command);
   if (s.ok() && command.op != RequestOp::kInfer) {
     RunShmCommand(request, command, ClientKey(request.identity, frames[payload], curve_.started()));
     return;
@@ -129,7 +137,7 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames) {
   if (!s.ok()) {
     if (model) {
       model->stats.RecordRejected();
-      if (metrics_) metrics_->RequestDone(model->config.name, s.code());
+      if (metrics_) metrics_->RequestDone(model->config.name, s.code(), request.origin);
     }
     replies_.SendError(request, s);
   }

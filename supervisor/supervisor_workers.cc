@@ -11,6 +11,7 @@
 #include "common/protocol.h"
 #include "ipc/control_protocol.h"
 #include "supervisor/job_intake.h"
+#include "supervisor/model_metadata.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/zmq_util.h"
 
@@ -164,6 +165,9 @@ void Supervisor::OnControlMessage(WorkerSlot& worker, const std::string& routing
   } else if (type == ipc::kMsgReady) {
     slot->telemetry.precision = message.value("precision", "fp32");
     slot->telemetry.warmup_ms = message.value("warmup_ms", 0.0);
+    if (std::vector<TensorSpec> outputs; ipc::ReadyOutputsFromMessage(message, &outputs)) {
+      LearnOutputs(&models_[slot->model_index()], outputs);
+    }
     slot->OnReady(now, message.value("load_ms", 0.0));
   } else if (type == ipc::kMsgError) {
     std::string reason = message.value("message", "unknown error");

@@ -101,6 +101,16 @@ def forward(self, a, b):
   return module;
 }
 
+// Two inputs whose order matters (x + 2 * y): a test that swaps them sees it.
+torch::jit::Module BuildAdd2() {
+  torch::jit::Module module("Add2");
+  module.define(R"(
+def forward(self, x, y):
+    return x + 2.0 * y
+)");
+  return module;
+}
+
 std::vector<Recipe> Recipes() {
   return {
       {"identity", "x: any dtype, any shape", "x unchanged", BuildIdentity,
@@ -114,6 +124,9 @@ std::vector<Recipe> Recipes() {
       {"pair", "a: float32 any shape, b: float32 same shape", "(a + b, a * b)", BuildPair,
        [] { return std::vector<c10::IValue>{torch::ones({2, 5}), torch::ones({2, 5})}; },
        {{2, 5}, {2, 5}}},
+      {"add2", "x: float32 any shape, y: float32 same shape", "x + 2 * y", BuildAdd2,
+       [] { return std::vector<c10::IValue>{torch::ones({2, 5}), torch::ones({2, 5})}; },
+       {{2, 5}}},
   };
 }
 
@@ -172,7 +185,8 @@ Models:
             global avg pool, linear 32->10 -> float32 [-1, 10]
   slow      float32 [-1, N>=1] -> x unchanged, after int(x[:, 0].max()) 128x128 matmuls of
             ~0.04-0.1 ms each on one core (CPU-dependent): a value of 10000 runs ~0.4-1 s
-  pair      forward(a, b) returns (a + b, a * b), float32, any shape (both the same))";
+  pair      forward(a, b) returns (a + b, a * b), float32, any shape (both the same)
+  add2      forward(x, y) returns x + 2 * y, float32, any shape (both the same))";
 
 }  // namespace
 
@@ -183,8 +197,9 @@ int main(int argc, char** argv) {
   std::string out;
   std::string all_dir;
   uint64_t seed = 0;
-  auto* model_option = app.add_option("--model", model, "model to write")
-                           ->check(CLI::IsMember({"identity", "mlp", "convnet", "slow", "pair"}));
+  auto* model_option =
+      app.add_option("--model", model, "model to write")
+          ->check(CLI::IsMember({"identity", "mlp", "convnet", "slow", "pair", "add2"}));
   auto* out_option = app.add_option("--out", out, "file to write (with --model)");
   auto* all_option = app.add_option("--all", all_dir, "write every model as DIR/<name>.pt");
   app.add_option("--seed", seed, "weight seed (default 0)");

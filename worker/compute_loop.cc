@@ -202,7 +202,7 @@ bool ComputeLoop::LoadModel() {
                     << Kv("error", pinned.message());
     }
     const TimePoint warmup_start = Clock::now();
-    if (Status warmed = RunWarmup(); !warmed.ok()) report.error = warmed.message();
+    if (Status warmed = RunWarmup(&report); !warmed.ok()) report.error = warmed.message();
     report.warmup_ms = ToMicros(Clock::now() - warmup_start) / 1000.0;
   }
   if (!report.error.empty()) {
@@ -263,7 +263,7 @@ Status ComputeLoop::ConvertPrecision() {
   return Status::Ok();
 }
 
-Status ComputeLoop::RunWarmup() {
+Status ComputeLoop::RunWarmup(LoadReport* report) {
   InferenceModeGuard inference_mode;
   for (const auto& entry : config_.warmup) {
     std::string shapes;
@@ -278,9 +278,19 @@ Status ComputeLoop::RunWarmup() {
             torch::zeros(spec.shape, at::TensorOptions().dtype(ToScalarType(spec.dtype)));
         inputs.emplace_back(PrepareInput(host));
       }
-      module_.forward(inputs);
+      const c10::IValue output = module_.forward(inputs);
       accelerator_->Mark(0, Stage::kComputed);
       accelerator_->Wait(0);
+      std::vector<at::Tensor> tensors;
+      // Outputs a batch could not carry fail every batch, where the client hears why; here they
+      // only leave the outputs unreported.
+      if (!report->warmup_outputs_known && CollectOutputs(output, &tensors).ok()) {
+        for (const at::Tensor& tensor : tensors) {
+          report->warmup_outputs.push_back(
+              TensorSpec{*FromScalarType(tensor.scalar_type()), tensor.sizes().vec()});
+        }
+        report->warmup_outputs_known = true;
+      }
     } catch (const c10::Error& e) {
       return Internal("warm-up with inputs [" + shapes +
                       "] failed: " + ForwardErrorText(ErrorText(e)));

@@ -71,6 +71,10 @@ struct LoadReport {
   double warmup_ms = 0;
   std::string error;            // kFailed: why, without the model path
   bool device_failure = false;  // kFailed because the requested accelerator is unusable
+  // What the first warm-up batch returned, as a reply would carry it (the "ready" message's
+  // "outputs", ipc/control_protocol.h); known only after a warm-up whose outputs were tensors.
+  std::vector<TensorSpec> warmup_outputs;
+  bool warmup_outputs_known = false;
 };
 
 // A snapshot of the counters the heartbeat carries. batches and rows count every batch answered;
@@ -128,7 +132,7 @@ class ComputeLoop {
   void Serve();
   bool SetUpDevice(LoadReport* report);
   Status ConvertPrecision();
-  Status RunWarmup();
+  Status RunWarmup(LoadReport* report);
   // Answers what the request ring holds; false when the loop must return (abandoned).
   bool AnswerPendingRequests();
   bool Abandoned() const;

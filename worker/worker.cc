@@ -172,12 +172,16 @@ std::optional<int> Worker::OnComputeEvent() {
   // A failed load is answered above, once the thread (which returns right after) has finished.
   if (phase_ == Phase::kLoading && report.state == LoadState::kLoaded) {
     phase_ = Phase::kServing;
-    Send({{"type", ipc::kMsgReady},
-          {"load_ms", report.load_ms},
-          {"warmup_ms", report.warmup_ms},
-          {"threads", args_.threads},
-          {"device", args_.device},
-          {"precision", args_.precision}});
+    nlohmann::json ready = {{"type", ipc::kMsgReady},
+                            {"load_ms", report.load_ms},
+                            {"warmup_ms", report.warmup_ms},
+                            {"threads", args_.threads},
+                            {"device", args_.device},
+                            {"precision", args_.precision}};
+    if (report.warmup_outputs_known) {
+      ready["outputs"] = ipc::ReadyOutputsJson(report.warmup_outputs);
+    }
+    Send(ready);
     TF_LOG(kInfo) << "worker ready" << Kv("load_ms", report.load_ms);
   }
   return std::nullopt;

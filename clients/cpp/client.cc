@@ -81,7 +81,7 @@ Status DecodeOutputs(const std::vector<zmq::message_t>& frames, const ReplyHeade
           " needs " + (expected ? std::to_string(*expected) : std::string("too many")) +
           " bytes, frame " + std::to_string(i + 1) + " has " + std::to_string(frame.size()));
     }
-    outputs->push_back(Tensor{header.outputs[i], frame.to_string()});
+    outputs->push_back(Tensor{header.outputs[i], frame.to_string(), header.output_names[i]});
   }
   return Status::Ok();
 }

@@ -59,7 +59,7 @@ Status DecodeFrames(const std::vector<std::string>& frames, const ReplyHeader& h
                       SpecToString(header.outputs[i]) + " does not match its frame of " +
                       std::to_string(frames[i + 1].size()) + " bytes");
     }
-    outputs->push_back(Tensor{header.outputs[i], frames[i + 1]});
+    outputs->push_back(Tensor{header.outputs[i], frames[i + 1], header.output_names[i]});
   }
   return Status::Ok();
 }

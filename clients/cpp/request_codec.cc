@@ -31,6 +31,7 @@ std::string EncodeRequestHeader(uint64_t id, const std::string& model,
   for (const auto& view : inputs) {
     json entry = TensorSpecToJson(view.spec);
     if (view.shm.used()) entry["shm"] = ShmRefToJson(view.shm, /*is_output=*/false);
+    if (!view.name.empty()) entry["name"] = view.name;
     specs.push_back(std::move(entry));
   }
   json header = {{"v", kProtocolVersion},

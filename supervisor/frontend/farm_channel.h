@@ -15,7 +15,8 @@
 //           "meta": {"id": N} or {"id": N, "model": NAME}.
 // Replies (loop -> DEALER): [header][data frames...], exactly as the job socket's replies. A
 // "meta" reply is {"id": N, "status": "ok", "live": true, "ready": bool, "draining": bool,
-// "models": [ModelMetadataJson...]} (supervisor/model_metadata.h).
+// "models": [ModelMetadataJson...]} (supervisor/model_metadata.h); its FarmReply has the whole
+// object in header.raw and no outputs.
 //
 // Thread rules: Call may be used from the channel's own thread (HTTP sessions on its io_context);
 // Post hands work to that thread from any other (gRPC's threads). `done` always runs on the
@@ -92,7 +93,11 @@ class FarmChannel {
   std::unique_ptr<boost::asio::posix::stream_descriptor> socket_fd_;
   std::thread thread_;
   uint64_t next_id_ = 1;
-  std::unordered_map<uint64_t, Done> waiting_;
+  struct Waiting {
+    Done done;
+    bool meta = false;  // a kMetaTag query: its reply is a JSON object without tensors
+  };
+  std::unordered_map<uint64_t, Waiting> waiting_;
   std::atomic<size_t> pending_count_{0};
   std::atomic<bool> stopping_{false};
 };

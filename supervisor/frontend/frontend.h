@@ -6,6 +6,7 @@
 // thread: Start after the loop's front-end socket is bound, Stop before the ZeroMQ context ends.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -30,7 +31,9 @@ class Frontend {
   // Starts the channels and the servers `config` enables; logs each bound address. Errors name
   // the endpoint.
   Status Start(const FrontendConfig& config, zmq::context_t& context);
-  void Stop();
+  // Waits up to `grace` for the channels' calls the loop already answered to be passed on, then
+  // stops the servers and the channels.
+  void Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
   int http_port() const;  // 0 when off
   int grpc_port() const;

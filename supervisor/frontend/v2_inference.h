@@ -24,10 +24,10 @@
 
 namespace torchfarm {
 
-// "FP32", "FP16", "BF16", "FP64", "INT64", "INT32", "INT16", "INT8", "UINT8", "BOOL" <-> DType.
-// "BYTES" and unknown names give INVALID_ARGUMENT naming `where` and listing the accepted names.
+// "FP32", "FP16", "BF16", "FP64", "INT64", "INT32", "INT16", "INT8", "UINT8", "BOOL" -> DType
+// (common/dtype.h has both directions). "BYTES" and unknown names give INVALID_ARGUMENT naming
+// `where` and listing the accepted names.
 Status DTypeFromV2(std::string_view datatype, const std::string& where, DType* out);
-std::string_view V2DatatypeName(DType dtype);
 
 // One tensor. Its bytes are C-contiguous little-endian (row-major), itemsize x prod(shape) long,
 // held in a zmq message so they travel to the loop without another copy.

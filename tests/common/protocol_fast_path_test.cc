@@ -18,6 +18,7 @@ void ExpectSame(const RequestHeader& a, const RequestHeader& b, const std::strin
   EXPECT_EQ(a.id.dump(), b.id.dump()) << text;
   EXPECT_EQ(a.model, b.model) << text;
   EXPECT_EQ(a.inputs, b.inputs) << text;
+  EXPECT_EQ(a.input_names, b.input_names) << text;
   EXPECT_EQ(a.timeout_ms, b.timeout_ms) << text;
   EXPECT_EQ(a.priority, b.priority) << text;
 }
@@ -54,6 +55,28 @@ TEST(ProtocolFastPathTest, TakesTheHeadersClientsSend) {
                             .dump()));
 }
 
+TEST(ProtocolFastPathTest, TakesNamedInputsAndLeavesOddNamesToTheJsonParser) {
+  EXPECT_TRUE(FastTakes(R"({"v":1,"model":"m","inputs":[{"name":"y","dtype":"int8","shape":[1]},)"
+                        R"({"dtype":"int8","name":"x:0.a-B_9","shape":[1]}]})"));
+  EXPECT_TRUE(FastTakes(R"({"v":1,"model":"m","inputs":[{"dtype":"int8","shape":[1],"name":")" +
+                        std::string(64, 'n') + R"("}]})"));
+  for (const std::string& name :
+       {std::string(65, 'n'), std::string(), std::string("a b"), std::string("a\\b"),
+        std::string("\\u0078"), std::string("\xc3\xa9")}) {
+    EXPECT_FALSE(FastTakes(R"({"v":1,"model":"m","inputs":[{"name":")" + name +
+                           R"(","dtype":"int8","shape":[1]}]})"))
+        << name;
+  }
+  // Every input named or none; a repeated name key.
+  EXPECT_FALSE(FastTakes(R"({"v":1,"model":"m","inputs":[{"name":"y","dtype":"int8","shape":[1]},)"
+                         R"({"dtype":"int8","shape":[1]}]})"));
+  EXPECT_FALSE(FastTakes(R"({"v":1,"model":"m","inputs":[{"dtype":"int8","shape":[1]},)"
+                         R"({"name":"y","dtype":"int8","shape":[1]}]})"));
+  EXPECT_FALSE(FastTakes(R"({"v":1,"model":"m","inputs":[{"name":"y","name":"z","dtype":"int8",)"
+                         R"("shape":[1]}]})"));
+  EXPECT_FALSE(FastTakes(R"({"v":1,"model":"m","inputs":[{"name":7,"dtype":"int8","shape":[1]}]})"));
+}
+
 TEST(ProtocolFastPathTest, LeavesEverythingElseToTheJsonParser) {
   const std::vector<std::string> declined = {
       "",
@@ -66,7 +89,7 @@ TEST(ProtocolFastPathTest, LeavesEverythingElseToTheJsonParser) {
       R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[-1]}]})",
       R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[01]}]})",
       R"({"v":1,"model":"m","inputs":[{"dtype":"float33","shape":[1]}]})",
-      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1],"name":"x"}]})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1],"name":"x y"}]})",
       R"({"v":1,"model":"m","inputs":[{"dtype":"float32","dtype":"int8","shape":[1]}]})",
       R"({"v":1,"model":"m","inputs":[]})",
       R"({"v":1,"model":"","inputs":[{"dtype":"float32","shape":[1]}]})",

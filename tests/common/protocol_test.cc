@@ -311,7 +311,8 @@ TEST(ProtocolReply, HandWrittenOkReplyEqualsTheJsonObject) {
     std::string text = MakeOkReply(id, outputs, StageTimes{1, 2, 3}, 4);
     nlohmann::json expected = {
         {"v", 1}, {"id", id}, {"status", "ok"},
-        {"outputs", {{{"dtype", "float16"}, {"shape", {2, 3}}}, {{"dtype", "bool"}, {"shape", nlohmann::json::array()}}}},
+        {"outputs", {{{"dtype", "float16"}, {"name", "OUTPUT__0"}, {"shape", {2, 3}}},
+                     {{"dtype", "bool"}, {"name", "OUTPUT__1"}, {"shape", nlohmann::json::array()}}}},
         {"timing_us", {{"queue", 1}, {"compute", 2}, {"total", 3}}},
         {"worker", 4}};
     EXPECT_EQ(nlohmann::json::parse(text), expected) << text;

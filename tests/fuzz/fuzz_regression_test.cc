@@ -4,6 +4,7 @@
 //   protocol_fuzzer    tests/fuzz/regressions/, tests/fuzz/corpus/
 //   slot_codec_fuzzer  tests/fuzz/slot_codec_regressions/ (when there is one),
 //                      tests/fuzz/slot_codec_corpus/
+//   v2_http_fuzzer     tests/fuzz/v2_regressions/ (when there is one), tests/fuzz/v2_corpus/
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -13,6 +14,7 @@
 
 #include "protocol_fuzz_input.h"
 #include "slot_codec_fuzz_input.h"
+#include "v2_http_fuzz_input.h"
 
 namespace torchfarm::fuzz {
 namespace {
@@ -51,6 +53,16 @@ TEST(FuzzRegressionTest, SlotCodecRegressionsStayFixed) {
 TEST(FuzzRegressionTest, SlotCodecSeedCorpusPasses) {
   EXPECT_GT(ReplayFolder(TORCHFARM_SOURCE_DIR "/tests/fuzz/slot_codec_corpus", RunSlotCodecInput),
             5);
+}
+
+TEST(FuzzRegressionTest, V2HttpRegressionsStayFixed) {
+  const std::string dir = TORCHFARM_SOURCE_DIR "/tests/fuzz/v2_regressions";
+  if (!fs::is_directory(dir)) GTEST_SKIP() << "no v2 HTTP regressions yet (" << dir << ")";
+  ReplayFolder(dir, RunV2HttpInput);
+}
+
+TEST(FuzzRegressionTest, V2HttpSeedCorpusPasses) {
+  EXPECT_GT(ReplayFolder(TORCHFARM_SOURCE_DIR "/tests/fuzz/v2_corpus", RunV2HttpInput), 10);
 }
 
 }  // namespace

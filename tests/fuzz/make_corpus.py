@@ -55,6 +55,18 @@ seeds = [
     req("[1, 2, 3]"),
     req(b"{\"v\":1,\"model\":\"\xff\xfe\",\"inputs\":[{\"dtype\":\"float32\",\"shape\":[1,4]}]}", 16),
     req(b"\xef\xbb\xbf{\"v\":1}"),
+    # Named inputs (the fuzz models keep the default names INPUT__k): reversed, unknown, repeated,
+    # missing, mixed with unnamed, not a valid name.
+    req({"v": 1, "model": "pair", "inputs": [{**spec("int64", [3]), "name": "INPUT__1"},
+                                             {**spec("float32", [3, 2]), "name": "INPUT__0"}]}, 24, 24),
+    req({"v": 1, "model": "pair", "inputs": [{**spec("float32", [3, 2]), "name": "INPUT__0"},
+                                             {**spec("int64", [3]), "name": "x"}]}, 24, 24),
+    req({"v": 1, "model": "pair", "inputs": [{**spec("float32", [3, 2]), "name": "INPUT__0"},
+                                             {**spec("float32", [3, 2]), "name": "INPUT__0"}]}, 24, 24),
+    req({"v": 1, "model": "pair", "inputs": [{**spec("float32", [3, 2]), "name": "INPUT__0"}]}, 24),
+    req({"v": 1, "model": "pair", "inputs": [{**spec("float32", [3, 2]), "name": "INPUT__0"},
+                                             spec("int64", [3])]}, 24, 24),
+    req({"v": 1, "model": "mlp", "inputs": [{**spec("float32", [1, 4]), "name": "a b"}]}, 16),
 ]
 
 corpus = os.path.join(HERE, "corpus")

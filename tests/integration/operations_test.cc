@@ -477,8 +477,8 @@ TEST(Operations, PrometheusMetricsMoveWithTraffic) {
   std::this_thread::sleep_for(Ms(1200));  // gauges refresh once a second
   std::string first = HttpGet(port, "/metrics");
   ASSERT_NE(first.find("200 OK"), std::string::npos) << first.substr(0, 200);
-  EXPECT_EQ(MetricValue(first, R"(torchfarm_requests_total{model="identity",status="OK"})"), 25);
-  EXPECT_EQ(MetricValue(first, R"(torchfarm_requests_total{model="identity",status="INVALID_ARGUMENT"})"), 1);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_requests_total{model="identity",protocol="zmq",status="OK"})"), 25);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_requests_total{model="identity",protocol="zmq",status="INVALID_ARGUMENT"})"), 1);
   EXPECT_EQ(MetricValue(first, R"(torchfarm_workers{model="identity",state="ready"})"), 2);
   EXPECT_EQ(MetricValue(first, R"(torchfarm_queue_depth{model="identity"})"), 0);
   EXPECT_EQ(MetricValue(first, R"(torchfarm_request_duration_seconds_count{model="identity",stage="total"})"), 25);
@@ -492,7 +492,7 @@ TEST(Operations, PrometheusMetricsMoveWithTraffic) {
   EXPECT_TRUE(farm.WaitReady(-1, 20'000));
   std::this_thread::sleep_for(Ms(1200));
   std::string second = HttpGet(port, "/metrics");
-  EXPECT_EQ(MetricValue(second, R"(torchfarm_requests_total{model="identity",status="OK"})"), 35);
+  EXPECT_EQ(MetricValue(second, R"(torchfarm_requests_total{model="identity",protocol="zmq",status="OK"})"), 35);
   EXPECT_EQ(MetricValue(second, R"(torchfarm_worker_restarts_total{model="identity"})"), 1);
   EXPECT_EQ(farm.Stop(), 0);
 }

@@ -85,6 +85,9 @@ def _config(scratch: Path, models: Path) -> dict:
         model("mlp", "mlp.pt", [{"dtype": "float32", "shape": [-1, 256]}],
               max_batch_size=8, max_queue_delay_us=200),
         model("slow", "slow.pt", [{"dtype": "float32", "shape": [-1, 4]}]),
+        model("add2", "add2.pt", [{"name": "x", "dtype": "float32", "shape": [-1, 3]},
+                                  {"name": "y", "dtype": "float32", "shape": [-1, 3]}],
+              outputs=[{"name": "sum", "dtype": "float32", "shape": [-1, 3]}]),
     ]
     return {"endpoint": f"ipc://{scratch}/jobs.sock",
             "admin_endpoint": f"ipc://{scratch}/admin.sock", "run_dir": str(scratch / "run"),

@@ -39,6 +39,20 @@ def test_identity_accepts_torch_tensors(client):
     assert np.array_equal(y, t.t().numpy())
 
 
+def test_named_inputs_in_any_order_and_named_outputs(client):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) / 3
+    y = np.arange(6, dtype=np.float32).reshape(2, 3) / 7
+    positional = client.infer("add2", x, y)
+    named = client.infer("add2", {"y": y, "x": x})
+    assert positional.names == named.names == ["sum"]
+    assert named["sum"].tobytes() == positional[0].tobytes() == (x + 2 * y).tobytes()
+    with pytest.raises(torchfarm.InvalidArgument, match=r"no input is named \"z\""):
+        client.infer("add2", {"x": x, "z": y})
+    # A model whose config names nothing answers OUTPUT__k.
+    ones = np.ones((2, 5), np.float32)
+    assert client.infer("pair", ones, ones).names == ["OUTPUT__0", "OUTPUT__1"]
+
+
 def test_pair_returns_sum_and_product(client):
     a, b = _random("float32"), _random("float32")
     s, p = client.infer("pair", a, b)

@@ -67,6 +67,31 @@ def test_ok_reply_decodes_to_read_only_views():
     assert not out.flags.writeable
 
 
+def test_named_inputs_carry_their_names_in_the_mappings_order():
+    x = np.ones((1, 4), dtype=np.float32)
+    y = np.zeros((1, 4), dtype=np.float32)
+    frames = _wire.encode_request(3, "add2", [{"y": y, "x": x}])
+    assert _header(frames)["inputs"] == [{"dtype": "float32", "shape": [1, 4], "name": "y"},
+                                         {"dtype": "float32", "shape": [1, 4], "name": "x"}]
+    assert bytes(frames[1]) == y.tobytes() and bytes(frames[2]) == x.tobytes()
+
+
+def test_outputs_are_a_list_that_knows_their_names():
+    a = np.arange(2, dtype=np.int64)
+    b = np.arange(3, dtype=np.float32)
+    header = {"status": "ok", "outputs": [{"dtype": "int64", "name": "ids", "shape": [2]},
+                                          {"dtype": "float32", "shape": [3]}]}
+    outputs = _wire.decode_reply(header, [a.tobytes(), b.tobytes()])
+    assert isinstance(outputs, list) and len(outputs) == 2
+    first, second = outputs  # unpacks as before names
+    assert np.array_equal(first, a) and np.array_equal(second, b)
+    assert outputs.names == ["ids", "OUTPUT__1"]  # a reply without a name: OUTPUT__k
+    assert np.array_equal(outputs["ids"], a) and np.array_equal(outputs[-1], b)
+    assert list(outputs.as_dict()) == ["ids", "OUTPUT__1"]
+    with pytest.raises(KeyError, match="no output is named 'logits'"):
+        outputs["logits"]
+
+
 @pytest.mark.parametrize("code,cls", [
     ("INVALID_ARGUMENT", torchfarm.InvalidArgument), ("NOT_FOUND", torchfarm.NotFound),
     ("RESOURCE_EXHAUSTED", torchfarm.ResourceExhausted),

@@ -205,6 +205,31 @@ TEST_F(ShmIntakeTest, ShmInputIsAFrameOverTheRegion) {
   EXPECT_EQ(r.output_shm.offset, 1024u);
 }
 
+// Named inputs in reverse order: the shared-memory reference moves with its input.
+TEST_F(ShmIntakeTest, NamedInputsKeepTheirShmReferences) {
+  PendingRequest r;
+  std::string header = R"({"v":1,"id":1,"model":"pair","inputs":[)"
+                       R"({"name":"INPUT__1","dtype":"int64","shape":[3]},)"
+                       R"({"name":"INPUT__0","dtype":"float32","shape":[3,2],)"
+                       R"("shm":{"region":")" + Token() + R"(","offset":256}}]})";
+  Status s = Run(header, {24}, &r);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(r.inputs.size(), 2u);
+  EXPECT_EQ(r.inputs[0], (TensorSpec{DType::kFloat32, {3, 2}}));
+  EXPECT_EQ(r.inputs[1], (TensorSpec{DType::kInt64, {3}}));
+  std::shared_ptr<ipc::SharedRegion> region;
+  ASSERT_TRUE(registry_.Resolve(Token(), 0, 0, "x", t0_, &region).ok());
+  ASSERT_EQ(r.frames.size(), 2u);
+  EXPECT_EQ(r.frames[0].data(), region->data() + 256);
+  EXPECT_EQ(r.frames[1].size(), 24u);
+  ASSERT_EQ(r.input_regions.size(), 2u);
+  EXPECT_EQ(r.input_regions[0], region);
+  EXPECT_EQ(r.input_regions[1], nullptr);
+  ASSERT_EQ(r.input_shm.size(), 2u);
+  EXPECT_EQ(r.input_shm[0].offset, 256u);
+  EXPECT_FALSE(r.input_shm[1].used());
+}
+
 TEST_F(ShmIntakeTest, BadReferencesAreRefusedWithTheirField) {
   PendingRequest r;
   auto input = [&](const std::string& shm) {

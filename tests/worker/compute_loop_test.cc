@@ -318,6 +318,29 @@ def forward(self, x):
   EXPECT_NE(report.error.find("batch too large for this model"), std::string::npos) << report.error;
 }
 
+// The first warm-up batch's outputs are reported with the load (the "ready" message's
+// "outputs"): what a reply would carry, so an int tuple element keeps its type.
+TEST_F(ComputeLoopTest, WarmupReportsTheOutputsOfItsFirstBatch) {
+  std::string path = Save("TwoOut", R"(
+def forward(self, x):
+    return (x * 2.0, x.sum(1).long())
+)");
+  warmup_ = {{TensorSpec{DType::kFloat32, {2, 3}}}, {TensorSpec{DType::kFloat32, {5, 3}}}};
+  LoadReport report = Start(path);
+  ASSERT_EQ(report.state, LoadState::kLoaded) << report.error;
+  ASSERT_TRUE(report.warmup_outputs_known);
+  EXPECT_EQ(report.warmup_outputs, (std::vector<TensorSpec>{TensorSpec{DType::kFloat32, {2, 3}},
+                                                            TensorSpec{DType::kInt64, {2}}}));
+  loop_.reset();
+  segment_.reset();
+
+  ++counter_;
+  warmup_.clear();
+  report = Start(path);
+  ASSERT_EQ(report.state, LoadState::kLoaded) << report.error;
+  EXPECT_FALSE(report.warmup_outputs_known) << "without a warm-up there is nothing to report";
+}
+
 // Stage times: on the CPU the forward and the copy into the response slot are timed by the host
 // clock and summed over batches; the device report names the CPU.
 TEST_F(ComputeLoopTest, StageTimesAndDeviceReportAreKept) {

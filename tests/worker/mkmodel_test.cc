@@ -83,6 +83,14 @@ TEST_F(MkmodelTest, PairReturnsSumAndProduct) {
   EXPECT_TRUE(torch::equal(out[1], a * b));
 }
 
+TEST_F(MkmodelTest, Add2AddsTwiceItsSecondInput) {
+  at::Tensor x = torch::randn({2, 3});
+  at::Tensor y = torch::randn({2, 3});
+  auto out = Run("add2", {x, y});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(torch::equal(out[0], x + 2.0 * y));
+}
+
 TEST_F(MkmodelTest, SameSeedWritesSameWeights) {
   std::string again = (*dir_ / "mlp-again.pt").string();
   std::string command = std::string(TORCHFARM_BIN_DIR) +

@@ -60,12 +60,16 @@ struct TensorView {
   const void* data = nullptr;
   size_t nbytes = 0;
   ShmRef shm;  // region token and offset (shm.bytes is unused for inputs)
+  // The model's input this is (docs/protocol.md, "Named tensors"): name every input of a request
+  // or none; named inputs may come in any order. Empty: the input's position decides.
+  std::string name;
 };
 
-// An owning output.
+// An owning output. `name`: the model's name for it (config "outputs"), else OUTPUT__k.
 struct Tensor {
   TensorSpec spec;
   std::string data;
+  std::string name{};
 };
 
 struct InferOptions {

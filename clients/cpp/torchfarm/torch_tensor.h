@@ -139,7 +139,7 @@ inline Status ToTorch(Tensor&& output, at::Tensor* out) {
   output.data.clear();
   void* data = owner->data();
   if (reinterpret_cast<uintptr_t>(data) % DTypeSize(output.spec.dtype) != 0) {
-    return CopyToTorch(Tensor{output.spec, std::move(*owner)}, out);
+    return CopyToTorch(Tensor{output.spec, std::move(*owner), output.name}, out);
   }
   std::string* raw_owner = owner.release();
   *out = at::from_blob(

@@ -9,6 +9,7 @@ tensors can travel through shared memory (``client.create_shm``, ``ShmTensor``, 
 See docs/clients.md.
 """
 
+from ._wire import Outputs
 from .admin import DEFAULT_ADMIN_ENDPOINT, admin_command
 from .aio import AsyncClient, async_admin_command
 from .client import Client
@@ -28,6 +29,7 @@ __all__ = [
     "Internal",
     "InvalidArgument",
     "NotFound",
+    "Outputs",
     "ResourceExhausted",
     "ShmOutput",
     "ShmRegion",

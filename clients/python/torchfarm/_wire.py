@@ -12,6 +12,7 @@ and ``output_shm`` sends the outputs to a region (protocol.md, "Shared-memory te
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -42,11 +43,20 @@ def encode_request(request_id: int, model: str, inputs: Sequence[Any],
     """The frames of one request: the JSON header, then a memoryview per input not in shared
     memory."""
     arrays: List[np.ndarray] = []
+    if len(inputs) == 1 and isinstance(inputs[0], Mapping):
+        # Named inputs ({"x": array, ...}): any order; the farm puts them into the model's.
+        entries = []
+        for i, (name, value) in enumerate(inputs[0].items()):
+            entry = _input_entry(value, i, arrays)
+            entry["name"] = str(name)
+            entries.append(entry)
+    else:
+        entries = [_input_entry(value, i, arrays) for i, value in enumerate(inputs)]
     header: Dict[str, Any] = {
         "v": PROTOCOL_VERSION,
         "id": request_id,
         "model": model,
-        "inputs": [_input_entry(value, i, arrays) for i, value in enumerate(inputs)],
+        "inputs": entries,
     }
     if timeout_ms > 0:
         header["timeout_ms"] = int(timeout_ms)
@@ -146,8 +156,41 @@ def _shm_output(index: int, location: Any, dtype: np.dtype, shape: Tuple[int, ..
     return output_shm.region.output_view(dtype, shape, offset)
 
 
+class Outputs(list):
+    """A reply's outputs: a list of arrays in the model's order (as before names), that also
+    knows each output's name (``names``; the model config's, else ``OUTPUT__k``) and is indexed
+    by name too: ``outputs["logits"]``."""
+
+    def __init__(self, arrays: Sequence[np.ndarray], names: Sequence[str]) -> None:
+        super().__init__(arrays)
+        self.names: List[str] = list(names)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            try:
+                return list.__getitem__(self, self.names.index(key))
+            except ValueError:
+                raise KeyError(f"no output is named {key!r} (outputs: "
+                               f"{', '.join(self.names)})") from None
+        return list.__getitem__(self, key)
+
+    def as_dict(self) -> Dict[str, np.ndarray]:
+        """``{name: array}`` in output order."""
+        return dict(zip(self.names, self))
+
+
+def output_names(header: dict) -> List[str]:
+    """Each output's name in an ok reply header; ``OUTPUT__k`` where a reply (from a farm before
+    names) has none."""
+    specs = header.get("outputs")
+    if not isinstance(specs, list):
+        return []
+    return [s["name"] if isinstance(s, dict) and isinstance(s.get("name"), str) else f"OUTPUT__{k}"
+            for k, s in enumerate(specs)]
+
+
 def decode_reply(header: dict, data_frames: Sequence[Any],
-                 output_shm: Optional[ShmOutput] = None) -> List[np.ndarray]:
+                 output_shm: Optional[ShmOutput] = None) -> "Outputs":
     """Outputs of a reply, or raises the TorchfarmError of an error reply.
 
     Each output is a read-only numpy view over its received frame, or over the region of
@@ -168,4 +211,4 @@ def decode_reply(header: dict, data_frames: Sequence[Any],
             outputs.append(_frame_output(i, spec, dtype, shape, next(frames)))
         else:
             outputs.append(_shm_output(i, spec["shm"], dtype, shape, output_shm))
-    return outputs
+    return Outputs(outputs, output_names(header))

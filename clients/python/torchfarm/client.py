@@ -170,7 +170,9 @@ class Client:
               deadline: Optional[float] = None,
               output_shm: Union[ShmOutput, ShmRegion, None] = None) -> List[np.ndarray]:
         """Runs `model` on `inputs` (one array-like or :class:`~torchfarm.ShmTensor` per model
-        input) and returns its outputs.
+        input, in the model's order; or one mapping ``{name: input}`` in any order) and returns
+        its outputs: a list of arrays (:class:`~torchfarm.Outputs`) that also knows their names
+        (``outputs.names``, ``outputs["logits"]``).
 
         Args:
             timeout: seconds to wait for the reply (default: the client's `timeout`).

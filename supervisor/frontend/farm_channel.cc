@@ -1,0 +1,147 @@
+// FarmChannel: see farm_channel.h. The DEALER's ZMQ_FD only says "look at ZMQ_EVENTS": it signals
+// edges, not levels, so every wake-up and every send is followed by reading until ZMQ_EVENTS has
+// no POLLIN (otherwise a reply that arrived during a send would wait for the next one).
+#include "supervisor/frontend/farm_channel.h"
+
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/system/error_code.hpp>
+
+#include "common/log.h"
+
+namespace torchfarm {
+
+namespace asio = boost::asio;
+
+FarmChannel::FarmChannel(zmq::context_t& context, std::string endpoint)
+    : context_(context), endpoint_(std::move(endpoint)) {}
+
+FarmChannel::~FarmChannel() { Stop(); }
+
+Status FarmChannel::Start() {
+  try {
+    socket_ = zmq::socket_t(context_, zmq::socket_type::dealer);
+    socket_.set(zmq::sockopt::linger, 0);
+    // The loop reads at its own pace; requests wait in this queue, bounded by the front ends'
+    // own limits (connections, gRPC quota), never dropped by a high-water mark.
+    socket_.set(zmq::sockopt::sndhwm, 0);
+    socket_.set(zmq::sockopt::rcvhwm, 0);
+    socket_.connect(endpoint_);
+    const int fd = ::dup(socket_.get(zmq::sockopt::fd));
+    if (fd < 0) return Internal("front-end channel: dup(ZMQ_FD) failed");
+    socket_fd_ = std::make_unique<asio::posix::stream_descriptor>(io_, fd);
+  } catch (const zmq::error_t& e) {
+    return Unavailable("front-end channel: cannot connect to '" + endpoint_ + "': " + e.what());
+  }
+  WatchSocket();
+  thread_ = std::thread([this] {
+    auto guard = asio::make_work_guard(io_);
+    io_.run();
+  });
+  return Status::Ok();
+}
+
+void FarmChannel::Stop() {
+  if (!thread_.joinable()) return;
+  stopping_ = true;
+  asio::post(io_, [this] {
+    FailAll(Unavailable("the supervisor is shutting down"));
+    boost::system::error_code ignored;
+    socket_fd_->cancel(ignored);
+    io_.stop();
+  });
+  thread_.join();
+  socket_fd_.reset();
+  socket_.close();
+}
+
+void FarmChannel::Post(std::function<void()> work) { asio::post(io_, std::move(work)); }
+
+void FarmChannel::Call(const std::string& tag, nlohmann::json header,
+                       std::vector<zmq::message_t> frames, Done done) {
+  if (stopping_) {
+    done(FarmReply{Unavailable("the supervisor is shutting down"), {}, {}});
+    return;
+  }
+  const uint64_t id = next_id_++;
+  header["id"] = id;
+  const std::string text = header.dump();
+  try {
+    socket_.send(zmq::buffer(tag), zmq::send_flags::sndmore);
+    socket_.send(zmq::buffer(text), frames.empty() ? zmq::send_flags::none
+                                                   : zmq::send_flags::sndmore);
+    for (size_t i = 0; i < frames.size(); ++i) {
+      socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore
+                                                    : zmq::send_flags::none);
+    }
+  } catch (const zmq::error_t& e) {
+    done(FarmReply{Unavailable(std::string("front-end channel: send failed: ") + e.what()), {}, {}});
+    return;
+  }
+  waiting_.emplace(id, Waiting{std::move(done), tag == kMetaTag});
+  pending_count_.store(waiting_.size(), std::memory_order_relaxed);
+  // A send may have consumed the edge that announced a reply: look now.
+  DrainReplies();
+}
+
+void FarmChannel::WatchSocket() {
+  socket_fd_->async_wait(asio::posix::stream_descriptor::wait_read,
+                         [this](const boost::system::error_code& error) {
+                           if (error || stopping_) return;
+                           DrainReplies();
+                           WatchSocket();
+                         });
+}
+
+void FarmChannel::DrainReplies() {
+  while (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) {
+    std::vector<zmq::message_t> frames;
+    bool complete = false;
+    while (true) {
+      zmq::message_t part;
+      if (!socket_.recv(part, frames.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none)) {
+        break;
+      }
+      const bool more = part.more();
+      frames.push_back(std::move(part));
+      if (!more) {
+        complete = true;
+        break;
+      }
+    }
+    if (!complete || frames.empty()) return;
+    FarmReply reply;
+    const std::string_view text(static_cast<const char*>(frames[0].data()), frames[0].size());
+    const Status parsed = ParseReplyHeader(text, &reply.header);
+    const auto id = reply.header.id.is_number_unsigned() ? reply.header.id.get<uint64_t>() : 0;
+    auto it = waiting_.find(id);
+    if (it == waiting_.end()) {
+      TF_LOG(kWarn) << "front-end channel: reply for no waiting call dropped"
+                       << Kv("id", reply.header.id.dump()) << Kv("parse", parsed.ToString());
+      continue;
+    }
+    Done done = std::move(it->second.done);
+    const bool meta = it->second.meta;
+    waiting_.erase(it);
+    pending_count_.store(waiting_.size(), std::memory_order_relaxed);
+    reply.status = parsed.ok() ? reply.header.status : parsed;
+    // A metadata answer has no tensors: it is well formed when the loop said "ok".
+    if (meta && reply.header.raw.is_object() && reply.header.raw.value("status", "") == "ok") {
+      reply.status = Status::Ok();
+      reply.header.status = Status::Ok();
+    }
+    frames.erase(frames.begin());
+    reply.frames = std::move(frames);
+    done(std::move(reply));
+  }
+}
+
+void FarmChannel::FailAll(const Status& status) {
+  auto waiting = std::move(waiting_);
+  waiting_.clear();
+  pending_count_.store(0, std::memory_order_relaxed);
+  for (auto& [id, call] : waiting) call.done(FarmReply{status, {}, {}});
+}
+
+}  // namespace torchfarm

@@ -1,0 +1,336 @@
+// HttpSession (http_session.h). One deadline timer guards every phase: the first request (or the
+// TLS handshake) must begin within request_timeout_ms, a later one within idle_timeout_ms; once
+// its first byte came, the whole request within request_timeout_ms; a response is written within
+// request_timeout_ms. Reads go through http::async_read_some so the session sees the first byte
+// of a request arrive (and switches from the idle to the request deadline) and can answer
+// "Expect: 100-continue" before the body. A deadline cancels the socket's operations; the handler
+// that then completes decides between a 408 and a silent close.
+#include "supervisor/frontend/http_session.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <optional>
+#include <type_traits>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include "supervisor/frontend/http_v2_handler.h"
+#include "supervisor/frontend/v2_http_codec.h"
+
+namespace torchfarm {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using TlsStream = asio::ssl::stream<tcp::socket>;
+using Clock = std::chrono::steady_clock;
+
+// How long a closing connection reads and drops what its peer still sends (Linger).
+constexpr int64_t kLingerMs = 1000;
+// The first read of a request, which ends the idle wait.
+constexpr size_t kFirstRead = 4096;
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+tcp::socket& Lowest(tcp::socket& socket) { return socket; }
+tcp::socket& Lowest(TlsStream& stream) { return stream.next_layer(); }
+
+std::string PeerOf(const tcp::socket& socket) {
+  boost::system::error_code ec;
+  const tcp::endpoint peer = socket.remote_endpoint(ec);
+  if (ec) return "unknown";
+  const auto address = peer.address();
+  return (address.is_v6() ? "[" + address.to_string() + "]" : address.to_string()) + ":" +
+         std::to_string(peer.port());
+}
+
+template <class Stream>
+class HttpSession : public HttpConnection,
+                    public std::enable_shared_from_this<HttpSession<Stream>> {
+ public:
+  template <class... Args>
+  HttpSession(std::shared_ptr<HttpServerState> state, FarmChannel* channel, Args&&... stream)
+      : state_(std::move(state)), channel_(channel), stream_(std::forward<Args>(stream)...),
+        timer_(Lowest(stream_).get_executor()), peer_(PeerOf(Lowest(stream_))) {}
+
+  ~HttpSession() override { Release(); }
+
+  void Start() {
+    if constexpr (std::is_same_v<Stream, TlsStream>) {
+      Arm(state_->config.request_timeout_ms, Phase::kHandshake);
+      stream_.async_handshake(asio::ssl::stream_base::server,
+                              [self = this->shared_from_this()](boost::system::error_code ec) {
+                                self->Disarm();
+                                if (ec) return self->Close();
+                                self->ReadRequest(self->state_->config.request_timeout_ms);
+                              });
+    } else {
+      ReadRequest(state_->config.request_timeout_ms);
+    }
+  }
+
+  void Shutdown() override {
+    asio::post(timer_.get_executor(), [weak = this->weak_from_this()] {
+      if (auto self = weak.lock()) self->Close();
+    });
+  }
+
+ private:
+  enum class Phase { kHandshake, kIdle, kRequest, kFarm, kWrite };
+
+  void Arm(int64_t ms, Phase phase) {
+    phase_ = phase;
+    const uint64_t generation = ++generation_;
+    timer_.expires_after(std::chrono::milliseconds(ms));
+    timer_.async_wait([self = this->shared_from_this(), generation](boost::system::error_code ec) {
+      if (ec || generation != self->generation_) return;
+      self->OnDeadline();
+    });
+  }
+
+  void Disarm() {
+    ++generation_;
+    timer_.cancel();
+  }
+
+  void OnDeadline() {
+    timed_out_ = true;
+    if (phase_ == Phase::kRequest) {
+      boost::system::error_code ignored;
+      Lowest(stream_).cancel(ignored);  // the read completes aborted and answers 408
+    } else {
+      Close();
+    }
+  }
+
+  // Waits for the next request: `wait_ms` until its first byte, then request_timeout_ms for all.
+  void ReadRequest(int64_t wait_ms) {
+    if (closed_) return;
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(state_->config.max_header_bytes));
+    parser_->body_limit(state_->config.max_body_bytes);
+    sent_continue_ = false;
+    timed_out_ = false;
+    if (buffer_.size() > 0) {  // pipelined: the next request is here already
+      BeginRequest();
+      return ReadSome();
+    }
+    // The parser reads on until a whole header is in, so the first bytes are read here: they
+    // start the request's own deadline.
+    Arm(wait_ms, Phase::kIdle);
+    stream_.async_read_some(buffer_.prepare(kFirstRead),
+                            [self = this->shared_from_this()](boost::system::error_code ec,
+                                                              size_t bytes) {
+                              if (ec || self->closed_) return self->Close();
+                              self->buffer_.commit(bytes);
+                              self->BeginRequest();
+                              self->ReadSome();
+                            });
+  }
+
+  void BeginRequest() {
+    started_ = Clock::now();
+    Arm(state_->config.request_timeout_ms, Phase::kRequest);
+  }
+
+  void ReadSome() {
+    http::async_read_some(stream_, buffer_, *parser_,
+                          [self = this->shared_from_this()](boost::system::error_code ec,
+                                                            size_t bytes) {
+                            self->OnRead(ec, bytes);
+                          });
+  }
+
+  void OnRead(boost::system::error_code ec, size_t bytes) {
+    if (closed_) return;
+    if (timed_out_) {
+      if (phase_ != Phase::kRequest) return Close();
+      return Fail(408, Status(StatusCode::kDeadlineExceeded,
+                              "the request did not arrive within frontend.request_timeout_ms (" +
+                                  std::to_string(state_->config.request_timeout_ms) + " ms)"));
+    }
+    if (ec == http::error::header_limit) {
+      return Fail(431, ResourceExhausted("the request line and headers exceed "
+                                         "frontend.max_header_bytes (" +
+                                         std::to_string(state_->config.max_header_bytes) +
+                                         " bytes)"));
+    }
+    if (ec == http::error::body_limit) {
+      return Fail(413, ResourceExhausted("the request body exceeds frontend.max_body_bytes (" +
+                                         std::to_string(state_->config.max_body_bytes) +
+                                         " bytes)"));
+    }
+    if (ec && ec.category() == http::make_error_code(http::error::bad_target).category() && ec != http::error::end_of_stream &&
+        ec != http::error::partial_message) {
+      return Fail(400, InvalidArgument("malformed HTTP request: " + ec.message()));
+    }
+    if (ec) return Close();  // the peer went away, or a socket or TLS error
+    if (parser_->is_done()) return Handle();
+    if (parser_->is_header_done() && !sent_continue_ && parser_->get()[http::field::expect] ==
+                                                            "100-continue") {
+      sent_continue_ = true;
+      asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
+                        [self = this->shared_from_this()](boost::system::error_code ec, size_t) {
+                          if (ec) return self->Close();
+                          self->ReadSome();
+                        });
+      return;
+    }
+    ReadSome();
+  }
+
+  void Handle() {
+    Disarm();
+    phase_ = Phase::kFarm;
+    request_ = parser_->release();
+    keep_alive_ = request_.keep_alive();
+    HandleV2Request(request_, peer_, *channel_,
+                    [self = this->shared_from_this()](V2HttpAnswer answer) {
+                      self->Respond(std::move(answer));
+                    });
+  }
+
+  // An error the session itself found: answer it, then close (the stream cannot be trusted).
+  void Fail(int http_status, const Status& status) {
+    if (started_ == Clock::time_point{}) started_ = Clock::now();
+    keep_alive_ = false;
+    V2HttpAnswer answer = V2ErrorAnswer(status);
+    answer.http_status = http_status;
+    Respond(std::move(answer));
+  }
+
+  void Respond(V2HttpAnswer answer) {
+    if (closed_) return;
+    response_ = {};
+    response_.version(11);
+    response_.result(static_cast<unsigned>(answer.http_status));
+    response_.set(http::field::server, "torchfarm");
+    response_.set(http::field::content_type, answer.content_type);
+    if (answer.json_bytes) {
+      response_.set(kInferenceHeaderContentLength, std::to_string(*answer.json_bytes));
+    }
+    if (!answer.allow.empty()) response_.set(http::field::allow, answer.allow);
+    response_.body() = std::move(answer.body);
+    response_.keep_alive(keep_alive_ && !state_->stopping);
+    response_.prepare_payload();
+    code_ = answer.code;
+    farm_us_ = answer.farm_us;
+    request_ = {};  // the body may be large; the farm is done with it
+    Arm(state_->config.request_timeout_ms, Phase::kWrite);
+    http::async_write(stream_, response_,
+                      [self = this->shared_from_this()](boost::system::error_code ec, size_t) {
+                        self->OnWritten(ec);
+                      });
+  }
+
+  void OnWritten(boost::system::error_code ec) {
+    Disarm();
+    const int64_t total_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count();
+    state_->stats->Record(FrontendProtocol::kHttp, code_, total_us, farm_us_);
+    started_ = {};
+    if (ec) return Close();
+    if (!response_.keep_alive()) return Linger();
+    response_ = {};
+    ReadRequest(state_->config.idle_timeout_ms);
+  }
+
+  // Ends a connection after its last response: closing while the peer's unread bytes wait
+  // would send a reset that can destroy the response before the peer reads it, so the send side
+  // shuts first and what still comes is read and dropped, for at most kLingerMs.
+  void Linger() {
+    boost::system::error_code ignored;
+    Lowest(stream_).shutdown(tcp::socket::shutdown_send, ignored);
+    Arm(std::min<int64_t>(kLingerMs, state_->config.request_timeout_ms), Phase::kWrite);
+    Drain();
+  }
+
+  void Drain() {
+    Lowest(stream_).async_read_some(
+        asio::buffer(drain_),
+        [self = this->shared_from_this()](boost::system::error_code ec, size_t) {
+          if (ec || self->closed_) return self->Close();
+          self->Drain();
+        });
+  }
+
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    Disarm();
+    boost::system::error_code ignored;
+    Lowest(stream_).shutdown(tcp::socket::shutdown_both, ignored);
+    Lowest(stream_).close(ignored);
+    Release();
+  }
+
+  // Leaves the server's count of open connections (once).
+  void Release() {
+    if (released_) return;
+    released_ = true;
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->connections.erase(id_);
+    state_->open.fetch_sub(1);
+    state_->all_closed.notify_all();
+  }
+
+ public:
+  uint64_t id_ = 0;
+
+ private:
+  std::shared_ptr<HttpServerState> state_;
+  FarmChannel* channel_;
+  Stream stream_;
+  asio::steady_timer timer_;
+  std::string peer_;
+  beast::flat_buffer buffer_;
+  std::array<char, 4096> drain_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  HttpRequest request_;
+  http::response<http::string_body> response_;
+  Phase phase_ = Phase::kIdle;
+  uint64_t generation_ = 0;
+  Clock::time_point started_{};
+  StatusCode code_ = StatusCode::kOk;
+  int64_t farm_us_ = 0;
+  bool keep_alive_ = true;
+  bool sent_continue_ = false;
+  bool timed_out_ = false;
+  bool closed_ = false;
+  bool released_ = false;
+};
+
+template <class Session>
+void Register(const std::shared_ptr<Session>& session, HttpServerState& state) {
+  std::lock_guard<std::mutex> lock(state.mutex);
+  session->id_ = state.next_connection++;
+  state.connections.emplace(session->id_, session);
+}
+
+}  // namespace
+
+void StartHttpSession(tcp::socket socket, std::shared_ptr<HttpServerState> state,
+                      FarmChannel* channel) {
+  if (state->tls) {
+    auto session = std::make_shared<HttpSession<TlsStream>>(state, channel, std::move(socket),
+                                                             *state->tls);
+    Register(session, *state);
+    session->Start();
+  } else {
+    auto session = std::make_shared<HttpSession<tcp::socket>>(state, channel, std::move(socket));
+    Register(session, *state);
+    session->Start();
+  }
+}
+
+}  // namespace torchfarm

@@ -1,0 +1,61 @@
+// HttpV2Handler: what one HTTP request to the /v2 paths means, and its answer.
+//
+// Owns: routing (GET /v2/health/live|ready, GET /v2, GET /v2/models/{name}[/versions/{v}][/ready],
+// POST /v2/models/{name}[/versions/{v}]/infer; 404 unknown path, 405 wrong method), the farm calls
+// each route makes (kMetaTag for health and metadata, "http <peer>" for inference) and the status
+// and body of the answer. Knows nothing of sockets, keep-alive or limits (HttpSession does). Runs
+// on the FarmChannel's thread; `done` runs there too, exactly once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "common/status.h"
+#include "supervisor/frontend/farm_channel.h"
+
+namespace torchfarm {
+
+using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+
+enum class V2Route { kHealthLive, kHealthReady, kServerMetadata, kModelMetadata, kModelReady,
+                     kInfer };
+
+// A parsed request target. `http_status` is 0 when the target routes; else 404 or 405 (then
+// `allow` names the method the path takes) with `error` saying why.
+struct V2Target {
+  V2Route route = V2Route::kHealthLive;
+  std::string model;    // percent-decoded
+  std::string version;  // empty: the default
+  int http_status = 0;
+  std::string error;
+  std::string allow;
+};
+V2Target ParseV2Target(boost::beast::http::verb method, std::string_view target);
+
+// The only model version the farm serves for now.
+inline constexpr const char* kV2ModelVersion = "1";
+
+struct V2HttpAnswer {
+  int http_status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::optional<size_t> json_bytes;  // Inference-Header-Content-Length for binary outputs
+  std::string allow;                 // 405
+  StatusCode code = StatusCode::kOk;  // for FrontendStats
+  int64_t farm_us = 0;               // time the farm held the request (0: never reached it)
+};
+
+// An error answer: {"error": message} with the HTTP status of `status`'s code.
+V2HttpAnswer V2ErrorAnswer(const Status& status);
+
+// Answers `request` from `peer` ("ip:port"); takes the request's body.
+void HandleV2Request(HttpRequest& request, const std::string& peer, FarmChannel& channel,
+                     std::function<void(V2HttpAnswer)> done);
+
+}  // namespace torchfarm

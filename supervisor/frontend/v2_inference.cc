@@ -1,0 +1,171 @@
+// The v2 <-> farm translation (v2_inference.h); the datatype names are common/dtype.h's.
+#include "supervisor/frontend/v2_inference.h"
+
+#include <array>
+#include <unordered_set>
+#include <utility>
+
+#include "common/tensor_spec.h"
+
+namespace torchfarm {
+namespace {
+
+std::string InputWhere(size_t index, const std::string& name) {
+  return "inputs[" + std::to_string(index) + "] ('" + name + "')";
+}
+
+// The dtype, shape and byte count of one input, named `where`.
+Status CheckInput(const V2Tensor& input, const std::string& where, DType* dtype) {
+  if (Status s = DTypeFromV2(input.datatype, where, dtype); !s.ok()) return s;
+  if (input.shape.size() > static_cast<size_t>(kMaxRank)) {
+    return InvalidArgument(where + ": shape " + ShapeToString(input.shape) + " has rank " +
+                           std::to_string(input.shape.size()) + "; the most is " +
+                           std::to_string(kMaxRank));
+  }
+  std::optional<uint64_t> bytes = ByteSize(TensorSpec{*dtype, input.shape});
+  if (!bytes) {
+    return InvalidArgument(where + ": shape " + ShapeToString(input.shape) +
+                           " must have dimensions >= 0 and fewer than 2^62 elements");
+  }
+  if (*bytes != input.data.size()) {
+    return InvalidArgument(where + ": " + input.datatype + " " + ShapeToString(input.shape) +
+                           " needs " + std::to_string(*bytes) + " bytes, got " +
+                           std::to_string(input.data.size()));
+  }
+  return Status::Ok();
+}
+
+// The reply's name for output `index`: "name" when the farm sent one, else Triton's default.
+std::string OutputName(const ReplyHeader& reply, size_t index) {
+  const nlohmann::json& raw = reply.raw;
+  auto outputs = raw.find("outputs");
+  if (outputs != raw.end() && outputs->is_array() && index < outputs->size()) {
+    const nlohmann::json& entry = (*outputs)[index];
+    if (entry.is_object()) {
+      auto name = entry.find("name");
+      if (name != entry.end() && name->is_string()) return name->get<std::string>();
+    }
+  }
+  return "OUTPUT__" + std::to_string(index);
+}
+
+}  // namespace
+
+Status DTypeFromV2(std::string_view datatype, const std::string& where, DType* out) {
+  if (std::optional<DType> dtype = DTypeFromV2Name(datatype)) {
+    *out = *dtype;
+    return Status::Ok();
+  }
+  if (datatype == "BYTES") {
+    return InvalidArgument(where + ": datatype BYTES (strings) is not supported; use one of " +
+                           AllV2DatatypeNames());
+  }
+  return InvalidArgument(where + ": datatype '" + std::string(datatype) + "' is not one of " +
+                         AllV2DatatypeNames());
+}
+
+Status ToFarmRequest(V2InferRequest& request, nlohmann::json* header,
+                     std::vector<zmq::message_t>* frames) {
+  if (request.inputs.empty()) return InvalidArgument("inputs: expected at least one input, got 0");
+  nlohmann::json inputs = nlohmann::json::array();
+  std::unordered_set<std::string> names;
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const V2Tensor& input = request.inputs[i];
+    const std::string where = InputWhere(i, input.name);
+    if (input.name.empty()) {
+      return InvalidArgument("inputs[" + std::to_string(i) + "].name: expected a non-empty name");
+    }
+    if (!names.insert(input.name).second) {
+      return InvalidArgument(where + ": the name is used by an earlier input too; names must be "
+                             "unique");
+    }
+    DType dtype;
+    if (Status s = CheckInput(input, where, &dtype); !s.ok()) return s;
+    inputs.push_back({{"name", input.name},
+                      {"dtype", std::string(DTypeName(dtype))},
+                      {"shape", input.shape}});
+  }
+  *header = {{"v", kProtocolVersion}, {"model", request.model}, {"inputs", std::move(inputs)}};
+  if (request.timeout_ms > 0) (*header)["timeout_ms"] = request.timeout_ms;
+  if (request.priority != 0) (*header)["priority"] = request.priority;
+  frames->clear();
+  frames->reserve(request.inputs.size());
+  for (V2Tensor& input : request.inputs) frames->push_back(std::move(input.data));
+  return Status::Ok();
+}
+
+Status FromFarmReply(const V2InferRequest& request, const ReplyHeader& reply,
+                     std::vector<zmq::message_t> frames, V2InferResponse* out) {
+  if (!reply.status.ok()) return reply.status;
+  if (frames.size() != reply.outputs.size()) {
+    return Internal("the farm's reply declares " + std::to_string(reply.outputs.size()) +
+                    " outputs but carries " + std::to_string(frames.size()) + " data frames");
+  }
+  std::vector<std::string> names;
+  for (size_t k = 0; k < reply.outputs.size(); ++k) {
+    const std::optional<uint64_t> bytes = ByteSize(reply.outputs[k]);
+    if (!bytes || *bytes != frames[k].size()) {
+      return Internal("the farm's reply output " + std::to_string(k) + " is " +
+                      SpecToString(reply.outputs[k]) + " but its frame holds " +
+                      std::to_string(frames[k].size()) + " bytes");
+    }
+    names.push_back(OutputName(reply, k));
+  }
+  // Which reply output goes where: every one in order, or the requested ones.
+  std::vector<size_t> picks;
+  std::vector<bool> binary;
+  if (request.outputs.empty()) {
+    for (size_t k = 0; k < names.size(); ++k) picks.push_back(k);
+    binary.assign(names.size(), request.binary_outputs);
+  }
+  for (size_t i = 0; i < request.outputs.size(); ++i) {
+    size_t k = 0;
+    while (k < names.size() && names[k] != request.outputs[i].name) ++k;
+    if (k == names.size()) {
+      std::string there;
+      for (const auto& name : names) there += (there.empty() ? "" : ", ") + name;
+      return InvalidArgument("outputs[" + std::to_string(i) + "]: model '" + request.model +
+                             "' has no output '" + request.outputs[i].name + "'; it returns " +
+                             (there.empty() ? "none" : there));
+    }
+    picks.push_back(k);
+    binary.push_back(request.outputs[i].binary || request.binary_outputs);
+  }
+  *out = V2InferResponse{};
+  out->model = request.model;
+  out->version = request.version.empty() ? "1" : request.version;
+  out->id = request.id;
+  out->timing = reply.timing;
+  out->binary = std::move(binary);
+  // An output asked for twice is copied for all but its last use, which takes the frame.
+  std::vector<int> uses(frames.size(), 0);
+  for (size_t k : picks) ++uses[k];
+  for (size_t k : picks) {
+    V2Tensor tensor;
+    tensor.name = names[k];
+    tensor.datatype = std::string(V2DatatypeName(reply.outputs[k].dtype));
+    tensor.shape = reply.outputs[k].shape;
+    if (--uses[k] > 0) {
+      tensor.data.copy(frames[k]);
+    } else {
+      tensor.data = std::move(frames[k]);
+    }
+    out->outputs.push_back(std::move(tensor));
+  }
+  return Status::Ok();
+}
+
+int HttpStatusOf(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return 200;
+    case StatusCode::kInvalidArgument: return 400;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kResourceExhausted: return 429;
+    case StatusCode::kDeadlineExceeded: return 504;
+    case StatusCode::kUnavailable: return 503;
+    case StatusCode::kInternal: return 500;
+  }
+  return 500;
+}
+
+}  // namespace torchfarm

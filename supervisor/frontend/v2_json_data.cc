@@ -1,0 +1,283 @@
+// JSON numbers <-> tensor bytes (v2_json_data.h). Elements are copied with memcpy: frames carry no
+// alignment promise. Floats print with std::to_chars' shortest form, which reads back exactly.
+#include "supervisor/frontend/v2_json_data.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/tensor_spec.h"
+
+namespace torchfarm {
+namespace {
+
+using nlohmann::json;
+
+// Largest finite value of each type, and the magnitude from which a value rounds to infinity
+// (half an ulp above the largest: round to nearest even takes the tie to infinity).
+struct FloatRange {
+  double largest;
+  double rounds_to_infinity;
+};
+constexpr FloatRange kHalfRange = {65504.0, 65520.0};
+constexpr FloatRange kBFloat16Range = {3.3895313892515355e38, 3.3961775292304077e38};
+constexpr FloatRange kFloatRange = {3.4028234663852886e38, 3.4028235677973366e38};
+constexpr FloatRange kDoubleRange = {std::numeric_limits<double>::max(),
+                                     std::numeric_limits<double>::infinity()};
+
+// Writes the leaves of `data` one by one, checking each against the datatype.
+class LeafWriter {
+ public:
+  LeafWriter(DType dtype, const std::string& datatype, const std::string& where, char* dst)
+      : dtype_(dtype), datatype_(datatype), where_(where), dst_(dst) {}
+
+  Status Walk(const json& value) {
+    if (!value.is_array()) return Write(value);
+    for (const json& item : value) {
+      if (Status s = Walk(item); !s.ok()) return s;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  std::string At() const { return where_ + "[" + std::to_string(index_) + "]"; }
+
+  template <typename T>
+  void Put(T value) {
+    std::memcpy(dst_, &value, sizeof(T));
+    dst_ += sizeof(T);
+    ++index_;
+  }
+
+  template <typename T>
+  Status PutInteger(const json& value) {
+    constexpr auto kMin = std::numeric_limits<T>::min();
+    constexpr auto kMax = std::numeric_limits<T>::max();
+    bool fits = false;
+    if (value.is_number_unsigned()) {
+      fits = value.get<uint64_t>() <= static_cast<uint64_t>(kMax);
+    } else if (value.is_number_integer()) {
+      const int64_t v = value.get<int64_t>();
+      fits = v >= static_cast<int64_t>(kMin) &&
+             (v < 0 || static_cast<uint64_t>(v) <= static_cast<uint64_t>(kMax));
+    }
+    if (!fits) {
+      return InvalidArgument(At() + ": expected an integer in " + std::to_string(kMin) + ".." +
+                             std::to_string(kMax) + " for " + datatype_ + ", got " +
+                             value.dump());
+    }
+    if (value.is_number_unsigned()) {
+      Put(static_cast<T>(value.get<uint64_t>()));
+    } else {
+      Put(static_cast<T>(value.get<int64_t>()));
+    }
+    return Status::Ok();
+  }
+
+  Status FloatingValue(const json& value, const FloatRange& range, double* out) const {
+    if (!value.is_number()) {
+      return InvalidArgument(At() + ": expected a number for " + datatype_ + ", got " +
+                             value.dump());
+    }
+    *out = value.get<double>();
+    if (std::fabs(*out) >= range.rounds_to_infinity) return OutOfRange(value, range);
+    return Status::Ok();
+  }
+
+  Status OutOfRange(const json& value, const FloatRange& range) const {
+    return InvalidArgument(At() + ": " + value.dump() + " is out of the " + datatype_ +
+                           " range (largest magnitude " + Shortest(range.largest) + ")");
+  }
+
+  // FP16 and BF16 go through float: a value just under the limit may still round to infinity.
+  Status PutNarrow(const json& value, const FloatRange& range, uint16_t (*convert)(float)) {
+    double d = 0;
+    if (Status s = FloatingValue(value, range, &d); !s.ok()) return s;
+    const uint16_t bits = convert(static_cast<float>(d));
+    if ((bits & 0x7fff) == (convert == FloatToHalf ? 0x7c00 : 0x7f80)) {
+      return OutOfRange(value, range);
+    }
+    Put(bits);
+    return Status::Ok();
+  }
+
+  static std::string Shortest(double value) {
+    char text[32];
+    auto result = std::to_chars(text, text + sizeof(text), value);
+    return std::string(text, result.ptr);
+  }
+
+  Status Write(const json& value) {
+    double d = 0;
+    Status s;
+    switch (dtype_) {
+      case DType::kBool:
+        if (!value.is_boolean()) {
+          return InvalidArgument(At() + ": expected true or false for BOOL, got " + value.dump());
+        }
+        Put(static_cast<uint8_t>(value.get<bool>() ? 1 : 0));
+        return Status::Ok();
+      case DType::kInt8: return PutInteger<int8_t>(value);
+      case DType::kInt16: return PutInteger<int16_t>(value);
+      case DType::kInt32: return PutInteger<int32_t>(value);
+      case DType::kInt64: return PutInteger<int64_t>(value);
+      case DType::kUInt8: return PutInteger<uint8_t>(value);
+      case DType::kFloat64:
+        if (s = FloatingValue(value, kDoubleRange, &d); s.ok()) Put(d);
+        return s;
+      case DType::kFloat32:
+        if (s = FloatingValue(value, kFloatRange, &d); s.ok()) Put(static_cast<float>(d));
+        return s;
+      case DType::kFloat16: return PutNarrow(value, kHalfRange, FloatToHalf);
+      case DType::kBFloat16: return PutNarrow(value, kBFloat16Range, FloatToBFloat16);
+    }
+    return Internal(At() + ": unhandled dtype " + std::string(DTypeName(dtype_)));
+  }
+
+  DType dtype_;
+  const std::string& datatype_;
+  const std::string& where_;
+  char* dst_;
+  uint64_t index_ = 0;
+};
+
+template <typename T>
+T Load(const char* bytes, size_t index) {
+  T value;
+  std::memcpy(&value, bytes + index * sizeof(T), sizeof(T));
+  return value;
+}
+
+template <typename T>
+void AppendNumber(T value, std::string* out) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value)) {
+      *out += "null";
+      return;
+    }
+    if (value == 0 && std::signbit(value)) {
+      *out += "-0.0";  // "-0" would read back as the integer 0
+      return;
+    }
+  }
+  char text[40];
+  auto result = std::to_chars(text, text + sizeof(text), value);
+  out->append(text, result.ptr);
+}
+
+}  // namespace
+
+uint64_t JsonDataCount(const json& data) {
+  if (!data.is_array()) return 1;
+  uint64_t count = 0;
+  for (const json& item : data) count += JsonDataCount(item);
+  return count;
+}
+
+Status DecodeJsonData(const json& data, DType dtype, const std::string& datatype,
+                      const std::vector<int64_t>& shape, const std::string& where,
+                      zmq::message_t* out) {
+  const std::optional<uint64_t> expected = NumElements(shape);
+  if (!expected) {
+    return InvalidArgument(where + ": shape " + ShapeToString(shape) +
+                           " must have dimensions >= 0 and fewer than 2^62 elements");
+  }
+  if (!data.is_array()) {
+    return InvalidArgument(where + ": expected an array of " + std::to_string(*expected) + " " +
+                           datatype + " values, got " + std::string(data.type_name()));
+  }
+  const uint64_t got = JsonDataCount(data);
+  if (got != *expected) {
+    return InvalidArgument(where + ": expected " + std::to_string(*expected) + " " + datatype +
+                           " values for shape " + ShapeToString(shape) + ", got " +
+                           std::to_string(got));
+  }
+  // Each element takes at least one byte of JSON, so this size is bounded by the body's.
+  zmq::message_t bytes(static_cast<size_t>(got * DTypeSize(dtype)));
+  LeafWriter writer(dtype, datatype, where, static_cast<char*>(bytes.data()));
+  if (Status s = writer.Walk(data); !s.ok()) return s;
+  *out = std::move(bytes);
+  return Status::Ok();
+}
+
+void AppendJsonData(DType dtype, const void* bytes, size_t count, std::string* out) {
+  const char* p = static_cast<const char*>(bytes);
+  out->push_back('[');
+  for (size_t i = 0; i < count; ++i) {
+    if (i > 0) out->push_back(',');
+    switch (dtype) {
+      case DType::kBool: *out += Load<uint8_t>(p, i) ? "true" : "false"; break;
+      case DType::kInt8: AppendNumber(static_cast<int>(Load<int8_t>(p, i)), out); break;
+      case DType::kInt16: AppendNumber(Load<int16_t>(p, i), out); break;
+      case DType::kInt32: AppendNumber(Load<int32_t>(p, i), out); break;
+      case DType::kInt64: AppendNumber(Load<int64_t>(p, i), out); break;
+      case DType::kUInt8: AppendNumber(static_cast<unsigned>(Load<uint8_t>(p, i)), out); break;
+      case DType::kFloat32: AppendNumber(Load<float>(p, i), out); break;
+      case DType::kFloat64: AppendNumber(Load<double>(p, i), out); break;
+      case DType::kFloat16: AppendNumber(HalfToFloat(Load<uint16_t>(p, i)), out); break;
+      case DType::kBFloat16: AppendNumber(BFloat16ToFloat(Load<uint16_t>(p, i)), out); break;
+    }
+  }
+  out->push_back(']');
+}
+
+uint16_t FloatToHalf(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, sizeof(x));
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  const uint32_t magnitude = x & 0x7fffffff;
+  if (magnitude >= 0x7f800000) {  // infinity or NaN (a quiet NaN keeps its top payload bits)
+    if (magnitude == 0x7f800000) return sign | 0x7c00;
+    return static_cast<uint16_t>(sign | 0x7e00 | ((magnitude >> 13) & 0x3ff));
+  }
+  if (magnitude >= 0x477ff000) return sign | 0x7c00;  // >= 65520 rounds past the largest half
+  if (magnitude < 0x38800000) {                        // below 2^-14: a subnormal half
+    float scaled;
+    std::memcpy(&scaled, &magnitude, sizeof(scaled));
+    // Units of 2^-24; nearbyint rounds to nearest even; 1024 is the smallest normal, as it should.
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(scaled * 16777216.0f)));
+  }
+  const uint32_t exponent = (magnitude >> 23) - 127 + 15;
+  const uint32_t mantissa = magnitude & 0x7fffff;
+  uint32_t half = (exponent << 10) | (mantissa >> 13);
+  const uint32_t rest = mantissa & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;  // a carry moves into the exponent
+  return static_cast<uint16_t>(sign | half);
+}
+
+float HalfToFloat(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1f;
+  const uint32_t mantissa = bits & 0x3ff;
+  uint32_t x;
+  if (exponent == 0) {
+    float value = static_cast<float>(mantissa) / 16777216.0f;  // exact: mantissa x 2^-24
+    std::memcpy(&x, &value, sizeof(x));
+    x |= sign;
+  } else if (exponent == 31) {
+    x = sign | 0x7f800000 | (mantissa << 13);
+  } else {
+    x = sign | ((exponent - 15 + 127) << 23) | (mantissa << 13);
+  }
+  float result;
+  std::memcpy(&result, &x, sizeof(result));
+  return result;
+}
+
+uint16_t FloatToBFloat16(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, sizeof(x));
+  if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 0x40);
+  x += 0x7fff + ((x >> 16) & 1);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float BFloat16ToFloat(uint16_t bits) {
+  const uint32_t x = static_cast<uint32_t>(bits) << 16;
+  float result;
+  std::memcpy(&result, &x, sizeof(result));
+  return result;
+}
+
+}  // namespace torchfarm

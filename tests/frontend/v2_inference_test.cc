@@ -1,0 +1,204 @@
+// v2_inference: datatype names, v2 request -> farm frames, farm reply -> v2 response.
+#include "supervisor/frontend/v2_inference.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace torchfarm {
+namespace {
+
+using nlohmann::json;
+
+V2Tensor Tensor(const std::string& name, const std::string& datatype, std::vector<int64_t> shape,
+                size_t bytes) {
+  V2Tensor t;
+  t.name = name;
+  t.datatype = datatype;
+  t.shape = std::move(shape);
+  t.data = zmq::message_t(bytes);
+  std::memset(t.data.data(), 0x5a, bytes);
+  return t;
+}
+
+ReplyHeader Reply(const std::string& text) {
+  ReplyHeader reply;
+  EXPECT_TRUE(ParseReplyHeader(text, &reply).ok()) << text;
+  return reply;
+}
+
+std::vector<zmq::message_t> Frames(std::vector<std::string> contents) {
+  std::vector<zmq::message_t> frames;
+  for (const auto& c : contents) frames.emplace_back(c.data(), c.size());
+  return frames;
+}
+
+TEST(V2InferenceTest, MapsEveryDatatypeBothWays) {
+  const std::pair<const char*, DType> pairs[] = {
+      {"FP32", DType::kFloat32}, {"FP16", DType::kFloat16}, {"BF16", DType::kBFloat16},
+      {"FP64", DType::kFloat64}, {"INT64", DType::kInt64},  {"INT32", DType::kInt32},
+      {"INT16", DType::kInt16},  {"INT8", DType::kInt8},    {"UINT8", DType::kUInt8},
+      {"BOOL", DType::kBool}};
+  for (const auto& [name, dtype] : pairs) {
+    DType got;
+    ASSERT_TRUE(DTypeFromV2(name, "x", &got).ok()) << name;
+    EXPECT_EQ(got, dtype);
+    EXPECT_EQ(V2DatatypeName(dtype), name);
+  }
+  DType got;
+  Status s = DTypeFromV2("BYTES", "inputs[0].datatype", &got);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("inputs[0].datatype: datatype BYTES (strings) is not supported"),
+            std::string::npos) << s.message();
+  s = DTypeFromV2("FP33", "inputs[1] ('x')", &got);
+  EXPECT_EQ(s.message(), "inputs[1] ('x'): datatype 'FP33' is not one of FP32, FP16, BF16, FP64, "
+                         "INT64, INT32, INT16, INT8, UINT8, BOOL");
+}
+
+TEST(V2InferenceTest, ToFarmRequestBuildsTheWireHeaderAndMovesTheFrames) {
+  V2InferRequest request;
+  request.model = "m";
+  request.timeout_ms = 250;
+  request.priority = 3;
+  request.inputs.push_back(Tensor("b", "FP32", {2, 32}, 256));  // not inline in the message
+  request.inputs.push_back(Tensor("a", "INT8", {4}, 4));
+  const void* first = request.inputs[0].data.data();
+  json header;
+  std::vector<zmq::message_t> frames;
+  ASSERT_TRUE(ToFarmRequest(request, &header, &frames).ok());
+  EXPECT_EQ(header, json::parse(R"({"v": 1, "model": "m", "timeout_ms": 250, "priority": 3,
+      "inputs": [{"name": "b", "dtype": "float32", "shape": [2, 32]},
+                 {"name": "a", "dtype": "int8", "shape": [4]}]})"));
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(frames[0].data(), first);  // moved, not copied
+  EXPECT_EQ(frames[1].size(), 4u);
+}
+
+TEST(V2InferenceTest, ToFarmRequestOmitsDefaults) {
+  V2InferRequest request;
+  request.model = "m";
+  request.inputs.push_back(Tensor("x", "BOOL", {}, 1));
+  json header;
+  std::vector<zmq::message_t> frames;
+  ASSERT_TRUE(ToFarmRequest(request, &header, &frames).ok());
+  EXPECT_FALSE(header.contains("timeout_ms"));
+  EXPECT_FALSE(header.contains("priority"));
+  EXPECT_EQ(header["inputs"][0]["dtype"], "bool");
+}
+
+TEST(V2InferenceTest, ToFarmRequestErrorsNameTheInput) {
+  json header;
+  std::vector<zmq::message_t> frames;
+  V2InferRequest empty;
+  EXPECT_EQ(ToFarmRequest(empty, &header, &frames).message(),
+            "inputs: expected at least one input, got 0");
+
+  V2InferRequest twice;
+  twice.inputs.push_back(Tensor("x", "FP32", {1}, 4));
+  twice.inputs.push_back(Tensor("x", "FP32", {1}, 4));
+  EXPECT_NE(ToFarmRequest(twice, &header, &frames).message().find("inputs[1] ('x'): the name is "
+                                                                  "used by an earlier input"),
+            std::string::npos);
+
+  V2InferRequest short_data;
+  short_data.inputs.push_back(Tensor("x", "FP32", {2, 3}, 20));
+  EXPECT_EQ(ToFarmRequest(short_data, &header, &frames).message(),
+            "inputs[0] ('x'): FP32 [2, 3] needs 24 bytes, got 20");
+
+  V2InferRequest bad_type;
+  bad_type.inputs.push_back(Tensor("x", "FP33", {1}, 4));
+  EXPECT_NE(ToFarmRequest(bad_type, &header, &frames).message().find(
+                "inputs[0] ('x'): datatype 'FP33' is not one of FP32"),
+            std::string::npos);
+
+  V2InferRequest deep;
+  deep.inputs.push_back(Tensor("x", "UINT8", {1, 1, 1, 1, 1, 1, 1, 1, 1}, 1));
+  EXPECT_NE(ToFarmRequest(deep, &header, &frames).message().find("rank 9; the most is 8"),
+            std::string::npos);
+
+  V2InferRequest unnamed;
+  unnamed.inputs.push_back(Tensor("", "UINT8", {1}, 1));
+  EXPECT_EQ(ToFarmRequest(unnamed, &header, &frames).message(),
+            "inputs[0].name: expected a non-empty name");
+}
+
+TEST(V2InferenceTest, FromFarmReplyNamesOutputsAndFallsBackToTritonNames) {
+  V2InferRequest request;
+  request.model = "m";
+  request.id = "r1";
+  ReplyHeader reply = Reply(R"({"v":1,"id":1,"status":"ok","outputs":[
+      {"dtype":"float32","shape":[1]},{"dtype":"int8","shape":[2]}],
+      "timing_us":{"queue":1,"compute":2,"total":3},"worker":0})");
+  V2InferResponse response;
+  ASSERT_TRUE(FromFarmReply(request, reply, Frames({"abcd", "ef"}), &response).ok());
+  EXPECT_EQ(response.model, "m");
+  EXPECT_EQ(response.version, "1");
+  EXPECT_EQ(response.id, "r1");
+  EXPECT_EQ(response.timing.total_us, 3);
+  ASSERT_EQ(response.outputs.size(), 2u);
+  EXPECT_EQ(response.outputs[0].name, "OUTPUT__0");
+  EXPECT_EQ(response.outputs[1].name, "OUTPUT__1");
+  EXPECT_EQ(response.outputs[1].datatype, "INT8");
+  EXPECT_EQ(response.outputs[1].shape, (std::vector<int64_t>{2}));
+  EXPECT_EQ(response.binary, (std::vector<bool>{false, false}));
+}
+
+TEST(V2InferenceTest, FromFarmReplySelectsTheRequestedOutputsInOrder) {
+  V2InferRequest request;
+  request.model = "m";
+  request.outputs = {{"z", true}, {"y", false}, {"z", false}};
+  ReplyHeader reply = Reply(R"({"v":1,"id":1,"status":"ok","outputs":[
+      {"name":"y","dtype":"uint8","shape":[1]},{"name":"z","dtype":"uint8","shape":[2]}]})");
+  V2InferResponse response;
+  ASSERT_TRUE(FromFarmReply(request, reply, Frames({"Y", "ZZ"}), &response).ok());
+  ASSERT_EQ(response.outputs.size(), 3u);
+  EXPECT_EQ(response.outputs[0].name, "z");
+  EXPECT_EQ(response.outputs[0].data.to_string(), "ZZ");
+  EXPECT_EQ(response.outputs[1].name, "y");
+  EXPECT_EQ(response.outputs[1].data.to_string(), "Y");
+  EXPECT_EQ(response.outputs[2].data.to_string(), "ZZ");
+  EXPECT_EQ(response.binary, (std::vector<bool>{true, false, false}));
+
+  request.outputs = {{"w", false}};
+  Status s = FromFarmReply(request, reply, Frames({"Y", "ZZ"}), &response);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "outputs[0]: model 'm' has no output 'w'; it returns y, z");
+}
+
+TEST(V2InferenceTest, FromFarmReplyBinaryOutputsFlagAppliesToAll) {
+  V2InferRequest request;
+  request.binary_outputs = true;
+  ReplyHeader reply =
+      Reply(R"({"v":1,"id":1,"status":"ok","outputs":[{"dtype":"uint8","shape":[1]}]})");
+  V2InferResponse response;
+  ASSERT_TRUE(FromFarmReply(request, reply, Frames({"a"}), &response).ok());
+  EXPECT_EQ(response.binary, (std::vector<bool>{true}));
+}
+
+TEST(V2InferenceTest, FromFarmReplyPassesFarmErrorsAndCatchesBrokenReplies) {
+  V2InferRequest request;
+  V2InferResponse response;
+  ReplyHeader error = Reply(
+      R"({"v":1,"id":1,"status":"error","code":"RESOURCE_EXHAUSTED","message":"queue full"})");
+  Status s = FromFarmReply(request, error, {}, &response);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(), "queue full");
+
+  ReplyHeader ok =
+      Reply(R"({"v":1,"id":1,"status":"ok","outputs":[{"dtype":"float32","shape":[1]}]})");
+  EXPECT_EQ(FromFarmReply(request, ok, {}, &response).code(), StatusCode::kInternal);
+  EXPECT_EQ(FromFarmReply(request, ok, Frames({"abc"}), &response).code(), StatusCode::kInternal);
+}
+
+TEST(V2InferenceTest, HttpStatusOfEveryCode) {
+  EXPECT_EQ(HttpStatusOf(StatusCode::kOk), 200);
+  EXPECT_EQ(HttpStatusOf(StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(HttpStatusOf(StatusCode::kNotFound), 404);
+  EXPECT_EQ(HttpStatusOf(StatusCode::kResourceExhausted), 429);
+  EXPECT_EQ(HttpStatusOf(StatusCode::kDeadlineExceeded), 504);
+  EXPECT_EQ(HttpStatusOf(StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatusOf(StatusCode::kInternal), 500);
+}
+
+}  // namespace
+}  // namespace torchfarm

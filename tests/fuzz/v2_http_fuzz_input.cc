@@ -1,0 +1,79 @@
+// The v2 HTTP request fuzzer's body (v2_http_fuzz_input.h).
+#include "v2_http_fuzz_input.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/tensor_spec.h"
+#include "supervisor/frontend/v2_http_codec.h"
+#include "supervisor/frontend/v2_inference.h"
+
+namespace torchfarm::fuzz {
+namespace {
+
+[[noreturn]] void Broken(const std::string& what) {
+  std::fprintf(stderr, "v2 http fuzz invariant broken: %s\n", what.c_str());
+  std::abort();
+}
+
+void CheckAccepted(V2InferRequest& request) {
+  if (request.inputs.empty()) Broken("accepted a request without inputs");
+  V2InferResponse response;
+  response.model = "m";
+  response.version = "1";
+  response.id = request.id;
+  for (const V2Tensor& input : request.inputs) {
+    DType dtype;
+    if (!DTypeFromV2(input.datatype, "fuzz", &dtype).ok()) {
+      Broken("accepted datatype " + input.datatype);
+    }
+    const std::optional<uint64_t> bytes = ByteSize(TensorSpec{dtype, input.shape});
+    if (!bytes || *bytes != input.data.size()) Broken("input bytes disagree with its shape");
+    V2Tensor copy;
+    copy.name = input.name;
+    copy.datatype = input.datatype;
+    copy.shape = input.shape;
+    copy.data.copy(const_cast<zmq::message_t&>(input.data));
+    response.outputs.push_back(std::move(copy));
+    response.binary.push_back(response.outputs.size() % 2 == 0);
+  }
+  const V2HttpBody body = WriteV2InferResponse(response);
+  const std::string_view text =
+      std::string_view(body.bytes).substr(0, body.json_bytes.value_or(body.bytes.size()));
+  if (!nlohmann::json::accept(text)) Broken("response JSON does not parse");
+  nlohmann::json header;
+  std::vector<zmq::message_t> frames;
+  const Status s = ToFarmRequest(request, &header, &frames);
+  if (!s.ok() && s.code() != StatusCode::kInvalidArgument) {
+    Broken("ToFarmRequest: " + s.ToString());
+  }
+  if (s.ok() && frames.size() != header["inputs"].size()) Broken("frame count");
+}
+
+}  // namespace
+
+void RunV2HttpInput(const uint8_t* data, size_t size) {
+  std::string input(reinterpret_cast<const char*>(data), size);
+  const size_t end = input.find(kV2JsonEnd);
+  const size_t json_bytes = end == std::string::npos ? size : end;
+  if (end != std::string::npos) input.erase(end, kV2JsonEnd.size());
+  auto body = std::make_shared<const std::string>(std::move(input));
+  V2InferRequest request;
+  const Status s = ParseV2InferRequest(body, json_bytes, &request);
+  if (!s.ok()) {
+    if (s.code() != StatusCode::kInvalidArgument || s.message().empty()) {
+      Broken("a refusal must be INVALID_ARGUMENT with a message: " + s.ToString());
+    }
+    if (!nlohmann::json::accept(V2ErrorBody(s.message()))) Broken("error body is not JSON");
+    return;
+  }
+  CheckAccepted(request);
+  size_t parsed;
+  (void)ParseInferenceHeaderLength(std::string_view(*body).substr(0, 24), body->size(), &parsed);
+}
+
+}  // namespace torchfarm::fuzz

@@ -1,0 +1,22 @@
+// The body of the v2 HTTP request fuzzer, shared by the libFuzzer target (v2_http_fuzzer.cc, built
+// with clang by `make fuzz`) and by the regression replay (fuzz_regression_test.cc).
+//
+// Input format: an HTTP infer request body. When it contains kV2JsonEnd, the bytes before it are
+// the JSON part (Inference-Header-Content-Length) and the whole input is the body, so binary
+// tensors follow the separator; otherwise the whole input is JSON. Every input runs through
+// ParseV2InferRequest; an accepted one must hold consistent tensors, translate with ToFarmRequest
+// or fail with INVALID_ARGUMENT, and its tensors written back as a response must be valid JSON.
+// Any broken invariant aborts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace torchfarm::fuzz {
+
+inline constexpr std::string_view kV2JsonEnd = "\n--\n";
+
+void RunV2HttpInput(const uint8_t* data, size_t size);
+
+}  // namespace torchfarm::fuzz

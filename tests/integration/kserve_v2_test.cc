@@ -1,0 +1,268 @@
+// The Open Inference Protocol (KServe v2) over HTTP against a real farm (real supervisor, real
+// workers, documented defaults): every endpoint, the JSON and binary paths bit for bit equal to
+// the ZeroMQ path, each error class with its HTTP status, keep-alive, draining.
+#include <arpa/inet.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/farm_fixture.h"
+#include "torchfarm/client.h"
+
+namespace torchfarm {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::ip::tcp;
+using nlohmann::json;
+using testing::Farm;
+using testing::ModelEntry;
+
+struct HttpReply {
+  int status = 0;
+  std::string body;
+  std::map<std::string, std::string> headers;
+  json Json() const { return json::parse(body, nullptr, false); }
+};
+
+// One keep-alive HTTP/1.1 connection to 127.0.0.1:port.
+class HttpConnection {
+ public:
+  explicit HttpConnection(int port) : socket_(io_) {
+    socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)));
+  }
+  HttpReply Send(http::verb verb, const std::string& target, const std::string& body = {},
+                 const std::map<std::string, std::string>& headers = {}) {
+    http::request<http::string_body> request{verb, target, 11};
+    request.set(http::field::host, "127.0.0.1");
+    for (const auto& [k, v] : headers) request.set(k, v);
+    request.body() = body;
+    request.keep_alive(true);
+    if (verb == http::verb::post) request.prepare_payload();
+    http::write(socket_, request);
+    http::response<http::string_body> response;
+    http::read(socket_, buffer_, response);
+    HttpReply out;
+    out.status = response.result_int();
+    out.body = response.body();
+    for (const auto& field : response) {
+      out.headers[std::string(field.name_string())] = std::string(field.value());
+    }
+    return out;
+  }
+  HttpReply Get(const std::string& target) { return Send(http::verb::get, target); }
+  HttpReply Post(const std::string& target, const std::string& body,
+                 const std::map<std::string, std::string>& headers = {}) {
+    return Send(http::verb::post, target, body, headers);
+  }
+
+ private:
+  asio::io_context io_;
+  tcp::socket socket_;
+  beast::flat_buffer buffer_;
+};
+
+json FrontendEndpoints() {
+  return {{"http_endpoint", "127.0.0.1:0"}};
+}
+
+int HttpPort(const Farm& farm) {
+  const json stats = farm.Admin("stats");
+  return stats.at("frontend").at("http").at("port").get<int>();
+}
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// The mlp's output over ZeroMQ, as the reference bytes.
+std::string ZmqOutput(const Farm& farm, const std::vector<float>& input, int64_t rows) {
+  Client client(farm.endpoint());
+  InferResult result;
+  TensorView view(TensorSpec{DType::kFloat32, {rows, 256}}, input.data(), input.size() * 4);
+  Status s = client.Infer("mlp", {view}, &result);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return result.outputs.empty() ? std::string() : result.outputs[0].data;
+}
+
+class KserveV2Http : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    json models = json::array({ModelEntry("mlp", "mlp.pt", {-1, 256}, 1,
+                                          {{"max_batch_size", 8}})});
+    farm_ = std::make_unique<Farm>(models, FrontendEndpoints());
+    ASSERT_TRUE(farm_->Start());
+    ASSERT_TRUE(farm_->WaitReady());
+    port_ = HttpPort(*farm_);
+    ASSERT_GT(port_, 0);
+  }
+  std::unique_ptr<Farm> farm_;
+  int port_ = 0;
+};
+
+TEST_F(KserveV2Http, HealthServerAndModelMetadata) {
+  HttpConnection http(port_);
+  EXPECT_EQ(http.Get("/v2/health/live").status, 200);
+  EXPECT_EQ(http.Get("/v2/health/ready").status, 200);
+  const json server = http.Get("/v2").Json();
+  EXPECT_EQ(server.value("name", ""), "torchfarm");
+  EXPECT_TRUE(server.contains("version"));
+  EXPECT_TRUE(server.contains("extensions"));
+  EXPECT_EQ(http.Get("/v2/models/mlp/ready").status, 200);
+  EXPECT_EQ(http.Get("/v2/models/mlp/versions/1/ready").status, 200);
+  HttpReply meta = http.Get("/v2/models/mlp");
+  ASSERT_EQ(meta.status, 200) << meta.body;
+  const json m = meta.Json();
+  EXPECT_EQ(m["name"], "mlp");
+  EXPECT_EQ(m["platform"], "pytorch_libtorch");
+  EXPECT_EQ(m["versions"], json::array({"1"}));
+  ASSERT_EQ(m["inputs"].size(), 1u);
+  EXPECT_EQ(m["inputs"][0]["name"], "INPUT__0");
+  EXPECT_EQ(m["inputs"][0]["datatype"], "FP32");
+  EXPECT_EQ(m["inputs"][0]["shape"], json::array({-1, 256}));
+  EXPECT_EQ(http.Get("/v2/models/mlp/versions/1").status, 200);
+  HttpReply missing = http.Get("/v2/models/nope");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_TRUE(missing.Json().contains("error")) << missing.body;
+  EXPECT_EQ(http.Get("/v2/models/mlp/versions/7").status, 404);
+  EXPECT_EQ(http.Get("/v2/models/nope/ready").status, 404);
+}
+
+TEST_F(KserveV2Http, JsonAndBinaryOutputsEqualTheZeroMqPathBitForBit) {
+  const std::vector<float> input = RandomFloats(3 * 256, 17);
+  const std::string reference = ZmqOutput(*farm_, input, 3);
+  ASSERT_EQ(reference.size(), 3u * 128 * 4);
+  HttpConnection http(port_);
+
+  // JSON in, JSON out.
+  json request = {{"id", "req-1"},
+                  {"inputs", {{{"name", "INPUT__0"}, {"datatype", "FP32"}, {"shape", {3, 256}},
+                               {"data", input}}}}};
+  HttpReply reply = http.Post("/v2/models/mlp/infer", request.dump(),
+                              {{"Content-Type", "application/json"}});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json answer = reply.Json();
+  EXPECT_EQ(answer["model_name"], "mlp");
+  EXPECT_EQ(answer["id"], "req-1");
+  ASSERT_EQ(answer["outputs"].size(), 1u);
+  EXPECT_EQ(answer["outputs"][0]["datatype"], "FP32");
+  EXPECT_EQ(answer["outputs"][0]["shape"], json::array({3, 128}));
+  std::vector<float> from_json = answer["outputs"][0]["data"].get<std::vector<float>>();
+  ASSERT_EQ(from_json.size() * 4, reference.size());
+  EXPECT_EQ(std::memcmp(from_json.data(), reference.data(), reference.size()), 0);
+
+  // Binary in, binary out (Triton's binary tensor extension).
+  json header = {{"inputs", {{{"name", "INPUT__0"}, {"datatype", "FP32"}, {"shape", {3, 256}},
+                              {"parameters", {{"binary_data_size", input.size() * 4}}}}}},
+                 {"parameters", {{"binary_data_output", true}}}};
+  std::string body = header.dump();
+  const size_t json_size = body.size();
+  body.append(reinterpret_cast<const char*>(input.data()), input.size() * 4);
+  reply = http.Post("/v2/models/mlp/infer", body,
+                    {{"Inference-Header-Content-Length", std::to_string(json_size)},
+                     {"Content-Type", "application/octet-stream"}});
+  ASSERT_EQ(reply.status, 200) << reply.body.substr(0, 300);
+  ASSERT_TRUE(reply.headers.count("Inference-Header-Content-Length")) << reply.body.substr(0, 300);
+  const size_t answer_json = std::stoul(reply.headers["Inference-Header-Content-Length"]);
+  const json binary_answer = json::parse(reply.body.substr(0, answer_json));
+  EXPECT_EQ(binary_answer["outputs"][0]["parameters"]["binary_data_size"], reference.size());
+  EXPECT_EQ(reply.body.substr(answer_json), reference);
+}
+
+TEST_F(KserveV2Http, ErrorsCarryTheStatusOfTheFarmCode) {
+  HttpConnection http(port_);
+  // Not JSON.
+  HttpReply r = http.Post("/v2/models/mlp/infer", "{not json", {});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_TRUE(r.Json().contains("error")) << r.body;
+  // Wrong shape: the farm's own message, naming expected and received.
+  json wrong = {{"inputs", {{{"name", "INPUT__0"}, {"datatype", "FP32"}, {"shape", {1, 255}},
+                             {"data", std::vector<float>(255, 1.0f)}}}}};
+  r = http.Post("/v2/models/mlp/infer", wrong.dump());
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.Json().value("error", "").find("expected"), std::string::npos) << r.body;
+  // Unknown model.
+  json ok_input = {{"inputs", {{{"name", "INPUT__0"}, {"datatype", "FP32"}, {"shape", {1, 256}},
+                                {"data", std::vector<float>(256, 1.0f)}}}}};
+  r = http.Post("/v2/models/nope/infer", ok_input.dump());
+  EXPECT_EQ(r.status, 404) << r.body;
+  // Unknown path and wrong method.
+  EXPECT_EQ(http.Get("/v3/anything").status, 404);
+  EXPECT_EQ(http.Post("/v2/health/live", "").status, 405);
+  // The connection survived every error.
+  EXPECT_EQ(http.Get("/v2/health/live").status, 200);
+}
+
+TEST_F(KserveV2Http, KeepAliveServesManyRequestsOnOneConnection) {
+  HttpConnection http(port_);
+  const std::vector<float> input = RandomFloats(256, 3);
+  const std::string reference = ZmqOutput(*farm_, input, 1);
+  json request = {{"inputs", {{{"name", "INPUT__0"}, {"datatype", "FP32"}, {"shape", {1, 256}},
+                               {"data", input}}}}};
+  const std::string body = request.dump();
+  for (int i = 0; i < 200; ++i) {
+    HttpReply r = http.Post("/v2/models/mlp/infer", body);
+    ASSERT_EQ(r.status, 200) << i << ": " << r.body;
+    std::vector<float> out = r.Json()["outputs"][0]["data"].get<std::vector<float>>();
+    ASSERT_EQ(std::memcmp(out.data(), reference.data(), reference.size()), 0) << i;
+  }
+  const json stats = farm_->Admin("stats");
+  EXPECT_GE(stats["frontend"]["http"]["requests"].get<int>(), 200);
+}
+
+TEST_F(KserveV2Http, ADrainingFarmIsLiveButNotReadyAndRefusesWith503) {
+  HttpConnection http(port_);
+  ASSERT_EQ(http.Get("/v2/health/ready").status, 200);
+  const json drained = farm_->Admin("drain");
+  ASSERT_FALSE(drained.is_null());
+  EXPECT_EQ(http.Get("/v2/health/live").status, 200);
+  EXPECT_EQ(http.Get("/v2/health/ready").status, 503);
+  json request = {{"inputs", {{{"name", "INPUT__0"}, {"datatype", "FP32"}, {"shape", {1, 256}},
+                               {"data", std::vector<float>(256, 0.5f)}}}}};
+  HttpReply r = http.Post("/v2/models/mlp/infer", request.dump());
+  EXPECT_EQ(r.status, 503) << r.body;
+}
+
+TEST(KserveV2HttpDeadline, AQueuedRequestPastItsTimeoutGets504) {
+  // One slow worker busy with a long request; the next one waits in the queue past its timeout.
+  json models = json::array({ModelEntry("slow", "slow.pt", {-1, -1}, 1)});
+  Farm farm(models, FrontendEndpoints());
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady());
+  const int port = HttpPort(farm);
+  // ~2,000 work units of 0.04-0.1 ms: 80-200 ms of compute, sent over ZeroMQ first.
+  std::vector<float> long_input(4, 0.0f);
+  long_input[0] = 4000.0f;
+  Client client(farm.endpoint());
+  uint64_t id = 0;
+  TensorView view(TensorSpec{DType::kFloat32, {1, 4}}, long_input.data(), 16);
+  ASSERT_TRUE(client.Send("slow", {view}, {}, &id).ok());
+  HttpConnection http(port);
+  json request = {{"inputs", {{{"name", "INPUT__0"}, {"datatype", "FP32"}, {"shape", {1, 4}},
+                               {"data", {1.0, 0.0, 0.0, 0.0}}}}},
+                  {"parameters", {{"timeout", 20000}}}};  // µs, as Triton: 20 ms
+  HttpReply r = http.Post("/v2/models/slow/infer", request.dump());
+  EXPECT_EQ(r.status, 504) << r.body;
+  InferResult result;
+  uint64_t got = 0;
+  EXPECT_TRUE(client.Receive(&result, &got, 10'000).ok());
+}
+
+}  // namespace
+}  // namespace torchfarm

@@ -1,0 +1,184 @@
+// FarmChannel against a fake job loop: a ROUTER in the test bound to an inproc endpoint that
+// answers like the supervisor (docs/protocol.md replies, the channel's ids echoed).
+#include "supervisor/frontend/farm_channel.h"
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <map>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace torchfarm {
+namespace {
+
+using nlohmann::json;
+
+class FakeLoop {
+ public:
+  explicit FakeLoop(zmq::context_t& context, const std::string& endpoint)
+      : socket_(context, zmq::socket_type::router) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.bind(endpoint);
+  }
+  // Reads one request: [routing][tag][header][frames...].
+  bool Receive(std::vector<zmq::message_t>* frames, int timeout_ms = 5000) {
+    zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) == 0) return false;
+    frames->clear();
+    while (true) {
+      zmq::message_t part;
+      (void)socket_.recv(part);
+      const bool more = part.more();
+      frames->push_back(std::move(part));
+      if (!more) return true;
+    }
+  }
+  // Answers `request` with an ok reply carrying one output: the request's first frame echoed.
+  void Echo(std::vector<zmq::message_t>& request) {
+    const json header = json::parse(request[2].to_string());
+    json reply = {{"v", 1}, {"id", header["id"]}, {"status", "ok"},
+                  {"outputs", json::array({{{"dtype", "uint8"}, {"shape", {request[3].size()}}}})},
+                  {"timing_us", {{"queue", 1}, {"compute", 2}, {"total", 3}}}, {"worker", 0}};
+    socket_.send(request[0], zmq::send_flags::sndmore);
+    socket_.send(zmq::buffer(reply.dump()), zmq::send_flags::sndmore);
+    socket_.send(request[3], zmq::send_flags::none);
+  }
+  void Error(std::vector<zmq::message_t>& request, const std::string& code) {
+    const json header = json::parse(request[2].to_string());
+    json reply = {{"v", 1}, {"id", header["id"]}, {"status", "error"}, {"code", code},
+                  {"message", "no such model"}};
+    socket_.send(request[0], zmq::send_flags::sndmore);
+    socket_.send(zmq::buffer(reply.dump()), zmq::send_flags::none);
+  }
+
+ private:
+  zmq::socket_t socket_;
+};
+
+std::vector<zmq::message_t> OneFrame(const std::string& bytes) {
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(bytes.data(), bytes.size());
+  return frames;
+}
+
+TEST(FarmChannel, ARequestTravelsWithItsTagAndTheReplyComesBackOnTheChannelThread) {
+  zmq::context_t context;
+  FakeLoop loop(context, "inproc://farm-channel-1");
+  FarmChannel channel(context, "inproc://farm-channel-1");
+  ASSERT_TRUE(channel.Start().ok());
+  std::promise<FarmReply> answered;
+  std::promise<std::thread::id> channel_thread;
+  std::thread::id done_thread;
+  channel.Post([&] {
+    channel_thread.set_value(std::this_thread::get_id());
+    channel.Call("http 127.0.0.1:40000", json{{"v", 1}, {"model", "m"}}, OneFrame("abcdef"),
+                 [&](FarmReply reply) {
+                   done_thread = std::this_thread::get_id();
+                   answered.set_value(std::move(reply));
+                 });
+  });
+  std::vector<zmq::message_t> request;
+  ASSERT_TRUE(loop.Receive(&request));
+  ASSERT_EQ(request.size(), 4u);
+  EXPECT_EQ(request[1].to_string(), "http 127.0.0.1:40000");
+  const json header = json::parse(request[2].to_string());
+  EXPECT_EQ(header["model"], "m");
+  EXPECT_TRUE(header["id"].is_number_unsigned());
+  loop.Echo(request);
+  auto future = answered.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  FarmReply reply = future.get();
+  ASSERT_TRUE(reply.status.ok()) << reply.status.ToString();
+  ASSERT_EQ(reply.frames.size(), 1u);
+  EXPECT_EQ(reply.frames[0].to_string(), "abcdef");
+  ASSERT_EQ(reply.header.outputs.size(), 1u);
+  EXPECT_EQ(reply.header.outputs[0].shape, std::vector<int64_t>{6});
+  EXPECT_EQ(done_thread, channel_thread.get_future().get());
+}
+
+TEST(FarmChannel, AFarmErrorArrivesAsTheStatusWithItsCode) {
+  zmq::context_t context;
+  FakeLoop loop(context, "inproc://farm-channel-2");
+  FarmChannel channel(context, "inproc://farm-channel-2");
+  ASSERT_TRUE(channel.Start().ok());
+  std::promise<FarmReply> answered;
+  channel.Post([&] {
+    channel.Call("grpc ipv4:1.2.3.4:5", json{{"v", 1}}, OneFrame("x"),
+                 [&](FarmReply reply) { answered.set_value(std::move(reply)); });
+  });
+  std::vector<zmq::message_t> request;
+  ASSERT_TRUE(loop.Receive(&request));
+  loop.Error(request, "NOT_FOUND");
+  FarmReply reply = answered.get_future().get();
+  EXPECT_EQ(reply.status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(reply.status.message(), "no such model");
+  EXPECT_TRUE(reply.frames.empty());
+}
+
+// Many calls in flight, answered in reverse order: each Done runs exactly once with its own bytes.
+TEST(FarmChannel, ManyCallsAnsweredOutOfOrderEachGetTheirOwnReplyOnce) {
+  zmq::context_t context;
+  FakeLoop loop(context, "inproc://farm-channel-3");
+  FarmChannel channel(context, "inproc://farm-channel-3");
+  ASSERT_TRUE(channel.Start().ok());
+  constexpr int kCalls = 500;
+  std::atomic<int> done{0};
+  std::atomic<int> wrong{0};
+  std::map<int, int> times;  // written on the channel thread only
+  channel.Post([&] {
+    for (int i = 0; i < kCalls; ++i) {
+      const std::string payload = "payload-" + std::to_string(i);
+      channel.Call("http p", json{{"v", 1}}, OneFrame(payload), [&, i, payload](FarmReply reply) {
+        if (!reply.status.ok() || reply.frames.size() != 1 ||
+            reply.frames[0].to_string() != payload) {
+          wrong++;
+        }
+        times[i]++;
+        done++;
+      });
+    }
+  });
+  std::vector<std::vector<zmq::message_t>> requests(kCalls);
+  for (int i = 0; i < kCalls; ++i) ASSERT_TRUE(loop.Receive(&requests[i]));
+  for (int i = kCalls - 1; i >= 0; --i) loop.Echo(requests[i]);
+  for (int t = 0; t < 500 && done < kCalls; ++t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(done.load(), kCalls);
+  EXPECT_EQ(wrong.load(), 0);
+  std::promise<bool> all_once;
+  channel.Post([&] {
+    bool ok = times.size() == static_cast<size_t>(kCalls);
+    for (const auto& [i, n] : times) ok = ok && n == 1;
+    all_once.set_value(ok);
+  });
+  EXPECT_TRUE(all_once.get_future().get());
+  EXPECT_EQ(channel.pending(), 0u);
+}
+
+TEST(FarmChannel, StopAnswersEveryWaitingCallUnavailable) {
+  zmq::context_t context;
+  FakeLoop loop(context, "inproc://farm-channel-4");
+  FarmChannel channel(context, "inproc://farm-channel-4");
+  ASSERT_TRUE(channel.Start().ok());
+  std::atomic<int> unavailable{0};
+  std::promise<void> sent;
+  channel.Post([&] {
+    for (int i = 0; i < 3; ++i) {
+      channel.Call("http p", json{{"v", 1}}, OneFrame("x"), [&](FarmReply reply) {
+        if (reply.status.code() == StatusCode::kUnavailable) unavailable++;
+      });
+    }
+    sent.set_value();
+  });
+  sent.get_future().wait();
+  EXPECT_EQ(channel.pending(), 3u);
+  channel.Stop();
+  EXPECT_EQ(unavailable.load(), 3);
+  channel.Stop();  // idempotent
+}
+
+}  // namespace
+}  // namespace torchfarm
