@@ -299,6 +299,17 @@ TEST_F(GrpcServerTest, InferRawContentsRoundTrip) {
   EXPECT_EQ(stats_.ToJson()["grpc"]["requests"], 1);
 }
 
+TEST_F(GrpcServerTest, TimeoutAndPriorityParametersReachTheFarm) {
+  inference::ModelInferRequest request = RawRequest("identity", {1});
+  (*request.mutable_parameters())["timeout"].set_int64_param(50'001);  // µs, as Triton's
+  (*request.mutable_parameters())["priority"].set_int64_param(3);
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(request, &response, 60'000);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(loop_->last_header().value("timeout_ms", 0), 51);  // rounded up
+  EXPECT_EQ(loop_->last_header().value("priority", 0), 3);
+}
+
 TEST_F(GrpcServerTest, InferTypedContentsBecomeLittleEndianBytes) {
   inference::ModelInferRequest request;
   request.set_model_name("identity");

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -172,7 +173,8 @@ def test_http_binary_extension_equals_zeromq(base, http, zmq_client):
 
 
 @pytest.mark.parametrize("path,body,status", [
-    ("/v2/models/nope/infer", {"inputs": []}, 404),
+    ("/v2/models/nope/infer",
+     {"inputs": [{"name": "INPUT__0", "shape": [1], "datatype": "FP32", "data": [1]}]}, 404),
     ("/v2/models/identity_float32/infer",
      {"inputs": [{"name": "INPUT__0", "shape": [2], "datatype": "FP33", "data": [1, 2]}]}, 400),
     ("/v2/models/identity_float32/infer",
@@ -279,16 +281,21 @@ def test_grpc_errors_carry_the_farm_code(stub, pb):
 
 def test_grpc_timeout_parameter_expires_in_the_queue(stub, pb):
     pb2 = pb[0]
-    # The slow model's one worker is busy with ~0.5-1 s of work; the next request, with a 50 ms
-    # "timeout" parameter (µs, as Triton's), expires while queued and never runs.
+    # The slow model's one worker takes one request to run and one more into its ring; the third
+    # waits in the queue. So with three ~0.2-0.5 s requests ahead of it, a request with a 50 ms
+    # "timeout" parameter (µs, as Triton's) expires in the queue and never runs.
     busy = np.zeros((1, 4), dtype=np.float32)
-    busy[0, 0] = 10000
-    first = stub.ModelInfer.future(_raw_request(pb2, "slow", busy), timeout=30)
+    busy[0, 0] = 5000
+    ahead = [stub.ModelInfer.future(_raw_request(pb2, "slow", busy), timeout=30)
+             for _ in range(3)]
+    time.sleep(0.1)
     quick = _raw_request(pb2, "slow", np.ones((1, 4), dtype=np.float32))
     quick.parameters["timeout"].int64_param = 50_000
-    code, _ = _code(lambda: stub.ModelInfer(quick, timeout=30))
-    assert code == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert first.result().raw_output_contents[0] == busy.tobytes()
+    code, details = _code(lambda: stub.ModelInfer(quick, timeout=30))
+    assert code == grpc.StatusCode.DEADLINE_EXCEEDED, details
+    assert "timeout_ms" in details
+    for future in ahead:
+        assert future.result().raw_output_contents[0] == busy.tobytes()
 
 
 def test_grpc_oversized_message_is_refused(stub, pb):
