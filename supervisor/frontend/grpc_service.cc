@@ -174,6 +174,28 @@ Status ReadParameters(const ModelInferRequest& request, V2InferRequest* out) {
   return Status::Ok();
 }
 
+// Triton's shared-memory and classification extensions name tensors by parameters; silently
+// ignoring those would fail later with a message about missing contents.
+Status RefuseExtensions(const ModelInferRequest& request) {
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    if (request.inputs(i).parameters().count("shared_memory_region") > 0) {
+      return InvalidArgument("inputs[" + std::to_string(i) +
+                             "].parameters.shared_memory_region: the shared-memory extension is "
+                             "not supported; send the tensor in raw_input_contents");
+    }
+  }
+  for (int i = 0; i < request.outputs_size(); ++i) {
+    for (const char* key : {"shared_memory_region", "classification"}) {
+      if (request.outputs(i).parameters().count(key) > 0) {
+        return InvalidArgument("outputs[" + std::to_string(i) + "].parameters." + key +
+                               ": the shared-memory and classification extensions are not "
+                               "supported");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 grpc::StatusCode GrpcCodeOf(StatusCode code) {
@@ -214,6 +236,7 @@ Status V2RequestFromProto(const ModelInferRequest& request, V2InferRequest* out)
                            std::to_string(request.inputs_size()) +
                            " inputs; it needs one per input");
   }
+  if (Status s = RefuseExtensions(request); !s.ok()) return s;
   out->inputs.reserve(request.inputs_size());
   for (int i = 0; i < request.inputs_size(); ++i) {
     const auto& input = request.inputs(i);

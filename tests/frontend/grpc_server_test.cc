@@ -417,6 +417,17 @@ TEST_F(GrpcServerTest, MalformedRequestsAreInvalidArgumentAndNeverReachTheFarm) 
          r->mutable_inputs(0)->mutable_contents()->add_int_contents(300);
        },
        "300"},
+      {"shared memory",
+       [](auto* r) {
+         (*r->mutable_inputs(0)->mutable_parameters())["shared_memory_region"].set_string_param(
+             "region0");
+       },
+       "shared-memory extension"},
+      {"classification",
+       [](auto* r) {
+         (*r->add_outputs()->mutable_parameters())["classification"].set_int64_param(3);
+       },
+       "classification"},
       {"timeout type",
        [](auto* r) { (*r->mutable_parameters())["timeout"].set_string_param("soon"); }, "timeout"},
   };
