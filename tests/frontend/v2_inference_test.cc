@@ -51,7 +51,7 @@ TEST(V2InferenceTest, MapsEveryDatatypeBothWays) {
   EXPECT_NE(s.message().find("inputs[0].datatype: datatype BYTES (strings) is not supported"),
             std::string::npos) << s.message();
   s = DTypeFromV2("FP33", "inputs[1] ('x')", &got);
-  EXPECT_EQ(s.message(), "inputs[1] ('x'): datatype 'FP33' is not one of FP32, FP16, BF16, FP64, "
+  EXPECT_EQ(s.message(), "inputs[1] ('x'): datatype 'FP33' is not one of FP32, FP64, FP16, BF16, "
                          "INT64, INT32, INT16, INT8, UINT8, BOOL");
 }
 

@@ -246,22 +246,28 @@ TEST(KserveV2HttpDeadline, AQueuedRequestPastItsTimeoutGets504) {
   ASSERT_TRUE(farm.Start());
   ASSERT_TRUE(farm.WaitReady());
   const int port = HttpPort(farm);
-  // ~2,000 work units of 0.04-0.1 ms: 80-200 ms of compute, sent over ZeroMQ first.
+  // 4,000 work units of 0.04-0.1 ms each: 160-400 ms of compute per request, sent over ZeroMQ
+  // first. The worker runs one and takes another into its ring (max_inflight_per_worker 2): the
+  // third stays queued, and so does the HTTP request behind it.
   std::vector<float> long_input(4, 0.0f);
   long_input[0] = 4000.0f;
   Client client(farm.endpoint());
-  uint64_t id = 0;
   TensorView view(TensorSpec{DType::kFloat32, {1, 4}}, long_input.data(), 16);
-  ASSERT_TRUE(client.Send("slow", {view}, {}, &id).ok());
+  for (int i = 0; i < 3; ++i) {
+    uint64_t id = 0;
+    ASSERT_TRUE(client.Send("slow", {view}, {}, &id).ok());
+  }
   HttpConnection http(port);
   json request = {{"inputs", {{{"name", "INPUT__0"}, {"datatype", "FP32"}, {"shape", {1, 4}},
                                {"data", {1.0, 0.0, 0.0, 0.0}}}}},
                   {"parameters", {{"timeout", 20000}}}};  // µs, as Triton: 20 ms
   HttpReply r = http.Post("/v2/models/slow/infer", request.dump());
   EXPECT_EQ(r.status, 504) << r.body;
-  InferResult result;
-  uint64_t got = 0;
-  EXPECT_TRUE(client.Receive(&result, &got, 10'000).ok());
+  for (int i = 0; i < 3; ++i) {
+    InferResult result;
+    uint64_t got = 0;
+    EXPECT_TRUE(client.Receive(&result, &got, 10'000).ok());
+  }
 }
 
 }  // namespace
