@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "common/log.h"
+#include "supervisor/frontend/frontend.h"
 #include "common/protocol.h"
 #include "ipc/control_protocol.h"
 #include "ipc/guarded_copy.h"

@@ -33,7 +33,6 @@
 #include "supervisor/client_shm_registry.h"
 #include "supervisor/curve_authenticator.h"
 #include "supervisor/dispatcher.h"
-#include "supervisor/frontend/frontend.h"
 #include "supervisor/served_model.h"
 #include "supervisor/ipc_endpoint_file.h"
 #include "supervisor/metrics_exporter.h"
@@ -53,6 +52,7 @@
 namespace torchfarm {
 
 struct ShmCommand;  // job_intake.h
+class Frontend;     // frontend/frontend.h: linked into the binary, not into this library
 
 // 2*bytes lowercase hex digits from /dev/urandom (supervisor_security.cc).
 Status RandomHex(size_t bytes, std::string* out);

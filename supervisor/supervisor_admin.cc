@@ -4,6 +4,7 @@
 //   {"cmd":"restart","worker":N}  {"cmd":"scale","model":"mlp","count":N}
 #include <unistd.h>
 
+#include "supervisor/frontend/frontend.h"
 #include "common/log.h"
 #include "common/protocol.h"
 #include "supervisor/supervisor.h"

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "common/protocol.h"
+#include "supervisor/frontend/frontend.h"
 #include "supervisor/model_metadata.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/zmq_util.h"
