@@ -2,6 +2,7 @@
 // workers, documented defaults): every endpoint, the JSON and binary paths bit for bit equal to
 // the ZeroMQ path, each error class with its HTTP status, keep-alive, draining.
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <map>
@@ -252,11 +253,19 @@ TEST(KserveV2HttpDeadline, AQueuedRequestPastItsTimeoutGets504) {
   std::vector<float> long_input(4, 0.0f);
   long_input[0] = 4000.0f;
   Client client(farm.endpoint());
+  // One short call first: the client's connection exists before the long ones are sent, so they
+  // reach the loop before the HTTP request does.
+  std::vector<float> short_input = {1.0f, 0.0f, 0.0f, 0.0f};
+  InferResult warm;
+  ASSERT_TRUE(client.Infer("slow", {TensorView(TensorSpec{DType::kFloat32, {1, 4}},
+                                               short_input.data(), 16)}, &warm).ok());
   TensorView view(TensorSpec{DType::kFloat32, {1, 4}}, long_input.data(), 16);
   for (int i = 0; i < 3; ++i) {
     uint64_t id = 0;
     ASSERT_TRUE(client.Send("slow", {view}, {}, &id).ok());
   }
+  // Let the loop take them in (the worker starts the first; the third waits in the queue).
+  ::usleep(50'000);
   HttpConnection http(port);
   json request = {{"inputs", {{{"name", "INPUT__0"}, {"datatype", "FP32"}, {"shape", {1, 4}},
                                {"data", {1.0, 0.0, 0.0, 0.0}}}}},
