@@ -72,7 +72,8 @@ clean:
 ASAN_DIR ?= build-asan
 ASAN_TESTS = common_test common_client_test ipc_test slot_codec_test supervisor_unit_test \
              fuzz_regression_test \
-             security_test zero_copy_reply_test mps_test client_shm_test
+             security_test zero_copy_reply_test mps_test client_shm_test \
+             v2_http_codec_test http_server_test grpc_server_test kserve_v2_test
 ASAN_TARGETS = torchfarm-supervisor torchfarm $(ASAN_TESTS)
 FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60

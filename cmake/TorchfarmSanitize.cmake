@@ -29,7 +29,10 @@ set(TORCHFARM_SANITIZED_TARGETS
   common_test common_client_test common_multi_client_test ipc_test slot_codec_test
   supervisor_unit_test
   fuzz_regression_test ops_tools_unit_test security_test zero_copy_reply_test mps_test
-  torchfarm_farm_fixture)
+  torchfarm_farm_fixture
+  # The KServe v2 front ends (the generated gRPC code, torchfarm_v2_proto, is not ours: plain).
+  torchfarm_v2_codec torchfarm_frontend v2_http_codec_test http_server_test grpc_server_test
+  kserve_v2_test)
 
 function(torchfarm_apply_sanitizers)
   if(NOT TORCHFARM_SANITIZE)
