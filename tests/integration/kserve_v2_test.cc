@@ -2,8 +2,10 @@
 // workers, documented defaults): every endpoint, the JSON and binary paths bit for bit equal to
 // the ZeroMQ path, each error class with its HTTP status, keep-alive, draining.
 #include <arpa/inet.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
@@ -238,6 +240,51 @@ TEST_F(KserveV2Http, ADrainingFarmIsLiveButNotReadyAndRefusesWith503) {
                                {"data", std::vector<float>(256, 0.5f)}}}}};
   HttpReply r = http.Post("/v2/models/mlp/infer", request.dump());
   EXPECT_EQ(r.status, 503) << r.body;
+}
+
+// A thousand idle keep-alive clients (under the default max_connections) cost the supervisor
+// little memory and starve nobody: a new client is served, the job socket too, and the metrics
+// count each protocol apart.
+TEST(KserveV2HttpConnections, AThousandIdleConnectionsLeaveTheFarmServingWithBoundedMemory) {
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_max < 1200) GTEST_SKIP() << "descriptor hard limit " << files.rlim_max << " < 1200";
+  files.rlim_cur = files.rlim_max;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  const int metrics_port = testing::FreePort();
+  json extra = FrontendEndpoints();
+  extra["metrics_endpoint"] = "127.0.0.1:" + std::to_string(metrics_port);
+  json models = json::array({ModelEntry("mlp", "mlp.pt", {-1, 256}, 1)});
+  Farm farm(models, extra);
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady());
+  const int port = HttpPort(farm);
+  const int64_t rss_before = farm.Admin("stats")["supervisor"]["rss_anon_bytes"].get<int64_t>();
+  std::vector<std::unique_ptr<HttpConnection>> idle;
+  for (int i = 0; i < 1000; ++i) idle.push_back(std::make_unique<HttpConnection>(port));
+  // One request on some of them so they are real keep-alive connections, not just accepted ones.
+  for (int i = 0; i < 1000; i += 100) ASSERT_EQ(idle[i]->Get("/v2/health/live").status, 200);
+  HttpConnection fresh(port);
+  json request = {{"inputs", {{{"name", "INPUT__0"}, {"datatype", "FP32"}, {"shape", {1, 256}},
+                               {"data", std::vector<float>(256, 0.25f)}}}}};
+  HttpReply r = fresh.Post("/v2/models/mlp/infer", request.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::vector<float> input(256, 0.25f);
+  EXPECT_EQ(ZmqOutput(farm, input, 1).size(), 128u * 4);
+  const json stats = farm.Admin("stats");
+  ASSERT_FALSE(stats.is_null());
+  const int64_t rss_after = stats["supervisor"]["rss_anon_bytes"].get<int64_t>();
+  std::printf("supervisor private memory: %lld -> %lld bytes with 1000 idle connections\n",
+              static_cast<long long>(rss_before), static_cast<long long>(rss_after));
+  // Beast keeps a small buffer per idle connection: well under 64 KiB each.
+  EXPECT_LT(rss_after - rss_before, int64_t{64} << 20) << rss_before << " -> " << rss_after;
+  const std::string metrics = HttpConnection(metrics_port).Get("/metrics").body;
+  EXPECT_NE(metrics.find(R"(torchfarm_requests_total{model="mlp",protocol="http",status="OK"} 1)"),
+            std::string::npos);
+  EXPECT_NE(metrics.find(R"(torchfarm_requests_total{model="mlp",protocol="zmq",status="OK"} 1)"),
+            std::string::npos);
+  idle.clear();
+  EXPECT_EQ(farm.Stop(), 0);
 }
 
 TEST(KserveV2HttpDeadline, AQueuedRequestPastItsTimeoutGets504) {
