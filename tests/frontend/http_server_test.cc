@@ -256,6 +256,20 @@ TEST_F(HttpServerTest, BinaryInferenceAndOutputSelection) {
   EXPECT_EQ(Error(r), "outputs[0]: model 'named' has no output 'nope'; it returns out_b, out_a");
 }
 
+// A model name is percent-decoded from the path, so it may be any bytes: one that is not UTF-8
+// must get an answer (404), not an exception on the channel's thread (which ended the process).
+TEST_F(HttpServerTest, AModelNameThatIsNotUtf8Gets404) {
+  StartServer();
+  tcp::socket socket = Connect();
+  Response meta = Send(socket, http::verb::get, "/v2/models/%FF%FE");
+  EXPECT_EQ(meta.result_int(), 404);
+  Response ready = Send(socket, http::verb::get, "/v2/models/%C3/ready");
+  EXPECT_EQ(ready.result_int(), 404);
+  Response infer = Send(socket, http::verb::post, "/v2/models/%FF/infer", kInferJson);
+  EXPECT_EQ(infer.result_int(), 404);
+  EXPECT_EQ(Send(socket, http::verb::get, "/v2/health/live").result_int(), 200);
+}
+
 TEST_F(HttpServerTest, FarmCodesBecomeHttpStatuses) {
   StartServer();
   const std::pair<const char*, int> cases[] = {
