@@ -428,6 +428,14 @@ TEST_F(GrpcServerTest, MalformedRequestsAreInvalidArgumentAndNeverReachTheFarm) 
          (*r->add_outputs()->mutable_parameters())["classification"].set_int64_param(3);
        },
        "classification"},
+      // Each repeat used to copy the output's bytes once more: a few MB of repeated names made
+      // the supervisor allocate without bound.
+      {"output twice",
+       [](auto* r) {
+         r->add_outputs()->set_name("OUTPUT__0");
+         r->add_outputs()->set_name("OUTPUT__0");
+       },
+       "outputs[1].name: 'OUTPUT__0' is requested twice"},
       {"timeout type",
        [](auto* r) { (*r->mutable_parameters())["timeout"].set_string_param("soon"); }, "timeout"},
   };
