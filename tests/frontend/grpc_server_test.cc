@@ -310,6 +310,19 @@ TEST_F(GrpcServerTest, TimeoutAndPriorityParametersReachTheFarm) {
   EXPECT_EQ(loop_->last_header().value("priority", 0), 3);
 }
 
+// The largest int64 µs used to overflow the rounding up (signed overflow), giving no timeout.
+TEST_F(GrpcServerTest, TheLargestTimeoutParameterStaysATimeout) {
+  inference::ModelInferRequest request = RawRequest("identity", {1});
+  (*request.mutable_parameters())["timeout"].set_int64_param(INT64_MAX);
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(request, &response, 60'000);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  // The gRPC deadline (60 s) is the nearer one now.
+  const int64_t timeout_ms = loop_->last_header().value("timeout_ms", int64_t{0});
+  EXPECT_GT(timeout_ms, 50'000);
+  EXPECT_LE(timeout_ms, 61'000);  // gRPC may round the deadline it sends up
+}
+
 TEST_F(GrpcServerTest, InferTypedContentsBecomeLittleEndianBytes) {
   inference::ModelInferRequest request;
   request.set_model_name("identity");
