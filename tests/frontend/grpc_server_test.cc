@@ -310,6 +310,19 @@ TEST_F(GrpcServerTest, TimeoutAndPriorityParametersReachTheFarm) {
   EXPECT_EQ(loop_->last_header().value("priority", 0), 3);
 }
 
+// Like HTTP's /versions/{v}/infer and ModelReady: a version the farm does not serve is NOT_FOUND
+// (it used to be served as version 1).
+TEST_F(GrpcServerTest, InferOfAnUnknownVersionIsNotFound) {
+  inference::ModelInferRequest request = RawRequest("identity", {1});
+  request.set_model_version("7");
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+  EXPECT_EQ(status.error_message(), "model 'identity' has no version '7'; its versions: 1");
+  request.set_model_version("1");
+  EXPECT_TRUE(Infer(request, &response).ok());
+}
+
 // The largest int64 µs used to overflow the rounding up (signed overflow), giving no timeout.
 TEST_F(GrpcServerTest, TheLargestTimeoutParameterStaysATimeout) {
   inference::ModelInferRequest request = RawRequest("identity", {1});
