@@ -37,7 +37,18 @@ Status FarmChannel::Start() {
   WatchSocket();
   thread_ = std::thread([this] {
     auto guard = asio::make_work_guard(io_);
-    io_.run();
+    // An exception out of a handler would end the whole supervisor (std::terminate on this
+    // thread): it is logged and the thread serves on; the throwing handler's connection or call
+    // is dropped with its captures.
+    while (true) {
+      try {
+        io_.run();
+        return;
+      } catch (const std::exception& e) {
+        TF_LOG(kError) << "front-end channel: a handler threw; its request is dropped"
+                       << Kv("error", e.what());
+      }
+    }
   });
   return Status::Ok();
 }
@@ -66,7 +77,10 @@ void FarmChannel::Call(const std::string& tag, nlohmann::json header,
   }
   const uint64_t id = next_id_++;
   header["id"] = id;
-  const std::string text = header.dump();
+  // A model name comes percent-decoded from a URL and may be any bytes: the strict dump() would
+  // throw on invalid UTF-8 (out of the handler, out of io_.run(): std::terminate). Replaced
+  // bytes name no model, so the loop answers NOT_FOUND.
+  const std::string text = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   try {
     socket_.send(zmq::buffer(tag), zmq::send_flags::sndmore);
     socket_.send(zmq::buffer(text), frames.empty() ? zmq::send_flags::none

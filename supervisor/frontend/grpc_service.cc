@@ -161,7 +161,8 @@ Status ReadParameters(const ModelInferRequest& request, V2InferRequest* out) {
       if (value.parameter_choice_case() != InferParameter::kInt64Param || value.int64_param() < 0) {
         return InvalidArgument("parameters.timeout: expected a non-negative int64_param (µs)");
       }
-      out->timeout_ms = (value.int64_param() + 999) / 1000;
+      const int64_t micros = value.int64_param();  // rounded up without overflowing
+      out->timeout_ms = micros / 1000 + (micros % 1000 != 0 ? 1 : 0);
     } else if (key == "priority") {
       if (value.parameter_choice_case() != InferParameter::kInt64Param || value.int64_param() < 0 ||
           value.int64_param() > std::numeric_limits<int>::max()) {

@@ -28,8 +28,9 @@ class HttpServer {
   static Status Start(const FrontendConfig& config, std::vector<FarmChannel*> channels,
                       FrontendStats* stats, std::unique_ptr<HttpServer>* out);
   ~HttpServer();  // Stop()
-  // Stops accepting and closes every connection (answers in progress are dropped). Idempotent;
-  // call before the channels stop.
+  // Stops accepting and ends every connection: a response being written is finished first, a
+  // request still waiting for the farm is answered 503, idle connections close at once; waits a
+  // bounded time for them. Idempotent; call before the channels stop.
   void Stop();
   int port() const;  // the bound port
 

@@ -79,9 +79,12 @@ class HttpSession : public HttpConnection,
     }
   }
 
+  // The server is stopping: a response being written is finished first (then the connection
+  // lingers and closes), a request waiting for the farm is answered 503 now, any other state
+  // closes at once.
   void Shutdown() override {
     asio::post(timer_.get_executor(), [weak = this->weak_from_this()] {
-      if (auto self = weak.lock()) self->Close();
+      if (auto self = weak.lock()) self->OnShutdown();
     });
   }
 
@@ -189,13 +192,25 @@ class HttpSession : public HttpConnection,
     ReadSome();
   }
 
+  void OnShutdown() {
+    if (closed_ || writing_) return;  // OnWritten sees state_->stopping and ends the connection
+    if (phase_ == Phase::kFarm) {
+      keep_alive_ = false;
+      return Respond(V2ErrorAnswer(Unavailable("the supervisor is shutting down")));
+    }
+    Close();
+  }
+
   void Handle() {
     Disarm();
     phase_ = Phase::kFarm;
     request_ = parser_->release();
     keep_alive_ = request_.keep_alive();
+    const uint64_t request = ++requests_;
     HandleV2Request(request_, peer_, *channel_,
-                    [self = this->shared_from_this()](V2HttpAnswer answer) {
+                    [self = this->shared_from_this(), request](V2HttpAnswer answer) {
+                      // Not when OnShutdown answered this request already.
+                      if (request != self->requests_ || self->phase_ != Phase::kFarm) return;
                       self->Respond(std::move(answer));
                     });
   }
@@ -227,6 +242,7 @@ class HttpSession : public HttpConnection,
     farm_us_ = answer.farm_us;
     request_ = {};  // the body may be large; the farm is done with it
     Arm(state_->config.request_timeout_ms, Phase::kWrite);
+    writing_ = true;
     http::async_write(stream_, response_,
                       [self = this->shared_from_this()](boost::system::error_code ec, size_t) {
                         self->OnWritten(ec);
@@ -234,13 +250,14 @@ class HttpSession : public HttpConnection,
   }
 
   void OnWritten(boost::system::error_code ec) {
+    writing_ = false;
     Disarm();
     const int64_t total_us =
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count();
     state_->stats->Record(FrontendProtocol::kHttp, code_, total_us, farm_us_);
     started_ = {};
     if (ec) return Close();
-    if (!response_.keep_alive()) return Linger();
+    if (!response_.keep_alive() || state_->stopping) return Linger();
     response_ = {};
     ReadRequest(state_->config.idle_timeout_ms);
   }
@@ -304,6 +321,8 @@ class HttpSession : public HttpConnection,
   StatusCode code_ = StatusCode::kOk;
   int64_t farm_us_ = 0;
   bool keep_alive_ = true;
+  uint64_t requests_ = 0;  // requests handed to HandleV2Request
+  bool writing_ = false;   // a response's async_write is in progress
   bool sent_continue_ = false;
   bool timed_out_ = false;
   bool closed_ = false;

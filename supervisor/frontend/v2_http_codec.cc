@@ -54,7 +54,8 @@ Status GetNonNegative(const json& value, const std::string& where, uint64_t max,
   return Status::Ok();
 }
 
-Status GetShape(const json& input, const std::string& where, std::vector<int64_t>* shape) {
+Status GetShape(const json& input, const std::string& where, DType dtype,
+                const std::string& datatype, std::vector<int64_t>* shape) {
   auto it = input.find("shape");
   if (it == input.end() || !it->is_array()) {
     return InvalidArgument(where + ".shape: expected an array of integers >= 0, got " +
@@ -74,6 +75,10 @@ Status GetShape(const json& input, const std::string& where, std::vector<int64_t
   if (!NumElements(*shape)) {
     return InvalidArgument(where + ".shape: " + ShapeToString(*shape) +
                            " has 2^62 or more elements");
+  }
+  if (!ByteSize(TensorSpec{dtype, *shape})) {
+    return InvalidArgument(where + ".shape: " + datatype + " " + ShapeToString(*shape) +
+                           " is 2^62 bytes or more");
   }
   return Status::Ok();
 }
@@ -117,7 +122,7 @@ Status ParseInput(const json& input, size_t index, BinaryCursor* binary, V2Tenso
   if (s.ok()) s = GetString(input, "datatype", where, &out->datatype);
   DType dtype = DType::kFloat32;
   if (s.ok()) s = DTypeFromV2(out->datatype, where + ".datatype", &dtype);
-  if (s.ok()) s = GetShape(input, where, &out->shape);
+  if (s.ok()) s = GetShape(input, where, dtype, out->datatype, &out->shape);
   if (!s.ok()) return s;
   const uint64_t bytes = *ByteSize(TensorSpec{dtype, out->shape});
   std::optional<uint64_t> binary_size;

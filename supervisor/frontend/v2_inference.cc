@@ -85,6 +85,15 @@ Status ToFarmRequest(V2InferRequest& request, nlohmann::json* header,
                       {"dtype", std::string(DTypeName(dtype))},
                       {"shape", input.shape}});
   }
+  // A name asked for again would be answered with another copy of the output's bytes: with
+  // thousands of repeats in one message, memory without bound.
+  std::unordered_set<std::string> outputs;
+  for (size_t i = 0; i < request.outputs.size(); ++i) {
+    if (!outputs.insert(request.outputs[i].name).second) {
+      return InvalidArgument("outputs[" + std::to_string(i) + "].name: '" +
+                             request.outputs[i].name + "' is requested twice");
+    }
+  }
   *header = {{"v", kProtocolVersion}, {"model", request.model}, {"inputs", std::move(inputs)}};
   if (request.timeout_ms > 0) (*header)["timeout_ms"] = request.timeout_ms;
   if (request.priority != 0) (*header)["priority"] = request.priority;

@@ -48,7 +48,8 @@ struct V2InferRequest {
   std::string version;  // empty: the default version
   std::string id;       // echoed in the response; empty: none
   std::vector<V2Tensor> inputs;
-  // Empty: every output. Otherwise these, in this order; an unknown name is INVALID_ARGUMENT.
+  // Empty: every output. Otherwise these, in this order; an unknown or repeated name is
+  // INVALID_ARGUMENT.
   std::vector<V2RequestedOutput> outputs;
   bool binary_outputs = false;  // HTTP: "parameters": {"binary_data_output": true}
   int64_t timeout_ms = 0;       // parameters "timeout" (µs in Triton: converted) or 0

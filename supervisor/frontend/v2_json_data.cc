@@ -26,6 +26,22 @@ constexpr FloatRange kFloatRange = {3.4028234663852886e38, 3.4028235677973366e38
 constexpr FloatRange kDoubleRange = {std::numeric_limits<double>::max(),
                                      std::numeric_limits<double>::infinity()};
 
+// `value` as a float rounded to odd: exact when it fits, else the neighbour of the two around it
+// whose last mantissa bit is 1. A float keeps 13 (16) more bits than a half (bfloat16), so
+// rounding this float to nearest even gives what rounding `value` itself would; rounding to the
+// nearest float first could land on a tie of the narrow type that `value` was not.
+float FloatRoundedToOdd(double value) {
+  float f = static_cast<float>(value);
+  if (static_cast<double>(f) == value || std::isnan(value)) return f;
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if ((bits & 1) == 0) {
+    f = std::nextafter(f, value > f ? std::numeric_limits<float>::infinity()
+                                    : -std::numeric_limits<float>::infinity());
+  }
+  return f;
+}
+
 // Writes the leaves of `data` one by one, checking each against the datatype.
 class LeafWriter {
  public:
@@ -94,7 +110,7 @@ class LeafWriter {
   Status PutNarrow(const json& value, const FloatRange& range, uint16_t (*convert)(float)) {
     double d = 0;
     if (Status s = FloatingValue(value, range, &d); !s.ok()) return s;
-    const uint16_t bits = convert(static_cast<float>(d));
+    const uint16_t bits = convert(FloatRoundedToOdd(d));
     if ((bits & 0x7fff) == (convert == FloatToHalf ? 0x7c00 : 0x7f80)) {
       return OutOfRange(value, range);
     }

@@ -71,6 +71,7 @@ void FakeFarmLoop::Answer(std::vector<zmq::message_t>& frames) {
   json reply = {{"v", 1}, {"id", header.value("id", json())}};
   std::vector<zmq::message_t> data;
   const std::string model = header.value("model", "");
+  if (tag != "meta" && model == "silent") return;  // never answered
   if (tag == "meta") {
     if (!model.empty() && model != "echo" && model != "named") {
       reply.update({{"status", "error"}, {"code", "NOT_FOUND"},

@@ -3,7 +3,8 @@
 //
 // Models: "echo" returns its inputs as outputs without names (the front end falls back to
 // OUTPUT__k); "named" returns its inputs in reverse order, output k named "out_<input name>";
-// "code-<CODE>" answers an error with that wire code (e.g. "code-RESOURCE_EXHAUSTED"); anything
+// "code-<CODE>" answers an error with that wire code (e.g. "code-RESOURCE_EXHAUSTED"); "silent"
+// never answers; anything
 // else is NOT_FOUND. "meta" queries get live/ready/draining and the metadata of "echo" and "named".
 #pragma once
 

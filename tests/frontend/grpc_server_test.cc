@@ -310,6 +310,32 @@ TEST_F(GrpcServerTest, TimeoutAndPriorityParametersReachTheFarm) {
   EXPECT_EQ(loop_->last_header().value("priority", 0), 3);
 }
 
+// Like HTTP's /versions/{v}/infer and ModelReady: a version the farm does not serve is NOT_FOUND
+// (it used to be served as version 1).
+TEST_F(GrpcServerTest, InferOfAnUnknownVersionIsNotFound) {
+  inference::ModelInferRequest request = RawRequest("identity", {1});
+  request.set_model_version("7");
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+  EXPECT_EQ(status.error_message(), "model 'identity' has no version '7'; its versions: 1");
+  request.set_model_version("1");
+  EXPECT_TRUE(Infer(request, &response).ok());
+}
+
+// The largest int64 µs used to overflow the rounding up (signed overflow), giving no timeout.
+TEST_F(GrpcServerTest, TheLargestTimeoutParameterStaysATimeout) {
+  inference::ModelInferRequest request = RawRequest("identity", {1});
+  (*request.mutable_parameters())["timeout"].set_int64_param(INT64_MAX);
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(request, &response, 60'000);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  // The gRPC deadline (60 s) is the nearer one now.
+  const int64_t timeout_ms = loop_->last_header().value("timeout_ms", int64_t{0});
+  EXPECT_GT(timeout_ms, 50'000);
+  EXPECT_LE(timeout_ms, 61'000);  // gRPC may round the deadline it sends up
+}
+
 TEST_F(GrpcServerTest, InferTypedContentsBecomeLittleEndianBytes) {
   inference::ModelInferRequest request;
   request.set_model_name("identity");
@@ -428,6 +454,14 @@ TEST_F(GrpcServerTest, MalformedRequestsAreInvalidArgumentAndNeverReachTheFarm) 
          (*r->add_outputs()->mutable_parameters())["classification"].set_int64_param(3);
        },
        "classification"},
+      // Each repeat used to copy the output's bytes once more: a few MB of repeated names made
+      // the supervisor allocate without bound.
+      {"output twice",
+       [](auto* r) {
+         r->add_outputs()->set_name("OUTPUT__0");
+         r->add_outputs()->set_name("OUTPUT__0");
+       },
+       "outputs[1].name: 'OUTPUT__0' is requested twice"},
       {"timeout type",
        [](auto* r) { (*r->mutable_parameters())["timeout"].set_string_param("soon"); }, "timeout"},
   };

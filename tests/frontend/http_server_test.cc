@@ -256,6 +256,20 @@ TEST_F(HttpServerTest, BinaryInferenceAndOutputSelection) {
   EXPECT_EQ(Error(r), "outputs[0]: model 'named' has no output 'nope'; it returns out_b, out_a");
 }
 
+// A model name is percent-decoded from the path, so it may be any bytes: one that is not UTF-8
+// must get an answer (404), not an exception on the channel's thread (which ended the process).
+TEST_F(HttpServerTest, AModelNameThatIsNotUtf8Gets404) {
+  StartServer();
+  tcp::socket socket = Connect();
+  Response meta = Send(socket, http::verb::get, "/v2/models/%FF%FE");
+  EXPECT_EQ(meta.result_int(), 404);
+  Response ready = Send(socket, http::verb::get, "/v2/models/%C3/ready");
+  EXPECT_EQ(ready.result_int(), 404);
+  Response infer = Send(socket, http::verb::post, "/v2/models/%FF/infer", kInferJson);
+  EXPECT_EQ(infer.result_int(), 404);
+  EXPECT_EQ(Send(socket, http::verb::get, "/v2/health/live").result_int(), 200);
+}
+
 TEST_F(HttpServerTest, FarmCodesBecomeHttpStatuses) {
   StartServer();
   const std::pair<const char*, int> cases[] = {
@@ -465,6 +479,56 @@ TEST_F(HttpServerTest, StopClosesOpenConnections) {
   tcp::socket late(io_);
   late.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server_->port()), ec);
   EXPECT_TRUE(ec) << "the listening socket is closed";
+}
+
+// Stop (the supervisor's exit after a drain) used to close every connection at once: a response
+// still being written was cut, and a request waiting for the farm got no answer at all.
+TEST_F(HttpServerTest, StopFinishesTheResponseBeingWrittenAndAnswersWaitingRequests) {
+  StartServer();
+  const size_t kBytes = 48u << 20;  // far more than the sockets buffer: the write is in progress
+  const json header = {{"inputs", {{{"name", "x"}, {"datatype", "UINT8"},
+                                    {"shape", {kBytes}},
+                                    {"parameters", {{"binary_data_size", kBytes}}}}}},
+                       {"parameters", {{"binary_data_output", true}}}};
+  const std::string json_text = header.dump();
+  std::string body = json_text + std::string(kBytes, 'z');
+  http::request<http::string_body> request(http::verb::post, "/v2/models/echo/infer", 11);
+  request.set(http::field::host, "localhost");
+  request.set(kInferenceHeaderContentLength, std::to_string(json_text.size()));
+  request.body() = std::move(body);
+  request.prepare_payload();
+  tcp::socket big = Connect();
+  http::write(big, request);  // the server reads it all, then writes the echo we do not read yet
+  tcp::socket waiting = Connect();
+  http::request<http::string_body> silent(http::verb::post, "/v2/models/silent/infer", 11);
+  silent.set(http::field::host, "localhost");
+  silent.body() = kInferJson;
+  silent.prepare_payload();
+  http::write(waiting, silent);
+  for (int i = 0; i < 500 && loop_->requests() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(loop_->requests(), 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::thread stopper([&] { server_->Stop(); });
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(kBytes * 2);
+  boost::beast::flat_buffer buffer;
+  boost::system::error_code ec;
+  http::read(big, buffer, parser, ec);
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_EQ(parser.get().result_int(), 200);
+  EXPECT_EQ(parser.get().body().size(),
+            std::stoul(std::string(parser.get()[kInferenceHeaderContentLength])) + kBytes);
+  Response unanswered;
+  boost::beast::flat_buffer waiting_buffer;
+  http::read(waiting, waiting_buffer, unanswered, ec);
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_EQ(unanswered.result_int(), 503);
+  EXPECT_EQ(Error(unanswered), "the supervisor is shutting down");
+  stopper.join();
+  // Its headers went out before the stop (keep-alive), but the connection closes after it.
+  EXPECT_TRUE(ClosedWithin(big, std::chrono::seconds(3)));
 }
 
 TEST_F(HttpServerTest, StartErrorsNameTheEndpointOrTheTlsFile) {

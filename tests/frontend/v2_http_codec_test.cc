@@ -136,6 +136,17 @@ TEST(V2HttpCodecTest, BinaryErrorsNameSizes) {
             "request body: the JSON part is 5 bytes but the body holds only 2");
 }
 
+// 2^60 FP64 elements pass the element limit but not the byte limit: the byte count was read from
+// an empty optional (undefined; a garbage size could match binary_data_size).
+TEST(V2HttpCodecTest, AShapeOfTooManyBytesIsRefused) {
+  for (const char* data : {R"("parameters": {"binary_data_size": 0})", R"("data": [])"}) {
+    const std::string body = std::string(R"({"inputs": [{"name": "x", "datatype": "FP64", )") +
+                             R"("shape": [1152921504606846976], )" + data + "}]}";
+    EXPECT_EQ(ParseError(body),
+              "inputs[0].shape: FP64 [1152921504606846976] is 2^62 bytes or more");
+  }
+}
+
 TEST(V2HttpCodecTest, InferenceHeaderContentLength) {
   size_t n = 0;
   EXPECT_TRUE(ParseInferenceHeaderLength("12", 20, &n).ok());

@@ -116,6 +116,13 @@ TEST(V2InferenceTest, ToFarmRequestErrorsNameTheInput) {
   EXPECT_NE(ToFarmRequest(deep, &header, &frames).message().find("rank 9; the most is 8"),
             std::string::npos);
 
+  // Every transport: a repeated output would be copied once per repeat (FromFarmReply).
+  V2InferRequest repeated;
+  repeated.inputs.push_back(Tensor("x", "UINT8", {1}, 1));
+  repeated.outputs = {{"y", false}, {"z", false}, {"y", true}};
+  EXPECT_EQ(ToFarmRequest(repeated, &header, &frames).message(),
+            "outputs[2].name: 'y' is requested twice");
+
   V2InferRequest unnamed;
   unnamed.inputs.push_back(Tensor("", "UINT8", {1}, 1));
   EXPECT_EQ(ToFarmRequest(unnamed, &header, &frames).message(),

@@ -50,6 +50,27 @@ TEST(V2JsonDataTest, HalfRoundsToNearestEven) {
   EXPECT_EQ(FloatToHalf(-0.0f), 0x8000);
 }
 
+// A JSON number just above a tie between two halves (or bfloat16s) must round up. Going through
+// the nearest float first made it the tie itself, which then rounded to even: down.
+TEST(V2JsonDataTest, JsonNumbersRoundOnceToHalfAndBFloat16) {
+  zmq::message_t out;
+  uint16_t bits[2];
+  ASSERT_TRUE(Decode("[1.0004882812509095, -1.0004882812509095]", DType::kFloat16, "FP16", {2},
+                     &out).ok());
+  std::memcpy(bits, out.data(), sizeof bits);
+  EXPECT_EQ(bits[0], 0x3c01);  // 1 + 2^-11 + 2^-40: above the tie of 1 and 1 + 2^-10
+  EXPECT_EQ(bits[1], 0xbc01);
+  ASSERT_TRUE(Decode("[1.0039062500009095, 1.0e-50]", DType::kBFloat16, "BF16", {2}, &out).ok());
+  std::memcpy(bits, out.data(), sizeof bits);
+  EXPECT_EQ(bits[0], 0x3f81);  // 1 + 2^-8 + 2^-40
+  EXPECT_EQ(bits[1], 0x0000);
+  // Exact ties still round to even.
+  ASSERT_TRUE(Decode("[1.00048828125, 1.00146484375]", DType::kFloat16, "FP16", {2}, &out).ok());
+  std::memcpy(bits, out.data(), sizeof bits);
+  EXPECT_EQ(bits[0], 0x3c00);
+  EXPECT_EQ(bits[1], 0x3c02);
+}
+
 TEST(V2JsonDataTest, BFloat16RoundTripsEveryBitPattern) {
   for (uint32_t bits = 0; bits < 0x10000; ++bits) {
     const float value = BFloat16ToFloat(static_cast<uint16_t>(bits));
