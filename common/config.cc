@@ -396,7 +396,7 @@ static Status ParseFrontend(const json& j, const std::string& base_dir, Frontend
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
   Status s = CheckKeys(j, where, {"threads", "max_connections", "idle_timeout_ms",
                                   "request_timeout_ms", "max_header_bytes", "max_body_bytes",
-                                  "tls"});
+                                  "max_inflight_body_bytes", "tls"});
   if (!s.ok()) return s;
   FrontendConfig f;
   if (s = GetInt(j, "threads", where, 1, 64, &f.threads); !s.ok()) return s;
@@ -409,6 +409,15 @@ static Status ParseFrontend(const json& j, const std::string& base_dir, Frontend
     return s;
   if (s = GetInt(j, "max_body_bytes", where, 1024, int64_t{4} << 30, &f.max_body_bytes); !s.ok())
     return s;
+  if (s = GetInt(j, "max_inflight_body_bytes", where, 1024, int64_t{1} << 40,
+                 &f.max_inflight_body_bytes);
+      !s.ok())
+    return s;
+  if (f.max_inflight_body_bytes < f.max_body_bytes) {
+    return InvalidArgument(where + ".max_inflight_body_bytes: expected at least max_body_bytes (" +
+                           std::to_string(f.max_body_bytes) + "), got " +
+                           std::to_string(f.max_inflight_body_bytes));
+  }
   if (auto tls = j.find("tls"); tls != j.end()) {
     const std::string tls_where = where + ".tls";
     if (!tls->is_object()) return InvalidArgument(tls_where + ": expected an object, got " + Got(*tls));

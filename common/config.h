@@ -145,6 +145,9 @@ struct FrontendConfig {
   int64_t request_timeout_ms = 30'000;   // a request's header and body must arrive within this
   uint64_t max_header_bytes = 16 << 10;  // HTTP request line + headers
   uint64_t max_body_bytes = 64 << 20;    // HTTP body, gRPC message
+  // HTTP request bodies held at once over all connections (from their header until the answer is
+  // written); a request beyond it is refused RESOURCE_EXHAUSTED (429). >= max_body_bytes.
+  uint64_t max_inflight_body_bytes = uint64_t{1} << 30;
   TlsConfig tls;
   bool enabled() const { return !http_endpoint.empty() || !grpc_endpoint.empty(); }
 };

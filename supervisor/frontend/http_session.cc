@@ -178,6 +178,14 @@ class HttpSession : public HttpConnection,
       return Fail(400, InvalidArgument("malformed HTTP request: " + ec.message()));
     }
     if (ec) return Close();  // the peer went away, or a socket or TLS error
+    if (parser_->is_header_done() && !ReserveBody()) {
+      return Fail(429, ResourceExhausted(
+                           "the front end holds " + std::to_string(state_->body_bytes.load()) +
+                           " bytes of request bodies, and this one would pass "
+                           "frontend.max_inflight_body_bytes (" +
+                           std::to_string(state_->config.max_inflight_body_bytes) +
+                           "); retry later"));
+    }
     if (parser_->is_done()) return Handle();
     if (parser_->is_header_done() && !sent_continue_ && parser_->get()[http::field::expect] ==
                                                             "100-continue") {
@@ -190,6 +198,28 @@ class HttpSession : public HttpConnection,
       return;
     }
     ReadSome();
+  }
+
+  // Counts this request's body (its Content-Length, or max_body_bytes when chunked) against the
+  // budget of all connections, once per request; false when it does not fit.
+  bool ReserveBody() {
+    if (body_reserved_ > 0) return true;
+    const uint64_t limit = state_->config.max_inflight_body_bytes;
+    const uint64_t want = std::max<uint64_t>(
+        1, std::min<uint64_t>(parser_->content_length().value_or(state_->config.max_body_bytes),
+                              state_->config.max_body_bytes));
+    uint64_t held = state_->body_bytes.load();
+    do {
+      if (held + want > limit) return false;
+    } while (!state_->body_bytes.compare_exchange_weak(held, held + want));
+    body_reserved_ = want;
+    return true;
+  }
+
+  void ReleaseBody() {
+    if (body_reserved_ == 0) return;
+    state_->body_bytes.fetch_sub(body_reserved_);
+    body_reserved_ = 0;
   }
 
   void OnShutdown() {
@@ -251,6 +281,7 @@ class HttpSession : public HttpConnection,
 
   void OnWritten(boost::system::error_code ec) {
     writing_ = false;
+    ReleaseBody();
     Disarm();
     const int64_t total_us =
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started_).count();
@@ -288,6 +319,7 @@ class HttpSession : public HttpConnection,
     boost::system::error_code ignored;
     Lowest(stream_).shutdown(tcp::socket::shutdown_both, ignored);
     Lowest(stream_).close(ignored);
+    ReleaseBody();
     Release();
   }
 
@@ -323,6 +355,7 @@ class HttpSession : public HttpConnection,
   bool keep_alive_ = true;
   uint64_t requests_ = 0;  // requests handed to HandleV2Request
   bool writing_ = false;   // a response's async_write is in progress
+  uint64_t body_reserved_ = 0;  // bytes of state_->body_bytes this request holds
   bool sent_continue_ = false;
   bool timed_out_ = false;
   bool closed_ = false;

@@ -46,6 +46,8 @@ struct HttpServerState {
   std::unordered_map<uint64_t, std::weak_ptr<HttpConnection>> connections;
   uint64_t next_connection = 1;
   std::atomic<int> open{0};
+  // Request bodies held now over all connections (frontend.max_inflight_body_bytes).
+  std::atomic<uint64_t> body_bytes{0};
   std::atomic<bool> stopping{false};
 };
 

@@ -410,6 +410,108 @@ TEST(ConfigTest, RestartKeysAndMaxQueueWaitAtTheirDocumentedLimits) {
   EXPECT_EQ(defaults.models[0].max_queue_wait_ms, 30'000);
 }
 
+TEST(ConfigTest, FrontendKeysAtTheirDocumentedLimits) {
+  struct Key {
+    std::string name;
+    int64_t low, high;
+  };
+  const Key keys[] = {{"threads", 1, 64},
+                      {"max_connections", 1, 1'000'000},
+                      {"idle_timeout_ms", 100, 86'400'000},
+                      {"request_timeout_ms", 100, 86'400'000},
+                      {"max_header_bytes", 1024, 1 << 20},
+                      {"max_body_bytes", 1024, int64_t{4} << 30},
+                      {"max_inflight_body_bytes", int64_t{64} << 20, int64_t{1} << 40}};
+  auto with = [](const Key& key, int64_t value) {
+    json j = MinimalConfig();
+    j["frontend"] = {{key.name, value}};
+    return j;
+  };
+  for (const Key& key : keys) {
+    for (int64_t value : {key.low, key.high}) {
+      json j = with(key, value);
+      // The body budget may not be below one body.
+      if (key.name == "max_body_bytes") j["frontend"]["max_inflight_body_bytes"] = int64_t{1} << 40;
+      FarmConfig c;
+      ASSERT_TRUE(ParseConfig(j, "/base", &c).ok()) << key.name << "=" << value;
+      const FrontendConfig& f = c.frontend;
+      const int64_t read = key.name == "threads"              ? f.threads
+                           : key.name == "max_connections"    ? f.max_connections
+                           : key.name == "idle_timeout_ms"    ? f.idle_timeout_ms
+                           : key.name == "request_timeout_ms" ? f.request_timeout_ms
+                           : key.name == "max_header_bytes"   ? int64_t(f.max_header_bytes)
+                           : key.name == "max_body_bytes"     ? int64_t(f.max_body_bytes)
+                                                              : int64_t(f.max_inflight_body_bytes);
+      EXPECT_EQ(read, value) << key.name;
+    }
+    const std::string path = "config.frontend." + key.name;
+    if (key.name != "max_inflight_body_bytes") {
+      EXPECT_THAT(ParseError(with(key, key.low - 1)), HasSubstr(path + ": expected an integer in"));
+    }
+    EXPECT_THAT(ParseError(with(key, key.high + 1)), HasSubstr(std::to_string(key.high + 1)));
+    for (int64_t wild : {int64_t{1} << 31, int64_t{1} << 32, INT64_MAX, int64_t{-1}}) {
+      if (wild >= key.low && wild <= key.high) continue;
+      EXPECT_THAT(ParseError(with(key, wild)), HasSubstr(path)) << wild;
+    }
+  }
+  // max_inflight_body_bytes below max_body_bytes names both.
+  json small = MinimalConfig();
+  small["frontend"] = {{"max_body_bytes", 8192}, {"max_inflight_body_bytes", 4096}};
+  EXPECT_THAT(ParseError(small), HasSubstr("max_inflight_body_bytes: expected at least "
+                                           "max_body_bytes (8192), got 4096"));
+  FarmConfig defaults;
+  ASSERT_TRUE(ParseConfig(MinimalConfig(), "/base", &defaults).ok());
+  const FrontendConfig& f = defaults.frontend;
+  EXPECT_FALSE(f.enabled());
+  EXPECT_EQ(f.threads, 1);
+  EXPECT_EQ(f.max_connections, 1024);
+  EXPECT_EQ(f.idle_timeout_ms, 60'000);
+  EXPECT_EQ(f.request_timeout_ms, 30'000);
+  EXPECT_EQ(f.max_header_bytes, 16u << 10);
+  EXPECT_EQ(f.max_body_bytes, 64u << 20);
+  EXPECT_EQ(f.max_inflight_body_bytes, uint64_t{1} << 30);
+  EXPECT_FALSE(f.tls.enabled());
+}
+
+TEST(ConfigTest, FrontendEndpointsFollowTheLoopbackRule) {
+  auto parse = [](json extra, FarmConfig* c) {
+    json j = MinimalConfig();
+    j.update(extra);
+    return ParseConfig(j, "/base", c);
+  };
+  FarmConfig c;
+  ASSERT_TRUE(parse({{"http_endpoint", "127.0.0.1:8000"}, {"grpc_endpoint", "[::1]:0"}}, &c).ok());
+  EXPECT_EQ(c.frontend.http_endpoint, "127.0.0.1:8000");
+  EXPECT_EQ(c.frontend.grpc_endpoint, "[::1]:0");
+  EXPECT_TRUE(parse({{"http_endpoint", "localhost:65535"}}, &c).ok());
+  // Reachable from the network: refused without TLS or "insecure".
+  Status s = parse({{"http_endpoint", "0.0.0.0:8000"}}, &c);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("config.http_endpoint: \"0.0.0.0:8000\" is reachable from "
+                                     "the network but \"frontend.tls\" is not configured"));
+  EXPECT_TRUE(parse({{"grpc_endpoint", "0.0.0.0:8001"}, {"insecure", true}}, &c).ok());
+  ASSERT_TRUE(parse({{"http_endpoint", "10.0.0.1:8000"},
+                     {"frontend", {{"tls", {{"cert_file", "tls/c.pem"}, {"key_file", "/k.pem"}}}}}},
+                    &c)
+                  .ok());
+  EXPECT_EQ(c.frontend.tls.cert_file, "/base/tls/c.pem");
+  EXPECT_EQ(c.frontend.tls.key_file, "/k.pem");
+  // Malformed endpoints name the key, the form and what came.
+  for (const char* bad : {"8000", "127.0.0.1:", "127.0.0.1:65536", ":8000", "127.0.0.1:80x",
+                          "127.0.0.1:-1", "127.0.0.1:4294967296"}) {
+    EXPECT_THAT(ParseError(json{{"models", MinimalConfig()["models"]}, {"http_endpoint", bad}}),
+                HasSubstr("config.http_endpoint: expected \"HOST:PORT\""))
+        << bad;
+  }
+  EXPECT_THAT(ParseError(json{{"models", MinimalConfig()["models"]},
+                              {"http_endpoint", "127.0.0.1:8000"},
+                              {"grpc_endpoint", "127.0.0.1:8000"}}),
+              HasSubstr("config.grpc_endpoint: must differ from http_endpoint"));
+  EXPECT_THAT(ParseError(json{{"models", MinimalConfig()["models"]},
+                              {"frontend", {{"tls", {{"cert_file", "c.pem"}}}}}}),
+              HasSubstr("config.frontend.tls"));
+}
+
 // `make run` serves configs/demo.json as shipped: on a 2-core machine (issue 16's fresh Debian)
 // its CPU workers' threads fit the cores (the supervisor warns otherwise), and every model is
 // warmed up before it reports ready, so the first request is as fast as the rest.

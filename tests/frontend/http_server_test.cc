@@ -359,6 +359,39 @@ TEST_F(HttpServerTest, BodyTooLargeGets413) {
   EXPECT_NE(received.find("frontend.max_body_bytes (4096 bytes)"), std::string::npos);
 }
 
+// Bodies held at once over all connections are bounded: slow uploads cannot pile up
+// max_connections x max_body_bytes in the supervisor.
+TEST_F(HttpServerTest, BodiesPastTheInflightBudgetGet429UntilOneIsAnswered) {
+  FrontendConfig config;
+  config.max_body_bytes = 4096;
+  config.max_inflight_body_bytes = 8192;
+  StartServer(config);
+  const std::string header = "POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\n"
+                             "Content-Length: 4096\r\n\r\n";
+  // Two uploads hold the whole budget while their bodies are still arriving.
+  tcp::socket first = Connect();
+  tcp::socket second = Connect();
+  asio::write(first, asio::buffer(header + "{"));
+  asio::write(second, asio::buffer(header + "{"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  tcp::socket third = Connect();
+  asio::write(third, asio::buffer(header + std::string(4096, ' ')));
+  std::string received;
+  EXPECT_TRUE(ClosedWithin(third, std::chrono::seconds(5), &received));
+  EXPECT_EQ(received.rfind("HTTP/1.1 429", 0), 0u) << received;
+  EXPECT_NE(received.find("frontend.max_inflight_body_bytes (8192)"), std::string::npos)
+      << received;
+  // The first upload ends (a 400: its body is not JSON): its share is free again.
+  asio::write(first, asio::buffer(std::string(4095, ' ')));
+  const Response answer = Read(first);
+  EXPECT_EQ(answer.result_int(), 400) << answer.body();
+  EXPECT_EQ(Send(first, http::verb::get, "/v2/health/live").result_int(), 200);
+  tcp::socket fourth = Connect();
+  json body = {{"inputs", json::array()}};
+  EXPECT_NE(Send(fourth, http::verb::post, "/v2/models/echo/infer", body.dump()).result_int(),
+            429);
+}
+
 TEST_F(HttpServerTest, ShortBodyAndSlowLorisGet408AndClose) {
   FrontendConfig config;
   config.request_timeout_ms = 400;
