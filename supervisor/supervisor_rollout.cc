@@ -130,6 +130,8 @@ void Supervisor::FinishRollout(Model& model, RolloutState outcome, const std::st
   r.finished_ms = WallMillis();
   const int64_t took_ms = r.finished_ms - r.started_ms;
   if (outcome == RolloutState::kDone) {
+    // The new file's outputs are learned again from the workers now serving it (model_metadata.h).
+    model.outputs_learned_for.clear();
     TF_LOG(kInfo) << "rollout done" << Kv("model", model.config.name) << Kv("rollout", r.id)
                   << Kv("replaced", r.replaced()) << Kv("took_ms", took_ms);
   } else {

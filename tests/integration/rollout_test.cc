@@ -180,18 +180,22 @@ void WriteMlp(const std::string& path, int seed) {
   fs::rename(tmp, path);
 }
 
-json MlpAt(const std::string& path) {
-  return {{"name", "mlp"},
-          {"path", path},
-          {"inputs", json::array({{{"dtype", "float32"}, {"shape", {-1, kWidth}}}})},
-          {"instances", json::array({{{"count", kWorkers}}})}};
+json MlpAt(const std::string& path, json rollout = nullptr) {
+  json m = {{"name", "mlp"},
+            {"path", path},
+            {"inputs", json::array({{{"dtype", "float32"}, {"shape", {-1, kWidth}}}})},
+            {"instances", json::array({{{"count", kWorkers}}})}};
+  if (!rollout.is_null()) m["rollout"] = rollout;
+  return m;
 }
 
 int MinSample(const std::vector<int>& samples) {
   return samples.empty() ? -1 : *std::min_element(samples.begin(), samples.end());
 }
 
-TEST(Rollout, AModelFileRewrittenInPlaceRollsOutUnderLoadWithNoErrorAndNoLostCapacity) {
+// Rolls a rewritten mlp file out under load with `rollout` (null: the documented default); ready
+// workers never fall below kWorkers - max_unavailable.
+void RollOutUnderLoad(json rollout, int max_unavailable) {
   const std::string dir = "/tmp/tf-rollout-" + std::to_string(::getpid());
   fs::create_directories(dir);
   const std::string path = dir + "/mlp.pt";
@@ -201,7 +205,7 @@ TEST(Rollout, AModelFileRewrittenInPlaceRollsOutUnderLoadWithNoErrorAndNoLostCap
   auto new_ref = References(dir + "/new.pt");
   ASSERT_FALSE(Near(std::string(reinterpret_cast<const char*>(new_ref[0].data()), new_ref[0].size() * 4), old_ref[0]))
       << "seeds 0 and 1 must write different weights";
-  Farm farm(json::array({MlpAt(path)}));
+  Farm farm(json::array({MlpAt(path, rollout)}));
   ASSERT_TRUE(farm.Start());
   ASSERT_TRUE(farm.WaitReady()) << farm.error();
 
@@ -236,21 +240,32 @@ TEST(Rollout, AModelFileRewrittenInPlaceRollsOutUnderLoadWithNoErrorAndNoLostCap
   EXPECT_EQ(old_after, 0) << "the old model answered after the rollout was done";
   EXPECT_GT(new_replies, 0);
   const std::vector<int> samples = sampler.samples();
-  EXPECT_GE(MinSample(samples), kWorkers) << "ready workers dropped below the count before";
+  EXPECT_GE(MinSample(samples), kWorkers - max_unavailable)
+      << "ready workers dropped below the count before less max_unavailable";
   const double to_new_ms = std::chrono::duration<double, std::milli>(last_old - reload_at).count();
   const double reload_ms = std::chrono::duration<double, std::milli>(done_at - reload_at).count();
-  std::printf("[rollout] %zu replies; reload to last old-model request sent %.0f ms; ctl reload "
+  std::printf("[rollout %s] %zu replies; reload to last old-model request sent %.0f ms; ctl reload "
               "returned (rollout done) after %.0f ms; p99 steady %.2f ms (n=%zu), during rollout "
               "%.2f ms (n=%zu); ready workers min %d over %zu samples\n",
-              traffic.replies().size(), to_new_ms, reload_ms, P99(steady), steady.size(),
+              rollout.dump().c_str(), traffic.replies().size(), to_new_ms, reload_ms, P99(steady), steady.size(),
               P99(rolling), rolling.size(), MinSample(samples), samples.size());
 
   json stats = farm.Admin("stats");
-  const json& rollout = stats["models"][0]["rollout"];
-  EXPECT_EQ(rollout["state"], "done") << rollout.dump();
-  EXPECT_EQ(rollout["replaced"], 2) << rollout.dump();
+  const json& outcome = stats["models"][0]["rollout"];
+  EXPECT_EQ(outcome["state"], "done") << outcome.dump();
+  EXPECT_EQ(outcome["replaced"], 2) << outcome.dump();
   EXPECT_EQ(farm.Stop(), 0);
   fs::remove_all(dir);
+}
+
+TEST(Rollout, AModelFileRewrittenInPlaceRollsOutUnderLoadWithNoErrorAndNoLostCapacity) {
+  RollOutUnderLoad(nullptr, 0);
+}
+
+// Without room for a surge: one old worker stops, its replacement starts, and so on; still no
+// error, and one ready worker fewer at most.
+TEST(Rollout, MaxUnavailableWithoutSurgeReplacesInPlaceWithNoError) {
+  RollOutUnderLoad({{"max_surge", 0}, {"max_unavailable", 1}}, 1);
 }
 
 TEST(Rollout, ABrokenModelFileRollsBackWhileTheOldWorkersKeepServing) {
@@ -296,10 +311,10 @@ TEST(Rollout, ABrokenModelFileRollsBackWhileTheOldWorkersKeepServing) {
   EXPECT_EQ(not_old, 0);
   EXPECT_GE(MinSample(sampler.samples()), kWorkers);
   std::printf("[rollback] %zu replies; ctl reload returned (rolled back) after %.0f ms; p99 "
-              "steady %.2f ms, during the failed rollout %.2f ms\n",
+              "steady %.2f ms, during the failed rollout %.2f ms; ctl said:\n%s",
               traffic.replies().size(),
               std::chrono::duration<double, std::milli>(done_at - reload_at).count(),
-              P99(steady), P99(rolling));
+              P99(steady), P99(rolling), out.c_str());
 
   json stats = farm.Admin("stats");
   const json& rollout = stats["models"][0]["rollout"];
