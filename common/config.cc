@@ -205,6 +205,21 @@ Status ParseWarmup(const json& j, const std::string& where, const ModelConfig& m
   return Status::Ok();
 }
 
+Status ParseRollout(const json& j, const std::string& where, RolloutConfig* out) {
+  if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
+  Status s = CheckKeys(j, where, {"max_surge", "max_unavailable"});
+  if (!s.ok()) return s;
+  RolloutConfig r;
+  if (s = GetInt(j, "max_surge", where, 0, 64, &r.max_surge); !s.ok()) return s;
+  if (s = GetInt(j, "max_unavailable", where, 0, 64, &r.max_unavailable); !s.ok()) return s;
+  if (r.max_surge == 0 && r.max_unavailable == 0) {
+    return InvalidArgument(where + ": max_surge and max_unavailable are both 0: a rollout could "
+                           "neither add a worker nor take one away (set one of them to 1 or more)");
+  }
+  *out = r;
+  return Status::Ok();
+}
+
 Status ParseModel(const json& j, const std::string& where, const std::string& base_dir,
                   ModelConfig* out) {
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
@@ -212,7 +227,7 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
                        {"name", "path", "inputs", "outputs", "instances", "max_batch_size",
                         "max_queue_delay_us", "preferred_batch_sizes", "max_queue_size",
                         "max_queue_wait_ms", "max_inflight_per_worker", "priority_levels", "slot_bytes", "ring_slots",
-                        "hang_timeout_ms", "warmup"});
+                        "hang_timeout_ms", "warmup", "rollout"});
   if (!s.ok()) return s;
   ModelConfig m;
   if (s = GetString(j, "name", where, true, &m.name); !s.ok()) return s;
@@ -293,6 +308,9 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
   }
   if (auto warmup = j.find("warmup"); warmup != j.end()) {
     if (s = ParseWarmup(*warmup, where + ".warmup", m, &m.warmup); !s.ok()) return s;
+  }
+  if (auto rollout = j.find("rollout"); rollout != j.end()) {
+    if (s = ParseRollout(*rollout, where + ".rollout", &m.rollout); !s.ok()) return s;
   }
   *out = std::move(m);
   return Status::Ok();

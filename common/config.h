@@ -38,6 +38,17 @@ struct InstanceConfig {
   bool is_gpu() const { return device.rfind("cuda", 0) == 0; }
 };
 
+// Model "rollout": how a reload replaces the workers of a changed model, in the manner of a
+// Kubernetes Deployment's rolling update (supervisor/rollout_policy.h). Each 0..64, not both 0.
+struct RolloutConfig {
+  int max_surge = 1;        // replacements started, and ready, before an old worker is retired
+  int max_unavailable = 0;  // ready workers a rollout may take away (> 0: replace in place when
+                            // memory cannot hold a surge)
+  bool operator==(const RolloutConfig& other) const {
+    return max_surge == other.max_surge && max_unavailable == other.max_unavailable;
+  }
+};
+
 struct ModelConfig {
   std::string name;
   std::string path;  // absolute after parsing
@@ -69,6 +80,7 @@ struct ModelConfig {
   // Batches each worker runs (zero-filled) after loading and before it reports ready; one spec per
   // input. Written as batch sizes (trailing dims from `inputs`) or as shape lists.
   std::vector<std::vector<TensorSpec>> warmup;
+  RolloutConfig rollout;
 
   // Input k's name: input_names[k], or INPUT__k beyond them.
   std::string input_name(size_t k) const;

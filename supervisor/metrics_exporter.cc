@@ -63,6 +63,10 @@ MetricsExporter::MetricsExporter() : registry_(std::make_shared<prometheus::Regi
                    .Name("torchfarm_worker_restarts_total")
                    .Help("Worker restarts after a crash, hang or device failure")
                    .Register(*registry_);
+  rollouts_ = &prometheus::BuildCounter()
+                   .Name("torchfarm_rollouts_total")
+                   .Help("Rolling replacements of a model's workers after a reload, by outcome")
+                   .Register(*registry_);
   rss_ = &prometheus::BuildGauge()
               .Name("torchfarm_worker_rss_bytes")
               .Help("Resident memory of each worker process")
@@ -147,6 +151,10 @@ void MetricsExporter::Workers(const std::string& model, const std::string& state
 }
 
 void MetricsExporter::WorkerRestart(const std::string& model) { For(model).restarts->Increment(); }
+
+void MetricsExporter::Rollout(const std::string& model, const std::string& outcome) {
+  rollouts_->Add({{"model", model}, {"outcome", outcome}}).Increment();
+}
 
 void MetricsExporter::WorkerRss(int worker, const std::string& model, uint64_t bytes) {
   rss_->Add({{"worker", std::to_string(worker)}, {"model", model}}).Set(static_cast<double>(bytes));

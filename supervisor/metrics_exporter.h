@@ -50,6 +50,8 @@ class MetricsExporter {
   void QueueDepth(const std::string& model, size_t depth);
   void Workers(const std::string& model, const std::string& state, int count);
   void WorkerRestart(const std::string& model);
+  // A rolling replacement ended: `outcome` "done" or "failed".
+  void Rollout(const std::string& model, const std::string& outcome);
   void WorkerRss(int worker, const std::string& model, uint64_t bytes);
   void GpuFallback(int worker, const std::string& model, bool fallen_back);
   // What a GPU worker's heartbeat reported: caching-allocator bytes and the seconds its batches
@@ -72,6 +74,7 @@ class MetricsExporter {
   prometheus::Family<prometheus::Gauge>* queue_depth_;
   prometheus::Family<prometheus::Gauge>* workers_;
   prometheus::Family<prometheus::Counter>* restarts_;
+  prometheus::Family<prometheus::Counter>* rollouts_;
   prometheus::Family<prometheus::Gauge>* rss_;
   prometheus::Family<prometheus::Gauge>* fallback_;
   prometheus::Family<prometheus::Gauge>* gpu_memory_;

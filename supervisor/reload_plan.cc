@@ -28,6 +28,14 @@ bool NeedsNewWorkers(const ModelConfig& old_config, const ModelConfig& fresh) {
          OldWorkersCannotServe(old_config, fresh);
 }
 
+// True when both identities are known and differ.
+bool FileChanged(const ModelFiles& files, const std::string& model) {
+  auto served = files.served.find(model);
+  auto fresh = files.fresh.find(model);
+  return served != files.served.end() && fresh != files.fresh.end() &&
+         served->second != fresh->second;
+}
+
 }  // namespace
 
 std::vector<InstanceConfig> ExpandInstances(const ModelConfig& model, int available_cores) {
@@ -45,7 +53,7 @@ bool WorkerNeedsReplacing(const ModelUpdate& update, const InstanceConfig& curre
 }
 
 ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>& served,
-                      const FarmConfig& fresh, int available_cores) {
+                      const FarmConfig& fresh, int available_cores, const ModelFiles& files) {
   ReloadPlan plan;
   auto changed = [&](bool differs, const char* key) {
     if (differs) plan.needs_restart.push_back(key);
@@ -68,7 +76,8 @@ ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>&
     }
     ModelUpdate update;
     update.config = m;
-    update.replace_workers = NeedsNewWorkers(*old, m);
+    update.file_changed = FileChanged(files, m.name);
+    update.replace_workers = NeedsNewWorkers(*old, m) || update.file_changed;
     update.replace_at_once = OldWorkersCannotServe(*old, m);
     update.instances = ExpandInstances(m, available_cores);
     plan.updated.push_back(std::move(update));

@@ -4,16 +4,19 @@
 // applies the plan (supervisor_control.cc) on its loop thread.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/config.h"
+#include "supervisor/file_identity.h"
 
 namespace torchfarm {
 
 struct ModelUpdate {
   ModelConfig config;                     // the fresh one
   bool replace_workers = false;           // a change no running worker can pick up
+  bool file_changed = false;              // same path or not, the model file is another one
   // ...and one the old workers must not serve through while they are replaced (ring geometry,
   // inputs: a batch sized for the new slot_bytes would overrun an old ring's slot). Such workers
   // all stop taking batches at once; other replacements roll one worker at a time.
@@ -28,9 +31,19 @@ struct ReloadPlan {
   std::vector<std::string> needs_restart;  // keys whose change only a restart applies
 };
 
-// `served` are the models the farm serves now (removed ones excluded).
+// Model files by model name (file_identity.h): `served`, the files the running workers were
+// planned with; `fresh`, the files the fresh config names, as they are now. A model missing from
+// either map is judged by its path string alone.
+struct ModelFiles {
+  std::map<std::string, FileIdentity> served;
+  std::map<std::string, FileIdentity> fresh;
+};
+
+// `served` are the models the farm serves now (removed ones excluded). A model whose file
+// identity changed (rewritten in place under the same path) has its workers replaced.
 ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>& served,
-                      const FarmConfig& fresh, int available_cores);
+                      const FarmConfig& fresh, int available_cores,
+                      const ModelFiles& files = ModelFiles{});
 
 // One InstanceConfig per worker, in the order the config lists them.
 std::vector<InstanceConfig> ExpandInstances(const ModelConfig& model, int available_cores);

@@ -11,6 +11,8 @@
 
 #include "common/config.h"
 #include "supervisor/dispatch_planner.h"
+#include "supervisor/file_identity.h"
+#include "supervisor/model_rollout.h"
 #include "supervisor/model_queue.h"
 #include "supervisor/model_stats.h"
 
@@ -23,9 +25,11 @@ struct ServedModel {
   std::vector<size_t> slots;  // indices into the WorkerPool (retired slots are removed)
   bool removed = false;       // dropped by a reload: serves its queue, accepts nothing new
   BatchCostModel cost;        // a batch's compute time against its rows (dispatch_planner.h)
-  // Workers a reload changed, as (index into the WorkerPool, generation running the old config):
-  // replaced one at a time, the next once the last is ready again (ReplaceNextOutdated).
-  std::vector<std::pair<size_t, int>> outdated_slots{};
+  // The model file as it was when the workers running `config` were planned (file_identity.h):
+  // a reload compares it with the file now to notice a file rewritten in place.
+  FileIdentity file{};
+  // The last rolling replacement of its workers (model_rollout.h).
+  ModelRollout rollout{};
   // What the model returns, as learned from a worker's warm-up report or the first batch answered
   // (model_metadata.h, LearnOutputs); dim 0 is -1 when the model batches. Learned for the model
   // file at `outputs_learned_for` (empty: not yet); a reload to another path learns anew.

@@ -112,7 +112,8 @@ Status Supervisor::Start() {
   // truncated or rewritten by another user while the model reads it (docs/security.md).
   dispatcher_.set_options({options_.max_retries, config_.client_shm.in_place && config_.ipc_group.empty()});
   int cores = AvailableCores();
-  for (const ModelConfig& mc : config_.models) AddModel(mc);
+  // Each model file is read once here, to know it again at a reload (file_identity.h).
+  for (const ModelConfig& mc : config_.models) AddModel(mc, ReadFileIdentity(mc.path));
   RebuildServedModels();
   int cpu_threads = 0;
   for (const auto& slot : workers_) {

@@ -41,6 +41,7 @@
 #include "supervisor/mps_controller.h"
 #include "supervisor/process_stats.h"
 #include "supervisor/reload_plan.h"
+#include "supervisor/rollout_policy.h"
 #include "supervisor/reply_writer.h"
 #include "supervisor/run_dir_lock.h"
 #include "supervisor/service_notifier.h"
@@ -125,12 +126,24 @@ class Supervisor {
   nlohmann::json RestartWorker(int worker_id);
   nlohmann::json Scale(const std::string& model, int count);
   nlohmann::json Reload();
-  // Applies one model's part of a reload plan (reload_plan.h); returns what it did.
-  std::string ApplyModelUpdate(const ModelUpdate& update);
-  void AddModel(const ModelConfig& config);
+  // Applies one model's part of a reload plan (reload_plan.h); `file` is the model file now.
+  // Returns what it did.
+  std::string ApplyModelUpdate(const ModelUpdate& update, const FileIdentity& file);
+  // Ring geometry or inputs changed: every worker stops taking batches and restarts at once.
+  std::string ReplaceAllAtOnce(Model& model, const ModelUpdate& update);
+  int ReadyWorkers(const Model& model) const;
+  int LiveWorkers(const Model& model) const;
+  void AddModel(const ModelConfig& config, FileIdentity file);
   void AddSlot(size_t model_index, const InstanceConfig& instance);
   void RetireSlot(WorkerSlot& slot, const std::string& why);
-  void ReplaceNextOutdated(Model& model);
+  // Rolling replacement (supervisor_rollout.cc, policy in rollout_policy.h).
+  void StartRollout(Model& model, std::vector<size_t> outdated,
+                    std::vector<InstanceConfig> replacements, const ModelConfig& previous_config,
+                    const FileIdentity& previous_file, int ready_before);
+  void AdvanceRollout(Model& model);
+  RolloutView ViewOfRollout(Model& model);
+  void FinishRollout(Model& model, RolloutState outcome, const std::string& reason);
+  nlohmann::json RolloutJson(const Model& model) const;
   void RebuildServedModels();
   Model* FindModel(const std::string& name);
   void StopWorkers();
@@ -175,6 +188,7 @@ class Supervisor {
   WorkerPool::HangLimit hang_limit_;  // a slot's model's hang_timeout_ms
   Dispatcher dispatcher_{models_, workers_, replies_, clock_};  // queues to workers, requeue, deadlines
 
+  uint64_t next_rollout_id_ = 1;
   bool draining_ = false;
   bool exit_after_drain_ = true;  // false for an admin drain: stay up, not ready
   bool stopping_workers_ = false;

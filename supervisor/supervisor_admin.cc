@@ -125,6 +125,7 @@ json Supervisor::StatsJson() {
     m["state"] = model.removed ? "removing" : ModelAvailable(model) ? "available" : "unavailable";
     m["queue_depth"] = model.queue.size();
     m["workers"] = model.slots.size();
+    if (model.rollout.state != RolloutState::kNone) m["rollout"] = RolloutJson(model);
     models.push_back(std::move(m));
   }
   json workers = json::array();

@@ -81,6 +81,10 @@ json Supervisor::RestartWorker(int worker_id) {
 json Supervisor::Scale(const std::string& name, int count) {
   Model* model = FindModel(name);
   if (!model) return Error("no model '" + name + "'");
+  if (model->rollout.state == RolloutState::kRolling) {
+    return Error("model '" + name + "' is being rolled out (rollout " +
+                 std::to_string(model->rollout.id) + "); scale it once that is over");
+  }
   std::vector<size_t> live;
   for (size_t i : model->slots) {
     if (!workers_[i]->retiring()) live.push_back(i);
@@ -103,8 +107,9 @@ json Supervisor::Scale(const std::string& name, int count) {
             " worker(s)");
 }
 
-void Supervisor::AddModel(const ModelConfig& config) {
+void Supervisor::AddModel(const ModelConfig& config, FileIdentity file) {
   models_.push_back(Model{config, ModelQueue(BatchingPolicyFor(config)), ModelStats(clock_.Now()), {}, false, BatchCostModel()});
+  models_.back().file = std::move(file);
   size_t index = models_.size() - 1;
   for (const auto& instance : ExpandInstances(config, AvailableCores())) AddSlot(index, instance);
 }
@@ -117,7 +122,11 @@ json Supervisor::Reload() {
     return Error("reload refused, the running config stays: " + s.message());
   }
   notifier_.Reloading();
-  const ReloadPlan plan = PlanReload(config_, served_configs_, fresh, AvailableCores());
+  // A reload reads each model file of the fresh config once, whole, to hash it (file_identity.h).
+  ModelFiles files;
+  for (const ModelConfig& m : fresh.models) files.fresh[m.name] = ReadFileIdentity(m.path);
+  for (size_t i : served_index_) files.served[models_[i].config.name] = models_[i].file;
+  const ReloadPlan plan = PlanReload(config_, served_configs_, fresh, AvailableCores(), files);
   std::vector<std::string> notes;
   if (!plan.needs_restart.empty()) {
     std::string keys;
@@ -127,11 +136,17 @@ json Supervisor::Reload() {
   }
   for (const ModelConfig& m : plan.added) {
     size_t first_new = workers_.size();
-    AddModel(m);
+    AddModel(m, files.fresh[m.name]);
     for (size_t i = first_new; i < workers_.size(); ++i) workers_.Launch(*workers_[i]);
     notes.push_back("added " + m.name);
   }
-  for (const ModelUpdate& update : plan.updated) notes.push_back(ApplyModelUpdate(update));
+  json rollouts = json::array();
+  const uint64_t first_rollout = next_rollout_id_;
+  for (const ModelUpdate& update : plan.updated) {
+    notes.push_back(ApplyModelUpdate(update, files.fresh[update.config.name]));
+    const Model* model = FindModel(update.config.name);
+    if (model->rollout.id >= first_rollout) rollouts.push_back(RolloutJson(*model));
+  }
   for (const std::string& name : plan.removed) {
     Model* model = FindModel(name);
     model->removed = true;
@@ -159,45 +174,97 @@ json Supervisor::Reload() {
   std::string summary;
   for (const auto& n : notes) summary += (summary.empty() ? "" : "; ") + n;
   TF_LOG(kInfo) << "config reloaded" << Kv("changes", summary);
-  return Ok("reloaded: " + summary);
+  json reply = Ok("reloaded: " + summary);
+  reply["rollouts"] = std::move(rollouts);  // the rolling replacements this reload started
+  return reply;
 }
 
-std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update) {
+std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update, const FileIdentity& file) {
   const ModelConfig& m = update.config;
   Model* existing = FindModel(m.name);
+  if (existing->rollout.state == RolloutState::kRolling) {
+    // Its workers run two configs already; a third would make rollback ambiguous.
+    return m.name + ": unchanged, rollout " + std::to_string(existing->rollout.id) +
+           " is still in progress (" + std::to_string(existing->rollout.replaced()) + "/" +
+           std::to_string(existing->rollout.total) + "); reload again once it is over";
+  }
+  const ModelConfig previous_config = existing->config;
+  const FileIdentity previous_file = existing->file;
+  const int ready_before = ReadyWorkers(*existing);
   existing->config = m;
+  existing->file = file;
   existing->queue.SetPolicy(BatchingPolicyFor(m));
+  if (update.replace_at_once) return ReplaceAllAtOnce(*existing, update);
   const std::vector<InstanceConfig>& wanted = update.instances;
-  size_t k = 0, replaced = 0;
+  const int wanted_count = static_cast<int>(wanted.size());
+  std::string scaled;
+  // Fewer workers: the youngest go first, before the rest is rolled.
+  if (wanted_count < LiveWorkers(*existing)) scaled = Scale(m.name, wanted_count).value("message", "");
+  existing = FindModel(m.name);
+  std::vector<size_t> outdated;
+  std::vector<InstanceConfig> replacements;
+  size_t k = 0;
   for (size_t i : existing->slots) {
     WorkerSlot& slot = *workers_[i];
     if (slot.retiring()) continue;
     const InstanceConfig& instance =
         wanted.empty() ? slot.instance() : wanted[std::min(k++, wanted.size() - 1)];
-    const bool changed = WorkerNeedsReplacing(update, slot.instance(), instance);
-    slot.UpdateConfig(m, instance);
-    // A slot without a process (backing off, failed) launches the new config anyway.
-    if (!changed || (slot.state() != SlotState::kReady && slot.state() != SlotState::kStarting)) {
+    if (!WorkerNeedsReplacing(update, slot.instance(), instance)) {
+      slot.UpdateConfig(m, instance);
       continue;
     }
-    auto& outdated = existing->outdated_slots;
-    auto queued = std::find_if(outdated.begin(), outdated.end(),
-                               [&](const auto& entry) { return entry.first == i; });
-    if (update.replace_at_once) {
-      slot.BeginGracefulRestart("config reloaded: ring geometry or inputs changed");
-    } else if (queued == outdated.end()) {
-      outdated.emplace_back(i, slot.generation());
-    } else {
-      queued->second = slot.generation();  // a process of an earlier reload is outdated too
-    }
+    // Keeps its old config until it is retired: a crash relaunches the old model.
+    outdated.push_back(i);
+    replacements.push_back(instance);
+  }
+  if (wanted_count > LiveWorkers(*existing)) scaled = Scale(m.name, wanted_count).value("message", "");
+  existing = FindModel(m.name);
+  std::string rolled;
+  if (!outdated.empty()) {
+    StartRollout(*existing, std::move(outdated), std::move(replacements), previous_config,
+                 previous_file, ready_before);
+    const ModelRollout& r = existing->rollout;
+    rolled = " (rollout " + std::to_string(r.id) + ": " + std::to_string(r.total) +
+             " worker(s) to replace, surge " + std::to_string(m.rollout.max_surge) +
+             ", unavailable " + std::to_string(m.rollout.max_unavailable) +
+             (update.file_changed ? ", model file changed" : "") + ")";
+  }
+  return m.name + rolled + (scaled.empty() ? "" : ": " + scaled);
+}
+
+std::string Supervisor::ReplaceAllAtOnce(Model& model, const ModelUpdate& update) {
+  const ModelConfig& m = update.config;
+  const std::vector<InstanceConfig>& wanted = update.instances;
+  size_t k = 0, replaced = 0;
+  for (size_t i : model.slots) {
+    WorkerSlot& slot = *workers_[i];
+    if (slot.retiring()) continue;
+    const InstanceConfig& instance =
+        wanted.empty() ? slot.instance() : wanted[std::min(k++, wanted.size() - 1)];
+    slot.UpdateConfig(m, instance);
+    // A slot without a process (backing off, failed) launches the new config anyway.
+    if (slot.state() != SlotState::kReady && slot.state() != SlotState::kStarting) continue;
+    slot.BeginGracefulRestart("config reloaded: ring geometry or inputs changed");
     ++replaced;
   }
   json scaled = Scale(m.name, static_cast<int>(wanted.size()));
-  const char* how = update.replace_at_once
-                        ? " worker(s) replaced at once (ring or inputs changed)"
-                        : " worker(s) to replace one by one";
-  return m.name + (replaced > 0 ? " (" + std::to_string(replaced) + how + ")" : "") + ": " +
-         scaled.value("message", std::string());
+  return m.name +
+         (replaced > 0 ? " (" + std::to_string(replaced) +
+                             " worker(s) replaced at once (ring or inputs changed))"
+                       : "") +
+         ": " + scaled.value("message", std::string());
+}
+
+int Supervisor::ReadyWorkers(const Model& model) const {
+  int ready = 0;
+  for (size_t i : model.slots) ready += workers_[i]->state() == SlotState::kReady;
+  return ready;
+}
+
+int Supervisor::LiveWorkers(const Model& model) const {
+  int live = 0;
+  for (size_t i : model.slots) live += !workers_[i]->retiring();
+  return live;
 }
 
 void Supervisor::RetireIdleSlots() {
@@ -206,7 +273,7 @@ void Supervisor::RetireIdleSlots() {
   }
   for (size_t m = 0; m < models_.size(); ++m) {
     Model& model = models_[m];
-    if (!stopping_workers_) ReplaceNextOutdated(model);
+    if (!stopping_workers_) Guarded("rollout", [&] { AdvanceRollout(model); });
     if (model.removed && model.queue.empty()) {
       for (size_t i : model.slots) {
         if (!workers_[i]->retiring()) RetireSlot(*workers_[i], "model removed by reload");
@@ -216,41 +283,6 @@ void Supervisor::RetireIdleSlots() {
       return workers_[i]->retiring() && workers_[i]->state() == SlotState::kStopped;
     };
     model.slots.erase(std::remove_if(model.slots.begin(), model.slots.end(), gone), model.slots.end());
-  }
-}
-
-void Supervisor::ReplaceNextOutdated(Model& model) {
-  auto& outdated = model.outdated_slots;
-  while (!outdated.empty()) {
-    auto [index, old_generation] = outdated.front();
-    WorkerSlot& slot = *workers_[index];
-    const SlotState state = slot.state();
-    const bool old_process = slot.generation() == old_generation;
-    if (slot.retiring() ||
-        (old_process && (state == SlotState::kFailed || state == SlotState::kStopped))) {
-      outdated.erase(outdated.begin());  // gone, or relaunches with the new config when it does
-      continue;
-    }
-    if (old_process && state == SlotState::kReady && !slot.restart_requested()) {
-      TF_LOG(kInfo) << "replacing a worker for the reloaded config" << Kv("worker", slot.id())
-                    << Kv("model", slot.model_name()) << Kv("after_it", outdated.size() - 1);
-      slot.BeginGracefulRestart("config reloaded");
-      return;
-    }
-    if (!old_process && state == SlotState::kReady) {
-      outdated.erase(outdated.begin());  // replaced: on to the next
-      continue;
-    }
-    if (!old_process && state == SlotState::kFailed) {
-      // The new config does not come up: the workers not replaced yet keep serving the old one.
-      TF_LOG(kError) << "the reloaded config does not start; stopping the rollout"
-                     << Kv("model", model.config.name) << Kv("worker", slot.id())
-                     << Kv("reason", slot.failure_reason())
-                     << Kv("not_replaced", outdated.size() - 1);
-      outdated.clear();
-      return;
-    }
-    return;  // on its way: stopping, backing off or starting
   }
 }
 

@@ -1,6 +1,9 @@
 #include "tools/ctl_command.h"
 
+#include <chrono>
 #include <iostream>
+#include <map>
+#include <thread>
 
 #include "tools/stats_fields.h"
 #include "tools/stats_table.h"
@@ -25,7 +28,13 @@ CtlCommand::CtlCommand(CLI::App* parent) {
   health_ = app_->add_subcommand(
       "health", "Liveness and readiness per model; exit 0 ready, 1 not ready, 3 no answer");
   drain_ = app_->add_subcommand("drain", "Stop taking new jobs and let the queued ones finish");
-  reload_ = app_->add_subcommand("reload", "Re-read the config file and apply it");
+  reload_ = app_->add_subcommand(
+      "reload",
+      "Re-read the config file and apply it; waits for the rolling replacements it starts "
+      "(exit 1 when one fails and is rolled back)");
+  reload_->add_flag("--no-wait", no_wait_,
+                    "Return once the supervisor accepted the reload, without waiting for the "
+                    "rollouts");
   restart_ = app_->add_subcommand("restart", "Restart one worker (its jobs are served again)");
   restart_->add_option("worker", worker_, "Worker id (the ID column of `torchfarm stats`)")
       ->required()
@@ -67,6 +76,52 @@ int CtlCommand::RunAction(const json& reply) const {
   return kExitOk;
 }
 
+int CtlCommand::WaitForRollouts(AdminClient& client, const json& rollouts) const {
+  using Steady = std::chrono::steady_clock;
+  const bool timeout_given = app_->get_option("--timeout-ms")->count() > 0;
+  const auto deadline =
+      Steady::now() + std::chrono::milliseconds(timeout_given ? timeout_ms_ : kDefaultRolloutWaitMs);
+  std::map<std::string, uint64_t> waiting;  // model -> rollout id
+  for (const auto& r : rollouts) waiting[r.value("model", "")] = r.value("id", uint64_t{0});
+  int exit_code = kExitOk;
+  json last;
+  while (!waiting.empty()) {
+    json stats;
+    if (client.Command("stats", &stats).ok()) last = stats;
+    for (const auto& m : last.value("models", json::array())) {
+      auto it = waiting.find(m.value("name", ""));
+      if (it == waiting.end() || !m.contains("rollout")) continue;
+      const json& r = m["rollout"];
+      if (r.value("id", uint64_t{0}) != it->second) continue;
+      const std::string state = r.value("state", "");
+      if (state == "rolling") continue;
+      const std::string progress = std::to_string(r.value("replaced", 0)) + "/" +
+                                   std::to_string(r.value("total", 0)) + " replaced in " +
+                                   std::to_string(r.value("finished_ms", int64_t{0}) -
+                                                  r.value("started_ms", int64_t{0})) + " ms";
+      if (state == "done") {
+        if (!json_) std::cout << "rollout " << it->second << " of " << it->first << ": done, " << progress << "\n";
+      } else {
+        std::cerr << "rollout " << it->second << " of " << it->first << ": " << state << ", "
+                  << progress << ", rolled back; the old workers keep serving: "
+                  << r.value("reason", "") << "\n";
+        exit_code = kExitServerError;
+      }
+      waiting.erase(it);
+    }
+    if (waiting.empty()) break;
+    if (Steady::now() >= deadline) {
+      for (const auto& [model, id] : waiting) {
+        std::cerr << "rollout " << id << " of " << model
+                  << ": still rolling when the wait ran out (see torchfarm stats)\n";
+      }
+      return kExitServerError;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return exit_code;
+}
+
 int CtlCommand::Run() {
   AdminClient client(admin_, timeout_ms_);
   json reply;
@@ -76,7 +131,11 @@ int CtlCommand::Run() {
     return s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitTransport;
   }
   if (json_) std::cout << reply.dump(2, ' ', false, json::error_handler_t::replace) << std::endl;
-  return health_->parsed() ? RunHealth(reply) : RunAction(reply);
+  if (health_->parsed()) return RunHealth(reply);
+  const int code = RunAction(reply);
+  const json rollouts = reply.value("rollouts", json::array());
+  if (code != kExitOk || !reload_->parsed() || no_wait_ || rollouts.empty()) return code;
+  return WaitForRollouts(client, rollouts);
 }
 
 }  // namespace torchfarm

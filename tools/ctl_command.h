@@ -9,6 +9,10 @@
 // health prints liveness and readiness per model and exits 0 when the farm is ready, 1 when it
 // is not, 3 when nothing answers: a readiness probe as it stands. The other actions print the
 // supervisor's message and exit 0 when it says ok, 1 when it refuses.
+//
+// reload then waits (unless --no-wait) for the rolling replacements it started to end, polling
+// stats, and prints each outcome; it exits 1 when one failed (with the reason) or was still rolling
+// when the wait ran out: --timeout-ms when given, else kDefaultRolloutWaitMs.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -29,6 +33,8 @@ class CtlCommand : public Command {
  private:
   int RunHealth(const nlohmann::json& reply) const;
   int RunAction(const nlohmann::json& reply) const;
+  // Polls stats until every rollout named in the reload reply is done or failed.
+  int WaitForRollouts(AdminClient& client, const nlohmann::json& rollouts) const;
   // The request of the parsed action.
   nlohmann::json Request() const;
 
@@ -41,6 +47,8 @@ class CtlCommand : public Command {
   std::string admin_ = kDefaultAdminEndpoint;
   int timeout_ms_ = kDefaultAdminTimeoutMs;
   bool json_ = false;
+  bool no_wait_ = false;
+  static constexpr int kDefaultRolloutWaitMs = 300'000;
   int worker_ = 0;
   std::string model_;
   int count_ = 0;

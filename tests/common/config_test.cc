@@ -185,6 +185,36 @@ TEST(ConfigTest, InvalidDeviceStringsAreRejected) {
   EXPECT_TRUE(ParseConfig(j, "/base", &c).ok());
 }
 
+// "rollout": {max_surge, max_unavailable}, each 0..64, not both 0; defaults 1 and 0.
+TEST(ConfigTest, RolloutLimitsAreReadAndChecked) {
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(MinimalConfig(), "/base", &c).ok());
+  EXPECT_EQ(c.models[0].rollout.max_surge, 1);
+  EXPECT_EQ(c.models[0].rollout.max_unavailable, 0);
+  json j = MinimalConfig();
+  for (int surge : {0, 1, 64}) {
+    for (int unavailable : {0, 1, 64}) {
+      j["models"][0]["rollout"] = {{"max_surge", surge}, {"max_unavailable", unavailable}};
+      if (surge == 0 && unavailable == 0) {
+        EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].rollout: max_surge and "
+                                             "max_unavailable are both 0"));
+        continue;
+      }
+      ASSERT_TRUE(ParseConfig(j, "/base", &c).ok()) << j.dump();
+      EXPECT_EQ(c.models[0].rollout.max_surge, surge);
+      EXPECT_EQ(c.models[0].rollout.max_unavailable, unavailable);
+    }
+  }
+  j["models"][0]["rollout"] = {{"max_surge", 65}};
+  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].rollout.max_surge"));
+  j["models"][0]["rollout"] = {{"max_unavailable", -1}};
+  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].rollout.max_unavailable"));
+  j["models"][0]["rollout"] = {{"surge", 1}};
+  EXPECT_THAT(ParseError(j), HasSubstr("surge"));
+  j["models"][0]["rollout"] = 1;
+  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].rollout: expected an object"));
+}
+
 TEST(ConfigTest, RingSlotsBelowMaxInflightIsRejected) {
   json j = MinimalConfig();
   j["models"][0]["max_inflight_per_worker"] = 4;

@@ -235,18 +235,17 @@ std::vector<std::pair<pid_t, int>> Processes(const json& stats) {
   return out;
 }
 
-// Waits until every worker of `stats` runs a process other than those in `before` and is ready.
+// Waits until the model runs as many workers as `before`, all ready, none of them a process of
+// `before` (a rollout replaces workers with new slots: new ids, new processes).
 bool WaitForNewProcesses(const Farm& farm, const std::vector<std::pair<pid_t, int>>& before) {
   return WaitFor(farm, [&](const json& s) {
     if (s["workers"].size() != before.size() ||
         ReadyWorkers(s, "identity") != static_cast<int>(before.size())) {
       return false;
     }
-    for (size_t i = 0; i < before.size(); ++i) {
-      const json& w = s["workers"][i];
-      if (w["pid"].get<pid_t>() == before[i].first ||
-          w["generation"].get<int>() <= before[i].second) {
-        return false;
+    for (const json& w : s["workers"]) {
+      for (const auto& [pid, generation] : before) {
+        if (w["pid"].get<pid_t>() == pid) return false;
       }
     }
     return true;
@@ -266,8 +265,9 @@ TEST(Operations, ReloadOfWarmupOrPrecisionReplacesTheWorkers) {
   model["warmup"] = json::array({1});
   json reply = ReloadWith(farm, model);
   EXPECT_EQ(reply["ok"], true) << reply.dump();
-  EXPECT_NE(reply.value("message", "").find("2 worker(s) to replace one by one"), std::string::npos)
+  EXPECT_NE(reply.value("message", "").find("2 worker(s) to replace, surge 1"), std::string::npos)
       << reply.dump();
+  ASSERT_EQ(reply["rollouts"].size(), 1u) << reply.dump();
   ASSERT_TRUE(WaitForNewProcesses(farm, before)) << farm.Admin("stats").dump();
 
   before = Processes(farm.Admin("stats"));
@@ -291,9 +291,9 @@ TEST(Operations, ReloadOfWarmupOrPrecisionReplacesTheWorkers) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
-// A reloaded model file that does not load fails at the first worker replaced; the rollout stops
-// there and the other worker keeps serving the old model.
-TEST(Operations, AReloadThatDoesNotLoadStopsAtTheFirstWorker) {
+// A reloaded model file that does not load fails at the first replacement; the rollout is rolled
+// back and both old workers keep serving the old model, their restart history untouched.
+TEST(Operations, AReloadThatDoesNotLoadRollsBackAtTheFirstReplacement) {
   Farm farm(json::array({Identity(2)}));
   ASSERT_TRUE(farm.Start());
   ASSERT_TRUE(farm.WaitReady()) << farm.error();
@@ -302,16 +302,23 @@ TEST(Operations, AReloadThatDoesNotLoadStopsAtTheFirstWorker) {
   std::ofstream(broken) << "not a TorchScript archive";
   json model = Identity(2);
   model["path"] = broken;
-  EXPECT_EQ(ReloadWith(farm, model)["ok"], true);
+  json reply = ReloadWith(farm, model);
+  EXPECT_EQ(reply["ok"], true) << reply.dump();
   ASSERT_TRUE(WaitFor(
-      farm, [](const json& s) { return s["workers"][0]["state"] == "failed"; }, 60'000))
+      farm, [](const json& s) { return s["models"][0]["rollout"]["state"] == "failed"; }, 60'000))
       << farm.Admin("stats").dump();
-  std::this_thread::sleep_for(Ms(500));
-  json worker = farm.Admin("stats")["workers"][1];
-  EXPECT_EQ(worker["pid"].get<pid_t>(), before[1].first) << worker.dump();
-  EXPECT_EQ(worker["state"], "ready") << worker.dump();
+  json stats = farm.Admin("stats");
+  EXPECT_NE(stats["models"][0]["rollout"]["reason"].get<std::string>().find("did not start"),
+            std::string::npos) << stats.dump();
+  EXPECT_EQ(stats["models"][0]["rollout"]["replaced"], 0) << stats.dump();
+  ASSERT_TRUE(WaitFor(farm, [](const json& s) { return s["workers"].size() == 2; }));
+  EXPECT_EQ(Processes(farm.Admin("stats")), before) << "the old workers never stopped";
+  for (const auto& w : farm.Admin("stats")["workers"]) EXPECT_EQ(w["restarts"], 0) << w.dump();
   Client client(farm.endpoint(), 5'000);
   EXPECT_TRUE(Send(client, "identity", 16).ok());
+  // The model still runs the old config: the same broken config is tried again by a new reload.
+  reply = AdminCommand(farm, {{"cmd", "reload"}});
+  EXPECT_EQ(reply["rollouts"].size(), 1u) << reply.dump();
   EXPECT_EQ(farm.Stop(), 0);
 }
 

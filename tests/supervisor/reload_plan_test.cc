@@ -89,6 +89,48 @@ TEST(ReloadPlanTest, InstanceSettingsAWorkerIsLaunchedWithReplaceIt) {
   EXPECT_TRUE(differs([](InstanceConfig&) {})) << "a model-level change replaces every worker";
 }
 
+// Same path string, another file (new weights written in place): the workers are replaced, one
+// by one (it is no ring change); an unchanged identity replaces nobody.
+TEST(ReloadPlanTest, AModelFileRewrittenUnderTheSamePathReplacesTheWorkers) {
+  FarmConfig running = Farm({Model("m"), Model("n")});
+  FileIdentity before;
+  before.path = "/models/m.pt";
+  before.size = 100;
+  before.mtime_ns = 1;
+  before.hash = 0xABC;
+  ModelFiles files;
+  files.served = {{"m", before}, {"n", before}};
+  FileIdentity rewritten = before;
+  rewritten.hash = 0xDEF;
+  rewritten.mtime_ns = 2;
+  files.fresh = {{"m", rewritten}, {"n", before}};
+  ReloadPlan plan = PlanReload(running, running.models, running, 4, files);
+  ASSERT_EQ(plan.updated.size(), 2u);
+  EXPECT_TRUE(plan.updated[0].file_changed);
+  EXPECT_TRUE(plan.updated[0].replace_workers);
+  EXPECT_FALSE(plan.updated[0].replace_at_once) << "a new file rolls, one worker at a time";
+  EXPECT_FALSE(plan.updated[1].file_changed);
+  EXPECT_FALSE(plan.updated[1].replace_workers);
+
+  FileIdentity unreadable = before;
+  unreadable.size = -1;
+  unreadable.error = "cannot read /models/m.pt: No such file or directory";
+  files.fresh["m"] = unreadable;
+  EXPECT_TRUE(PlanReload(running, running.models, running, 4, files).updated[0].replace_workers)
+      << "a vanished file is a change: the replacement fails and rolls back";
+  files.fresh.erase("m");
+  EXPECT_FALSE(PlanReload(running, running.models, running, 4, files).updated[0].replace_workers)
+      << "without an identity, the path string decides";
+  EXPECT_FALSE(PlanReload(running, running.models, running, 4).updated[0].file_changed);
+}
+
+TEST(ReloadPlanTest, ARolloutSettingChangeAloneReplacesNobody) {
+  FarmConfig running = Farm({Model("m")});
+  FarmConfig fresh = running;
+  fresh.models[0].rollout.max_surge = 3;
+  EXPECT_FALSE(PlanReload(running, running.models, fresh, 4).updated[0].replace_workers);
+}
+
 TEST(ReloadPlanTest, KeysOnlyARestartAppliesAreNamed) {
   FarmConfig running = Farm({Model("m")});
   FarmConfig fresh = running;
