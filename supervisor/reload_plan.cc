@@ -61,7 +61,9 @@ ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>&
   changed(fresh.gpu.mps != running.gpu.mps, "gpu.mps");
   for (const ModelConfig& m : fresh.models) {
     auto old = std::find_if(served.begin(), served.end(),
-                            [&](const ModelConfig& s) { return s.name == m.name; });
+                            [&](const ModelConfig& s) {
+                              return s.name == m.name && s.version == m.version;
+                            });
     if (old == served.end()) {
       plan.added.push_back(m);
       continue;
@@ -75,8 +77,10 @@ ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>&
   }
   for (const ModelConfig& s : served) {
     bool kept = std::any_of(fresh.models.begin(), fresh.models.end(),
-                            [&](const ModelConfig& m) { return m.name == s.name; });
-    if (!kept) plan.removed.push_back(s.name);
+                            [&](const ModelConfig& m) {
+                              return m.name == s.name && m.version == s.version;
+                            });
+    if (!kept) plan.removed.push_back(s);
   }
   return plan;
 }

@@ -21,10 +21,12 @@ struct ModelUpdate {
   std::vector<InstanceConfig> instances;  // one per worker the fresh config wants
 };
 
+// Models are matched by (name, version): a new version of a model is added, a version the fresh
+// config no longer loads is removed, like whole models.
 struct ReloadPlan {
   std::vector<ModelConfig> added;
   std::vector<ModelUpdate> updated;    // models in both configs
-  std::vector<std::string> removed;    // served now, absent from the fresh config
+  std::vector<ModelConfig> removed;    // served now, absent from the fresh config (served config)
   std::vector<std::string> needs_restart;  // keys whose change only a restart applies
 };
 

@@ -9,7 +9,7 @@
 // Loop:  poll(job, control, admin, signals, timerfd armed to NextWakeUp, every worker's doorbell)
 //          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> HandleFrontendJobs -> admin_service_
 //          -> HandleWorkerOutput -> dispatcher_.ExpireDeadlines -> workers_.KillUnresponsive -> workers_.LaunchDue
-//          -> dispatcher_.DispatchAll -> ReleasePinnedReplies -> RetireIdleSlots -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
+//          -> dispatcher_.DispatchAll -> ReleasePinnedReplies -> RetireIdleSlots -> RetireReplacedVersions -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
 // each inside its own exception barrier (Guarded): a failing duty is logged, the loop goes on.
 //
 // Every accepted request is answered exactly once: with its result, or with an error code.
@@ -96,6 +96,9 @@ class Supervisor {
   void HandleWorkerOutput(WorkerSlot& slot);
   void ReleasePinnedReplies();
   void RetireIdleSlots();
+  // Versions a reload dropped while another version of their model was still loading: removed
+  // once one is ready (supervisor_versions.cc).
+  void RetireReplacedVersions();
   void DrainStep();
   void Housekeeping();
 
@@ -123,7 +126,8 @@ class Supervisor {
   // Admin commands (supervisor_control.cc).
   nlohmann::json Drain();
   nlohmann::json RestartWorker(int worker_id);
-  nlohmann::json Scale(const std::string& model, int count);
+  // `version` empty: the model's default version.
+  nlohmann::json Scale(const std::string& model, int count, const std::string& version = {});
   nlohmann::json Reload();
   // Applies one model's part of a reload plan (reload_plan.h); returns what it did.
   std::string ApplyModelUpdate(const ModelUpdate& update);
@@ -132,7 +136,14 @@ class Supervisor {
   void RetireSlot(WorkerSlot& slot, const std::string& why);
   void ReplaceNextOutdated(Model& model);
   void RebuildServedModels();
-  Model* FindModel(const std::string& name);
+  // Model versions (supervisor_versions.cc). FindModel: the served (name, version), or with an
+  // empty `version` the default one (common/model_versions.h, SelectServedVersion); null if none.
+  Model* FindModel(const std::string& name, const std::string& version = {});
+  bool HasReadyWorker(const Model& model) const;
+  // Whether served_configs_[index] has a ready worker: what "latest loaded" means in routing.
+  bool ServedVersionLoaded(size_t served) const;
+  // The versions of `name` clients may name, ascending.
+  std::vector<std::string> ServedVersions(const std::string& name) const;
   void StopWorkers();
   void CleanUp();
 

@@ -43,6 +43,7 @@ json Supervisor::HealthJson() const {
     for (size_t i : model.slots) ready += workers_[i]->state() == SlotState::kReady;
     all_ready = all_ready && ready > 0;
     models.push_back({{"name", model.config.name},
+                      {"version", model.config.version},
                       {"ready_workers", ready},
                       {"workers", model.slots.size()},
                       {"ready", ready > 0}});
@@ -88,6 +89,7 @@ json Supervisor::WorkerJson(WorkerSlot& slot, TimePoint now) {
   double uptime = slot.state() == SlotState::kReady ? ToMicros(now - slot.ready_since()) / 1e6 : 0.0;
   return {{"id", slot.id()},
           {"model", slot.model_name()},
+          {"version", slot.model_version()},
           {"pid", slot.pid()},
           {"device", slot.device()},
           {"fallback", slot.fallen_back()},
@@ -122,6 +124,7 @@ json Supervisor::StatsJson() {
     if (model.removed && model.slots.empty()) continue;
     json m = model.stats.ToJson(now);
     m["name"] = model.config.name;
+    m["version"] = model.config.version;
     m["state"] = model.removed ? "removing" : ModelAvailable(model) ? "available" : "unavailable";
     m["queue_depth"] = model.queue.size();
     m["workers"] = model.slots.size();

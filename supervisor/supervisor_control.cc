@@ -23,13 +23,6 @@ json Error(const std::string& message) { return {{"ok", false}, {"error", messag
 
 }  // namespace
 
-Supervisor::Model* Supervisor::FindModel(const std::string& name) {
-  for (auto& model : models_) {
-    if (model.config.name == name && !model.removed) return &model;
-  }
-  return nullptr;
-}
-
 void Supervisor::RebuildServedModels() {
   served_configs_.clear();
   served_index_.clear();
@@ -78,9 +71,11 @@ json Supervisor::RestartWorker(int worker_id) {
             std::to_string(slot.inflight()) + " batch(es) in flight");
 }
 
-json Supervisor::Scale(const std::string& name, int count) {
-  Model* model = FindModel(name);
-  if (!model) return Error("no model '" + name + "'");
+json Supervisor::Scale(const std::string& name, int count, const std::string& version) {
+  Model* model = FindModel(name, version);
+  if (!model) {
+    return Error("no model '" + name + "'" + (version.empty() ? "" : " version '" + version + "'"));
+  }
   std::vector<size_t> live;
   for (size_t i : model->slots) {
     if (!workers_[i]->retiring()) live.push_back(i);
@@ -129,14 +124,22 @@ json Supervisor::Reload() {
     size_t first_new = workers_.size();
     AddModel(m);
     for (size_t i = first_new; i < workers_.size(); ++i) workers_.Launch(*workers_[i]);
-    notes.push_back("added " + m.name);
+    notes.push_back("added " + m.name + " version " + m.version);
   }
   for (const ModelUpdate& update : plan.updated) notes.push_back(ApplyModelUpdate(update));
-  for (const std::string& name : plan.removed) {
-    Model* model = FindModel(name);
+  for (const ModelConfig& gone : plan.removed) {
+    Model* model = FindModel(gone.name, gone.version);
+    // A version whose model keeps another: it serves until one of those is loaded.
+    if (std::any_of(fresh.models.begin(), fresh.models.end(),
+                    [&](const ModelConfig& m) { return m.name == gone.name; })) {
+      model->retire_when_replaced = true;
+      notes.push_back("removing " + gone.name + " version " + gone.version +
+                      " once another version is ready");
+      continue;
+    }
     model->removed = true;
-    notes.push_back("removing " + name + " once its " + std::to_string(model->queue.size()) +
-                    " queued request(s) are served");
+    notes.push_back("removing " + gone.name + " once its " +
+                    std::to_string(model->queue.size()) + " queued request(s) are served");
   }
   config_.models = fresh.models;
   config_.heartbeat_ms = fresh.heartbeat_ms;
@@ -164,7 +167,8 @@ json Supervisor::Reload() {
 
 std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update) {
   const ModelConfig& m = update.config;
-  Model* existing = FindModel(m.name);
+  Model* existing = FindModel(m.name, m.version);
+  existing->retire_when_replaced = false;  // listed again by this config
   existing->config = m;
   existing->queue.SetPolicy(BatchingPolicyFor(m));
   const std::vector<InstanceConfig>& wanted = update.instances;
@@ -192,7 +196,7 @@ std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update) {
     }
     ++replaced;
   }
-  json scaled = Scale(m.name, static_cast<int>(wanted.size()));
+  json scaled = Scale(m.name, static_cast<int>(wanted.size()), m.version);
   const char* how = update.replace_at_once
                         ? " worker(s) replaced at once (ring or inputs changed)"
                         : " worker(s) to replace one by one";
@@ -287,23 +291,23 @@ void Supervisor::Housekeeping() {
       ++states[SlotStateName(slot.state())];
       ready += slot.state() == SlotState::kReady;
       if (metrics_) {
-        metrics_->GpuFallback(slot.id(), slot.model_name(), slot.fallen_back());
+        metrics_->GpuFallback(slot.id(), slot.model_name(), slot.model_version(), slot.fallen_back());
         if (auto sample = SampleProcess(slot.pid(), now)) {
-          metrics_->WorkerRss(slot.id(), slot.model_name(), sample->rss_bytes);
+          metrics_->WorkerRss(slot.id(), slot.model_name(), slot.model_version(), sample->rss_bytes);
         }
         const DeviceTelemetry& t = slot.telemetry;
-        metrics_->WorkerStageSeconds(slot.id(), slot.model_name(), t.h2d_us * 1e-6,
+        metrics_->WorkerStageSeconds(slot.id(), slot.model_name(), slot.model_version(), t.h2d_us * 1e-6,
                                      t.compute_us * 1e-6, t.d2h_us * 1e-6);
         if (t.memory_allocated >= 0) {
-          metrics_->WorkerGpuMemory(slot.id(), slot.model_name(), t.memory_allocated,
+          metrics_->WorkerGpuMemory(slot.id(), slot.model_name(), slot.model_version(), t.memory_allocated,
                                     t.memory_reserved);
         }
       }
     }
     if (metrics_) {
-      metrics_->QueueDepth(model.config.name, model.queue.size());
+      metrics_->QueueDepth(model.config.name, model.config.version, model.queue.size());
       for (const char* state : {"starting", "ready", "draining", "stopping", "restarting", "failed", "stopped"}) {
-        metrics_->Workers(model.config.name, state, states[state]);
+        metrics_->Workers(model.config.name, model.config.version, state, states[state]);
       }
     }
     all_ready = all_ready && ready > 0;

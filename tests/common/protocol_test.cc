@@ -149,7 +149,7 @@ TEST(ProtocolTest, RejectsUnknownFields) {
   json j = ValidHeader();
   j["deadline"] = 5;
   EXPECT_EQ(ParseError(j),
-            "header: unknown field 'deadline' (expected v, id, op, model, inputs, timeout_ms, "
+            "header: unknown field 'deadline' (expected v, id, op, model, version, inputs, timeout_ms, "
             "priority, output_shm)");
   j = ValidHeader();
   j["inputs"][0]["layout"] = "nchw";
