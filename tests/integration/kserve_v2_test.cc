@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
+#include <zmq_addon.hpp>
 
 #include "tests/integration/farm_fixture.h"
 #include "torchfarm/client.h"
