@@ -5,11 +5,14 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/connect.hpp>
@@ -417,6 +420,61 @@ TEST(KserveV2Versions, PinnedRequestsRunOnTheirVersionUnpinnedOnTheLatest) {
   ASSERT_EQ(stats["models"].size(), 2u);
   EXPECT_EQ(stats["models"][0]["version"], "1");
   EXPECT_EQ(stats["models"][1]["version"], "2");
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+// A reload that swaps version 1 (identity) for version 2 (the mlp): a client sending unpinned
+// requests throughout gets no error; it is answered by version 1 until version 2 is ready and by
+// version 2 from its first answer on; version 1 is removed only then.
+TEST(ModelVersionsReload, ANewVersionServesBeforeTheOldOneGoes) {
+  auto entry = [](json versions) {
+    json e = ModelEntry("v", "identity.pt", {-1, 256}, 1);
+    e.erase("path");
+    e["versions"] = std::move(versions);
+    return json::array({e});
+  };
+  const json one = {{"version", "1"}, {"path", testing::ModelDir() + "/identity.pt"}};
+  const json two = {{"version", "2"}, {"path", testing::ModelDir() + "/mlp.pt"}};
+  Farm farm(entry({one}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady());
+  const std::vector<float> input = RandomFloats(256, 7);
+  const std::string input_bytes(reinterpret_cast<const char*>(input.data()), input.size() * 4);
+  std::atomic<bool> stop{false};
+  std::atomic<int> identity{0}, mlp{0}, errors{0}, identity_after_mlp{0};
+  std::string first_error;
+  std::thread client([&] {
+    while (!stop) {
+      auto [header, frames] = ZmqInferVersion(farm, "", input);
+      if (header.value("status", "") != "ok" || frames.size() != 1) {
+        if (errors++ == 0) first_error = header.dump();
+      } else if (frames[0] == input_bytes) {
+        ++identity;
+        if (mlp > 0) ++identity_after_mlp;
+      } else if (frames[0].size() == 128 * 4) {
+        ++mlp;
+      }
+    }
+  });
+  while (identity < 5) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  farm.RewriteConfig(entry({one, two}));  // version_policy latest 1: 2 only
+  const json reloaded = farm.Admin("reload");
+  EXPECT_TRUE(reloaded.value("ok", false)) << reloaded.dump();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (mlp < 5 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stop = true;
+  client.join();
+  EXPECT_EQ(errors, 0) << first_error;
+  EXPECT_GE(mlp, 5);
+  EXPECT_EQ(identity_after_mlp, 0) << "once version 2 answered, it is the default";
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = ZmqInferVersion(farm, "1", input).first.value("code", "") == "NOT_FOUND";
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(gone) << "version 1 is removed once version 2 is ready";
   EXPECT_EQ(farm.Stop(), 0);
 }
 
