@@ -210,11 +210,12 @@ Status ParseWarmup(const json& j, const std::string& where, const ModelConfig& m
 Status ParseModel(const json& j, const std::string& where, const std::string& base_dir,
                   bool path_required, ModelConfig* out) {
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
-  Status s = CheckKeys(j, where,
-                       {"name", "path", "inputs", "outputs", "instances", "max_batch_size",
-                        "max_queue_delay_us", "preferred_batch_sizes", "max_queue_size",
-                        "max_queue_wait_ms", "max_inflight_per_worker", "priority_levels", "slot_bytes", "ring_slots",
-                        "hang_timeout_ms", "warmup", "versions", "version_policy"});
+  Status s =
+      CheckKeys(j, where,
+                {"name", "path", "inputs", "outputs", "instances", "max_batch_size",
+                 "max_queue_delay_us", "preferred_batch_sizes", "max_queue_size",
+                 "max_queue_wait_ms", "max_inflight_per_worker", "priority_levels", "slot_bytes",
+                 "ring_slots", "hang_timeout_ms", "warmup", "versions", "version_policy"});
   if (!s.ok()) return s;
   ModelConfig m;
   if (s = GetString(j, "name", where, true, &m.name); !s.ok()) return s;
@@ -322,8 +323,7 @@ Status ParseVersionList(const json& j, const std::string& where, const std::stri
     }
     for (const VersionSource& seen : *out) {
       if (seen.version == source.version) {
-        return InvalidArgument(at + ".version: version \"" + source.version +
-                               "\" is listed twice");
+        return InvalidArgument(at + ".version: version \"" + source.version + "\" is listed twice");
       }
     }
     if (s = GetString(j[i], "path", at, entry_path.empty(), &source.path); !s.ok()) {
@@ -646,12 +646,12 @@ static Status CheckEndpointSecurity(const FarmConfig& c) {
 
 Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) {
   if (!j.is_object()) return InvalidArgument("config: expected a JSON object, got " + Got(j));
-  Status s = CheckKeys(j, "config", {"endpoint", "admin_endpoint", "run_dir", "heartbeat_ms",
-                                     "worker_binary", "models", "max_retries",
-                                     "drain_timeout_ms", "restart", "metrics_endpoint", "curve",
-                                     "insecure", "ipc_group", "limits", "client_shm", "gpu",
-                                     "http_endpoint", "grpc_endpoint", "frontend",
-                                     "model_repository"});
+  Status s = CheckKeys(
+      j, "config",
+      {"endpoint", "admin_endpoint", "run_dir",          "heartbeat_ms", "worker_binary",
+       "models",   "max_retries",    "drain_timeout_ms", "restart",      "metrics_endpoint",
+       "curve",    "insecure",       "ipc_group",        "limits",       "client_shm",
+       "gpu",      "http_endpoint",  "grpc_endpoint",    "frontend",     "model_repository"});
   if (!s.ok()) return s;
   FarmConfig c;
   if (s = GetString(j, "endpoint", "config", false, &c.endpoint); !s.ok()) return s;
@@ -705,14 +705,16 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
     std::filesystem::path p(c.model_repository);
     if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
     c.model_repository = p.lexically_normal().string();
-    if (!c.model_repository.empty() && c.model_repository.back() == '/') c.model_repository.pop_back();
+    if (!c.model_repository.empty() && c.model_repository.back() == '/')
+      c.model_repository.pop_back();
   }
   auto models = j.find("models");
   const bool need_models = c.model_repository.empty();
   if ((models == j.end() && need_models) ||
       (models != j.end() && (!models->is_array() || (models->empty() && need_models)))) {
-    return InvalidArgument("config.models: expected a non-empty array of models (or a "
-                           "\"model_repository\")");
+    return InvalidArgument(
+        "config.models: expected a non-empty array of models (or a "
+        "\"model_repository\")");
   }
   std::set<std::string> names;
   const size_t listed = models == j.end() ? 0 : models->size();

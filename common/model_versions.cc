@@ -33,7 +33,8 @@ Status ReadJsonFile(const fs::path& path, json* out) {
   buffer << in.rdbuf();
   *out = json::parse(buffer.str(), nullptr, false);
   if (out->is_discarded() || !out->is_object()) {
-    return InvalidArgument("'" + path.string() + "' is not a JSON object (the model entry "
+    return InvalidArgument("'" + path.string() +
+                           "' is not a JSON object (the model entry "
                            "without \"name\" and \"path\")");
   }
   return Status::Ok();
@@ -62,7 +63,8 @@ Status ScanVersions(const fs::path& folder, const std::string& where,
     }
     out->push_back({version, model_file.lexically_normal().string()});
   }
-  if (ec) return InvalidArgument(where + ": cannot list '" + folder.string() + "': " + ec.message());
+  if (ec)
+    return InvalidArgument(where + ": cannot list '" + folder.string() + "': " + ec.message());
   if (out->empty()) {
     return InvalidArgument(where + ": '" + folder.string() +
                            "' has no version folder (expected VERSION/model.pt)");
@@ -100,7 +102,8 @@ bool VersionLess(const std::string& a, const std::string& b) {
 }
 
 Status ParseVersionPolicy(const json& j, const std::string& where, VersionPolicy* out) {
-  const std::string expected = ": expected {\"latest\": N}, {\"specific\": [\"1\", ...]} or \"all\", got ";
+  const std::string expected =
+      ": expected {\"latest\": N}, {\"specific\": [\"1\", ...]} or \"all\", got ";
   VersionPolicy policy;
   if (j.is_string() && j.get<std::string>() == "all") {
     policy.kind = VersionPolicy::Kind::kAll;
@@ -143,7 +146,9 @@ Status ApplyVersionPolicy(const VersionPolicy& policy, std::vector<std::string> 
   std::sort(available.begin(), available.end(), VersionLess);
   std::vector<std::string> chosen;
   switch (policy.kind) {
-    case VersionPolicy::Kind::kAll: chosen = available; break;
+    case VersionPolicy::Kind::kAll:
+      chosen = available;
+      break;
     case VersionPolicy::Kind::kLatest: {
       const size_t n = std::min(policy.latest, available.size());
       chosen.assign(available.end() - static_cast<std::ptrdiff_t>(n), available.end());
@@ -171,8 +176,10 @@ Status ScanModelRepository(const std::string& dir, const std::string& where,
                            std::vector<RepositoryModel>* out) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    return InvalidArgument(where + ": expected a folder of NAME/config.json and "
-                           "NAME/VERSION/model.pt, '" + dir + "' is not a folder");
+    return InvalidArgument(where +
+                           ": expected a folder of NAME/config.json and "
+                           "NAME/VERSION/model.pt, '" +
+                           dir + "' is not a folder");
   }
   std::vector<RepositoryModel> models;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {

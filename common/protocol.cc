@@ -292,7 +292,13 @@ bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out, const Req
   HeaderScanner in(text);
   if (!in.Take('{')) return false;
   enum Seen : unsigned {
-    kV = 1, kId = 2, kModel = 4, kInputs = 8, kTimeout = 16, kPriority = 32, kVersion = 64
+    kV = 1,
+    kId = 2,
+    kModel = 4,
+    kInputs = 8,
+    kTimeout = 16,
+    kPriority = 32,
+    kVersion = 64
   };
   unsigned seen = 0;
   const int max_rank = std::min(limits.max_rank, kMaxRank);

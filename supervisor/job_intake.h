@@ -9,7 +9,6 @@
 #include <functional>
 #include <string>
 #include <vector>
-
 #include <zmq.hpp>
 
 #include "common/config.h"

@@ -49,18 +49,22 @@ class MetricsExporter {
 
   void RequestDone(const std::string& model, const std::string& version, StatusCode code,
                    RequestOrigin origin = RequestOrigin::kZmq);
-  void Latency(const std::string& model, const std::string& version, double queue_s, double compute_s, double total_s);
+  void Latency(const std::string& model, const std::string& version, double queue_s,
+               double compute_s, double total_s);
   void Batch(const std::string& model, const std::string& version, int64_t rows);
   void QueueDepth(const std::string& model, const std::string& version, size_t depth);
-  void Workers(const std::string& model, const std::string& version, const std::string& state, int count);
+  void Workers(const std::string& model, const std::string& version, const std::string& state,
+               int count);
   void WorkerRestart(const std::string& model, const std::string& version);
   void WorkerRss(int worker, const std::string& model, const std::string& version, uint64_t bytes);
-  void GpuFallback(int worker, const std::string& model, const std::string& version, bool fallen_back);
+  void GpuFallback(int worker, const std::string& model, const std::string& version,
+                   bool fallen_back);
   // What a GPU worker's heartbeat reported: caching-allocator bytes and the seconds its batches
   // spent in each stage (h2d, compute, d2h; sums over its current process).
-  void WorkerGpuMemory(int worker, const std::string& model, const std::string& version, int64_t allocated, int64_t reserved);
-  void WorkerStageSeconds(int worker, const std::string& model, const std::string& version, double h2d, double compute,
-                          double d2h);
+  void WorkerGpuMemory(int worker, const std::string& model, const std::string& version,
+                       int64_t allocated, int64_t reserved);
+  void WorkerStageSeconds(int worker, const std::string& model, const std::string& version,
+                          double h2d, double compute, double d2h);
   void MpsActive(bool active);
 
  private:
@@ -81,7 +85,8 @@ class MetricsExporter {
   prometheus::Family<prometheus::Gauge>* gpu_memory_;
   prometheus::Family<prometheus::Gauge>* stage_seconds_;
   prometheus::Family<prometheus::Gauge>* mps_;
-  std::map<std::pair<std::string, std::string>, std::unique_ptr<ModelHandles>> models_;  // (model, version)
+  std::map<std::pair<std::string, std::string>, std::unique_ptr<ModelHandles>>
+      models_;  // (model, version)
 };
 
 }  // namespace torchfarm

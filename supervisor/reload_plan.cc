@@ -60,10 +60,9 @@ ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>&
   changed(fresh.curve.secret_key_file != running.curve.secret_key_file, "curve.secret_key_file");
   changed(fresh.gpu.mps != running.gpu.mps, "gpu.mps");
   for (const ModelConfig& m : fresh.models) {
-    auto old = std::find_if(served.begin(), served.end(),
-                            [&](const ModelConfig& s) {
-                              return s.name == m.name && s.version == m.version;
-                            });
+    auto old = std::find_if(served.begin(), served.end(), [&](const ModelConfig& s) {
+      return s.name == m.name && s.version == m.version;
+    });
     if (old == served.end()) {
       plan.added.push_back(m);
       continue;
@@ -76,10 +75,9 @@ ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>&
     plan.updated.push_back(std::move(update));
   }
   for (const ModelConfig& s : served) {
-    bool kept = std::any_of(fresh.models.begin(), fresh.models.end(),
-                            [&](const ModelConfig& m) {
-                              return m.name == s.name && m.version == s.version;
-                            });
+    bool kept = std::any_of(fresh.models.begin(), fresh.models.end(), [&](const ModelConfig& m) {
+      return m.name == s.name && m.version == s.version;
+    });
     if (!kept) plan.removed.push_back(s);
   }
   return plan;

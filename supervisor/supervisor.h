@@ -2,14 +2,17 @@
 //
 // Owns: the job socket (ROUTER, clients), the control socket (ROUTER, workers), the admin socket
 // (ROUTER, JSON commands), the front-end socket (ROUTER on inproc://, the HTTP and gRPC front
-// ends' threads; supervisor/frontend/) and those front ends, the signalfd, the loop timer, the run_dir lock, one ModelQueue per model
-// and the WorkerPool (the table of WorkerSlots). Never links LibTorch and never holds a CUDA
-// context.
+// ends' threads; supervisor/frontend/) and those front ends, the signalfd, the loop timer, the
+// run_dir lock, one ModelQueue per model and the WorkerPool (the table of WorkerSlots). Never links
+// LibTorch and never holds a CUDA context.
 //
 // Loop:  poll(job, control, admin, signals, timerfd armed to NextWakeUp, every worker's doorbell)
-//          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> HandleFrontendJobs -> admin_service_
-//          -> HandleWorkerOutput -> dispatcher_.ExpireDeadlines -> workers_.KillUnresponsive -> workers_.LaunchDue
-//          -> dispatcher_.DispatchAll -> ReleasePinnedReplies -> RetireIdleSlots -> RetireReplacedVersions -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
+//          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> HandleFrontendJobs
+//          -> admin_service_
+//          -> HandleWorkerOutput -> dispatcher_.ExpireDeadlines -> workers_.KillUnresponsive ->
+//          workers_.LaunchDue
+//          -> dispatcher_.DispatchAll -> ReleasePinnedReplies -> RetireIdleSlots ->
+//          RetireReplacedVersions -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
 // each inside its own exception barrier (Guarded): a failing duty is logged, the loop goes on.
 //
 // Every accepted request is answered exactly once: with its result, or with an error code.

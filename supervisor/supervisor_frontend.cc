@@ -76,11 +76,11 @@ json Supervisor::FrontendMetaJson() const {
     const bool ready = it->value("ready", false) && !draining_;
     it->update(ModelMetadataJson(model, ready, ServedVersions(config.name)));
     size_t chosen = 0;
-    const bool is_default =
-        SelectServedVersion(served_configs_, config.name, {},
-                            [this](size_t i) { return ServedVersionLoaded(i); }, &chosen)
-            .ok() &&
-        served_configs_[chosen].version == config.version;
+    const bool is_default = SelectServedVersion(
+                                served_configs_, config.name, {},
+                                [this](size_t i) { return ServedVersionLoaded(i); }, &chosen)
+                                .ok() &&
+                            served_configs_[chosen].version == config.version;
     (*it)["default"] = is_default;
   }
   return health;

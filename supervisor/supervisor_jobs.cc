@@ -81,8 +81,8 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
     model.stats.RecordOk(timing.queue_us, timing.compute_us, timing.total_us, now);
     if (metrics_) {
       metrics_->RequestDone(model.config.name, model.config.version, StatusCode::kOk, r.origin);
-      metrics_->Latency(model.config.name, model.config.version, timing.queue_us * 1e-6, timing.compute_us * 1e-6,
-                        timing.total_us * 1e-6);
+      metrics_->Latency(model.config.name, model.config.version, timing.queue_us * 1e-6,
+                        timing.compute_us * 1e-6, timing.total_us * 1e-6);
     }
   }
 }
@@ -110,10 +110,10 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames, RequestOrigin or
   size_t served = served_index_.size();
   ShmCommand command;
   // Front-end requests never name client regions: those belong to ZeroMQ clients on this host.
-  Status s = ParseJob(frames, payload, served_configs_, clock_.Now(), &request, &served,
-                      config_.limits.request,
-                      origin == RequestOrigin::kZmq ? client_shm_.get() : nullptr, &command,
-                      [this](size_t served) { return ServedVersionLoaded(served); });
+  Status s =
+      ParseJob(frames, payload, served_configs_, clock_.Now(), &request, &served,
+               config_.limits.request, origin == RequestOrigin::kZmq ? client_shm_.get() : nullptr,
+               &command, [this](size_t served) { return ServedVersionLoaded(served); });
   if (s.ok() && command.op != RequestOp::kInfer) {
     RunShmCommand(request, command, ClientKey(request.identity, frames[payload], curve_.started()));
     return;
@@ -138,7 +138,8 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames, RequestOrigin or
   if (!s.ok()) {
     if (model) {
       model->stats.RecordRejected();
-      if (metrics_) metrics_->RequestDone(model->config.name, model->config.version, s.code(), request.origin);
+      if (metrics_)
+        metrics_->RequestDone(model->config.name, model->config.version, s.code(), request.origin);
     }
     replies_.SendError(request, s);
   }

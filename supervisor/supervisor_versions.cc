@@ -14,8 +14,9 @@ namespace torchfarm {
 
 Supervisor::Model* Supervisor::FindModel(const std::string& name, const std::string& version) {
   size_t served = 0;
-  if (!SelectServedVersion(served_configs_, name, version,
-                           [this](size_t i) { return ServedVersionLoaded(i); }, &served)
+  if (!SelectServedVersion(
+           served_configs_, name, version, [this](size_t i) { return ServedVersionLoaded(i); },
+           &served)
            .ok()) {
     return nullptr;
   }

@@ -210,8 +210,8 @@ Status FindModelVersionInMeta(const nlohmann::json& meta, const std::string& nam
     return Status::Ok();
   }
   if (first) {
-    return NotFound("model '" + name + "' has no version '" + version + "'; its versions: " +
-                    versions);
+    return NotFound("model '" + name + "' has no version '" + version +
+                    "'; its versions: " + versions);
   }
   std::string names;
   for (const std::string& n : served) names += (names.empty() ? "" : ", ") + n;

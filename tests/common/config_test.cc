@@ -153,8 +153,9 @@ TEST(ConfigTest, WrongTypesNamePathExpectedAndReceived) {
 TEST(ConfigTest, DuplicateModelNamesAreRejected) {
   json j = MinimalConfig();
   j["models"].push_back(j["models"][0]);
-  EXPECT_EQ(ParseError(j), "config.models[1].name: model \"m\" is declared twice (list its "
-                           "versions in one entry's \"versions\")");
+  EXPECT_EQ(ParseError(j),
+            "config.models[1].name: model \"m\" is declared twice (list its "
+            "versions in one entry's \"versions\")");
 }
 
 TEST(ConfigTest, CountAutoResolvesAgainstCores) {

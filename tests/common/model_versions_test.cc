@@ -84,8 +84,8 @@ TEST(ModelVersionsTest, PoliciesPickVersions) {
     EXPECT_TRUE(s.ok()) << s.message();
     return Loaded(c);
   };
-  EXPECT_EQ(loaded("all"), std::vector<std::string>({"m@1=/base/shared.pt", "m@2=/base/two.pt",
-                                                     "m@3=/base/three.pt"}));
+  EXPECT_EQ(loaded("all"), std::vector<std::string>(
+                               {"m@1=/base/shared.pt", "m@2=/base/two.pt", "m@3=/base/three.pt"}));
   EXPECT_EQ(loaded({{"latest", 2}}),
             std::vector<std::string>({"m@2=/base/two.pt", "m@3=/base/three.pt"}));
   EXPECT_EQ(loaded({{"latest", 64}}).size(), 3u) << "more than there are: all of them";
@@ -102,7 +102,8 @@ TEST(ModelVersionsTest, VersionErrorsNameThePathAndTheLimit) {
     return ParseError(WithModels({entry}));
   };
   const json one = json::parse(R"([{"version": "1", "path": "a.pt"}])");
-  EXPECT_THAT(error(json::array()), HasSubstr("config.models[0].versions: expected an array of 1..64"));
+  EXPECT_THAT(error(json::array()),
+              HasSubstr("config.models[0].versions: expected an array of 1..64"));
   json many = json::array();
   for (int i = 0; i < 65; ++i) many.push_back({{"version", std::to_string(i)}, {"path", "a.pt"}});
   EXPECT_THAT(error(many), HasSubstr("1..64"));
@@ -121,18 +122,21 @@ TEST(ModelVersionsTest, VersionErrorsNameThePathAndTheLimit) {
               HasSubstr("versions[0].version: expected 1..32"));
   EXPECT_THAT(error(json::parse(R"([{"version": "a/b", "path": "a.pt"}])")),
               HasSubstr("versions[0].version"));
-  EXPECT_THAT(error(json::parse(R"([{"version": "1", "path": "a.pt"}, {"version": "1", "path": "b.pt"}])")),
-              HasSubstr("versions[1].version: version \"1\" is listed twice"));
+  EXPECT_THAT(
+      error(json::parse(R"([{"version": "1", "path": "a.pt"}, {"version": "1", "path": "b.pt"}])")),
+      HasSubstr("versions[1].version: version \"1\" is listed twice"));
   EXPECT_THAT(error(json::parse(R"([{"version": "1"}])")),
               HasSubstr("versions[0].path: required string is missing"));
   EXPECT_THAT(error(json::parse(R"([{"version": "1", "path": "a.pt", "instances": []}])")),
               HasSubstr("unknown key 'instances'"));
-  EXPECT_THAT(error(one, {{"latest", 0}}), HasSubstr("version_policy.latest: expected an integer in 1..64"));
+  EXPECT_THAT(error(one, {{"latest", 0}}),
+              HasSubstr("version_policy.latest: expected an integer in 1..64"));
   EXPECT_THAT(error(one, {{"latest", 65}}), HasSubstr("1..64"));
   EXPECT_THAT(error(one, "newest"), HasSubstr("version_policy: expected {\"latest\": N}"));
   EXPECT_THAT(error(one, {{"latest", 1}, {"specific", {"1"}}}), HasSubstr("version_policy"));
-  EXPECT_THAT(error(one, {{"specific", {"2"}}}),
-              HasSubstr("version_policy.specific: version \"2\" is not among the model's versions (1)"));
+  EXPECT_THAT(
+      error(one, {{"specific", {"2"}}}),
+      HasSubstr("version_policy.specific: version \"2\" is not among the model's versions (1)"));
   EXPECT_THAT(error(one, {{"specific", json::array()}}), HasSubstr("specific: expected an array"));
   EXPECT_THAT(error(one, {{"specific", {"1", "1"}}}), HasSubstr("listed twice"));
 }
@@ -147,8 +151,9 @@ TEST(ModelVersionsTest, ModelNameStillUniqueAcrossEntries) {
 class RepositoryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() / ("tf_repo_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = fs::temp_directory_path() /
+            ("tf_repo_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     fs::create_directories(root_);
   }
@@ -157,8 +162,9 @@ class RepositoryTest : public ::testing::Test {
     fs::create_directories((root_ / relative).parent_path());
     std::ofstream(root_ / relative) << text;
   }
-  void Model(const std::string& name, const std::vector<std::string>& versions,
-             const std::string& config = R"({"inputs": [{"dtype": "float32", "shape": [-1, 4]}]})") {
+  void Model(
+      const std::string& name, const std::vector<std::string>& versions,
+      const std::string& config = R"({"inputs": [{"dtype": "float32", "shape": [-1, 4]}]})") {
     Write(fs::path(name) / "config.json", config);
     for (const auto& v : versions) Write(fs::path(name) / v / "model.pt", "weights");
   }
@@ -194,8 +200,8 @@ TEST_F(RepositoryTest, PolicyAndModelsListTogether) {
   listed["path"] = "l.pt";
   FarmConfig c;
   ASSERT_TRUE(Parse(&c, {{"models", {listed}}}).ok());
-  EXPECT_EQ(Loaded(c), std::vector<std::string>({"listed@1=/base/l.pt", "r@1=" + At("r", "1"),
-                                                 "r@3=" + At("r", "3")}));
+  EXPECT_EQ(Loaded(c), std::vector<std::string>(
+                           {"listed@1=/base/l.pt", "r@1=" + At("r", "1"), "r@3=" + At("r", "3")}));
 }
 
 TEST_F(RepositoryTest, RelativeRepositoryResolvesAgainstTheConfigFolder) {

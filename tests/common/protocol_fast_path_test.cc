@@ -83,8 +83,9 @@ TEST(ProtocolFastPathTest, TakesAVersionAndLeavesOddOnesToTheJsonParser) {
   EXPECT_TRUE(FastTakes(R"({"v":1,"model":"m","version":"2")" + tail));
   EXPECT_TRUE(FastTakes(R"({"v":1,"version":"v1.2-rc_3","model":"m")" + tail));
   EXPECT_TRUE(FastTakes(R"({"v":1,"model":"m","version":")" + std::string(32, '9') + "\"" + tail));
-  for (const std::string& version : std::vector<std::string>{R"("")", "\"" + std::string(33, '9') + "\"", R"("a b")",
-                                     R"("a/b")", R"(2)", R"(null)", R"("\u0032")"}) {
+  for (const std::string& version :
+       std::vector<std::string>{R"("")", "\"" + std::string(33, '9') + "\"", R"("a b")", R"("a/b")",
+                                R"(2)", R"(null)", R"("\u0032")"}) {
     EXPECT_FALSE(FastTakes(R"({"v":1,"model":"m","version":)" + version + tail)) << version;
   }
   EXPECT_FALSE(FastTakes(R"({"v":1,"model":"m","version":"1","version":"2")" + tail));
@@ -92,8 +93,9 @@ TEST(ProtocolFastPathTest, TakesAVersionAndLeavesOddOnesToTheJsonParser) {
   ASSERT_TRUE(ParseRequestHeader(R"({"v":1,"model":"m","version":"7")" + tail, &header).ok());
   EXPECT_EQ(header.version, "7");
   Status s = ParseRequestHeader(R"({"v":1,"model":"m","version":2)" + tail, &header);
-  EXPECT_EQ(s.message(), "header field 'version': expected a string of 1..32 letters, digits, "
-                         "'_', '-' or '.', got 2");
+  EXPECT_EQ(s.message(),
+            "header field 'version': expected a string of 1..32 letters, digits, "
+            "'_', '-' or '.', got 2");
   ASSERT_TRUE(ParseRequestHeader(R"({"v":1,"model":"m","version":null)" + tail, &header).ok());
   EXPECT_EQ(header.version, "") << "null: the default version";
 }

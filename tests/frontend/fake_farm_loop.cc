@@ -82,7 +82,8 @@ void FakeFarmLoop::Answer(std::vector<zmq::message_t>& frames) {
     }
   } else if (header.value("version", "1") != "1") {
     // Like the farm (common/model_versions.h): a version it does not serve is NOT_FOUND.
-    reply.update({{"status", "error"}, {"code", "NOT_FOUND"},
+    reply.update({{"status", "error"},
+                  {"code", "NOT_FOUND"},
                   {"message", "model '" + model + "' has no version '" +
                                   header.value("version", "") + "'; its versions: 1"}});
   } else if (model.rfind("code-", 0) == 0) {

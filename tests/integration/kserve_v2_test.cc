@@ -2,25 +2,24 @@
 // workers, documented defaults): every endpoint, the JSON and binary paths bit for bit equal to
 // the ZeroMQ path, each error class with its HTTP status, keep-alive, draining.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <cstring>
-#include <map>
-#include <random>
-#include <string>
-#include <thread>
-#include <vector>
-
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <gtest/gtest.h>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -284,10 +283,14 @@ TEST(KserveV2HttpConnections, AThousandIdleConnectionsLeaveTheFarmServingWithBou
   // Beast keeps a small buffer per idle connection: well under 64 KiB each.
   EXPECT_LT(rss_after - rss_before, int64_t{64} << 20) << rss_before << " -> " << rss_after;
   const std::string metrics = HttpConnection(metrics_port).Get("/metrics").body;
-  EXPECT_NE(metrics.find(R"(torchfarm_requests_total{model="mlp",protocol="http",status="OK",version="1"} 1)"),
-            std::string::npos);
-  EXPECT_NE(metrics.find(R"(torchfarm_requests_total{model="mlp",protocol="zmq",status="OK",version="1"} 1)"),
-            std::string::npos);
+  EXPECT_NE(
+      metrics.find(
+          R"(torchfarm_requests_total{model="mlp",protocol="http",status="OK",version="1"} 1)"),
+      std::string::npos);
+  EXPECT_NE(
+      metrics.find(
+          R"(torchfarm_requests_total{model="mlp",protocol="zmq",status="OK",version="1"} 1)"),
+      std::string::npos);
   idle.clear();
   EXPECT_EQ(farm.Stop(), 0);
 }
@@ -341,7 +344,9 @@ std::pair<json, std::vector<std::string>> ZmqInferVersion(const Farm& farm,
   socket.set(zmq::sockopt::linger, 0);
   socket.set(zmq::sockopt::rcvtimeo, 10'000);
   socket.connect(farm.endpoint());
-  json header = {{"v", 1}, {"id", 1}, {"model", "v"},
+  json header = {{"v", 1},
+                 {"id", 1},
+                 {"model", "v"},
                  {"inputs", {{{"dtype", "float32"}, {"shape", {1, 256}}}}}};
   if (!version.empty()) header["version"] = version;
   socket.send(zmq::buffer(header.dump()), zmq::send_flags::sndmore);
@@ -388,11 +393,13 @@ TEST(KserveV2Versions, PinnedRequestsRunOnTheirVersionUnpinnedOnTheLatest) {
   auto [missing, missing_frames] = ZmqInferVersion(farm, "3", input);
   EXPECT_EQ(missing.value("code", ""), "NOT_FOUND") << missing.dump();
   EXPECT_NE(missing.value("message", "").find("no version '3' (loaded versions: 1, 2)"),
-            std::string::npos) << missing.dump();
+            std::string::npos)
+      << missing.dump();
 
   HttpConnection http(HttpPort(farm));
-  const json request = {{"inputs", {{{"name", "INPUT__0"}, {"datatype", "FP32"},
-                                     {"shape", {1, 256}}, {"data", input}}}}};
+  const json request = {
+      {"inputs",
+       {{{"name", "INPUT__0"}, {"datatype", "FP32"}, {"shape", {1, 256}}, {"data", input}}}}};
   auto output_size = [&](const std::string& target) {
     HttpReply r = http.Post(target, request.dump());
     EXPECT_EQ(r.status, 200) << target << ": " << r.body;
