@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/model_versions.h"
 #include "common/protocol.h"
 #include "common/tensor_names.h"
 
@@ -220,14 +221,17 @@ Status ParseRollout(const json& j, const std::string& where, RolloutConfig* out)
   return Status::Ok();
 }
 
+// `path_required`: false where versions bring their own paths.
 Status ParseModel(const json& j, const std::string& where, const std::string& base_dir,
-                  ModelConfig* out) {
+                  bool path_required, ModelConfig* out) {
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
-  Status s = CheckKeys(j, where,
-                       {"name", "path", "inputs", "outputs", "instances", "max_batch_size",
-                        "max_queue_delay_us", "preferred_batch_sizes", "max_queue_size",
-                        "max_queue_wait_ms", "max_inflight_per_worker", "priority_levels", "slot_bytes", "ring_slots",
-                        "hang_timeout_ms", "warmup", "rollout"});
+  Status s =
+      CheckKeys(j, where,
+                {"name", "path", "inputs", "outputs", "instances", "max_batch_size",
+                 "max_queue_delay_us", "preferred_batch_sizes", "max_queue_size",
+                 "max_queue_wait_ms", "max_inflight_per_worker", "priority_levels", "slot_bytes",
+                 "ring_slots", "hang_timeout_ms", "warmup", "versions", "version_policy",
+                 "rollout"});
   if (!s.ok()) return s;
   ModelConfig m;
   if (s = GetString(j, "name", where, true, &m.name); !s.ok()) return s;
@@ -235,10 +239,12 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
     return InvalidArgument(where + ".name: expected letters, digits, '_', '-' or '.', got \"" +
                            m.name + "\"");
   }
-  if (s = GetString(j, "path", where, true, &m.path); !s.ok()) return s;
-  std::filesystem::path p(m.path);
-  if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
-  m.path = p.lexically_normal().string();
+  if (s = GetString(j, "path", where, path_required, &m.path); !s.ok()) return s;
+  if (!m.path.empty()) {
+    std::filesystem::path p(m.path);
+    if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
+    m.path = p.lexically_normal().string();
+  }
 
   auto inputs = j.find("inputs");
   if (inputs == j.end()) {
@@ -313,6 +319,109 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
     if (s = ParseRollout(*rollout, where + ".rollout", &m.rollout); !s.ok()) return s;
   }
   *out = std::move(m);
+  return Status::Ok();
+}
+
+// "versions": [{"version", "path"}, ...]; a version without "path" takes the entry's.
+Status ParseVersionList(const json& j, const std::string& where, const std::string& base_dir,
+                        const std::string& entry_path, std::vector<VersionSource>* out) {
+  if (!j.is_array() || j.empty() || j.size() > kMaxVersions) {
+    return InvalidArgument(where + ": expected an array of 1.." + std::to_string(kMaxVersions) +
+                           " {\"version\", \"path\"} objects, got " + Got(j));
+  }
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    if (!j[i].is_object()) return InvalidArgument(at + ": expected an object, got " + Got(j[i]));
+    Status s = CheckKeys(j[i], at, {"version", "path"});
+    if (!s.ok()) return s;
+    VersionSource source;
+    if (s = GetString(j[i], "version", at, true, &source.version); !s.ok()) return s;
+    if (!ValidVersion(source.version)) {
+      return InvalidArgument(at + ".version: expected 1.." + std::to_string(kMaxVersionLength) +
+                             " letters, digits, '_', '-' or '.', got \"" + source.version + "\"");
+    }
+    for (const VersionSource& seen : *out) {
+      if (seen.version == source.version) {
+        return InvalidArgument(at + ".version: version \"" + source.version + "\" is listed twice");
+      }
+    }
+    if (s = GetString(j[i], "path", at, entry_path.empty(), &source.path); !s.ok()) {
+      return InvalidArgument(s.message() + " (the model entry has no \"path\" to fall back on)");
+    }
+    if (source.path.empty()) {
+      source.path = entry_path;
+    } else {
+      std::filesystem::path p(source.path);
+      if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
+      source.path = p.lexically_normal().string();
+    }
+    out->push_back(std::move(source));
+  }
+  return Status::Ok();
+}
+
+// One ModelConfig per version the entry's version_policy loads, ascending: from its "versions",
+// from `repository` (a model_repository folder's versions), or the entry alone as version "1".
+Status ParseModelVersions(const json& j, const std::string& where, const std::string& base_dir,
+                          const std::vector<VersionSource>* repository,
+                          std::vector<ModelConfig>* out) {
+  ModelConfig m;
+  const bool listed = j.is_object() && j.contains("versions");
+  Status s = ParseModel(j, where, base_dir, !repository && !listed, &m);
+  if (!s.ok()) return s;
+  std::vector<VersionSource> sources;
+  if (repository) {
+    sources = *repository;
+  } else if (listed) {
+    if (s = ParseVersionList(j["versions"], where + ".versions", base_dir, m.path, &sources);
+        !s.ok())
+      return s;
+  } else {
+    sources.push_back({kDefaultModelVersion, m.path});
+  }
+  VersionPolicy policy;
+  if (auto p = j.find("version_policy"); p != j.end()) {
+    if (s = ParseVersionPolicy(*p, where + ".version_policy", &policy); !s.ok()) return s;
+  }
+  std::vector<std::string> available, chosen;
+  for (const VersionSource& source : sources) available.push_back(source.version);
+  if (s = ApplyVersionPolicy(policy, available, where + ".version_policy", &chosen); !s.ok())
+    return s;
+  for (const std::string& version : chosen) {
+    ModelConfig copy = m;
+    copy.version = version;
+    for (const VersionSource& source : sources) {
+      if (source.version == version) copy.path = source.path;
+    }
+    out->push_back(std::move(copy));
+  }
+  return Status::Ok();
+}
+
+// "model_repository": each DIR/NAME folder's config.json is a model entry without "path" (and
+// without "versions"; "name", if given, must be NAME); its VERSION/model.pt files are the versions.
+Status ParseRepository(const std::string& dir, const std::string& base_dir,
+                       std::vector<ModelConfig>* out) {
+  const std::string where = "config.model_repository";
+  std::vector<RepositoryModel> models;
+  if (Status s = ScanModelRepository(dir, where, &models); !s.ok()) return s;
+  for (RepositoryModel& model : models) {
+    const std::string at = where + " '" + dir + "/" + model.name + "/config.json'";
+    for (const char* key : {"path", "versions"}) {
+      if (model.entry.contains(key)) {
+        return InvalidArgument(at + ": unexpected key '" + key +
+                               "' (a repository model's versions are its VERSION/model.pt files)");
+      }
+    }
+    if (auto name = model.entry.find("name");
+        name != model.entry.end() && (!name->is_string() || *name != model.name)) {
+      return InvalidArgument(at + ".name: expected the folder's name \"" + model.name +
+                             "\" or nothing, got " + Got(*name));
+    }
+    model.entry["name"] = model.name;
+    if (Status s = ParseModelVersions(model.entry, at, base_dir, &model.versions, out); !s.ok())
+      return s;
+  }
   return Status::Ok();
 }
 
@@ -556,11 +665,12 @@ static Status CheckEndpointSecurity(const FarmConfig& c) {
 
 Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) {
   if (!j.is_object()) return InvalidArgument("config: expected a JSON object, got " + Got(j));
-  Status s = CheckKeys(j, "config", {"endpoint", "admin_endpoint", "run_dir", "heartbeat_ms",
-                                     "worker_binary", "models", "max_retries",
-                                     "drain_timeout_ms", "restart", "metrics_endpoint", "curve",
-                                     "insecure", "ipc_group", "limits", "client_shm", "gpu",
-                                     "http_endpoint", "grpc_endpoint", "frontend"});
+  Status s = CheckKeys(
+      j, "config",
+      {"endpoint", "admin_endpoint", "run_dir",          "heartbeat_ms", "worker_binary",
+       "models",   "max_retries",    "drain_timeout_ms", "restart",      "metrics_endpoint",
+       "curve",    "insecure",       "ipc_group",        "limits",       "client_shm",
+       "gpu",      "http_endpoint",  "grpc_endpoint",    "frontend",     "model_repository"});
   if (!s.ok()) return s;
   FarmConfig c;
   if (s = GetString(j, "endpoint", "config", false, &c.endpoint); !s.ok()) return s;
@@ -609,20 +719,50 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
     return InvalidArgument("config.grpc_endpoint: must differ from http_endpoint \"" +
                            c.frontend.http_endpoint + "\"");
   }
+  if (s = GetString(j, "model_repository", "config", false, &c.model_repository); !s.ok()) return s;
+  if (!c.model_repository.empty()) {
+    std::filesystem::path p(c.model_repository);
+    if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
+    c.model_repository = p.lexically_normal().string();
+    if (!c.model_repository.empty() && c.model_repository.back() == '/')
+      c.model_repository.pop_back();
+  }
   auto models = j.find("models");
-  if (models == j.end() || !models->is_array() || models->empty()) {
-    return InvalidArgument("config.models: expected a non-empty array of models");
+  const bool need_models = c.model_repository.empty();
+  if ((models == j.end() && need_models) ||
+      (models != j.end() && (!models->is_array() || (models->empty() && need_models)))) {
+    return InvalidArgument(
+        "config.models: expected a non-empty array of models (or a "
+        "\"model_repository\")");
   }
   std::set<std::string> names;
-  for (size_t i = 0; i < models->size(); ++i) {
-    ModelConfig m;
-    s = ParseModel((*models)[i], "config.models[" + std::to_string(i) + "]", base_dir, &m);
+  const size_t listed = models == j.end() ? 0 : models->size();
+  for (size_t i = 0; i < listed; ++i) {
+    const std::string where = "config.models[" + std::to_string(i) + "]";
+    std::vector<ModelConfig> versions;
+    s = ParseModelVersions((*models)[i], where, base_dir, nullptr, &versions);
     if (!s.ok()) return s;
-    if (!names.insert(m.name).second) {
-      return InvalidArgument("config.models[" + std::to_string(i) + "].name: model \"" + m.name +
-                             "\" is declared twice");
+    if (!names.insert(versions.front().name).second) {
+      return InvalidArgument(where + ".name: model \"" + versions.front().name +
+                             "\" is declared twice (list its versions in one entry's "
+                             "\"versions\")");
     }
-    c.models.push_back(std::move(m));
+    for (ModelConfig& m : versions) c.models.push_back(std::move(m));
+  }
+  if (!c.model_repository.empty()) {
+    std::vector<ModelConfig> found;
+    if (s = ParseRepository(c.model_repository, base_dir, &found); !s.ok()) return s;
+    for (ModelConfig& m : found) {
+      if (names.count(m.name)) {
+        return InvalidArgument("config.model_repository: model \"" + m.name +
+                               "\" is also declared in config.models");
+      }
+      c.models.push_back(std::move(m));
+    }
+    if (c.models.empty()) {
+      return InvalidArgument("config.model_repository: '" + c.model_repository +
+                             "' holds no model and config.models lists none");
+    }
   }
   auto limits = j.find("limits");
   if (s = ParseLimits(limits == j.end() ? nullptr : &*limits, c.models, &c.limits); !s.ok())

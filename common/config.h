@@ -51,6 +51,9 @@ struct RolloutConfig {
 
 struct ModelConfig {
   std::string name;
+  // One entry per loaded version (common/model_versions.h): "versions", a "model_repository"
+  // folder, or "1" for an entry that lists none. (name, version) is unique in FarmConfig::models.
+  std::string version = "1";
   std::string path;  // absolute after parsing
   std::vector<TensorSpec> inputs;
   // One per input after parsing: its config "name", else INPUT__k (common/tensor_names.h). A
@@ -181,7 +184,10 @@ struct FarmConfig {
   ClientShmConfig client_shm;
   GpuConfig gpu;
   FrontendConfig frontend;
+  // One entry per (model, loaded version): the "models" entries, then those of the
+  // "model_repository" folder (common/model_versions.h), each model's versions ascending.
   std::vector<ModelConfig> models;
+  std::string model_repository;  // absolute; empty: none
   std::string source_path;     // the file this came from, for reloads and messages
 };
 

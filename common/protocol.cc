@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/model_versions.h"
 #include "common/tensor_names.h"
 
 namespace torchfarm {
@@ -290,7 +291,15 @@ bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out, const Req
   RequestHeader header;
   HeaderScanner in(text);
   if (!in.Take('{')) return false;
-  enum Seen : unsigned { kV = 1, kId = 2, kModel = 4, kInputs = 8, kTimeout = 16, kPriority = 32 };
+  enum Seen : unsigned {
+    kV = 1,
+    kId = 2,
+    kModel = 4,
+    kInputs = 8,
+    kTimeout = 16,
+    kPriority = 32,
+    kVersion = 64
+  };
   unsigned seen = 0;
   const int max_rank = std::min(limits.max_rank, kMaxRank);
   do {
@@ -309,6 +318,11 @@ bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out, const Req
       if (!in.String(&model, NameChar) || model.empty()) return false;
       header.model = std::string(model);
       field = kModel;
+    } else if (key == "version") {
+      std::string_view version;
+      if (!in.String(&version, NameChar) || !ValidVersion(std::string(version))) return false;
+      header.version = std::string(version);
+      field = kVersion;
     } else if (key == "inputs") {
       if (!in.Take('[')) return false;
       do {
@@ -382,6 +396,14 @@ Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
     return InvalidArgument("header field 'model': expected a non-empty string");
   }
   out->model = model->get<std::string>();
+  if (auto version = j.find("version"); version != j.end() && !version->is_null()) {
+    if (!version->is_string() || !ValidVersion(version->get<std::string>())) {
+      return InvalidArgument("header field 'version': expected a string of 1.." +
+                             std::to_string(kMaxVersionLength) +
+                             " letters, digits, '_', '-' or '.', got " + version->dump());
+    }
+    out->version = version->get<std::string>();
+  }
   auto inputs = j.find("inputs");
   if (inputs == j.end() || !inputs->is_array() || inputs->empty()) {
     return InvalidArgument("header field 'inputs': expected a non-empty array of "
@@ -434,11 +456,11 @@ Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
       return s;
   }
   for (const auto& [key, value] : j.items()) {
-    if (key != "v" && key != "id" && key != "op" && key != "model" && key != "inputs" &&
-        key != "timeout_ms" && key != "priority" && key != "output_shm") {
+    if (key != "v" && key != "id" && key != "op" && key != "model" && key != "version" &&
+        key != "inputs" && key != "timeout_ms" && key != "priority" && key != "output_shm") {
       return InvalidArgument("header: unknown field '" + key +
-                             "' (expected v, id, op, model, inputs, timeout_ms, priority, "
-                             "output_shm)");
+                             "' (expected v, id, op, model, version, inputs, timeout_ms, "
+                             "priority, output_shm)");
     }
   }
   return Status::Ok();

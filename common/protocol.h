@@ -47,6 +47,9 @@ struct RequestLimits {
 struct RequestHeader {
   nlohmann::json id;  // echoed verbatim in the reply; null when absent
   std::string model;
+  // Empty: the model's default version (the latest loaded); else 1..32 of [A-Za-z0-9_.-]
+  // (common/model_versions.h).
+  std::string version;
   std::vector<TensorSpec> inputs;
   // Empty, or one "name" per input (a request names every input or none): the supervisor then
   // puts the inputs into the model's declared order (supervisor/job_intake.h).

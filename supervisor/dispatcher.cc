@@ -10,7 +10,8 @@ namespace torchfarm {
 
 void Dispatcher::Fail(ServedModel& model, PendingRequest& request, const Status& status) {
   model.stats.RecordError(clock_.Now());
-  if (metrics_) metrics_->RequestDone(model.config.name, status.code(), request.origin);
+  if (metrics_)
+    metrics_->RequestDone(model.config.name, model.config.version, status.code(), request.origin);
   replies_.SendError(request, status);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/model_versions.h"
 #include "common/protocol.h"
 #include "common/tensor_names.h"
 #include "ipc/shm_layout.h"
@@ -23,12 +24,6 @@ bool SplitEnvelope(std::vector<zmq::message_t>& frames, PendingRequest* request,
 }
 
 namespace {
-
-std::string ServedModels(const std::vector<ModelConfig>& models) {
-  std::string out;
-  for (const auto& m : models) out += (out.empty() ? "" : ", ") + m.name;
-  return out;
-}
 
 // Rows along dim 0 when every input agrees on it; otherwise the request is served alone.
 void SetRows(PendingRequest* request) {
@@ -161,7 +156,7 @@ TimePoint DeadlineAfter(TimePoint now, int64_t timeout_ms) {
 Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                 const std::vector<ModelConfig>& models, TimePoint now, PendingRequest* request,
                 size_t* model_index, const RequestLimits& limits, ClientShmRegistry* regions,
-                ShmCommand* command) {
+                ShmCommand* command, const std::function<bool(size_t index)>& loaded) {
   if (frames.size() <= payload_start) {
     return InvalidArgument("empty message: expected a JSON header frame followed by one frame "
                            "per input tensor");
@@ -198,13 +193,8 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   }
 
   size_t index = models.size();
-  for (size_t i = 0; i < models.size(); ++i) {
-    if (models[i].name == header.model) index = i;
-  }
-  if (index == models.size()) {
-    return NotFound("model '" + header.model + "' is not served here (served: " +
-                    ServedModels(models) + ")");
-  }
+  if (s = SelectServedVersion(models, header.model, header.version, loaded, &index); !s.ok())
+    return s;
   const ModelConfig& model = models[index];
   *model_index = index;  // known from here on, so errors below count against the model
 

@@ -6,9 +6,9 @@
 // Pure: no sockets, no clock beyond the `now` passed in. Runs on the supervisor's loop thread.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
-
 #include <zmq.hpp>
 
 #include "common/config.h"
@@ -47,10 +47,14 @@ bool SplitEnvelope(std::vector<zmq::message_t>& frames, PendingRequest* request,
 // (it is bounded by max_header_bytes) so that even a refusal echoes the request's id.
 // `regions` resolves shared-memory references (null: none may be used). A shm_create or
 // shm_release command is returned in *command (op != kInfer), not as a request.
+// `models` hold one entry per (name, version): the header's "version" picks one, none the default
+// (common/model_versions.h, SelectServedVersion, with `loaded` saying which versions have a ready
+// worker; empty: all).
 Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                 const std::vector<ModelConfig>& models, TimePoint now, PendingRequest* request,
                 size_t* model_index, const RequestLimits& limits = RequestLimits{},
-                ClientShmRegistry* regions = nullptr, ShmCommand* command = nullptr);
+                ClientShmRegistry* regions = nullptr, ShmCommand* command = nullptr,
+                const std::function<bool(size_t index)>& loaded = {});
 
 // OK while every client region `request` reads or writes still covers its range; else the
 // INVALID_ARGUMENT to answer with (its client truncated a region after the request was accepted).

@@ -37,11 +37,13 @@ struct MetricsExporter::ModelHandles {
 };
 
 MetricsExporter::MetricsExporter() : registry_(std::make_shared<prometheus::Registry>()) {
-  requests_ = &prometheus::BuildCounter()
-                   .Name("torchfarm_requests_total")
-                   .Help("Requests answered, by model, status (OK or the error code) and protocol "
-                         "(zmq, http, grpc)")
-                   .Register(*registry_);
+  requests_ =
+      &prometheus::BuildCounter()
+           .Name("torchfarm_requests_total")
+           .Help(
+               "Requests answered, by model, version, status (OK or the error code) and protocol "
+               "(zmq, http, grpc)")
+           .Register(*registry_);
   duration_ = &prometheus::BuildHistogram()
                    .Name("torchfarm_request_duration_seconds")
                    .Help("Request latency by stage: queue (arrival to dispatch), compute (the "
@@ -104,79 +106,100 @@ Status MetricsExporter::Start(const std::string& endpoint, std::unique_ptr<Metri
   return Status::Ok();
 }
 
-MetricsExporter::ModelHandles& MetricsExporter::For(const std::string& model) {
-  auto& handles = models_[model];
+MetricsExporter::ModelHandles& MetricsExporter::For(const std::string& model,
+                                                    const std::string& version) {
+  auto& handles = models_[{model, version}];
   if (!handles) {
     handles = std::make_unique<ModelHandles>();
-    handles->queue = &duration_->Add({{"model", model}, {"stage", "queue"}}, DurationBuckets());
-    handles->compute = &duration_->Add({{"model", model}, {"stage", "compute"}}, DurationBuckets());
-    handles->total = &duration_->Add({{"model", model}, {"stage", "total"}}, DurationBuckets());
-    handles->batch = &batch_size_->Add({{"model", model}}, BatchBuckets());
-    handles->depth = &queue_depth_->Add({{"model", model}});
-    handles->restarts = &restarts_->Add({{"model", model}});
+    handles->queue = &duration_->Add({{"model", model}, {"version", version}, {"stage", "queue"}},
+                                     DurationBuckets());
+    handles->compute = &duration_->Add(
+        {{"model", model}, {"version", version}, {"stage", "compute"}}, DurationBuckets());
+    handles->total = &duration_->Add({{"model", model}, {"version", version}, {"stage", "total"}},
+                                     DurationBuckets());
+    handles->batch = &batch_size_->Add({{"model", model}, {"version", version}}, BatchBuckets());
+    handles->depth = &queue_depth_->Add({{"model", model}, {"version", version}});
+    handles->restarts = &restarts_->Add({{"model", model}, {"version", version}});
   }
   return *handles;
 }
 
-void MetricsExporter::RequestDone(const std::string& model, StatusCode code,
-                                  RequestOrigin origin) {
-  auto& handles = For(model);
+void MetricsExporter::RequestDone(const std::string& model, const std::string& version,
+                                  StatusCode code, RequestOrigin origin) {
+  auto& handles = For(model, version);
   auto& counter = handles.requests[{origin, code}];
   if (!counter) {
     counter = &requests_->Add({{"model", model},
+                               {"version", version},
                                {"status", std::string(StatusCodeName(code))},
                                {"protocol", std::string(RequestOriginName(origin))}});
   }
   counter->Increment();
 }
 
-void MetricsExporter::Latency(const std::string& model, double queue_s, double compute_s,
-                              double total_s) {
-  auto& handles = For(model);
+void MetricsExporter::Latency(const std::string& model, const std::string& version, double queue_s,
+                              double compute_s, double total_s) {
+  auto& handles = For(model, version);
   handles.queue->Observe(queue_s);
   handles.compute->Observe(compute_s);
   handles.total->Observe(total_s);
 }
 
-void MetricsExporter::Batch(const std::string& model, int64_t rows) {
-  For(model).batch->Observe(static_cast<double>(rows));
+void MetricsExporter::Batch(const std::string& model, const std::string& version, int64_t rows) {
+  For(model, version).batch->Observe(static_cast<double>(rows));
 }
 
-void MetricsExporter::QueueDepth(const std::string& model, size_t depth) {
-  For(model).depth->Set(static_cast<double>(depth));
+void MetricsExporter::QueueDepth(const std::string& model, const std::string& version,
+                                 size_t depth) {
+  For(model, version).depth->Set(static_cast<double>(depth));
 }
 
-void MetricsExporter::Workers(const std::string& model, const std::string& state, int count) {
-  workers_->Add({{"model", model}, {"state", state}}).Set(count);
+void MetricsExporter::Workers(const std::string& model, const std::string& version,
+                              const std::string& state, int count) {
+  workers_->Add({{"model", model}, {"version", version}, {"state", state}}).Set(count);
 }
 
-void MetricsExporter::WorkerRestart(const std::string& model) { For(model).restarts->Increment(); }
+void MetricsExporter::WorkerRestart(const std::string& model, const std::string& version) {
+  For(model, version).restarts->Increment();
+}
 
 void MetricsExporter::Rollout(const std::string& model, const std::string& outcome) {
   rollouts_->Add({{"model", model}, {"outcome", outcome}}).Increment();
 }
 
-void MetricsExporter::WorkerRss(int worker, const std::string& model, uint64_t bytes) {
-  rss_->Add({{"worker", std::to_string(worker)}, {"model", model}}).Set(static_cast<double>(bytes));
+void MetricsExporter::WorkerRss(int worker, const std::string& model, const std::string& version,
+                                uint64_t bytes) {
+  rss_->Add({{"worker", std::to_string(worker)}, {"model", model}, {"version", version}})
+      .Set(static_cast<double>(bytes));
 }
 
-void MetricsExporter::GpuFallback(int worker, const std::string& model, bool fallen_back) {
-  fallback_->Add({{"worker", std::to_string(worker)}, {"model", model}}).Set(fallen_back ? 1 : 0);
+void MetricsExporter::GpuFallback(int worker, const std::string& model, const std::string& version,
+                                  bool fallen_back) {
+  fallback_->Add({{"worker", std::to_string(worker)}, {"model", model}, {"version", version}})
+      .Set(fallen_back ? 1 : 0);
 }
 
-void MetricsExporter::WorkerGpuMemory(int worker, const std::string& model, int64_t allocated,
+void MetricsExporter::WorkerGpuMemory(int worker, const std::string& model,
+                                      const std::string& version, int64_t allocated,
                                       int64_t reserved) {
   const std::string id = std::to_string(worker);
-  gpu_memory_->Add({{"worker", id}, {"model", model}, {"kind", "allocated"}}).Set(static_cast<double>(allocated));
-  gpu_memory_->Add({{"worker", id}, {"model", model}, {"kind", "reserved"}}).Set(static_cast<double>(reserved));
+  gpu_memory_->Add({{"worker", id}, {"model", model}, {"version", version}, {"kind", "allocated"}})
+      .Set(static_cast<double>(allocated));
+  gpu_memory_->Add({{"worker", id}, {"model", model}, {"version", version}, {"kind", "reserved"}})
+      .Set(static_cast<double>(reserved));
 }
 
-void MetricsExporter::WorkerStageSeconds(int worker, const std::string& model, double h2d,
-                                         double compute, double d2h) {
+void MetricsExporter::WorkerStageSeconds(int worker, const std::string& model,
+                                         const std::string& version, double h2d, double compute,
+                                         double d2h) {
   const std::string id = std::to_string(worker);
-  stage_seconds_->Add({{"worker", id}, {"model", model}, {"stage", "h2d"}}).Set(h2d);
-  stage_seconds_->Add({{"worker", id}, {"model", model}, {"stage", "compute"}}).Set(compute);
-  stage_seconds_->Add({{"worker", id}, {"model", model}, {"stage", "d2h"}}).Set(d2h);
+  stage_seconds_->Add({{"worker", id}, {"model", model}, {"version", version}, {"stage", "h2d"}})
+      .Set(h2d);
+  stage_seconds_
+      ->Add({{"worker", id}, {"model", model}, {"version", version}, {"stage", "compute"}})
+      .Set(compute);
+  stage_seconds_->Add({{"worker", id}, {"model", model}, {"version", version}, {"stage", "d2h"}})
+      .Set(d2h);
 }
 
 void MetricsExporter::MpsActive(bool active) { mps_->Add({}).Set(active ? 1 : 0); }

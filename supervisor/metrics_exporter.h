@@ -7,20 +7,24 @@
 // read them while the supervisor's loop thread writes them).
 //
 // Metrics (names follow the Prometheus conventions):
-//   torchfarm_requests_total{model,status,protocol}        counter, status = OK or an error code,
-//                                                          protocol = zmq|http|grpc
-//   torchfarm_request_duration_seconds{model,stage}        histogram, stage = queue|compute|total
-//   torchfarm_batch_size{model}                            histogram of rows per batch
-//   torchfarm_queue_depth{model}                           gauge
-//   torchfarm_workers{model,state}                         gauge
-//   torchfarm_worker_restarts_total{model}                 counter
-//   torchfarm_worker_rss_bytes{worker,model}               gauge
-//   torchfarm_gpu_fallback{worker,model}                   gauge, 1 when serving on CPU after a GPU failure
+// Every series of a model carries its `version` too (common/model_versions.h; "1" for a model
+// that lists no versions).
+//   torchfarm_requests_total{model,version,status,protocol}  counter, status = OK or an error
+//                                                            code, protocol = zmq|http|grpc
+//   torchfarm_request_duration_seconds{model,version,stage}  histogram, stage = queue|compute|total
+//   torchfarm_batch_size{model,version}                      histogram of rows per batch
+//   torchfarm_queue_depth{model,version}                     gauge
+//   torchfarm_workers{model,version,state}                   gauge
+//   torchfarm_worker_restarts_total{model,version}           counter
+//   torchfarm_worker_rss_bytes{worker,model,version}         gauge
+//   torchfarm_gpu_fallback{worker,model,version}             gauge, 1 when serving on CPU after a
+//                                                            GPU failure
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "common/status.h"
 #include "supervisor/request_origin.h"
@@ -43,28 +47,32 @@ class MetricsExporter {
   static Status Start(const std::string& endpoint, std::unique_ptr<MetricsExporter>* out);
   ~MetricsExporter();
 
-  void RequestDone(const std::string& model, StatusCode code,
+  void RequestDone(const std::string& model, const std::string& version, StatusCode code,
                    RequestOrigin origin = RequestOrigin::kZmq);
-  void Latency(const std::string& model, double queue_s, double compute_s, double total_s);
-  void Batch(const std::string& model, int64_t rows);
-  void QueueDepth(const std::string& model, size_t depth);
-  void Workers(const std::string& model, const std::string& state, int count);
-  void WorkerRestart(const std::string& model);
+  void Latency(const std::string& model, const std::string& version, double queue_s,
+               double compute_s, double total_s);
+  void Batch(const std::string& model, const std::string& version, int64_t rows);
+  void QueueDepth(const std::string& model, const std::string& version, size_t depth);
+  void Workers(const std::string& model, const std::string& version, const std::string& state,
+               int count);
+  void WorkerRestart(const std::string& model, const std::string& version);
   // A rolling replacement ended: `outcome` "done" or "failed".
   void Rollout(const std::string& model, const std::string& outcome);
-  void WorkerRss(int worker, const std::string& model, uint64_t bytes);
-  void GpuFallback(int worker, const std::string& model, bool fallen_back);
+  void WorkerRss(int worker, const std::string& model, const std::string& version, uint64_t bytes);
+  void GpuFallback(int worker, const std::string& model, const std::string& version,
+                   bool fallen_back);
   // What a GPU worker's heartbeat reported: caching-allocator bytes and the seconds its batches
   // spent in each stage (h2d, compute, d2h; sums over its current process).
-  void WorkerGpuMemory(int worker, const std::string& model, int64_t allocated, int64_t reserved);
-  void WorkerStageSeconds(int worker, const std::string& model, double h2d, double compute,
-                          double d2h);
+  void WorkerGpuMemory(int worker, const std::string& model, const std::string& version,
+                       int64_t allocated, int64_t reserved);
+  void WorkerStageSeconds(int worker, const std::string& model, const std::string& version,
+                          double h2d, double compute, double d2h);
   void MpsActive(bool active);
 
  private:
   MetricsExporter();
   struct ModelHandles;
-  ModelHandles& For(const std::string& model);
+  ModelHandles& For(const std::string& model, const std::string& version);
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
@@ -80,7 +88,8 @@ class MetricsExporter {
   prometheus::Family<prometheus::Gauge>* gpu_memory_;
   prometheus::Family<prometheus::Gauge>* stage_seconds_;
   prometheus::Family<prometheus::Gauge>* mps_;
-  std::map<std::string, std::unique_ptr<ModelHandles>> models_;
+  std::map<std::pair<std::string, std::string>, std::unique_ptr<ModelHandles>>
+      models_;  // (model, version)
 };
 
 }  // namespace torchfarm

@@ -11,7 +11,8 @@ json TensorMetadataJson(const std::string& name, const TensorSpec& spec) {
       {"name", name}, {"datatype", std::string(V2DatatypeName(spec.dtype))}, {"shape", spec.shape}};
 }
 
-json ModelMetadataJson(const ServedModel& model, bool ready) {
+json ModelMetadataJson(const ServedModel& model, bool ready,
+                       const std::vector<std::string>& versions) {
   const ModelConfig& config = model.config;
   json inputs = json::array();
   for (size_t k = 0; k < config.inputs.size(); ++k) {
@@ -31,9 +32,13 @@ json ModelMetadataJson(const ServedModel& model, bool ready) {
   for (size_t k = 0; k < specs->size(); ++k) {
     outputs.push_back(TensorMetadataJson(config.output_name(k), (*specs)[k]));
   }
-  return json{
-      {"name", config.name}, {"versions", json::array({"1"})}, {"platform", "pytorch_libtorch"},
-      {"ready", ready},      {"inputs", std::move(inputs)},    {"outputs", std::move(outputs)}};
+  return json{{"name", config.name},
+              {"version", config.version},
+              {"versions", versions.empty() ? json::array({config.version}) : json(versions)},
+              {"platform", "pytorch_libtorch"},
+              {"ready", ready},
+              {"inputs", std::move(inputs)},
+              {"outputs", std::move(outputs)}};
 }
 
 void LearnOutputs(ServedModel* model, const std::vector<TensorSpec>& outputs) {

@@ -17,9 +17,11 @@
 
 namespace torchfarm {
 
-// {"name": ..., "versions": ["1"], "platform": "pytorch_libtorch", "ready": ready,
+// {"name": ..., "version": this one, "versions": `versions` (every loaded version of the name;
+//  empty: this one), "platform": "pytorch_libtorch", "ready": ready,
 //  "inputs": [{"name", "datatype", "shape"}], "outputs": [...]}
-nlohmann::json ModelMetadataJson(const ServedModel& model, bool ready);
+nlohmann::json ModelMetadataJson(const ServedModel& model, bool ready,
+                                 const std::vector<std::string>& versions = {});
 
 // Records `outputs` (what a batch or a warm-up returned) as the model's learned outputs, unless
 // they were learned already for its current path. Dim 0 becomes -1 when max_batch_size > 1.

@@ -29,9 +29,9 @@ bool NeedsNewWorkers(const ModelConfig& old_config, const ModelConfig& fresh) {
 }
 
 // True when both identities are known and differ.
-bool FileChanged(const ModelFiles& files, const std::string& model) {
-  auto served = files.served.find(model);
-  auto fresh = files.fresh.find(model);
+bool FileChanged(const ModelFiles& files, const ModelConfig& model) {
+  auto served = files.served.find(ModelFiles::Key(model));
+  auto fresh = files.fresh.find(ModelFiles::Key(model));
   return served != files.served.end() && fresh != files.fresh.end() &&
          served->second != fresh->second;
 }
@@ -68,24 +68,26 @@ ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>&
   changed(fresh.curve.secret_key_file != running.curve.secret_key_file, "curve.secret_key_file");
   changed(fresh.gpu.mps != running.gpu.mps, "gpu.mps");
   for (const ModelConfig& m : fresh.models) {
-    auto old = std::find_if(served.begin(), served.end(),
-                            [&](const ModelConfig& s) { return s.name == m.name; });
+    auto old = std::find_if(served.begin(), served.end(), [&](const ModelConfig& s) {
+      return s.name == m.name && s.version == m.version;
+    });
     if (old == served.end()) {
       plan.added.push_back(m);
       continue;
     }
     ModelUpdate update;
     update.config = m;
-    update.file_changed = FileChanged(files, m.name);
+    update.file_changed = FileChanged(files, m);
     update.replace_workers = NeedsNewWorkers(*old, m) || update.file_changed;
     update.replace_at_once = OldWorkersCannotServe(*old, m);
     update.instances = ExpandInstances(m, available_cores);
     plan.updated.push_back(std::move(update));
   }
   for (const ModelConfig& s : served) {
-    bool kept = std::any_of(fresh.models.begin(), fresh.models.end(),
-                            [&](const ModelConfig& m) { return m.name == s.name; });
-    if (!kept) plan.removed.push_back(s.name);
+    bool kept = std::any_of(fresh.models.begin(), fresh.models.end(), [&](const ModelConfig& m) {
+      return m.name == s.name && m.version == s.version;
+    });
+    if (!kept) plan.removed.push_back(s);
   }
   return plan;
 }

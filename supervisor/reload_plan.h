@@ -24,17 +24,20 @@ struct ModelUpdate {
   std::vector<InstanceConfig> instances;  // one per worker the fresh config wants
 };
 
+// Models are matched by (name, version): a new version of a model is added, a version the fresh
+// config no longer loads is removed, like whole models.
 struct ReloadPlan {
   std::vector<ModelConfig> added;
   std::vector<ModelUpdate> updated;    // models in both configs
-  std::vector<std::string> removed;    // served now, absent from the fresh config
+  std::vector<ModelConfig> removed;    // served now, absent from the fresh config (served config)
   std::vector<std::string> needs_restart;  // keys whose change only a restart applies
 };
 
-// Model files by model name (file_identity.h): `served`, the files the running workers were
-// planned with; `fresh`, the files the fresh config names, as they are now. A model missing from
-// either map is judged by its path string alone.
+// Model files by ModelFiles::Key (name and version; file_identity.h): `served`, the files the
+// running workers were planned with; `fresh`, the files the fresh config names, as they are now.
+// A model missing from either map is judged by its path string alone.
 struct ModelFiles {
+  static std::string Key(const ModelConfig& model) { return model.name + '\n' + model.version; }
   std::map<std::string, FileIdentity> served;
   std::map<std::string, FileIdentity> fresh;
 };

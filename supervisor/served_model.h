@@ -35,6 +35,10 @@ struct ServedModel {
   // file at `outputs_learned_for` (empty: not yet); a reload to another path learns anew.
   std::vector<TensorSpec> learned_outputs{};
   std::string outputs_learned_for{};
+  // Dropped by a reload while a newer version of the same name was not loaded yet: still served
+  // (pinned requests, and unpinned ones while it is the latest loaded) until another version of
+  // its name has a ready worker; then `removed` (Supervisor::RetireReplacedVersions).
+  bool retire_when_replaced = false;
 };
 
 }  // namespace torchfarm

@@ -203,6 +203,7 @@ int Supervisor::Run() {
     Guarded("dispatch", [&] { dispatcher_.DispatchAll(); });
     Guarded("pinned replies", [&] { ReleasePinnedReplies(); });
     Guarded("retire", [&] { RetireIdleSlots(); });
+    Guarded("versions", [&] { RetireReplacedVersions(); });
     Guarded("drain", [&] { DrainStep(); });
     Guarded("housekeeping", [&] { Housekeeping(); });
   }

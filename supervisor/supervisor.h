@@ -2,14 +2,17 @@
 //
 // Owns: the job socket (ROUTER, clients), the control socket (ROUTER, workers), the admin socket
 // (ROUTER, JSON commands), the front-end socket (ROUTER on inproc://, the HTTP and gRPC front
-// ends' threads; supervisor/frontend/) and those front ends, the signalfd, the loop timer, the run_dir lock, one ModelQueue per model
-// and the WorkerPool (the table of WorkerSlots). Never links LibTorch and never holds a CUDA
-// context.
+// ends' threads; supervisor/frontend/) and those front ends, the signalfd, the loop timer, the
+// run_dir lock, one ModelQueue per model and the WorkerPool (the table of WorkerSlots). Never links
+// LibTorch and never holds a CUDA context.
 //
 // Loop:  poll(job, control, admin, signals, timerfd armed to NextWakeUp, every worker's doorbell)
-//          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> HandleFrontendJobs -> admin_service_
-//          -> HandleWorkerOutput -> dispatcher_.ExpireDeadlines -> workers_.KillUnresponsive -> workers_.LaunchDue
-//          -> dispatcher_.DispatchAll -> ReleasePinnedReplies -> RetireIdleSlots -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
+//          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> HandleFrontendJobs
+//          -> admin_service_
+//          -> HandleWorkerOutput -> dispatcher_.ExpireDeadlines -> workers_.KillUnresponsive ->
+//          workers_.LaunchDue
+//          -> dispatcher_.DispatchAll -> ReleasePinnedReplies -> RetireIdleSlots ->
+//          RetireReplacedVersions -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
 // each inside its own exception barrier (Guarded): a failing duty is logged, the loop goes on.
 //
 // Every accepted request is answered exactly once: with its result, or with an error code.
@@ -97,6 +100,9 @@ class Supervisor {
   void HandleWorkerOutput(WorkerSlot& slot);
   void ReleasePinnedReplies();
   void RetireIdleSlots();
+  // Versions a reload dropped while another version of their model was still loading: removed
+  // once one is ready (supervisor_versions.cc).
+  void RetireReplacedVersions();
   void DrainStep();
   void Housekeeping();
 
@@ -124,7 +130,8 @@ class Supervisor {
   // Admin commands (supervisor_control.cc).
   nlohmann::json Drain();
   nlohmann::json RestartWorker(int worker_id);
-  nlohmann::json Scale(const std::string& model, int count);
+  // `version` empty: the model's default version.
+  nlohmann::json Scale(const std::string& model, int count, const std::string& version = {});
   nlohmann::json Reload();
   // Applies one model's part of a reload plan (reload_plan.h); `file` is the model file now.
   // Returns what it did.
@@ -145,7 +152,14 @@ class Supervisor {
   void FinishRollout(Model& model, RolloutState outcome, const std::string& reason);
   nlohmann::json RolloutJson(const Model& model) const;
   void RebuildServedModels();
-  Model* FindModel(const std::string& name);
+  // Model versions (supervisor_versions.cc). FindModel: the served (name, version), or with an
+  // empty `version` the default one (common/model_versions.h, SelectServedVersion); null if none.
+  Model* FindModel(const std::string& name, const std::string& version = {});
+  bool HasReadyWorker(const Model& model) const;
+  // Whether served_configs_[index] has a ready worker: what "latest loaded" means in routing.
+  bool ServedVersionLoaded(size_t served) const;
+  // The versions of `name` clients may name, ascending.
+  std::vector<std::string> ServedVersions(const std::string& name) const;
   void StopWorkers();
   void CleanUp();
 

@@ -43,6 +43,7 @@ json Supervisor::HealthJson() const {
     for (size_t i : model.slots) ready += workers_[i]->state() == SlotState::kReady;
     all_ready = all_ready && ready > 0;
     models.push_back({{"name", model.config.name},
+                      {"version", model.config.version},
                       {"ready_workers", ready},
                       {"workers", model.slots.size()},
                       {"ready", ready > 0}});
@@ -86,33 +87,35 @@ json Supervisor::WorkerJson(WorkerSlot& slot, TimePoint now) {
     }
   }
   double uptime = slot.state() == SlotState::kReady ? ToMicros(now - slot.ready_since()) / 1e6 : 0.0;
-  return {{"id", slot.id()},
-          {"model", slot.model_name()},
-          {"pid", slot.pid()},
-          {"device", slot.device()},
-          {"fallback", slot.fallen_back()},
-          {"fallback_reason", slot.fallback_reason()},
-          {"state", state},
-          {"generation", slot.generation()},
-          {"uptime_s", uptime},
-          {"restarts", slot.restarts()},
-          {"restart_in_ms", slot.RestartDue(TimePoint::max())
-                                ? json(std::max<int64_t>(0, ToMicros(slot.restart_at() - now) / 1000))
-                                : json(nullptr)},
-          {"last_exit", slot.last_exit()},
-          {"failure_reason", slot.failure_reason()},
-          {"requests", slot.requests_done},
-          {"batches", slot.batches_done},
-          {"mean_batch_size",
-           slot.batches_done ? static_cast<double>(slot.rows_done) / slot.batches_done : 0.0},
-          {"inflight", slot.inflight()},
-          {"rss_bytes", rss},
-          {"rss_anon_bytes", rss_anon},
-          {"rss_shmem_bytes", rss_shmem},
-          {"cpu_percent", cpu},
-          {"gpu_mem_bytes", slot.telemetry.memory_allocated >= 0
-                                ? json(slot.telemetry.memory_allocated) : json(nullptr)},
-          {"device_stats", DeviceStatsJson(slot.telemetry)}};
+  return {
+      {"id", slot.id()},
+      {"model", slot.model_name()},
+      {"version", slot.model_version()},
+      {"pid", slot.pid()},
+      {"device", slot.device()},
+      {"fallback", slot.fallen_back()},
+      {"fallback_reason", slot.fallback_reason()},
+      {"state", state},
+      {"generation", slot.generation()},
+      {"uptime_s", uptime},
+      {"restarts", slot.restarts()},
+      {"restart_in_ms", slot.RestartDue(TimePoint::max())
+                            ? json(std::max<int64_t>(0, ToMicros(slot.restart_at() - now) / 1000))
+                            : json(nullptr)},
+      {"last_exit", slot.last_exit()},
+      {"failure_reason", slot.failure_reason()},
+      {"requests", slot.requests_done},
+      {"batches", slot.batches_done},
+      {"mean_batch_size",
+       slot.batches_done ? static_cast<double>(slot.rows_done) / slot.batches_done : 0.0},
+      {"inflight", slot.inflight()},
+      {"rss_bytes", rss},
+      {"rss_anon_bytes", rss_anon},
+      {"rss_shmem_bytes", rss_shmem},
+      {"cpu_percent", cpu},
+      {"gpu_mem_bytes", slot.telemetry.memory_allocated >= 0 ? json(slot.telemetry.memory_allocated)
+                                                             : json(nullptr)},
+      {"device_stats", DeviceStatsJson(slot.telemetry)}};
 }
 
 json Supervisor::StatsJson() {
@@ -122,6 +125,7 @@ json Supervisor::StatsJson() {
     if (model.removed && model.slots.empty()) continue;
     json m = model.stats.ToJson(now);
     m["name"] = model.config.name;
+    m["version"] = model.config.version;
     m["state"] = model.removed ? "removing" : ModelAvailable(model) ? "available" : "unavailable";
     m["queue_depth"] = model.queue.size();
     m["workers"] = model.slots.size();

@@ -23,13 +23,6 @@ json Error(const std::string& message) { return {{"ok", false}, {"error", messag
 
 }  // namespace
 
-Supervisor::Model* Supervisor::FindModel(const std::string& name) {
-  for (auto& model : models_) {
-    if (model.config.name == name && !model.removed) return &model;
-  }
-  return nullptr;
-}
-
 void Supervisor::RebuildServedModels() {
   served_configs_.clear();
   served_index_.clear();
@@ -78,9 +71,11 @@ json Supervisor::RestartWorker(int worker_id) {
             std::to_string(slot.inflight()) + " batch(es) in flight");
 }
 
-json Supervisor::Scale(const std::string& name, int count) {
-  Model* model = FindModel(name);
-  if (!model) return Error("no model '" + name + "'");
+json Supervisor::Scale(const std::string& name, int count, const std::string& version) {
+  Model* model = FindModel(name, version);
+  if (!model) {
+    return Error("no model '" + name + "'" + (version.empty() ? "" : " version '" + version + "'"));
+  }
   if (model->rollout.state == RolloutState::kRolling) {
     return Error("model '" + name + "' is being rolled out (rollout " +
                  std::to_string(model->rollout.id) + "); scale it once that is over");
@@ -124,8 +119,8 @@ json Supervisor::Reload() {
   notifier_.Reloading();
   // A reload reads each model file of the fresh config once, whole, to hash it (file_identity.h).
   ModelFiles files;
-  for (const ModelConfig& m : fresh.models) files.fresh[m.name] = ReadFileIdentity(m.path);
-  for (size_t i : served_index_) files.served[models_[i].config.name] = models_[i].file;
+  for (const ModelConfig& m : fresh.models) files.fresh[ModelFiles::Key(m)] = ReadFileIdentity(m.path);
+  for (size_t i : served_index_) files.served[ModelFiles::Key(models_[i].config)] = models_[i].file;
   const ReloadPlan plan = PlanReload(config_, served_configs_, fresh, AvailableCores(), files);
   std::vector<std::string> notes;
   if (!plan.needs_restart.empty()) {
@@ -136,22 +131,30 @@ json Supervisor::Reload() {
   }
   for (const ModelConfig& m : plan.added) {
     size_t first_new = workers_.size();
-    AddModel(m, files.fresh[m.name]);
+    AddModel(m, files.fresh[ModelFiles::Key(m)]);
     for (size_t i = first_new; i < workers_.size(); ++i) workers_.Launch(*workers_[i]);
-    notes.push_back("added " + m.name);
+    notes.push_back("added " + m.name + " version " + m.version);
   }
   json rollouts = json::array();
   const uint64_t first_rollout = next_rollout_id_;
   for (const ModelUpdate& update : plan.updated) {
-    notes.push_back(ApplyModelUpdate(update, files.fresh[update.config.name]));
-    const Model* model = FindModel(update.config.name);
+    notes.push_back(ApplyModelUpdate(update, files.fresh[ModelFiles::Key(update.config)]));
+    const Model* model = FindModel(update.config.name, update.config.version);
     if (model->rollout.id >= first_rollout) rollouts.push_back(RolloutJson(*model));
   }
-  for (const std::string& name : plan.removed) {
-    Model* model = FindModel(name);
+  for (const ModelConfig& gone : plan.removed) {
+    Model* model = FindModel(gone.name, gone.version);
+    // A version whose model keeps another: it serves until one of those is loaded.
+    if (std::any_of(fresh.models.begin(), fresh.models.end(),
+                    [&](const ModelConfig& m) { return m.name == gone.name; })) {
+      model->retire_when_replaced = true;
+      notes.push_back("removing " + gone.name + " version " + gone.version +
+                      " once another version is ready");
+      continue;
+    }
     model->removed = true;
-    notes.push_back("removing " + name + " once its " + std::to_string(model->queue.size()) +
-                    " queued request(s) are served");
+    notes.push_back("removing " + gone.name + " once its " +
+                    std::to_string(model->queue.size()) + " queued request(s) are served");
   }
   config_.models = fresh.models;
   config_.heartbeat_ms = fresh.heartbeat_ms;
@@ -181,7 +184,8 @@ json Supervisor::Reload() {
 
 std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update, const FileIdentity& file) {
   const ModelConfig& m = update.config;
-  Model* existing = FindModel(m.name);
+  Model* existing = FindModel(m.name, m.version);
+  existing->retire_when_replaced = false;  // listed again by this config
   if (existing->rollout.state == RolloutState::kRolling) {
     // Its workers run two configs already; a third would make rollback ambiguous.
     return m.name + ": unchanged, rollout " + std::to_string(existing->rollout.id) +
@@ -199,8 +203,10 @@ std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update, const FileId
   const int wanted_count = static_cast<int>(wanted.size());
   std::string scaled;
   // Fewer workers: the youngest go first, before the rest is rolled.
-  if (wanted_count < LiveWorkers(*existing)) scaled = Scale(m.name, wanted_count).value("message", "");
-  existing = FindModel(m.name);
+  if (wanted_count < LiveWorkers(*existing)) {
+    scaled = Scale(m.name, wanted_count, m.version).value("message", "");
+  }
+  existing = FindModel(m.name, m.version);
   std::vector<size_t> outdated;
   std::vector<InstanceConfig> replacements;
   size_t k = 0;
@@ -217,8 +223,10 @@ std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update, const FileId
     outdated.push_back(i);
     replacements.push_back(instance);
   }
-  if (wanted_count > LiveWorkers(*existing)) scaled = Scale(m.name, wanted_count).value("message", "");
-  existing = FindModel(m.name);
+  if (wanted_count > LiveWorkers(*existing)) {
+    scaled = Scale(m.name, wanted_count, m.version).value("message", "");
+  }
+  existing = FindModel(m.name, m.version);
   std::string rolled;
   if (!outdated.empty()) {
     StartRollout(*existing, std::move(outdated), std::move(replacements), previous_config,
@@ -247,7 +255,7 @@ std::string Supervisor::ReplaceAllAtOnce(Model& model, const ModelUpdate& update
     slot.BeginGracefulRestart("config reloaded: ring geometry or inputs changed");
     ++replaced;
   }
-  json scaled = Scale(m.name, static_cast<int>(wanted.size()));
+  json scaled = Scale(m.name, static_cast<int>(wanted.size()), m.version);
   return m.name +
          (replaced > 0 ? " (" + std::to_string(replaced) +
                              " worker(s) replaced at once (ring or inputs changed))"
@@ -319,23 +327,23 @@ void Supervisor::Housekeeping() {
       ++states[SlotStateName(slot.state())];
       ready += slot.state() == SlotState::kReady;
       if (metrics_) {
-        metrics_->GpuFallback(slot.id(), slot.model_name(), slot.fallen_back());
+        metrics_->GpuFallback(slot.id(), slot.model_name(), slot.model_version(), slot.fallen_back());
         if (auto sample = SampleProcess(slot.pid(), now)) {
-          metrics_->WorkerRss(slot.id(), slot.model_name(), sample->rss_bytes);
+          metrics_->WorkerRss(slot.id(), slot.model_name(), slot.model_version(), sample->rss_bytes);
         }
         const DeviceTelemetry& t = slot.telemetry;
-        metrics_->WorkerStageSeconds(slot.id(), slot.model_name(), t.h2d_us * 1e-6,
+        metrics_->WorkerStageSeconds(slot.id(), slot.model_name(), slot.model_version(), t.h2d_us * 1e-6,
                                      t.compute_us * 1e-6, t.d2h_us * 1e-6);
         if (t.memory_allocated >= 0) {
-          metrics_->WorkerGpuMemory(slot.id(), slot.model_name(), t.memory_allocated,
+          metrics_->WorkerGpuMemory(slot.id(), slot.model_name(), slot.model_version(), t.memory_allocated,
                                     t.memory_reserved);
         }
       }
     }
     if (metrics_) {
-      metrics_->QueueDepth(model.config.name, model.queue.size());
+      metrics_->QueueDepth(model.config.name, model.config.version, model.queue.size());
       for (const char* state : {"starting", "ready", "draining", "stopping", "restarting", "failed", "stopped"}) {
-        metrics_->Workers(model.config.name, state, states[state]);
+        metrics_->Workers(model.config.name, model.config.version, state, states[state]);
       }
     }
     all_ready = all_ready && ready > 0;

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "common/log.h"
+#include "common/model_versions.h"
 #include "common/protocol.h"
 #include "supervisor/frontend/frontend.h"
 #include "supervisor/model_metadata.h"
@@ -60,17 +61,27 @@ void Supervisor::HandleFrontendJobs() {
   }
 }
 
+// One entry per served (name, version): its health, its metadata ("versions" lists every loaded
+// version of the name) and "default": true on the version a request without one gets.
 json Supervisor::FrontendMetaJson() const {
   json health = HealthJson();
   json& models = health["models"];
   for (const auto& model : models_) {
     if (model.removed) continue;
+    const ModelConfig& config = model.config;
     auto it = std::find_if(models.begin(), models.end(), [&](const json& m) {
-      return m.value("name", "") == model.config.name;
+      return m.value("name", "") == config.name && m.value("version", "") == config.version;
     });
     if (it == models.end()) continue;
     const bool ready = it->value("ready", false) && !draining_;
-    it->update(ModelMetadataJson(model, ready));
+    it->update(ModelMetadataJson(model, ready, ServedVersions(config.name)));
+    size_t chosen = 0;
+    const bool is_default = SelectServedVersion(
+                                served_configs_, config.name, {},
+                                [this](size_t i) { return ServedVersionLoaded(i); }, &chosen)
+                                .ok() &&
+                            served_configs_[chosen].version == config.version;
+    (*it)["default"] = is_default;
   }
   return health;
 }

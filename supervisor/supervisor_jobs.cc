@@ -47,7 +47,7 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
   slot.requests_done += batch.requests.size();
   model.stats.RecordBatch(batch.rows);
   if (failure.ok()) model.cost.Observe(batch.rows, static_cast<double>(view.compute_us));
-  if (metrics_) metrics_->Batch(model.config.name, batch.rows);
+  if (metrics_) metrics_->Batch(model.config.name, model.config.version, batch.rows);
   if (!failure.ok()) {
     for (auto& r : batch.requests) {
       dispatcher_.Fail(model, r, failure);
@@ -80,9 +80,9 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
     }
     model.stats.RecordOk(timing.queue_us, timing.compute_us, timing.total_us, now);
     if (metrics_) {
-      metrics_->RequestDone(model.config.name, StatusCode::kOk, r.origin);
-      metrics_->Latency(model.config.name, timing.queue_us * 1e-6, timing.compute_us * 1e-6,
-                        timing.total_us * 1e-6);
+      metrics_->RequestDone(model.config.name, model.config.version, StatusCode::kOk, r.origin);
+      metrics_->Latency(model.config.name, model.config.version, timing.queue_us * 1e-6,
+                        timing.compute_us * 1e-6, timing.total_us * 1e-6);
     }
   }
 }
@@ -110,9 +110,10 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames, RequestOrigin or
   size_t served = served_index_.size();
   ShmCommand command;
   // Front-end requests never name client regions: those belong to ZeroMQ clients on this host.
-  Status s = ParseJob(frames, payload, served_configs_, clock_.Now(), &request, &served,
-                      config_.limits.request,
-                      origin == RequestOrigin::kZmq ? client_shm_.get() : nullptr, &command);
+  Status s =
+      ParseJob(frames, payload, served_configs_, clock_.Now(), &request, &served,
+               config_.limits.request, origin == RequestOrigin::kZmq ? client_shm_.get() : nullptr,
+               &command, [this](size_t served) { return ServedVersionLoaded(served); });
   if (s.ok() && command.op != RequestOp::kInfer) {
     RunShmCommand(request, command, ClientKey(request.identity, frames[payload], curve_.started()));
     return;
@@ -137,7 +138,8 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames, RequestOrigin or
   if (!s.ok()) {
     if (model) {
       model->stats.RecordRejected();
-      if (metrics_) metrics_->RequestDone(model->config.name, s.code(), request.origin);
+      if (metrics_)
+        metrics_->RequestDone(model->config.name, model->config.version, s.code(), request.origin);
     }
     replies_.SendError(request, s);
   }

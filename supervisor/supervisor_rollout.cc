@@ -150,7 +150,7 @@ void Supervisor::FinishRollout(Model& model, RolloutState outcome, const std::st
     // With max_unavailable > 0 some old workers may have been retired already: put them back,
     // with the old config.
     if (!model.removed && LiveWorkers(model) < r.workers_before) {
-      Scale(model.config.name, r.workers_before);
+      Scale(model.config.name, r.workers_before, model.config.version);
     }
   }
   r.outdated.clear();

@@ -77,7 +77,7 @@ void Supervisor::OnChildExit(pid_t pid, int wait_status) {
             i < static_cast<size_t>(running));
   }
   if (metrics_ && slot->state() == SlotState::kBackoff && !expected) {
-    metrics_->WorkerRestart(slot->model_name());
+    metrics_->WorkerRestart(slot->model_name(), slot->model_version());
   }
   if (!expected && slot->last_exit_was_device_failure()) RecycleMpsPeers(*slot);
   FailModelIfNoWorkers(models_[slot->model_index()]);

@@ -61,11 +61,17 @@ bool SlotTransitionAllowed(SlotState from, SlotState to) {
 
 WorkerSlot::WorkerSlot(int id, const ModelConfig& model, const InstanceConfig& instance,
                        size_t model_index)
-    : id_(id), model_index_(model_index), model_name_(model.name), model_path_(model.path),
+    : id_(id),
+      model_index_(model_index),
+      model_name_(model.name),
+      model_version_(model.version),
+      model_path_(model.path),
       instance_(instance),
       warmup_json_(model.warmup.empty() ? std::string() : WarmupToJson(model.warmup)),
-      ring_slots_(model.ring_slots), slot_data_bytes_(model.slot_bytes),
-      max_inflight_(model.max_inflight_per_worker), device_(instance.device),
+      ring_slots_(model.ring_slots),
+      slot_data_bytes_(model.slot_bytes),
+      max_inflight_(model.max_inflight_per_worker),
+      device_(instance.device),
       jitter_(static_cast<unsigned>(::getpid()) * 7919u + static_cast<unsigned>(id)) {}
 
 void WorkerSlot::TransitionTo(SlotState next, const std::string& why) {
@@ -78,8 +84,9 @@ void WorkerSlot::TransitionTo(SlotState next, const std::string& why) {
   }
   if (next == state_) return;
   TF_LOG(kInfo) << "worker state" << Kv("worker", id_) << Kv("model", model_name_)
-                << Kv("pid", pid_) << Kv("from", SlotStateName(state_))
-                << Kv("to", SlotStateName(next)) << Kv("why", why);
+                << Kv("version", model_version_) << Kv("pid", pid_)
+                << Kv("from", SlotStateName(state_)) << Kv("to", SlotStateName(next))
+                << Kv("why", why);
   state_ = next;
 }
 

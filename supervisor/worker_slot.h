@@ -208,6 +208,7 @@ class WorkerSlot {
   int id() const { return id_; }
   size_t model_index() const { return model_index_; }
   const std::string& model_name() const { return model_name_; }
+  const std::string& model_version() const { return model_version_; }
   int generation() const { return generation_; }
   pid_t pid() const { return pid_; }
   SlotState state() const { return state_; }
@@ -235,6 +236,7 @@ class WorkerSlot {
   int id_;
   size_t model_index_;
   std::string model_name_;
+  std::string model_version_;
   std::string model_path_;
   InstanceConfig instance_;
   std::string warmup_json_;  // the model's warm-up batches as the worker's --warmup takes them

@@ -120,4 +120,10 @@ std::string FormatBytes(std::optional<double> bytes) {
   return Printf("%.2fG", b / (1024.0 * 1024 * 1024));
 }
 
+std::string ModelLabel(const nlohmann::json& object, std::string_view name_key) {
+  const std::string name = TextField(object, {name_key});
+  const std::string version = TextField(object, {"version"});
+  return version == kMissing || version == "1" ? name : name + ":" + version;
+}
+
 }  // namespace torchfarm

@@ -25,6 +25,9 @@ std::optional<double> NumberField(const nlohmann::json& object,
 // A string as-is, a number or boolean as JSON text, kMissing for absent, "" strings and
 // objects/arrays.
 std::string TextField(const nlohmann::json& object, std::initializer_list<std::string_view> path);
+// A model's name as the tables show it: "NAME", or "NAME:VERSION" for a version other than "1"
+// (README, "Model versions"). `name_key` is "name" in models[] and "model" in workers[].
+std::string ModelLabel(const nlohmann::json& object, std::string_view name_key);
 
 // The array at `key` of `object`, or an empty array when it is absent or not an array.
 const nlohmann::json& ArrayField(const nlohmann::json& object, std::string_view key);

@@ -35,7 +35,7 @@ std::vector<std::string> ModelTable(const json& models) {
                    {"QUEUE_P99", kRight},
                    {"COMPUTE_P99", kRight}});
   for (const auto& m : models) {
-    table.AddRow({{TextField(m, {"name"})},
+    table.AddRow({{ModelLabel(m, "name")},
                   {TextField(m, {"state"})},
                   {FormatCount(NumberField(m, {"queue_depth"}))},
                   {FormatCount(NumberField(m, {"requests"}))},
@@ -72,7 +72,7 @@ std::vector<std::string> WorkerTable(const json& workers) {
     // A slot between processes reports pid 0 or -1: there is no process to name.
     auto pid = NumberField(w, {"pid"});
     table.AddRow({{TextField(w, {"id"})},
-                  {TextField(w, {"model"})},
+                  {ModelLabel(w, "model")},
                   {pid && *pid > 0 ? FormatCount(pid) : kMissing},
                   {DeviceText(w, /*compact=*/false)},
                   {TextField(w, {"state"})},
@@ -170,7 +170,7 @@ std::vector<std::string> RenderHealthTable(const json& health) {
     auto ready_workers = NumberField(m, {"ready_workers"});
     if (ready == kMissing && ready_workers) ready = *ready_workers > 0 ? "yes" : "no";
     table.AddRow(
-        {{TextField(m, {"name"})},
+        {{ModelLabel(m, "name")},
          {ready},
          {FormatCount(ready_workers) + "/" + FormatCount(NumberField(m, {"workers"})) + " ready"}});
   }

@@ -86,7 +86,7 @@ std::vector<std::string> ModelLines(const json& models,
                    {"WORKERS", kLeft}},
                   /*gap=*/2);
   for (const auto& m : models) {
-    std::string name = TextField(m, {"name"});
+    std::string name = ModelLabel(m, "name");
     std::string state = TextField(m, {"state"});
     Colour state_colour = state == "available"     ? Colour::kGreen
                           : state == "unavailable" ? Colour::kRed
@@ -123,7 +123,7 @@ std::vector<std::string> WorkerLines(const json& workers, const TopViewOptions& 
     std::string state = TextField(w, {"state"});
     table.AddRow({{TextField(w, {"id"})},
                   {pid && *pid > 0 ? FormatCount(pid) : kMissing},
-                  {TextField(w, {"model"})},
+                  {ModelLabel(w, "model")},
                   {state, WorkerStateColour(state)},
                   {DeviceText(w, /*compact=*/true)},
                   {FormatDecimal(NumberField(w, {"cpu_percent"}), 1)},
@@ -168,9 +168,9 @@ Colour WorkerStateColour(const std::string& state) {
 std::vector<std::string> RenderTopView(const json& stats, const TopViewOptions& options) {
   const json& workers = ArrayField(stats, "workers");
   std::map<std::string, ReadyCount> by_model;
-  for (const auto& m : ArrayField(stats, "models")) by_model[TextField(m, {"name"})];
+  for (const auto& m : ArrayField(stats, "models")) by_model[ModelLabel(m, "name")];
   for (const auto& w : workers) {
-    ReadyCount& count = by_model[TextField(w, {"model"})];
+    ReadyCount& count = by_model[ModelLabel(w, "model")];
     ++count.total;
     count.ready += CountsAsReady(TextField(w, {"state"}));
   }

@@ -20,7 +20,6 @@
 
 #include "proto/grpc_predict_v2.grpc.pb.h"
 #include "supervisor/frontend/grpc_service.h"
-#include "supervisor/frontend/http_v2_handler.h"  // kV2ModelVersion
 #include "supervisor/frontend/v2_inference.h"
 
 namespace torchfarm {
@@ -304,10 +303,6 @@ grpc::ServerUnaryReactor* GrpcServer::Impl::ModelInfer(grpc::CallbackServerConte
   json header;
   std::vector<zmq::message_t> frames;
   Status status = V2RequestFromProto(*request, v2.get());
-  if (status.ok() && !v2->version.empty() && v2->version != kV2ModelVersion) {
-    status = NotFound("model '" + v2->model + "' has no version '" + v2->version +
-                      "'; its versions: " + kV2ModelVersion);
-  }
   if (status.ok()) status = ApplyDeadline(*context, v2.get());
   if (status.ok()) status = ToFarmRequest(*v2, &header, &frames);
   if (!status.ok()) {

@@ -284,26 +284,7 @@ Status FindModelInMeta(const nlohmann::json& meta, const std::string& name,
   if (models == meta.end() || !models->is_array()) {
     return Internal("the farm's metadata reply has no \"models\" list");
   }
-  std::string served;
-  for (const auto& model : *models) {
-    const std::string model_name = model.is_object() ? model.value("name", "") : "";
-    if (model_name != name) {
-      served += (served.empty() ? "" : ", ") + model_name;
-      continue;
-    }
-    if (!version.empty()) {
-      const auto versions = model.value("versions", nlohmann::json::array());
-      bool known = false;
-      for (const auto& v : versions) known = known || (v.is_string() && v == version);
-      if (!known) {
-        return NotFound("model '" + name + "' has no version '" + version +
-                        "' (versions: " + versions.dump() + ")");
-      }
-    }
-    *out = &model;
-    return Status::Ok();
-  }
-  return NotFound("model '" + name + "' is not served (served: " + served + ")");
+  return FindModelVersionInMeta(meta, name, version, out);
 }
 
 Status ModelMetadataFromJson(const nlohmann::json& model, inference::ModelMetadataResponse* out) {

@@ -75,37 +75,6 @@ V2HttpAnswer JsonAnswer(int http_status, const json& body) {
   return answer;
 }
 
-std::string Names(const json& list) {
-  std::string names;
-  for (const json& item : list) {
-    const std::string name = item.is_object()   ? item.value("name", "")
-                             : item.is_string() ? item.get<std::string>()
-                                                : item.dump();
-    names += (names.empty() ? "" : ", ") + name;
-  }
-  return names.empty() ? "none" : names;
-}
-
-// The model's entry in a meta reply, or the error naming the models there are.
-Status FindModel(const json& meta, const V2Target& target, const json** out) {
-  static const json kEmpty = json::array();
-  auto models = meta.find("models");
-  const json& list = models != meta.end() && models->is_array() ? *models : kEmpty;
-  for (const json& model : list) {
-    if (model.is_object() && model.value("name", "") == target.model) {
-      *out = &model;
-      const json versions = model.value("versions", json::array({kV2ModelVersion}));
-      if (target.version.empty()) return Status::Ok();
-      for (const json& v : versions) {
-        if (v.is_string() && v.get<std::string>() == target.version) return Status::Ok();
-      }
-      return NotFound("model '" + target.model + "' has no version '" + target.version +
-                      "'; its versions: " + Names(versions));
-    }
-  }
-  return NotFound("model '" + target.model + "' is not served; served models: " + Names(list));
-}
-
 V2HttpAnswer AnswerMeta(const V2Target& target, const json& meta) {
   const bool ready = meta.value("ready", false);
   switch (target.route) {
@@ -116,7 +85,9 @@ V2HttpAnswer AnswerMeta(const V2Target& target, const json& meta) {
     default: break;
   }
   const json* model = nullptr;
-  if (Status s = FindModel(meta, target, &model); !s.ok()) return V2ErrorAnswer(s);
+  if (Status s = FindModelVersionInMeta(meta, target.model, target.version, &model); !s.ok()) {
+    return V2ErrorAnswer(s);
+  }
   if (target.route == V2Route::kModelReady) {
     const bool model_ready = model->value("ready", false);
     return JsonAnswer(model_ready ? 200 : 503, {{"name", target.model}, {"ready", model_ready}});
@@ -146,10 +117,6 @@ void HandleMeta(const V2Target& target, FarmChannel& channel,
 
 void HandleInfer(const V2Target& target, HttpRequest& http_request, const std::string& peer,
                  FarmChannel& channel, std::function<void(V2HttpAnswer)> done) {
-  if (!target.version.empty() && target.version != kV2ModelVersion) {
-    return done(V2ErrorAnswer(NotFound("model '" + target.model + "' has no version '" +
-                                       target.version + "'; its versions: " + kV2ModelVersion)));
-  }
   auto body = std::make_shared<const std::string>(std::move(http_request.body()));
   size_t json_bytes = body->size();
   auto length = http_request.find(kInferenceHeaderContentLength);

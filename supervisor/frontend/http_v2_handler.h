@@ -38,9 +38,6 @@ struct V2Target {
 };
 V2Target ParseV2Target(boost::beast::http::verb method, std::string_view target);
 
-// The only model version the farm serves for now.
-inline constexpr const char* kV2ModelVersion = "1";
-
 struct V2HttpAnswer {
   int http_status = 200;
   std::string body;

@@ -319,8 +319,9 @@ Status ParseV2InferRequest(std::shared_ptr<const std::string> body, size_t json_
 V2HttpBody WriteV2InferResponse(const V2InferResponse& response) {
   V2HttpBody body;
   std::string& text = body.bytes;
-  text = "{\"model_name\":" + Quote(response.model) +
-         ",\"model_version\":" + Quote(response.version);
+  text = "{\"model_name\":" + Quote(response.model);
+  // Empty for a request that named no version: the farm's reply does not say which one ran it.
+  if (!response.version.empty()) text += ",\"model_version\":" + Quote(response.version);
   if (!response.id.empty()) text += ",\"id\":" + Quote(response.id);
   text += ",\"outputs\":[";
   bool any_binary = false;

@@ -1,6 +1,7 @@
 // The v2 <-> farm translation (v2_inference.h); the datatype names are common/dtype.h's.
 #include "supervisor/frontend/v2_inference.h"
 
+#include <algorithm>
 #include <array>
 #include <unordered_set>
 #include <utility>
@@ -95,6 +96,7 @@ Status ToFarmRequest(V2InferRequest& request, nlohmann::json* header,
     }
   }
   *header = {{"v", kProtocolVersion}, {"model", request.model}, {"inputs", std::move(inputs)}};
+  if (!request.version.empty()) (*header)["version"] = request.version;
   if (request.timeout_ms > 0) (*header)["timeout_ms"] = request.timeout_ms;
   if (request.priority != 0) (*header)["priority"] = request.priority;
   frames->clear();
@@ -142,7 +144,8 @@ Status FromFarmReply(const V2InferRequest& request, const ReplyHeader& reply,
   }
   *out = V2InferResponse{};
   out->model = request.model;
-  out->version = request.version.empty() ? "1" : request.version;
+  // The farm's reply does not say which version ran an unpinned request: empty then.
+  out->version = request.version;
   out->id = request.id;
   out->timing = reply.timing;
   out->binary = std::move(binary);
@@ -175,6 +178,45 @@ int HttpStatusOf(StatusCode code) {
     case StatusCode::kInternal: return 500;
   }
   return 500;
+}
+
+Status FindModelVersionInMeta(const nlohmann::json& meta, const std::string& name,
+                              const std::string& version, const nlohmann::json** out) {
+  static const nlohmann::json kEmpty = nlohmann::json::array();
+  auto models = meta.find("models");
+  const nlohmann::json& list = models != meta.end() && models->is_array() ? *models : kEmpty;
+  std::vector<std::string> served;
+  std::string versions;
+  const nlohmann::json* first = nullptr;
+  for (const nlohmann::json& model : list) {
+    const std::string model_name = model.is_object() ? model.value("name", "") : "";
+    if (model_name != name) {
+      if (std::find(served.begin(), served.end(), model_name) == served.end()) {
+        served.push_back(model_name);
+      }
+      continue;
+    }
+    const std::string model_version = model.value("version", "1");
+    versions += (versions.empty() ? "" : ", ") + model_version;
+    if (!first) first = &model;
+    const bool chosen = version.empty() ? model.value("default", false) : model_version == version;
+    if (chosen) {
+      *out = &model;
+      return Status::Ok();
+    }
+  }
+  if (first && version.empty()) {
+    *out = first;
+    return Status::Ok();
+  }
+  if (first) {
+    return NotFound("model '" + name + "' has no version '" + version +
+                    "'; its versions: " + versions);
+  }
+  std::string names;
+  for (const std::string& n : served) names += (names.empty() ? "" : ", ") + n;
+  return NotFound("model '" + name + "' is not served; served models: " +
+                  (names.empty() ? std::string("none") : names));
 }
 
 }  // namespace torchfarm

@@ -29,6 +29,14 @@ namespace torchfarm {
 // `where` and listing the accepted names.
 Status DTypeFromV2(std::string_view datatype, const std::string& where, DType* out);
 
+// The entry of model `name`, version `version`, in a "meta" reply's "models" (farm_channel.h;
+// one entry per loaded version, supervisor_frontend.cc). An empty `version` picks the entry marked
+// "default" (else the model's first). NOT_FOUND names the served models when `name` is not among
+// them, or the loaded versions when `version` is not one of them. An entry without "version"
+// counts as version "1".
+Status FindModelVersionInMeta(const nlohmann::json& meta, const std::string& name,
+                              const std::string& version, const nlohmann::json** out);
+
 // One tensor. Its bytes are C-contiguous little-endian (row-major), itemsize x prod(shape) long,
 // held in a zmq message so they travel to the loop without another copy.
 struct V2Tensor {
@@ -45,7 +53,7 @@ struct V2RequestedOutput {
 
 struct V2InferRequest {
   std::string model;
-  std::string version;  // empty: the default version
+  std::string version;  // empty: the default version (the latest loaded); else sent as "version"
   std::string id;       // echoed in the response; empty: none
   std::vector<V2Tensor> inputs;
   // Empty: every output. Otherwise these, in this order; an unknown or repeated name is

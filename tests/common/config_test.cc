@@ -142,7 +142,8 @@ TEST(ConfigTest, WrongTypesNamePathExpectedAndReceived) {
   EXPECT_EQ(ParseError(j), "config.models[0].instances: expected an array");
   j = MinimalConfig();
   j["models"] = json::object();
-  EXPECT_EQ(ParseError(j), "config.models: expected a non-empty array of models");
+  EXPECT_EQ(ParseError(j),
+            "config.models: expected a non-empty array of models (or a \"model_repository\")");
   j = MinimalConfig();
   j["models"][0].erase("path");
   EXPECT_EQ(ParseError(j), "config.models[0].path: required string is missing");
@@ -152,7 +153,9 @@ TEST(ConfigTest, WrongTypesNamePathExpectedAndReceived) {
 TEST(ConfigTest, DuplicateModelNamesAreRejected) {
   json j = MinimalConfig();
   j["models"].push_back(j["models"][0]);
-  EXPECT_EQ(ParseError(j), "config.models[1].name: model \"m\" is declared twice");
+  EXPECT_EQ(ParseError(j),
+            "config.models[1].name: model \"m\" is declared twice (list its "
+            "versions in one entry's \"versions\")");
 }
 
 TEST(ConfigTest, CountAutoResolvesAgainstCores) {

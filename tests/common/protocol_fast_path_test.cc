@@ -17,6 +17,7 @@ void ExpectSame(const RequestHeader& a, const RequestHeader& b, const std::strin
   EXPECT_EQ(a.id.type(), b.id.type()) << text;
   EXPECT_EQ(a.id.dump(), b.id.dump()) << text;
   EXPECT_EQ(a.model, b.model) << text;
+  EXPECT_EQ(a.version, b.version) << text;
   EXPECT_EQ(a.inputs, b.inputs) << text;
   EXPECT_EQ(a.input_names, b.input_names) << text;
   EXPECT_EQ(a.timeout_ms, b.timeout_ms) << text;
@@ -75,6 +76,28 @@ TEST(ProtocolFastPathTest, TakesNamedInputsAndLeavesOddNamesToTheJsonParser) {
   EXPECT_FALSE(FastTakes(R"({"v":1,"model":"m","inputs":[{"name":"y","name":"z","dtype":"int8",)"
                          R"("shape":[1]}]})"));
   EXPECT_FALSE(FastTakes(R"({"v":1,"model":"m","inputs":[{"name":7,"dtype":"int8","shape":[1]}]})"));
+}
+
+TEST(ProtocolFastPathTest, TakesAVersionAndLeavesOddOnesToTheJsonParser) {
+  const std::string tail = R"(,"inputs":[{"dtype":"int8","shape":[1]}]})";
+  EXPECT_TRUE(FastTakes(R"({"v":1,"model":"m","version":"2")" + tail));
+  EXPECT_TRUE(FastTakes(R"({"v":1,"version":"v1.2-rc_3","model":"m")" + tail));
+  EXPECT_TRUE(FastTakes(R"({"v":1,"model":"m","version":")" + std::string(32, '9') + "\"" + tail));
+  for (const std::string& version :
+       std::vector<std::string>{R"("")", "\"" + std::string(33, '9') + "\"", R"("a b")", R"("a/b")",
+                                R"(2)", R"(null)", R"("\u0032")"}) {
+    EXPECT_FALSE(FastTakes(R"({"v":1,"model":"m","version":)" + version + tail)) << version;
+  }
+  EXPECT_FALSE(FastTakes(R"({"v":1,"model":"m","version":"1","version":"2")" + tail));
+  RequestHeader header;
+  ASSERT_TRUE(ParseRequestHeader(R"({"v":1,"model":"m","version":"7")" + tail, &header).ok());
+  EXPECT_EQ(header.version, "7");
+  Status s = ParseRequestHeader(R"({"v":1,"model":"m","version":2)" + tail, &header);
+  EXPECT_EQ(s.message(),
+            "header field 'version': expected a string of 1..32 letters, digits, "
+            "'_', '-' or '.', got 2");
+  ASSERT_TRUE(ParseRequestHeader(R"({"v":1,"model":"m","version":null)" + tail, &header).ok());
+  EXPECT_EQ(header.version, "") << "null: the default version";
 }
 
 TEST(ProtocolFastPathTest, LeavesEverythingElseToTheJsonParser) {

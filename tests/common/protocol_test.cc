@@ -148,9 +148,10 @@ TEST(ProtocolTest, RejectsNonIntegerDimensions) {
 TEST(ProtocolTest, RejectsUnknownFields) {
   json j = ValidHeader();
   j["deadline"] = 5;
-  EXPECT_EQ(ParseError(j),
-            "header: unknown field 'deadline' (expected v, id, op, model, inputs, timeout_ms, "
-            "priority, output_shm)");
+  EXPECT_EQ(
+      ParseError(j),
+      "header: unknown field 'deadline' (expected v, id, op, model, version, inputs, timeout_ms, "
+      "priority, output_shm)");
   j = ValidHeader();
   j["inputs"][0]["layout"] = "nchw";
   EXPECT_EQ(ParseError(j), "inputs[0]: unknown key 'layout' (expected dtype, shape, name)");

@@ -80,6 +80,12 @@ void FakeFarmLoop::Answer(std::vector<zmq::message_t>& frames) {
       reply.update({{"status", "ok"}, {"live", true}, {"ready", ready_.load()},
                     {"draining", false}, {"models", {ModelMeta("echo"), ModelMeta("named")}}});
     }
+  } else if (header.value("version", "1") != "1") {
+    // Like the farm (common/model_versions.h): a version it does not serve is NOT_FOUND.
+    reply.update({{"status", "error"},
+                  {"code", "NOT_FOUND"},
+                  {"message", "model '" + model + "' has no version '" +
+                                  header.value("version", "") + "'; its versions: 1"}});
   } else if (model.rfind("code-", 0) == 0) {
     reply.update({{"status", "error"}, {"code", model.substr(5)}, {"message", "fake " + model}});
   } else if (model == "echo" || model == "named") {

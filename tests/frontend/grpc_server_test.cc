@@ -111,6 +111,18 @@ class FakeLoop {
     }
     const std::string model = header.value("model", "");
     if (model == "silent") return;
+    if (header.value("version", "1") != "1") {
+      // Like the farm (common/model_versions.h): a version it does not serve is NOT_FOUND.
+      json error = {{"v", 1},
+                    {"id", header["id"]},
+                    {"status", "error"},
+                    {"code", "NOT_FOUND"},
+                    {"message", "model '" + model + "' has no version '" +
+                                    header.value("version", "") + "'; its versions: 1"}};
+      reply.emplace_back(error.dump());
+      zmq::send_multipart(socket_, reply);
+      return;
+    }
     if (model.rfind("fail_", 0) == 0) {
       json error = {{"v", 1},
                     {"id", header["id"]},
@@ -310,17 +322,23 @@ TEST_F(GrpcServerTest, TimeoutAndPriorityParametersReachTheFarm) {
   EXPECT_EQ(loop_->last_header().value("priority", 0), 3);
 }
 
-// Like HTTP's /versions/{v}/infer and ModelReady: a version the farm does not serve is NOT_FOUND
-// (it used to be served as version 1).
-TEST_F(GrpcServerTest, InferOfAnUnknownVersionIsNotFound) {
+// model_version travels to the farm as the header's "version" (the farm answers NOT_FOUND for a
+// version it does not serve); none: the farm's default.
+TEST_F(GrpcServerTest, InferPassesTheVersionToTheFarm) {
   inference::ModelInferRequest request = RawRequest("identity", {1});
   request.set_model_version("7");
   inference::ModelInferResponse response;
   grpc::Status status = Infer(request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
   EXPECT_EQ(status.error_message(), "model 'identity' has no version '7'; its versions: 1");
+  EXPECT_EQ(loop_->last_header().value("version", ""), "7");
   request.set_model_version("1");
-  EXPECT_TRUE(Infer(request, &response).ok());
+  ASSERT_TRUE(Infer(request, &response).ok());
+  EXPECT_EQ(loop_->last_header().value("version", ""), "1");
+  EXPECT_EQ(response.model_version(), "1");
+  request.clear_model_version();
+  ASSERT_TRUE(Infer(request, &response).ok());
+  EXPECT_FALSE(loop_->last_header().contains("version"));
 }
 
 // The largest int64 µs used to overflow the rounding up (signed overflow), giving no timeout.

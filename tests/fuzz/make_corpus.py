@@ -26,6 +26,8 @@ seeds = [
     req(valid, 24, 24),
     req({**valid, "timeout_ms": 50, "priority": 3}, 24, 24),
     req({"v": 1, "id": "a", "model": "mlp", "inputs": [spec("float32", [1, 4])]}, 16),
+    req({"v": 1, "model": "mlp", "version": "1", "inputs": [spec("float32", [1, 4])]}, 16),
+    req({"v": 1, "model": "mlp", "version": "v2.0-rc_1", "inputs": [spec("float32", [1, 4])]}, 16),
     req({"v": 1, "model": "mlp", "inputs": [spec("float32", [4, 4])]}, 64),
     req({"v": 1, "model": "mlp", "inputs": [spec("float32", [0, 4])]}, 0),
     req({"v": 1, "model": "any", "inputs": [spec("uint8", [2, 3, 4])]}, 24),

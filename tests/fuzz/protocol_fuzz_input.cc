@@ -54,8 +54,8 @@ void CheckFastPath(std::string_view header, const RequestLimits& limits) {
   Status s = ParseRequestHeaderJson(header, &full, limits);
   if (!s.ok()) Fail("fast path accepted what the JSON parser refuses", s.message());
   if (fast.id != full.id || fast.id.type() != full.id.type() || fast.model != full.model ||
-      !(fast.inputs == full.inputs) || fast.input_names != full.input_names ||
-      fast.timeout_ms != full.timeout_ms ||
+      fast.version != full.version || !(fast.inputs == full.inputs) ||
+      fast.input_names != full.input_names || fast.timeout_ms != full.timeout_ms ||
       fast.priority != full.priority) {
     Fail("fast path and JSON parser disagree", std::string(header.substr(0, 200)));
   }

@@ -2,22 +2,26 @@
 // workers, documented defaults): every endpoint, the JSON and binary paths bit for bit equal to
 // the ZeroMQ path, each error class with its HTTP status, keep-alive, draining.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstring>
-#include <map>
-#include <random>
-#include <string>
-#include <vector>
-
+#include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <gtest/gtest.h>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
 
 #include "tests/integration/farm_fixture.h"
 #include "torchfarm/client.h"
@@ -279,10 +283,14 @@ TEST(KserveV2HttpConnections, AThousandIdleConnectionsLeaveTheFarmServingWithBou
   // Beast keeps a small buffer per idle connection: well under 64 KiB each.
   EXPECT_LT(rss_after - rss_before, int64_t{64} << 20) << rss_before << " -> " << rss_after;
   const std::string metrics = HttpConnection(metrics_port).Get("/metrics").body;
-  EXPECT_NE(metrics.find(R"(torchfarm_requests_total{model="mlp",protocol="http",status="OK"} 1)"),
-            std::string::npos);
-  EXPECT_NE(metrics.find(R"(torchfarm_requests_total{model="mlp",protocol="zmq",status="OK"} 1)"),
-            std::string::npos);
+  EXPECT_NE(
+      metrics.find(
+          R"(torchfarm_requests_total{model="mlp",protocol="http",status="OK",version="1"} 1)"),
+      std::string::npos);
+  EXPECT_NE(
+      metrics.find(
+          R"(torchfarm_requests_total{model="mlp",protocol="zmq",status="OK",version="1"} 1)"),
+      std::string::npos);
   idle.clear();
   EXPECT_EQ(farm.Stop(), 0);
 }
@@ -324,6 +332,157 @@ TEST(KserveV2HttpDeadline, AQueuedRequestPastItsTimeoutGets504) {
     uint64_t got = 0;
     EXPECT_TRUE(client.Receive(&result, &got, 10'000).ok());
   }
+}
+
+// One request over ZeroMQ with `version` in its header ("" leaves it out): the reply's header and
+// its output frames.
+std::pair<json, std::vector<std::string>> ZmqInferVersion(const Farm& farm,
+                                                          const std::string& version,
+                                                          const std::vector<float>& input) {
+  zmq::context_t context;
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::rcvtimeo, 10'000);
+  socket.connect(farm.endpoint());
+  json header = {{"v", 1},
+                 {"id", 1},
+                 {"model", "v"},
+                 {"inputs", {{{"dtype", "float32"}, {"shape", {1, 256}}}}}};
+  if (!version.empty()) header["version"] = version;
+  socket.send(zmq::buffer(header.dump()), zmq::send_flags::sndmore);
+  socket.send(zmq::buffer(input.data(), input.size() * 4), zmq::send_flags::none);
+  std::vector<zmq::message_t> parts;
+  (void)zmq::recv_multipart(socket, std::back_inserter(parts));
+  if (parts.empty()) return {json(), {}};
+  std::vector<std::string> frames;
+  for (size_t i = 1; i < parts.size(); ++i) frames.push_back(parts[i].to_string());
+  return {json::parse(parts[0].to_string(), nullptr, false), frames};
+}
+
+// Two versions of one model loaded at once, identity as "1" and the mlp as "2": a request naming a
+// version runs on it (told apart by the output: 256 floats equal to the input, or 128), over
+// ZeroMQ ("version") and HTTP (/versions/{v}/infer); one naming none runs on the latest; an
+// unknown version is NOT_FOUND naming the versions; metadata lists both; metrics carry them.
+TEST(KserveV2Versions, PinnedRequestsRunOnTheirVersionUnpinnedOnTheLatest) {
+  const int metrics_port = testing::FreePort();
+  json extra = FrontendEndpoints();
+  extra["metrics_endpoint"] = "127.0.0.1:" + std::to_string(metrics_port);
+  json entry = ModelEntry("v", "identity.pt", {-1, 256}, 1);
+  entry.erase("path");
+  entry["versions"] = {{{"version", "1"}, {"path", testing::ModelDir() + "/identity.pt"}},
+                       {{"version", "2"}, {"path", testing::ModelDir() + "/mlp.pt"}}};
+  entry["version_policy"] = "all";
+  Farm farm(json::array({entry}), extra);
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady());
+  const std::vector<float> input = RandomFloats(256, 18);
+  const std::string input_bytes(reinterpret_cast<const char*>(input.data()), input.size() * 4);
+
+  auto [one, one_frames] = ZmqInferVersion(farm, "1", input);
+  ASSERT_EQ(one.value("status", ""), "ok") << one.dump();
+  ASSERT_EQ(one_frames.size(), 1u);
+  EXPECT_EQ(one_frames[0], input_bytes) << "version 1 is the identity";
+  auto [two, two_frames] = ZmqInferVersion(farm, "2", input);
+  ASSERT_EQ(two.value("status", ""), "ok") << two.dump();
+  ASSERT_EQ(two_frames.size(), 1u);
+  EXPECT_EQ(two_frames[0].size(), 128u * 4) << "version 2 is the mlp";
+  auto [latest, latest_frames] = ZmqInferVersion(farm, "", input);
+  ASSERT_EQ(latest.value("status", ""), "ok") << latest.dump();
+  ASSERT_EQ(latest_frames.size(), 1u);
+  EXPECT_EQ(latest_frames[0], two_frames[0]) << "no version: the latest, 2";
+  auto [missing, missing_frames] = ZmqInferVersion(farm, "3", input);
+  EXPECT_EQ(missing.value("code", ""), "NOT_FOUND") << missing.dump();
+  EXPECT_NE(missing.value("message", "").find("no version '3' (loaded versions: 1, 2)"),
+            std::string::npos)
+      << missing.dump();
+
+  HttpConnection http(HttpPort(farm));
+  const json request = {
+      {"inputs",
+       {{{"name", "INPUT__0"}, {"datatype", "FP32"}, {"shape", {1, 256}}, {"data", input}}}}};
+  auto output_size = [&](const std::string& target) {
+    HttpReply r = http.Post(target, request.dump());
+    EXPECT_EQ(r.status, 200) << target << ": " << r.body;
+    const json j = r.Json();
+    return j.is_object() ? j["outputs"][0]["data"].size() : size_t{0};
+  };
+  EXPECT_EQ(output_size("/v2/models/v/versions/1/infer"), 256u);
+  EXPECT_EQ(output_size("/v2/models/v/versions/2/infer"), 128u);
+  EXPECT_EQ(output_size("/v2/models/v/infer"), 128u);
+  HttpReply unknown = http.Post("/v2/models/v/versions/3/infer", request.dump());
+  EXPECT_EQ(unknown.status, 404) << unknown.body;
+  const json meta = http.Get("/v2/models/v").Json();
+  EXPECT_EQ(meta["versions"], json::array({"1", "2"})) << meta.dump();
+  EXPECT_EQ(http.Get("/v2/models/v/versions/1/ready").status, 200);
+  EXPECT_EQ(http.Get("/v2/models/v/versions/3/ready").status, 404);
+
+  const std::string metrics = HttpConnection(metrics_port).Get("/metrics").body;
+  for (const char* series :
+       {R"(torchfarm_requests_total{model="v",protocol="zmq",status="OK",version="1"} 1)",
+        R"(torchfarm_requests_total{model="v",protocol="zmq",status="OK",version="2"} 2)",
+        R"(torchfarm_requests_total{model="v",protocol="http",status="OK",version="2"} 2)"}) {
+    EXPECT_NE(metrics.find(series), std::string::npos) << series;
+  }
+  const json stats = farm.Admin("stats");
+  ASSERT_EQ(stats["models"].size(), 2u);
+  EXPECT_EQ(stats["models"][0]["version"], "1");
+  EXPECT_EQ(stats["models"][1]["version"], "2");
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+// A reload that swaps version 1 (identity) for version 2 (the mlp): a client sending unpinned
+// requests throughout gets no error; it is answered by version 1 until version 2 is ready and by
+// version 2 from its first answer on; version 1 is removed only then.
+TEST(ModelVersionsReload, ANewVersionServesBeforeTheOldOneGoes) {
+  auto entry = [](json versions) {
+    json e = ModelEntry("v", "identity.pt", {-1, 256}, 1);
+    e.erase("path");
+    e["versions"] = std::move(versions);
+    return json::array({e});
+  };
+  const json one = {{"version", "1"}, {"path", testing::ModelDir() + "/identity.pt"}};
+  const json two = {{"version", "2"}, {"path", testing::ModelDir() + "/mlp.pt"}};
+  Farm farm(entry({one}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady());
+  const std::vector<float> input = RandomFloats(256, 7);
+  const std::string input_bytes(reinterpret_cast<const char*>(input.data()), input.size() * 4);
+  std::atomic<bool> stop{false};
+  std::atomic<int> identity{0}, mlp{0}, errors{0}, identity_after_mlp{0};
+  std::string first_error;
+  std::thread client([&] {
+    while (!stop) {
+      auto [header, frames] = ZmqInferVersion(farm, "", input);
+      if (header.value("status", "") != "ok" || frames.size() != 1) {
+        if (errors++ == 0) first_error = header.dump();
+      } else if (frames[0] == input_bytes) {
+        ++identity;
+        if (mlp > 0) ++identity_after_mlp;
+      } else if (frames[0].size() == 128 * 4) {
+        ++mlp;
+      }
+    }
+  });
+  while (identity < 5) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  farm.RewriteConfig(entry({one, two}));  // version_policy latest 1: 2 only
+  const json reloaded = farm.Admin("reload");
+  EXPECT_TRUE(reloaded.value("ok", false)) << reloaded.dump();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (mlp < 5 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stop = true;
+  client.join();
+  EXPECT_EQ(errors, 0) << first_error;
+  EXPECT_GE(mlp, 5);
+  EXPECT_EQ(identity_after_mlp, 0) << "once version 2 answered, it is the default";
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = ZmqInferVersion(farm, "1", input).first.value("code", "") == "NOT_FOUND";
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(gone) << "version 1 is removed once version 2 is ready";
+  EXPECT_EQ(farm.Stop(), 0);
 }
 
 }  // namespace

@@ -484,11 +484,11 @@ TEST(Operations, PrometheusMetricsMoveWithTraffic) {
   std::this_thread::sleep_for(Ms(1200));  // gauges refresh once a second
   std::string first = HttpGet(port, "/metrics");
   ASSERT_NE(first.find("200 OK"), std::string::npos) << first.substr(0, 200);
-  EXPECT_EQ(MetricValue(first, R"(torchfarm_requests_total{model="identity",protocol="zmq",status="OK"})"), 25);
-  EXPECT_EQ(MetricValue(first, R"(torchfarm_requests_total{model="identity",protocol="zmq",status="INVALID_ARGUMENT"})"), 1);
-  EXPECT_EQ(MetricValue(first, R"(torchfarm_workers{model="identity",state="ready"})"), 2);
-  EXPECT_EQ(MetricValue(first, R"(torchfarm_queue_depth{model="identity"})"), 0);
-  EXPECT_EQ(MetricValue(first, R"(torchfarm_request_duration_seconds_count{model="identity",stage="total"})"), 25);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_requests_total{model="identity",protocol="zmq",status="OK",version="1"})"), 25);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_requests_total{model="identity",protocol="zmq",status="INVALID_ARGUMENT",version="1"})"), 1);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_workers{model="identity",state="ready",version="1"})"), 2);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_queue_depth{model="identity",version="1"})"), 0);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_request_duration_seconds_count{model="identity",stage="total",version="1"})"), 25);
   EXPECT_NE(first.find("torchfarm_batch_size_bucket"), std::string::npos);
   EXPECT_NE(first.find("torchfarm_worker_rss_bytes{"), std::string::npos);
   EXPECT_NE(first.find("torchfarm_gpu_fallback{"), std::string::npos);
@@ -499,8 +499,8 @@ TEST(Operations, PrometheusMetricsMoveWithTraffic) {
   EXPECT_TRUE(farm.WaitReady(-1, 20'000));
   std::this_thread::sleep_for(Ms(1200));
   std::string second = HttpGet(port, "/metrics");
-  EXPECT_EQ(MetricValue(second, R"(torchfarm_requests_total{model="identity",protocol="zmq",status="OK"})"), 35);
-  EXPECT_EQ(MetricValue(second, R"(torchfarm_worker_restarts_total{model="identity"})"), 1);
+  EXPECT_EQ(MetricValue(second, R"(torchfarm_requests_total{model="identity",protocol="zmq",status="OK",version="1"})"), 35);
+  EXPECT_EQ(MetricValue(second, R"(torchfarm_worker_restarts_total{model="identity",version="1"})"), 1);
   EXPECT_EQ(farm.Stop(), 0);
 }
 

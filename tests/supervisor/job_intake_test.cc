@@ -86,6 +86,69 @@ TEST_F(JobIntakeTest, UnknownModelIsNotFoundAndListsServedModels) {
   EXPECT_EQ(r.id, 7) << "the id is echoed even on errors";
 }
 
+// Versions: one ModelConfig per (name, version); "version" pins one, none takes the latest loaded.
+class JobIntakeVersionsTest : public ::testing::Test {
+ protected:
+  JobIntakeVersionsTest() {
+    for (const char* version : {"1", "2", "10"}) {
+      ModelConfig m;
+      m.name = "m";
+      m.version = version;
+      // Version 10 takes wider rows: a request checks against the version it runs on.
+      m.inputs = {TensorSpec{DType::kFloat32, {-1, std::string(version) == "10" ? 8 : 4}}};
+      models_.push_back(m);
+    }
+    ModelConfig other;
+    other.name = "other";
+    other.inputs = {TensorSpec{DType::kFloat32, {-1, 4}}};
+    models_.push_back(other);
+  }
+  Status Run(const std::string& version_field, int64_t width, size_t* index,
+             const std::function<bool(size_t)>& loaded = {}) {
+    std::vector<zmq::message_t> frames;
+    frames.emplace_back(std::string("client"));
+    frames.emplace_back(R"({"v":1,"model":"m",)" + version_field +
+                        R"("inputs":[{"dtype":"float32","shape":[1,)" + std::to_string(width) +
+                        "]}]}");
+    frames.emplace_back(static_cast<size_t>(width * 4));
+    PendingRequest r;
+    size_t start = 0;
+    EXPECT_TRUE(SplitEnvelope(frames, &r, &start));
+    return ParseJob(frames, start, models_, TimePoint{}, &r, index, RequestLimits{}, nullptr,
+                    nullptr, loaded);
+  }
+  std::vector<ModelConfig> models_;
+};
+
+TEST_F(JobIntakeVersionsTest, PinnedRequestsRunOnTheirVersion) {
+  size_t index = 99;
+  ASSERT_TRUE(Run(R"("version":"2",)", 4, &index).ok());
+  EXPECT_EQ(index, 1u);
+  ASSERT_TRUE(Run(R"("version":"1",)", 4, &index).ok());
+  EXPECT_EQ(index, 0u);
+  ExpectError(Run(R"("version":"1",)", 8, &index), StatusCode::kInvalidArgument, {"shape"});
+}
+
+TEST_F(JobIntakeVersionsTest, UnpinnedRequestsGetTheLatestLoaded) {
+  size_t index = 99;
+  ASSERT_TRUE(Run("", 8, &index).ok());
+  EXPECT_EQ(index, 2u) << "10 is the latest (numeric order)";
+  ASSERT_TRUE(Run(R"("version":null,)", 8, &index).ok());
+  EXPECT_EQ(index, 2u);
+  ASSERT_TRUE(Run("", 4, &index, [](size_t i) { return i != 2; }).ok());
+  EXPECT_EQ(index, 1u) << "version 10 is still loading: 2 is the latest loaded";
+}
+
+TEST_F(JobIntakeVersionsTest, UnknownVersionIsNotFoundAndListsTheVersions) {
+  size_t index = 99;
+  ExpectError(Run(R"("version":"3",)", 4, &index), StatusCode::kNotFound,
+              {"model 'm' has no version '3'", "1, 2, 10"});
+  ExpectError(Run(R"("version":"",)", 4, &index), StatusCode::kInvalidArgument,
+              {"header field 'version'"});
+  ExpectError(Run(R"("version":3,)", 4, &index), StatusCode::kInvalidArgument,
+              {"header field 'version'"});
+}
+
 TEST_F(JobIntakeTest, WrongFrameCount) {
   PendingRequest r;
   ExpectError(Run(R"({"v":1,"model":"mlp","inputs":[{"dtype":"float32","shape":[1,4]}]})", {}, &r),

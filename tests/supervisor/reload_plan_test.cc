@@ -33,8 +33,30 @@ TEST(ReloadPlanTest, AddsUpdatesAndRemovesModelsByName) {
   EXPECT_EQ(plan.updated[0].config.name, "b");
   EXPECT_EQ(plan.updated[0].instances.size(), 3u) << "count 3: three workers wanted";
   EXPECT_FALSE(plan.updated[0].replace_workers) << "a count change scales, it replaces nobody";
-  EXPECT_EQ(plan.removed, std::vector<std::string>({"a"}));
+  ASSERT_EQ(plan.removed.size(), 1u);
+  EXPECT_EQ(plan.removed[0].name, "a");
   EXPECT_TRUE(plan.needs_restart.empty());
+}
+
+ModelConfig Version(const std::string& name, const std::string& version) {
+  ModelConfig m = Model(name);
+  m.version = version;
+  m.path = "/models/" + name + "/" + version + "/model.pt";
+  return m;
+}
+
+TEST(ReloadPlanTest, VersionsAreAddedAndRemovedLikeModels) {
+  FarmConfig running = Farm({Version("m", "1"), Version("m", "2")});
+  FarmConfig fresh = Farm({Version("m", "2"), Version("m", "3")});
+  ReloadPlan plan = PlanReload(running, running.models, fresh, 4);
+  ASSERT_EQ(plan.added.size(), 1u);
+  EXPECT_EQ(plan.added[0].version, "3");
+  ASSERT_EQ(plan.updated.size(), 1u);
+  EXPECT_EQ(plan.updated[0].config.version, "2");
+  EXPECT_FALSE(plan.updated[0].replace_workers) << "version 2 did not change";
+  ASSERT_EQ(plan.removed.size(), 1u);
+  EXPECT_EQ(plan.removed[0].name, "m");
+  EXPECT_EQ(plan.removed[0].version, "1");
 }
 
 TEST(ReloadPlanTest, ChangesNoRunningWorkerCanPickUpReplaceTheWorkers) {
