@@ -121,11 +121,13 @@ TEST(ReloadPlanTest, AModelFileRewrittenUnderTheSamePathReplacesTheWorkers) {
   before.mtime_ns = 1;
   before.hash = 0xABC;
   ModelFiles files;
-  files.served = {{"m", before}, {"n", before}};
+  const std::string m = ModelFiles::Key(running.models[0]);
+  const std::string n = ModelFiles::Key(running.models[1]);
+  files.served = {{m, before}, {n, before}};
   FileIdentity rewritten = before;
   rewritten.hash = 0xDEF;
   rewritten.mtime_ns = 2;
-  files.fresh = {{"m", rewritten}, {"n", before}};
+  files.fresh = {{m, rewritten}, {n, before}};
   ReloadPlan plan = PlanReload(running, running.models, running, 4, files);
   ASSERT_EQ(plan.updated.size(), 2u);
   EXPECT_TRUE(plan.updated[0].file_changed);
@@ -137,10 +139,10 @@ TEST(ReloadPlanTest, AModelFileRewrittenUnderTheSamePathReplacesTheWorkers) {
   FileIdentity unreadable = before;
   unreadable.size = -1;
   unreadable.error = "cannot read /models/m.pt: No such file or directory";
-  files.fresh["m"] = unreadable;
+  files.fresh[m] = unreadable;
   EXPECT_TRUE(PlanReload(running, running.models, running, 4, files).updated[0].replace_workers)
       << "a vanished file is a change: the replacement fails and rolls back";
-  files.fresh.erase("m");
+  files.fresh.erase(m);
   EXPECT_FALSE(PlanReload(running, running.models, running, 4, files).updated[0].replace_workers)
       << "without an identity, the path string decides";
   EXPECT_FALSE(PlanReload(running, running.models, running, 4).updated[0].file_changed);
