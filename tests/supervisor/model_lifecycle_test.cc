@@ -1,6 +1,7 @@
 // The pure parts of run-time load/unload and watch mode: the lifecycle state `ctl models` shows
 // (model_lifecycle.h) and the stat()-based change detection of model_repository_poll_s
 // (file_watch.h).
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
