@@ -670,7 +670,8 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
       {"endpoint", "admin_endpoint", "run_dir",          "heartbeat_ms", "worker_binary",
        "models",   "max_retries",    "drain_timeout_ms", "restart",      "metrics_endpoint",
        "curve",    "insecure",       "ipc_group",        "limits",       "client_shm",
-       "gpu",      "http_endpoint",  "grpc_endpoint",    "frontend",     "model_repository"});
+       "gpu",      "http_endpoint",  "grpc_endpoint",    "frontend",     "model_repository",
+       "model_repository_poll_s"});
   if (!s.ok()) return s;
   FarmConfig c;
   if (s = GetString(j, "endpoint", "config", false, &c.endpoint); !s.ok()) return s;
@@ -686,6 +687,9 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
   }
   if (s = GetInt(j, "heartbeat_ms", "config", 10, 600'000, &c.heartbeat_ms); !s.ok()) return s;
   if (s = GetString(j, "worker_binary", "config", false, &c.worker_binary); !s.ok()) return s;
+  if (s = GetInt(j, "model_repository_poll_s", "config", 0, 86'400, &c.model_repository_poll_s);
+      !s.ok())
+    return s;
   if (s = GetInt(j, "max_retries", "config", 0, 100, &c.max_retries); !s.ok()) return s;
   if (s = GetString(j, "metrics_endpoint", "config", false, &c.metrics_endpoint); !s.ok()) return s;
   if (s = GetInt(j, "drain_timeout_ms", "config", 0, 86'400'000, &c.drain_timeout_ms); !s.ok())
@@ -769,6 +773,11 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
     return s;
   *out = std::move(c);
   return Status::Ok();
+}
+
+Status ParseModelConfig(const json& j, const std::string& where, const std::string& base_dir,
+                        ModelConfig* out) {
+  return ParseModel(j, where, base_dir, out);
 }
 
 Status LoadConfigFile(const std::string& path, FarmConfig* out) {

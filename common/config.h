@@ -188,11 +188,18 @@ struct FarmConfig {
   // "model_repository" folder (common/model_versions.h), each model's versions ascending.
   std::vector<ModelConfig> models;
   std::string model_repository;  // absolute; empty: none
+  // Watch mode: every this many seconds the supervisor stats the config file and each served
+  // model file and reloads when one changed (size or mtime). 0 = off.
+  int model_repository_poll_s = 0;
   std::string source_path;     // the file this came from, for reloads and messages
 };
 
 // Parses a config object; `base_dir` resolves relative paths.
 Status ParseConfig(const nlohmann::json& j, const std::string& base_dir, FarmConfig* out);
+// Parses one "models" entry as the config file's entries are parsed (`load` with a model entry
+// of its own); `where` prefixes errors ("load.config"), `base_dir` resolves a relative path.
+Status ParseModelConfig(const nlohmann::json& j, const std::string& where,
+                        const std::string& base_dir, ModelConfig* out);
 // Reads and parses a file; errors name the file.
 Status LoadConfigFile(const std::string& path, FarmConfig* out);
 

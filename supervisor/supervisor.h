@@ -36,6 +36,7 @@
 #include "supervisor/client_shm_registry.h"
 #include "supervisor/curve_authenticator.h"
 #include "supervisor/dispatcher.h"
+#include "supervisor/file_watch.h"
 #include "supervisor/served_model.h"
 #include "supervisor/ipc_endpoint_file.h"
 #include "supervisor/metrics_exporter.h"
@@ -133,6 +134,16 @@ class Supervisor {
   // `version` empty: the model's default version.
   nlohmann::json Scale(const std::string& model, int count, const std::string& version = {});
   nlohmann::json Reload();
+  // Run-time load / unload and watch mode (supervisor_lifecycle.cc).
+  // {"model": NAME} loads the config file's entry NAME; {"model", "config": {...}} that entry.
+  nlohmann::json Load(const nlohmann::json& request);
+  nlohmann::json Unload(const std::string& name);
+  nlohmann::json ModelsJson() const;
+  // For a NOT_FOUND of ParseJob: true (and the message to answer) when it names a model being
+  // unloaded.
+  bool BeingUnloaded(const Status& not_found, std::string* message) const;
+  // Housekeeping: every model_repository_poll_s, reload when a watched file changed.
+  void WatchFiles(TimePoint now);
   // Applies one model's part of a reload plan (reload_plan.h); `file` is the model file now.
   // Returns what it did.
   std::string ApplyModelUpdate(const ModelUpdate& update, const FileIdentity& file);
@@ -197,6 +208,8 @@ class Supervisor {
   // After the sockets it uses (stopped in CleanUp, before the context ends).
   std::unique_ptr<Frontend> frontend_;
   TimePoint next_housekeeping_{};
+  TimePoint next_watch_{};
+  FileWatch file_watch_;  // watch mode's stamps of the config and model files
   std::map<pid_t, ProcessSample> process_samples_;
   WorkerPool workers_;
   WorkerPool::HangLimit hang_limit_;  // a slot's model's hang_timeout_ms

@@ -2,6 +2,7 @@
 // (docs/operations.md). One JSON frame in, one JSON frame out; REQ and DEALER clients both work.
 //   {"cmd":"health"}  {"cmd":"stats"}  {"cmd":"drain"}  {"cmd":"reload"}
 //   {"cmd":"restart","worker":N}  {"cmd":"scale","model":"mlp","count":N}
+//   {"cmd":"models"}  {"cmd":"load","model":"mlp"[,"config":{...}]}  {"cmd":"unload","model":"mlp"}
 #include <unistd.h>
 
 #include "supervisor/frontend/frontend.h"
@@ -32,6 +33,12 @@ void Supervisor::RegisterAdminCommands() {
       "scale", {Field{"model", true}, Field{"count", false}}, [this](const json& request) {
         return Scale(request["model"].get<std::string>(), request["count"].get<int>());
       });
+  admin_service_.Register("models", {}, [this](const json&) { return ModelsJson(); });
+  admin_service_.Register("load", {Field{"model", true}},
+                          [this](const json& request) { return Load(request); });
+  admin_service_.Register("unload", {Field{"model", true}}, [this](const json& request) {
+    return Unload(request["model"].get<std::string>());
+  });
 }
 
 json Supervisor::HealthJson() const {

@@ -158,6 +158,7 @@ json Supervisor::Reload() {
   }
   config_.models = fresh.models;
   config_.heartbeat_ms = fresh.heartbeat_ms;
+  config_.model_repository_poll_s = fresh.model_repository_poll_s;
   config_.max_retries = fresh.max_retries;
   options_.max_retries = fresh.max_retries;
   dispatcher_.set_options(
@@ -284,7 +285,7 @@ void Supervisor::RetireIdleSlots() {
     if (!stopping_workers_) Guarded("rollout", [&] { AdvanceRollout(model); });
     if (model.removed && model.queue.empty()) {
       for (size_t i : model.slots) {
-        if (!workers_[i]->retiring()) RetireSlot(*workers_[i], "model removed by reload");
+        if (!workers_[i]->retiring()) RetireSlot(*workers_[i], "model unloaded or removed by reload");
       }
     }
     auto gone = [&](size_t i) {
@@ -315,6 +316,7 @@ void Supervisor::Housekeeping() {
   next_housekeeping_ = now + std::chrono::seconds(1);
   if (client_shm_) client_shm_->ExpireIdle(now);
   if (metrics_) metrics_->MpsActive(mps_.active());
+  WatchFiles(now);
   bool all_ready = true;
   std::ostringstream status;
   double rps = 0;

@@ -118,6 +118,9 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames, RequestOrigin or
     RunShmCommand(request, command, ClientKey(request.identity, frames[payload], curve_.started()));
     return;
   }
+  if (std::string unloading; s.code() == StatusCode::kNotFound && BeingUnloaded(s, &unloading)) {
+    s = NotFound(unloading);
+  }
   Model* model = served < served_index_.size() ? &models_[served_index_[served]] : nullptr;
   if (s.ok()) s = replies_.AcquireQuota(request, frames[payload], curve_.started());
   if (s.ok() && draining_) s = Unavailable("the farm is draining and accepts no new requests");

@@ -15,7 +15,7 @@ using nlohmann::json;
 CtlCommand::CtlCommand(CLI::App* parent) {
   app_ = parent->add_subcommand("ctl",
                                 "Check or steer a running farm: health, drain, reload, "
-                                "restart, scale");
+                                "restart, scale, models, load, unload");
   app_->require_subcommand(1);
   // Lets the shared flags come after the action too: `torchfarm ctl health --admin EP`.
   app_->fallthrough();
@@ -44,6 +44,23 @@ CtlCommand::CtlCommand(CLI::App* parent) {
   scale_->add_option("count", count_, "Number of workers")
       ->required()
       ->check(CLI::NonNegativeNumber);
+  models_ = app_->add_subcommand(
+      "models", "Every model with its state, ready/total workers, queue depth and last rollout");
+  load_ = app_->add_subcommand(
+      "load",
+      "Load a model at run time (the config file's entry NAME, or --config-json) and wait until "
+      "it is available; the config file is not changed, the next reload follows the file");
+  load_->add_option("model", model_, "Model name")->required();
+  load_->add_option("--config-json", config_json_,
+                    "The model entry itself, as in the config file's models[] (relative paths "
+                    "resolve against the config file's folder)");
+  load_->add_flag("--no-wait", no_wait_, "Return once the supervisor started the workers");
+  unload_ = app_->add_subcommand(
+      "unload",
+      "Unload a model: new requests get NOT_FOUND, queued and running ones finish, then its "
+      "workers stop; waits until they are gone");
+  unload_->add_option("model", model_, "Model name")->required();
+  unload_->add_flag("--no-wait", no_wait_, "Return once the supervisor began the unload");
 }
 
 json CtlCommand::Request() const {
@@ -51,6 +68,13 @@ json CtlCommand::Request() const {
   if (drain_->parsed()) return {{"cmd", "drain"}};
   if (reload_->parsed()) return {{"cmd", "reload"}};
   if (restart_->parsed()) return {{"cmd", "restart"}, {"worker", worker_}};
+  if (models_->parsed()) return {{"cmd", "models"}};
+  if (unload_->parsed()) return {{"cmd", "unload"}, {"model", model_}};
+  if (load_->parsed()) {
+    json request = {{"cmd", "load"}, {"model", model_}};
+    if (!config_json_.empty()) request["config"] = json::parse(config_json_, nullptr, false);
+    return request;
+  }
   return {{"cmd", "scale"}, {"model", model_}, {"count", count_}};
 }
 
@@ -78,9 +102,7 @@ int CtlCommand::RunAction(const json& reply) const {
 
 int CtlCommand::WaitForRollouts(AdminClient& client, const json& rollouts) const {
   using Steady = std::chrono::steady_clock;
-  const bool timeout_given = app_->get_option("--timeout-ms")->count() > 0;
-  const auto deadline =
-      Steady::now() + std::chrono::milliseconds(timeout_given ? timeout_ms_ : kDefaultRolloutWaitMs);
+  const auto deadline = Steady::now() + std::chrono::milliseconds(WaitBoundMs());
   std::map<std::string, uint64_t> waiting;  // model -> rollout id
   for (const auto& r : rollouts) waiting[r.value("model", "")] = r.value("id", uint64_t{0});
   int exit_code = kExitOk;
@@ -125,6 +147,12 @@ int CtlCommand::WaitForRollouts(AdminClient& client, const json& rollouts) const
 int CtlCommand::Run() {
   AdminClient client(admin_, timeout_ms_);
   json reply;
+  if (load_->parsed() && !config_json_.empty() &&
+      json::parse(config_json_, nullptr, false).is_discarded()) {
+    std::cerr << "error: --config-json: expected a JSON object (a models[] entry), got "
+              << config_json_ << "\n";
+    return kExitUsage;
+  }
   Status s = client.Call(Request(), &reply);
   if (!s.ok()) {
     std::cerr << "error: " << s.message() << "\n";
@@ -132,7 +160,10 @@ int CtlCommand::Run() {
   }
   if (json_) std::cout << reply.dump(2, ' ', false, json::error_handler_t::replace) << std::endl;
   if (health_->parsed()) return RunHealth(reply);
+  if (models_->parsed()) return RunModels(reply);
   const int code = RunAction(reply);
+  if (code == kExitOk && !no_wait_ && load_->parsed()) return WaitForLoad(client);
+  if (code == kExitOk && !no_wait_ && unload_->parsed()) return WaitForUnload(client);
   const json rollouts = reply.value("rollouts", json::array());
   if (code != kExitOk || !reload_->parsed() || no_wait_ || rollouts.empty()) return code;
   return WaitForRollouts(client, rollouts);

@@ -564,5 +564,39 @@ TEST(ConfigTest, DemoConfigFitsTwoCoresAndWarmsUpEveryModel) {
   EXPECT_LE(threads, kCores);
 }
 
+TEST(ConfigTest, ModelRepositoryPollAtItsDocumentedLimits) {
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(MinimalConfig(), "/base", &c).ok());
+  EXPECT_EQ(c.model_repository_poll_s, 0) << "watch mode is off by default";
+  for (int64_t v : {0, 1, 86'400}) {
+    json j = MinimalConfig();
+    j["model_repository_poll_s"] = v;
+    ASSERT_TRUE(ParseConfig(j, "/base", &c).ok()) << v;
+    EXPECT_EQ(c.model_repository_poll_s, v);
+  }
+  for (json v : {json(-1), json(86'401), json("5"), json(1.5)}) {
+    json j = MinimalConfig();
+    j["model_repository_poll_s"] = v;
+    EXPECT_EQ(ParseError(j), "config.model_repository_poll_s: expected an integer in 0..86400, got " +
+                                 std::string(v.type_name()) + " " + v.dump());
+  }
+}
+
+TEST(ConfigTest, OneModelEntryParsesLikeTheFilesEntries) {
+  ModelConfig m;
+  json entry = MinimalConfig()["models"][0];
+  ASSERT_TRUE(ParseModelConfig(entry, "load.config", "/srv/farm", &m).ok());
+  EXPECT_EQ(m.name, "m");
+  EXPECT_EQ(m.path, "/srv/farm/m.pt") << "relative paths resolve against the given folder";
+  FarmConfig whole;
+  ASSERT_TRUE(ParseConfig(MinimalConfig(), "/srv/farm", &whole).ok());
+  EXPECT_EQ(m.slot_bytes, whole.models[0].slot_bytes);
+  EXPECT_EQ(m.max_batch_size, whole.models[0].max_batch_size);
+  entry["max_batch_size"] = "big";
+  Status s = ParseModelConfig(entry, "load.config", "/srv/farm", &m);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("load.config.max_batch_size: expected"));
+}
+
 }  // namespace
 }  // namespace torchfarm

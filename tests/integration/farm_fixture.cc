@@ -182,12 +182,16 @@ int RunSupervisorToExit(const std::string& config_path, std::string* log, int ti
 }
 
 json Farm::Admin(const std::string& cmd, int timeout_ms) const {
+  return AdminRequest(json{{"cmd", cmd}}, timeout_ms);
+}
+
+json Farm::AdminRequest(const json& request, int timeout_ms) const {
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::req);
   socket.set(zmq::sockopt::linger, 0);
   socket.set(zmq::sockopt::rcvtimeo, timeout_ms);
   socket.connect(admin_);
-  socket.send(zmq::buffer(json{{"cmd", cmd}}.dump()), zmq::send_flags::none);
+  socket.send(zmq::buffer(request.dump()), zmq::send_flags::none);
   zmq::message_t reply;
   if (!socket.recv(reply)) return nullptr;
   return json::parse(reply.to_string_view(), nullptr, false);

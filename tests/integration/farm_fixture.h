@@ -51,6 +51,8 @@ class Farm {
   bool WaitReady(int min_ready = -1, int timeout_ms = 60'000);
   // Sends {"cmd": cmd} to the admin socket; null on timeout.
   nlohmann::json Admin(const std::string& cmd, int timeout_ms = 5'000) const;
+  // Sends a whole admin request ({"cmd": "load", "model": ...}); null on timeout.
+  nlohmann::json AdminRequest(const nlohmann::json& request, int timeout_ms = 5'000) const;
   // SIGTERM, then waits up to timeout_ms; returns the exit code (or -signal, or -1000 on timeout).
   int Stop(int timeout_ms = 30'000);
   // True while the supervisor runs; once it has exited it is reaped, error() says how it ended
