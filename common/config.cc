@@ -776,8 +776,9 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
 }
 
 Status ParseModelConfig(const json& j, const std::string& where, const std::string& base_dir,
-                        ModelConfig* out) {
-  return ParseModel(j, where, base_dir, out);
+                        std::vector<ModelConfig>* out) {
+  out->clear();
+  return ParseModelVersions(j, where, base_dir, nullptr, out);
 }
 
 Status LoadConfigFile(const std::string& path, FarmConfig* out) {

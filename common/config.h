@@ -197,9 +197,10 @@ struct FarmConfig {
 // Parses a config object; `base_dir` resolves relative paths.
 Status ParseConfig(const nlohmann::json& j, const std::string& base_dir, FarmConfig* out);
 // Parses one "models" entry as the config file's entries are parsed (`load` with a model entry
-// of its own); `where` prefixes errors ("load.config"), `base_dir` resolves a relative path.
+// of its own): one ModelConfig per version its version_policy loads ("1" for an entry without
+// versions). `where` prefixes errors ("load.config"), `base_dir` resolves relative paths.
 Status ParseModelConfig(const nlohmann::json& j, const std::string& where,
-                        const std::string& base_dir, ModelConfig* out);
+                        const std::string& base_dir, std::vector<ModelConfig>* out);
 // Reads and parses a file; errors name the file.
 Status LoadConfigFile(const std::string& path, FarmConfig* out);
 

@@ -28,7 +28,8 @@ std::string Names(const std::vector<ModelConfig>& models) {
 
 json Supervisor::Load(const json& request) {
   const std::string name = request["model"].get<std::string>();
-  ModelConfig config;
+  // Every version the entry loads (one for an entry without versions).
+  std::vector<ModelConfig> configs;
   const std::string& file = config_.source_path;
   if (auto entry = request.find("config"); entry != request.end()) {
     if (!entry->is_object()) {
@@ -38,35 +39,41 @@ json Supervisor::Load(const json& request) {
     json with_name = *entry;
     if (!with_name.contains("name")) with_name["name"] = name;
     const std::string base = std::filesystem::path(file).parent_path().string();
-    Status s = ParseModelConfig(with_name, "load.config", base, &config);
+    Status s = ParseModelConfig(with_name, "load.config", base, &configs);
     if (!s.ok()) return Error(s.message());
-    if (config.name != name) {
+    if (!configs.empty() && configs[0].name != name) {
       return Error("load.config.name: expected \"" + name + "\" (the model field), got \"" +
-                   config.name + "\"");
+                   configs[0].name + "\"");
     }
   } else {
     FarmConfig fresh;
     Status s = LoadConfigFile(file, &fresh);
     if (!s.ok()) return Error("load refused: " + s.message());
-    auto it = std::find_if(fresh.models.begin(), fresh.models.end(),
-                           [&](const ModelConfig& m) { return m.name == name; });
-    if (it == fresh.models.end()) {
+    for (const ModelConfig& m : fresh.models) {
+      if (m.name == name) configs.push_back(m);
+    }
+    if (configs.empty()) {
       return Error(file + ": models has no entry named '" + name + "' (it has: " +
                    Names(fresh.models) + "); pass the entry with --config-json");
     }
-    config = *it;
   }
   if (FindModel(name)) return Error("model '" + name + "' is already loaded; use reload to change it");
   if (draining_) return Error("the farm is draining; it loads no model");
-  FileIdentity identity = ReadFileIdentity(config.path);
-  if (!identity.error.empty()) return Error("model '" + name + "': " + identity.error);
+  std::vector<FileIdentity> identities;
+  for (const ModelConfig& config : configs) {
+    identities.push_back(ReadFileIdentity(config.path));
+    if (!identities.back().error.empty()) {
+      return Error("model '" + name + "' version " + config.version + ": " +
+                   identities.back().error);
+    }
+  }
   const size_t first_new = workers_.size();
-  AddModel(config, std::move(identity));
+  for (size_t k = 0; k < configs.size(); ++k) AddModel(configs[k], std::move(identities[k]));
   for (size_t i = first_new; i < workers_.size(); ++i) workers_.Launch(*workers_[i]);
   RebuildServedModels();
   const size_t started = workers_.size() - first_new;
   TF_LOG(kInfo) << "model loaded over the admin socket" << Kv("model", name)
-                << Kv("path", config.path) << Kv("workers", started);
+                << Kv("versions", configs.size()) << Kv("workers", started);
   json reply = Ok("loading " + name + ": " + std::to_string(started) +
                   " worker(s) starting; served once one is ready");
   reply["model"] = name;
@@ -74,16 +81,22 @@ json Supervisor::Load(const json& request) {
 }
 
 json Supervisor::Unload(const std::string& name) {
-  Model* model = FindModel(name);
-  if (!model) return Error("no model '" + name + "' is loaded (loaded: " + Names(served_configs_) + ")");
-  model->removed = true;
+  if (!FindModel(name)) {
+    return Error("no model '" + name + "' is loaded (loaded: " + Names(served_configs_) + ")");
+  }
+  size_t queued = 0, workers = 0;
+  for (auto& model : models_) {  // every version of it
+    if (model.removed || model.config.name != name) continue;
+    model.removed = true;
+    queued += model.queue.size();
+    workers += model.slots.size();
+  }
   RebuildServedModels();
   TF_LOG(kInfo) << "unloading model over the admin socket" << Kv("model", name)
-                << Kv("queued", model->queue.size()) << Kv("workers", model->slots.size());
+                << Kv("queued", queued) << Kv("workers", workers);
   json reply = Ok("unloading " + name + ": new requests get NOT_FOUND; its " +
-                  std::to_string(model->queue.size()) + " queued request(s) and the batches in " +
-                  "flight finish, then its " + std::to_string(model->slots.size()) +
-                  " worker(s) stop");
+                  std::to_string(queued) + " queued request(s) and the batches in " +
+                  "flight finish, then its " + std::to_string(workers) + " worker(s) stop");
   reply["model"] = name;
   return reply;
 }

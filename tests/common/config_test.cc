@@ -583,9 +583,12 @@ TEST(ConfigTest, ModelRepositoryPollAtItsDocumentedLimits) {
 }
 
 TEST(ConfigTest, OneModelEntryParsesLikeTheFilesEntries) {
-  ModelConfig m;
+  std::vector<ModelConfig> versions;
   json entry = MinimalConfig()["models"][0];
-  ASSERT_TRUE(ParseModelConfig(entry, "load.config", "/srv/farm", &m).ok());
+  ASSERT_TRUE(ParseModelConfig(entry, "load.config", "/srv/farm", &versions).ok());
+  ASSERT_EQ(versions.size(), 1u);
+  const ModelConfig m = versions[0];
+  EXPECT_EQ(m.version, "1");
   EXPECT_EQ(m.name, "m");
   EXPECT_EQ(m.path, "/srv/farm/m.pt") << "relative paths resolve against the given folder";
   FarmConfig whole;
@@ -593,7 +596,7 @@ TEST(ConfigTest, OneModelEntryParsesLikeTheFilesEntries) {
   EXPECT_EQ(m.slot_bytes, whole.models[0].slot_bytes);
   EXPECT_EQ(m.max_batch_size, whole.models[0].max_batch_size);
   entry["max_batch_size"] = "big";
-  Status s = ParseModelConfig(entry, "load.config", "/srv/farm", &m);
+  Status s = ParseModelConfig(entry, "load.config", "/srv/farm", &versions);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("load.config.max_batch_size: expected"));
 }
