@@ -64,7 +64,7 @@ def load(directory: Path) -> dict:
 def accepted_config_keys(repo: Path) -> set:
     """The top-level keys the supervisor's config parser accepts (common/config.cc)."""
     source = (repo / "common" / "config.cc").read_text()
-    match = re.search(r'CheckKeys\(j, "config", \{([^}]*)\}', source)
+    match = re.search(r'CheckKeys\(\s*j,\s*"config",\s*\{([^}]*)\}', source)
     return set(re.findall(r'"([a-z_]+)"', match.group(1))) if match else set()
 
 
