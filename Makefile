@@ -89,6 +89,7 @@ test-asan: configure
 	ln -sf $(abspath $(BUILD_DIR))/bin/torchfarm-worker $(ASAN_DIR)/bin/torchfarm-worker
 	ln -sf $(abspath $(BUILD_DIR))/bin/torchfarm-mkmodel $(ASAN_DIR)/bin/torchfarm-mkmodel
 	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
+	  LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure --timeout 900 -R '^($(subst $(eval) ,|,$(strip $(ASAN_TESTS))))$$' $(CTEST_ARGS)
 
