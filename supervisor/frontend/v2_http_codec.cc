@@ -243,8 +243,9 @@ Status ParseBodyJson(std::string_view text, json* out) {
   }
   try {
     *out = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 9: ...".
+  } catch (const json::exception& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 9: ..."; a
+    // number too large for a double is out_of_range.406, not a parse_error (found by the fuzzer).
     std::string what = e.what();
     if (size_t bracket = what.find("] "); bracket != std::string::npos) what.erase(0, bracket + 2);
     return InvalidArgument("request body: expected a JSON object, got invalid JSON (" + what +

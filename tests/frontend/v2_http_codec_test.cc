@@ -82,6 +82,15 @@ TEST(V2HttpCodecTest, ParsesAJsonRequestOfEveryDatatype) {
   EXPECT_FALSE(request.outputs[1].binary);
 }
 
+// A number beyond a double's range is nlohmann's out_of_range, not a parse_error: it must come
+// back as INVALID_ARGUMENT, never escape (found by v2_http_fuzzer).
+TEST(V2HttpCodecTest, ANumberTooLargeForADoubleIsInvalidJson) {
+  EXPECT_NE(ParseError(R"({"inputs": 1e99999})").find("number overflow"), std::string::npos);
+  EXPECT_NE(ParseError(R"({"id": "x", "inputs": [{"data": [1E55555555]}]})").find(
+                "got invalid JSON"),
+            std::string::npos);
+}
+
 TEST(V2HttpCodecTest, ParsesBinaryInputsWithoutCopyingThem) {
   json header = json::parse(R"({"inputs": [
       {"name": "a", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 8}},
