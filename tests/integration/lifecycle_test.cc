@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "farm_fixture.h"
+#include "mlp_weights.h"
 #include "torchfarm/client.h"
 
 namespace torchfarm::testing {
@@ -269,33 +270,6 @@ TEST(Lifecycle, UnloadingModelAnswersNotFoundWithItsState) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
-// The expected output of input k under one mlp file (float32 [-1, 256] -> [-1, 128]).
-std::vector<float> MlpReference(const std::string& path, const std::vector<float>& x) {
-  torch::jit::Module module = torch::jit::load(path);
-  module.eval();
-  c10::InferenceMode guard;
-  std::vector<float> copy = x;
-  at::Tensor y = module.forward({torch::from_blob(copy.data(), {1, 256}, at::kFloat)}).toTensor().contiguous();
-  return {y.data_ptr<float>(), y.data_ptr<float>() + y.numel()};
-}
-
-bool Near(const std::string& bytes, const std::vector<float>& want) {
-  if (bytes.size() != want.size() * sizeof(float)) return false;
-  const float* got = reinterpret_cast<const float*>(bytes.data());
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::abs(got[i] - want[i]) > 1e-4f + 1e-4f * std::abs(want[i])) return false;
-  }
-  return true;
-}
-
-void WriteMlp(const std::string& path, int seed) {
-  const std::string tmp = path + ".tmp";
-  const std::string cmd = BinDir() + "/torchfarm-mkmodel --model mlp --seed " +
-                          std::to_string(seed) + " --out " + tmp + " > /dev/null";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  fs::rename(tmp, path);
-}
-
 TEST(Lifecycle, WatchModeServesAFileRewrittenInPlaceWithoutReload) {
   const std::string dir = "/tmp/tf-watch-" + std::to_string(::getpid());
   fs::create_directories(dir);
@@ -304,7 +278,7 @@ TEST(Lifecycle, WatchModeServesAFileRewrittenInPlaceWithoutReload) {
   WriteMlp(path, 0);
   std::vector<float> x(256);
   for (int i = 0; i < 256; ++i) x[static_cast<size_t>(i)] = 0.01f * static_cast<float>(i % 50) - 0.2f;
-  const std::vector<float> old_out = MlpReference(path, x), new_out = MlpReference(dir + "/new.pt", x);
+  const std::vector<float> old_out = MlpOutput(path, x), new_out = MlpOutput(dir + "/new.pt", x);
   json mlp = {{"name", "mlp"},
               {"path", path},
               {"inputs", json::array({{{"dtype", "float32"}, {"shape", {-1, 256}}}})},
@@ -321,8 +295,8 @@ TEST(Lifecycle, WatchModeServesAFileRewrittenInPlaceWithoutReload) {
   };
   std::string bytes;
   ASSERT_TRUE(infer(&bytes).ok());
-  ASSERT_TRUE(Near(bytes, old_out));
-  ASSERT_FALSE(Near(bytes, new_out)) << "seeds 0 and 1 must write different weights";
+  ASSERT_TRUE(NearFloats(bytes, old_out));
+  ASSERT_FALSE(NearFloats(bytes, new_out)) << "seeds 0 and 1 must write different weights";
 
   fs::rename(dir + "/new.pt", path);  // no reload called
   const auto deadline = Steady::now() + std::chrono::seconds(60);
@@ -330,7 +304,7 @@ TEST(Lifecycle, WatchModeServesAFileRewrittenInPlaceWithoutReload) {
   int errors = 0;
   while (!switched && Steady::now() < deadline) {
     errors += !infer(&bytes).ok();
-    switched = Near(bytes, new_out);
+    switched = NearFloats(bytes, new_out);
     if (!switched) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(switched) << "the rewritten file was not served within 60 s";

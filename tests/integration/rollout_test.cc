@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "farm_fixture.h"
+#include "mlp_weights.h"
 #include "torchfarm/client.h"
 
 namespace torchfarm::testing {
@@ -41,25 +42,9 @@ std::vector<float> Input(int k) {
 
 // The expected output of each input under one model file, computed in this process.
 std::vector<std::vector<float>> References(const std::string& path) {
-  torch::jit::Module module = torch::jit::load(path);
-  module.eval();
-  c10::InferenceMode guard;
   std::vector<std::vector<float>> out;
-  for (int k = 0; k < kInputs; ++k) {
-    std::vector<float> x = Input(k);
-    at::Tensor y = module.forward({torch::from_blob(x.data(), {1, kWidth}, at::kFloat)}).toTensor().contiguous();
-    out.emplace_back(y.data_ptr<float>(), y.data_ptr<float>() + y.numel());
-  }
+  for (int k = 0; k < kInputs; ++k) out.push_back(MlpOutput(path, Input(k)));
   return out;
-}
-
-bool Near(const std::string& bytes, const std::vector<float>& want) {
-  if (bytes.size() != want.size() * sizeof(float)) return false;
-  const float* got = reinterpret_cast<const float*>(bytes.data());
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::abs(got[i] - want[i]) > 1e-4f + 1e-4f * std::abs(want[i])) return false;
-  }
-  return true;
 }
 
 // One reply: when it was sent and answered, and which model answered it.
@@ -102,7 +87,7 @@ class Traffic {
       Status s = client.Infer("mlp", {{{DType::kFloat32, {1, kWidth}}, x.data(), x.size() * 4}}, &result);
       Reply r{sent, std::chrono::duration<double, std::milli>(Steady::now() - sent).count(), -2};
       if (s.ok() && result.outputs.size() == 1) {
-        r.version = Near(result.outputs[0].data, old_[k]) ? 0 : Near(result.outputs[0].data, new_[k]) ? 1 : -1;
+        r.version = NearFloats(result.outputs[0].data, old_[k]) ? 0 : NearFloats(result.outputs[0].data, new_[k]) ? 1 : -1;
       }
       std::lock_guard<std::mutex> lock(mutex_);
       if (!s.ok()) last_error_ = s.ToString();
@@ -170,16 +155,6 @@ double P99(std::vector<double> v) {
   return v[std::min(v.size() - 1, static_cast<size_t>(0.99 * static_cast<double>(v.size())))];
 }
 
-// Writes mlp weights of `seed` to `path` through a rename in the same folder: the path names the
-// new file at once, whole (what a deployment tool does).
-void WriteMlp(const std::string& path, int seed) {
-  const std::string tmp = path + ".tmp";
-  const std::string cmd = BinDir() + "/torchfarm-mkmodel --model mlp --seed " +
-                          std::to_string(seed) + " --out " + tmp;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  fs::rename(tmp, path);
-}
-
 json MlpAt(const std::string& path, json rollout = nullptr) {
   json m = {{"name", "mlp"},
             {"path", path},
@@ -203,7 +178,7 @@ void RollOutUnderLoad(json rollout, int max_unavailable) {
   WriteMlp(path, 0);
   auto old_ref = References(path);
   auto new_ref = References(dir + "/new.pt");
-  ASSERT_FALSE(Near(std::string(reinterpret_cast<const char*>(new_ref[0].data()), new_ref[0].size() * 4), old_ref[0]))
+  ASSERT_FALSE(NearFloats(std::string(reinterpret_cast<const char*>(new_ref[0].data()), new_ref[0].size() * 4), old_ref[0]))
       << "seeds 0 and 1 must write different weights";
   Farm farm(json::array({MlpAt(path, rollout)}));
   ASSERT_TRUE(farm.Start());
