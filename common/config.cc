@@ -78,7 +78,7 @@ Status ParseInstance(const json& j, const std::string& where, InstanceConfig* ou
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
   Status s = CheckKeys(j, where, {"device", "count", "threads", "cores", "fallback",
                                  "gpu_failures_before_fallback", "precision", "streams",
-                                 "cudnn_benchmark", "pin_memory", "idle_spin_us"});
+                                 "cudnn_benchmark", "pin_memory", "idle_spin_us", "spares"});
   if (!s.ok()) return s;
   InstanceConfig inst;
   if (s = GetString(j, "device", where, false, &inst.device); !s.ok()) return s;
@@ -94,6 +94,7 @@ Status ParseInstance(const json& j, const std::string& where, InstanceConfig* ou
     }
   }
   if (s = GetInt(j, "threads", where, 1, 1024, &inst.threads); !s.ok()) return s;
+  if (s = GetInt(j, "spares", where, 0, 64, &inst.spares); !s.ok()) return s;
   if (s = GetString(j, "fallback", where, false, &inst.fallback); !s.ok()) return s;
   if (inst.fallback != "cpu" && inst.fallback != "none") {
     return InvalidArgument(where + ".fallback: expected \"cpu\" or \"none\", got \"" +

@@ -22,6 +22,9 @@ struct InstanceConfig {
   std::string device = "cpu";  // "cpu" or "cuda:N"
   int count = 1;
   bool count_auto = false;     // "count": "auto": fill the cores the supervisor may use
+  // Warm standby workers of this group: started, loaded and warmed up, but sent no batches until
+  // a serving worker of the group dies (supervisor/spare_policy.h). Not counted in `count`. 0..64.
+  int spares = 0;
   int threads = 1;             // intra-op threads of each worker
   std::vector<int> cores;      // optional CPU pinning of each worker of this group
   std::string fallback = "cpu";  // on a GPU that keeps failing: "cpu" or "none"

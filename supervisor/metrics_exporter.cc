@@ -65,6 +65,10 @@ MetricsExporter::MetricsExporter() : registry_(std::make_shared<prometheus::Regi
                    .Name("torchfarm_worker_restarts_total")
                    .Help("Worker restarts after a crash, hang or device failure")
                    .Register(*registry_);
+  promotions_ = &prometheus::BuildCounter()
+                     .Name("torchfarm_spare_promotions_total")
+                     .Help("Warm spares that took the place of a serving worker that died")
+                     .Register(*registry_);
   rollouts_ = &prometheus::BuildCounter()
                    .Name("torchfarm_rollouts_total")
                    .Help("Rolling replacements of a model's workers after a reload, by outcome")
@@ -161,6 +165,10 @@ void MetricsExporter::Workers(const std::string& model, const std::string& versi
 
 void MetricsExporter::WorkerRestart(const std::string& model, const std::string& version) {
   For(model, version).restarts->Increment();
+}
+
+void MetricsExporter::SparePromoted(const std::string& model, const std::string& version) {
+  promotions_->Add({{"model", model}, {"version", version}}).Increment();
 }
 
 void MetricsExporter::Rollout(const std::string& model, const std::string& outcome) {

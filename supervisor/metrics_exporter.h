@@ -16,6 +16,9 @@
 //   torchfarm_queue_depth{model,version}                     gauge
 //   torchfarm_workers{model,version,state}                   gauge
 //   torchfarm_worker_restarts_total{model,version}           counter
+//   torchfarm_spare_promotions_total{model,version}          counter, warm spares that took a dead
+//                                                            worker's place
+//   torchfarm_workers{model,version,state="spare"}           gauge, ready spares
 //   torchfarm_worker_rss_bytes{worker,model,version}         gauge
 //   torchfarm_gpu_fallback{worker,model,version}             gauge, 1 when serving on CPU after a
 //                                                            GPU failure
@@ -56,6 +59,7 @@ class MetricsExporter {
   void Workers(const std::string& model, const std::string& version, const std::string& state,
                int count);
   void WorkerRestart(const std::string& model, const std::string& version);
+  void SparePromoted(const std::string& model, const std::string& version);
   // A rolling replacement ended: `outcome` "done" or "failed".
   void Rollout(const std::string& model, const std::string& outcome);
   void WorkerRss(int worker, const std::string& model, const std::string& version, uint64_t bytes);
@@ -82,6 +86,7 @@ class MetricsExporter {
   prometheus::Family<prometheus::Gauge>* queue_depth_;
   prometheus::Family<prometheus::Gauge>* workers_;
   prometheus::Family<prometheus::Counter>* restarts_;
+  prometheus::Family<prometheus::Counter>* promotions_;
   prometheus::Family<prometheus::Counter>* rollouts_;
   prometheus::Family<prometheus::Gauge>* rss_;
   prometheus::Family<prometheus::Gauge>* fallback_;

@@ -4,15 +4,14 @@
 
 namespace torchfarm {
 
-namespace {
-
-// Same worker process: every instance setting a worker is launched with (its argv) is equal.
 bool SameInstance(const InstanceConfig& a, const InstanceConfig& b) {
   return a.device == b.device && a.threads == b.threads && a.cores == b.cores &&
          a.fallback == b.fallback && a.precision == b.precision && a.streams == b.streams &&
          a.cudnn_benchmark == b.cudnn_benchmark && a.pin_memory == b.pin_memory &&
          a.idle_spin_us == b.idle_spin_us;
 }
+
+namespace {
 
 // Changes the running workers must not serve through while they are replaced.
 bool OldWorkersCannotServe(const ModelConfig& old_config, const ModelConfig& fresh) {

@@ -50,6 +50,9 @@ ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>&
 
 // One InstanceConfig per worker, in the order the config lists them.
 std::vector<InstanceConfig> ExpandInstances(const ModelConfig& model, int available_cores);
+// Same worker process: every instance setting a worker is launched with (its argv) is equal
+// (`count` and `spares` are not launch settings).
+bool SameInstance(const InstanceConfig& a, const InstanceConfig& b);
 // Whether a worker launched with `current` must be replaced to run `wanted` under `update`.
 bool WorkerNeedsReplacing(const ModelUpdate& update, const InstanceConfig& current,
                           const InstanceConfig& wanted);

@@ -39,6 +39,10 @@ struct ServedModel {
   // (pinned requests, and unpinned ones while it is the latest loaded) until another version of
   // its name has a ready worker; then `removed` (Supervisor::RetireReplacedVersions).
   bool retire_when_replaced = false;
+  // Warm standby workers (spare_policy.h): indices into the WorkerPool, sent no batches. A
+  // promotion swaps an entry of `slots` with one of `spares`.
+  std::vector<size_t> spares{};
+  uint64_t spare_promotions{0};
 };
 
 }  // namespace torchfarm

@@ -154,6 +154,16 @@ class Supervisor {
   void AddModel(const ModelConfig& config, FileIdentity file);
   void AddSlot(size_t model_index, const InstanceConfig& instance);
   void RetireSlot(WorkerSlot& slot, const std::string& why);
+  // Warm spares (supervisor_spares.cc, policy in spare_policy.h).
+  void AddSpares(size_t model_index);
+  // Swaps ready spares into the places of serving workers that cannot serve.
+  void PromoteSpares(Model& model);
+  // A reload changed the model: its spares are retired and new ones started with the new config.
+  void ReplaceSpares(Model& model, const std::string& why);
+  void RetireSpares(Model& model, const std::string& why);
+  void ReconcileSparesAfterReload(Model& model, const ModelConfig& previous,
+                                  const ModelUpdate& update);
+  int ReadySpares(const Model& model) const;
   // Rolling replacement (supervisor_rollout.cc, policy in rollout_policy.h).
   void StartRollout(Model& model, std::vector<size_t> outdated,
                     std::vector<InstanceConfig> replacements, const ModelConfig& previous_config,

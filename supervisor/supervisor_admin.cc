@@ -53,6 +53,7 @@ json Supervisor::HealthJson() const {
                       {"version", model.config.version},
                       {"ready_workers", ready},
                       {"workers", model.slots.size()},
+                      {"spares_ready", ReadySpares(model)},
                       {"ready", ready > 0}});
   }
   return {{"live", true}, {"ready", all_ready && !draining_}, {"draining", draining_}, {"models", models}};
@@ -103,6 +104,10 @@ json Supervisor::WorkerJson(WorkerSlot& slot, TimePoint now) {
       {"fallback", slot.fallen_back()},
       {"fallback_reason", slot.fallback_reason()},
       {"state", state},
+      {"role", slot.spare() ? "spare" : "serving"},
+      {"promotions", slot.promotions()},
+      {"last_promotion_us", slot.last_promotion_us() >= 0 ? json(slot.last_promotion_us())
+                                                          : json(nullptr)},
       {"generation", slot.generation()},
       {"uptime_s", uptime},
       {"restarts", slot.restarts()},
@@ -136,6 +141,9 @@ json Supervisor::StatsJson() {
     m["state"] = model.removed ? "removing" : ModelAvailable(model) ? "available" : "unavailable";
     m["queue_depth"] = model.queue.size();
     m["workers"] = model.slots.size();
+    m["spares"] = model.spares.size();
+    m["spares_ready"] = ReadySpares(model);
+    m["spare_promotions"] = model.spare_promotions;
     if (model.rollout.state != RolloutState::kNone) m["rollout"] = RolloutJson(model);
     models.push_back(std::move(m));
   }

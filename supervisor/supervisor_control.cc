@@ -107,6 +107,7 @@ void Supervisor::AddModel(const ModelConfig& config, FileIdentity file) {
   models_.back().file = std::move(file);
   size_t index = models_.size() - 1;
   for (const auto& instance : ExpandInstances(config, AvailableCores())) AddSlot(index, instance);
+  AddSpares(index);
 }
 
 json Supervisor::Reload() {
@@ -199,6 +200,7 @@ std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update, const FileId
   existing->config = m;
   existing->file = file;
   existing->queue.SetPolicy(BatchingPolicyFor(m));
+  ReconcileSparesAfterReload(*existing, previous_config, update);
   if (update.replace_at_once) return ReplaceAllAtOnce(*existing, update);
   const std::vector<InstanceConfig>& wanted = update.instances;
   const int wanted_count = static_cast<int>(wanted.size());
@@ -288,10 +290,13 @@ void Supervisor::RetireIdleSlots() {
         if (!workers_[i]->retiring()) RetireSlot(*workers_[i], "model unloaded or removed by reload");
       }
     }
+    if (model.removed) RetireSpares(model, "model unloaded or removed by reload");
     auto gone = [&](size_t i) {
       return workers_[i]->retiring() && workers_[i]->state() == SlotState::kStopped;
     };
     model.slots.erase(std::remove_if(model.slots.begin(), model.slots.end(), gone), model.slots.end());
+    model.spares.erase(std::remove_if(model.spares.begin(), model.spares.end(), gone),
+                       model.spares.end());
   }
 }
 
@@ -346,6 +351,9 @@ void Supervisor::Housekeeping() {
       metrics_->QueueDepth(model.config.name, model.config.version, model.queue.size());
       for (const char* state : {"starting", "ready", "draining", "stopping", "restarting", "failed", "stopped"}) {
         metrics_->Workers(model.config.name, model.config.version, state, states[state]);
+      }
+      if (!model.spares.empty()) {
+        metrics_->Workers(model.config.name, model.config.version, "spare", ReadySpares(model));
       }
     }
     all_ready = all_ready && ready > 0;

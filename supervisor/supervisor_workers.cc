@@ -58,6 +58,9 @@ void Supervisor::OnChildExit(pid_t pid, int wait_status) {
   Guarded("responses of an exited worker", [&] { HandleResponses(*slot); });
   const int running = slot->running_batches();
   auto orphans = slot->OnExit(wait_status, clock_.Now(), options_.restart, stopping_workers_);
+  // Before the orphans go back to the queue: a ready spare takes the dead worker's place, so the
+  // loop's next dispatch sends them to it.
+  if (!expected) PromoteSpares(models_[slot->model_index()]);
   TF_LOG_AT(expected ? LogLevel::kInfo : LogLevel::kWarn) << "worker exited" << Kv("worker", slot->id())
                                    << Kv("pid", pid) << Kv("model", slot->model_name())
                                    << Kv("cause", slot->last_exit())
@@ -114,8 +117,9 @@ void Supervisor::FailModelIfNoWorkers(Model& model) {
 bool Supervisor::ModelAvailable(const Model& model) const {
   // A restarting worker serves again soon: its model's requests wait for it (up to their
   // deadline or max_queue_wait_ms). Only failed or stopped workers cannot.
-  return std::any_of(model.slots.begin(), model.slots.end(),
-                     [&](size_t i) { return workers_[i]->MayServeSoon(); });
+  auto may_serve = [&](size_t i) { return workers_[i]->MayServeSoon(); };
+  return std::any_of(model.slots.begin(), model.slots.end(), may_serve) ||
+         std::any_of(model.spares.begin(), model.spares.end(), may_serve);
 }
 
 void Supervisor::HandleControl() {
@@ -169,6 +173,7 @@ void Supervisor::OnControlMessage(WorkerSlot& worker, const std::string& routing
       LearnOutputs(&models_[slot->model_index()], outputs);
     }
     slot->OnReady(now, message.value("load_ms", 0.0));
+    PromoteSpares(models_[slot->model_index()]);
   } else if (type == ipc::kMsgError) {
     std::string reason = message.value("message", "unknown error");
     TF_LOG(kError) << "worker reported an error" << Kv("worker", slot->id())

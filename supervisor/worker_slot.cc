@@ -331,9 +331,21 @@ bool WorkerSlot::Dispatch(InflightBatch& batch, bool shm_in_place) {
   batch.outputs_in_place = encoding.outputs_in_place;
   ring.Publish();
   request_bell_.Ring();
+  if (awaiting_promoted_batch_) {
+    awaiting_promoted_batch_ = false;
+    last_promotion_us_ = ToMicros(Clock::now() - promoted_for_death_);
+  }
   if (inflight_.empty()) front_started_ = batch.dispatched;
   inflight_.push_back(std::move(batch));
   return true;
+}
+
+void WorkerSlot::Promote(TimePoint death) {
+  spare_ = false;
+  ++promotions_;
+  awaiting_promoted_batch_ = true;
+  promoted_for_death_ = death;
+  last_promotion_us_ = -1;
 }
 
 void WorkerSlot::ReleaseProcess() {

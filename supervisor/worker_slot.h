@@ -226,6 +226,17 @@ class WorkerSlot {
   int response_fd() const { return response_bell_.fd(); }
   uint64_t data_capacity() const { return slot_data_bytes_; }
 
+  // Warm spare or serving (spare_policy.h): the role only; the model's lists decide who gets
+  // batches. Promote records when a spare took a dead worker's place, so the first batch it is
+  // sent afterwards measures the hand-over (`death`: when the supervisor reaped the dead worker).
+  bool spare() const { return spare_; }
+  void set_spare(bool spare) { spare_ = spare; }
+  void Promote(TimePoint death);
+  // Microseconds from the death of the worker it replaced to the first batch dispatched to it,
+  // for the last promotion (-1: none yet, or no batch since).
+  int64_t last_promotion_us() const { return last_promotion_us_; }
+  int promotions() const { return promotions_; }
+
   DeviceTelemetry telemetry;
   // Counters: requests and batches answered through this slot, over all its processes.
   uint64_t requests_done = 0;
@@ -284,6 +295,11 @@ class WorkerSlot {
   RestartHistory history_;
   std::minstd_rand jitter_;
   int restarts_ = 0;
+  bool spare_ = false;
+  int promotions_ = 0;
+  bool awaiting_promoted_batch_ = false;
+  TimePoint promoted_for_death_{};
+  int64_t last_promotion_us_ = -1;
   std::string last_exit_;
   std::string failure_reason_;
 };

@@ -1,0 +1,89 @@
+// Supervisor, warm spares (spare_policy.h): starting a model's spares, promoting a ready spare
+// into the place of a serving worker that died, and keeping the spares in step with reloads,
+// unloads and removals.
+#include <algorithm>
+
+#include "common/log.h"
+#include "supervisor/spare_policy.h"
+#include "supervisor/supervisor.h"
+
+namespace torchfarm {
+
+namespace {
+
+SpareSlotView ViewOf(const WorkerSlot& slot) {
+  return {slot.state(), slot.retiring(), slot.restart_requested(), slot.generation() <= 0,
+          InstanceGroupKey(slot.instance())};
+}
+
+}  // namespace
+
+void Supervisor::AddSpares(size_t model_index) {
+  for (const InstanceConfig& instance : ExpandSpares(models_[model_index].config)) {
+    const size_t index = workers_.Add(models_[model_index].config, instance, model_index);
+    workers_[index]->set_spare(true);
+    models_[model_index].spares.push_back(index);
+  }
+}
+
+void Supervisor::PromoteSpares(Model& model) {
+  if (model.spares.empty() || stopping_workers_ || model.removed ||
+      model.rollout.state == RolloutState::kRolling) {
+    return;  // a rollout owns its slots' roles until it is over
+  }
+  std::vector<SpareSlotView> serving, spares;
+  for (size_t i : model.slots) serving.push_back(ViewOf(*workers_[i]));
+  for (size_t i : model.spares) spares.push_back(ViewOf(*workers_[i]));
+  const TimePoint now = Clock::now();
+  for (const SparePromotion& p : PlanSparePromotions(serving, spares)) {
+    WorkerSlot& replaced = *workers_[model.slots[p.serving]];
+    WorkerSlot& spare = *workers_[model.spares[p.spare]];
+    std::swap(model.slots[p.serving], model.spares[p.spare]);
+    spare.Promote(now);
+    replaced.set_spare(true);
+    ++model.spare_promotions;
+    if (metrics_) metrics_->SparePromoted(model.config.name, model.config.version);
+    TF_LOG(kInfo) << "spare promoted" << Kv("worker", spare.id()) << Kv("pid", spare.pid())
+                  << Kv("model", model.config.name) << Kv("replaces", replaced.id())
+                  << Kv("replaced_state", SlotStateName(replaced.state()))
+                  << Kv("why", replaced.last_exit().empty() ? "not ready" : replaced.last_exit());
+  }
+}
+
+void Supervisor::ReplaceSpares(Model& model, const std::string& why) {
+  RetireSpares(model, why);
+  const size_t model_index = static_cast<size_t>(&model - models_.data());
+  const size_t first_new = workers_.size();
+  AddSpares(model_index);
+  for (size_t i = first_new; i < workers_.size(); ++i) workers_.Launch(*workers_[i]);
+}
+
+void Supervisor::ReconcileSparesAfterReload(Model& model, const ModelConfig& previous,
+                                            const ModelUpdate& update) {
+  const std::vector<InstanceConfig> before = ExpandSpares(previous);
+  const std::vector<InstanceConfig> after = ExpandSpares(model.config);
+  bool same = !update.replace_workers && before.size() == after.size();
+  for (size_t k = 0; same && k < before.size(); ++k) same = SameInstance(before[k], after[k]);
+  if (!same) {
+    ReplaceSpares(model, "config reloaded: spares follow the new config");
+    return;
+  }
+  size_t k = 0;
+  for (size_t i : model.spares) {
+    if (!workers_[i]->retiring() && k < after.size()) workers_[i]->UpdateConfig(model.config, after[k++]);
+  }
+}
+
+void Supervisor::RetireSpares(Model& model, const std::string& why) {
+  for (size_t i : model.spares) {
+    if (!workers_[i]->retiring()) RetireSlot(*workers_[i], why);
+  }
+}
+
+int Supervisor::ReadySpares(const Model& model) const {
+  return static_cast<int>(std::count_if(model.spares.begin(), model.spares.end(), [&](size_t i) {
+    return workers_[i]->state() == SlotState::kReady && !workers_[i]->retiring();
+  }));
+}
+
+}  // namespace torchfarm
