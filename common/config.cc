@@ -672,7 +672,7 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
        "models",   "max_retries",    "drain_timeout_ms", "restart",      "metrics_endpoint",
        "curve",    "insecure",       "ipc_group",        "limits",       "client_shm",
        "gpu",      "http_endpoint",  "grpc_endpoint",    "frontend",     "model_repository",
-       "model_repository_poll_s"});
+       "model_repository_poll_s", "worker_launch"});
   if (!s.ok()) return s;
   FarmConfig c;
   if (s = GetString(j, "endpoint", "config", false, &c.endpoint); !s.ok()) return s;
@@ -688,6 +688,11 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
   }
   if (s = GetInt(j, "heartbeat_ms", "config", 10, 600'000, &c.heartbeat_ms); !s.ok()) return s;
   if (s = GetString(j, "worker_binary", "config", false, &c.worker_binary); !s.ok()) return s;
+  if (s = GetString(j, "worker_launch", "config", false, &c.worker_launch); !s.ok()) return s;
+  if (c.worker_launch != "zygote" && c.worker_launch != "exec") {
+    return InvalidArgument("config.worker_launch: expected \"zygote\" or \"exec\", got \"" +
+                           c.worker_launch + "\"");
+  }
   if (s = GetInt(j, "model_repository_poll_s", "config", 0, 86'400, &c.model_repository_poll_s);
       !s.ok())
     return s;

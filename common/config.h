@@ -176,6 +176,10 @@ struct FarmConfig {
   std::string run_dir = "/tmp/torchfarm";
   int heartbeat_ms = 1000;
   std::string worker_binary;   // default: torchfarm-worker next to the supervisor binary
+  // How workers start: "zygote" forks them from a pre-started worker process that has loaded
+  // LibTorch already (supervisor/zygote.h; falls back to exec while it is down), "exec" runs the
+  // worker binary for each one.
+  std::string worker_launch = "zygote";
   std::string metrics_endpoint;  // Prometheus HOST:PORT (/metrics); empty: off
   int max_retries = 2;         // times a request is re-run after the worker running it died
   int64_t drain_timeout_ms = 30'000;  // SIGTERM: how long queued and running jobs may take

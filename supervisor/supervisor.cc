@@ -25,6 +25,7 @@ namespace {
 
 constexpr Millis kMaxPollTimeout{100};
 constexpr Millis kStopGrace{5'000};
+constexpr Millis kZygoteStartWait{10'000};  // before the first workers launch
 constexpr Millis kPinnedReplyPoll{2};
 
 std::string SelfDirectory() {
@@ -129,6 +130,15 @@ Status Supervisor::Start() {
   });
   if (Status s = mps_.Start(config_.gpu, config_.run_dir, has_gpu_instances); !s.ok()) return s;
   launch.gpu_env = mps_.WorkerEnvironment();
+  if (config_.worker_launch == "zygote") {
+    // Waiting here, before any worker exists, lets the first workers fork too (their start is
+    // what the wait costs); a zygote slower than this is used once it is ready.
+    if (Status z = zygote_.Start(launch.worker_binary, kZygoteStartWait); z.ok()) {
+      launch.zygote = &zygote_;
+    } else {
+      TF_LOG(kWarn) << "no worker zygote; workers start by exec" << Kv("error", z.message());
+    }
+  }
   workers_.Configure(std::move(launch), options_.restart);
   for (auto& slot : workers_) workers_.Launch(*slot);
   if (Status s = StartFrontend(); !s.ok()) return s;
@@ -305,6 +315,7 @@ void Supervisor::CleanUp() {
   // The drain answered every front-end request; the front ends get a moment to pass the last
   // answers on before their threads stop.
   if (frontend_) frontend_->Stop(Millis(1'000));
+  zygote_.Stop();
   // Batches still held by workers (only after a forced stop) are answered, never dropped.
   for (auto& slot : workers_) {
     if (slot->pid() > 0) {

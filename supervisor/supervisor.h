@@ -221,6 +221,7 @@ class Supervisor {
   TimePoint next_watch_{};
   FileWatch file_watch_;  // watch mode's stamps of the config and model files
   std::map<pid_t, ProcessSample> process_samples_;
+  Zygote zygote_;  // forks workers (config worker_launch "zygote"); before workers_: outlives them
   WorkerPool workers_;
   WorkerPool::HangLimit hang_limit_;  // a slot's model's hang_timeout_ms
   Dispatcher dispatcher_{models_, workers_, replies_, clock_};  // queues to workers, requeue, deadlines

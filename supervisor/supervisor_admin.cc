@@ -78,6 +78,17 @@ static json DeviceStatsJson(const DeviceTelemetry& t) {
   return j;
 }
 
+// Where the current process's start-up went (null for a phase not reached yet).
+static json StartTimesJson(const StartTimes& t) {
+  auto ms = [](double v) { return v >= 0 ? json(v) : json(nullptr); };
+  return {{"via", t.via},
+          {"launch_to_hello_ms", ms(t.launch_to_hello_ms)},
+          {"hello_to_ready_ms", ms(t.hello_to_ready_ms)},
+          {"load_ms", ms(t.load_ms)},
+          {"warmup_ms", ms(t.warmup_ms)},
+          {"launch_to_ready_ms", ms(t.launch_to_ready_ms)}};
+}
+
 json Supervisor::WorkerJson(WorkerSlot& slot, TimePoint now) {
   std::string state = SlotStateName(slot.state());
   if (slot.state() == SlotState::kReady && slot.inflight() > 0) state = "busy";
@@ -109,6 +120,7 @@ json Supervisor::WorkerJson(WorkerSlot& slot, TimePoint now) {
       {"last_promotion_us", slot.last_promotion_us() >= 0 ? json(slot.last_promotion_us())
                                                           : json(nullptr)},
       {"generation", slot.generation()},
+      {"start", StartTimesJson(slot.start_times())},
       {"uptime_s", uptime},
       {"restarts", slot.restarts()},
       {"restart_in_ms", slot.RestartDue(TimePoint::max())
@@ -156,7 +168,13 @@ json Supervisor::StatsJson() {
                      {"uptime_s", ToMicros(now - started_) / 1e6},
                      {"version", kVersion},
                      {"config", config_.source_path},
-                     {"draining", draining_}};
+                     {"draining", draining_},
+                     {"worker_launch", config_.worker_launch},
+                     {"zygote",
+                      {{"pid", zygote_.pid()},
+                       {"ready", zygote_.Ready()},
+                       {"launches", zygote_.launches()},
+                       {"restarts", zygote_.restarts()}}}};
   if (auto self = SampleProcess(::getpid(), now)) {
     // RSS counts the worker segments' pages this process touched; the private part is RssAnon.
     supervisor["rss_bytes"] = self->rss_bytes;

@@ -321,6 +321,7 @@ void Supervisor::Housekeeping() {
   next_housekeeping_ = now + std::chrono::seconds(1);
   if (client_shm_) client_shm_->ExpireIdle(now);
   if (metrics_) metrics_->MpsActive(mps_.active());
+  if (!stopping_workers_) zygote_.Maintain(now);
   WatchFiles(now);
   bool all_ready = true;
   std::ostringstream status;

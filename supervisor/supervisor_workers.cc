@@ -49,6 +49,7 @@ void ReadTelemetry(const json& message, DeviceTelemetry* t) {
 }  // namespace
 
 void Supervisor::OnChildExit(pid_t pid, int wait_status) {
+  if (zygote_.OnExit(pid, wait_status, clock_.Now())) return;
   WorkerSlot* slot = workers_.FindByPid(pid);
   if (!slot) return;  // not a worker (an MPS control helper, a stale pid)
   bool expected = stopping_workers_ || slot->state() == SlotState::kStopping;
@@ -172,7 +173,7 @@ void Supervisor::OnControlMessage(WorkerSlot& worker, const std::string& routing
     if (std::vector<TensorSpec> outputs; ipc::ReadyOutputsFromMessage(message, &outputs)) {
       LearnOutputs(&models_[slot->model_index()], outputs);
     }
-    slot->OnReady(now, message.value("load_ms", 0.0));
+    slot->OnReady(now, message.value("load_ms", 0.0), message.value("warmup_ms", -1.0));
     PromoteSpares(models_[slot->model_index()]);
   } else if (type == ipc::kMsgError) {
     std::string reason = message.value("message", "unknown error");

@@ -141,12 +141,20 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
   output_ = UniqueFd(pipe_fds[0]);
   if (s.ok()) {
     ::fcntl(output_.get(), F_SETFL, O_NONBLOCK);
-    s = LaunchProcess(args.ToArgv(context.worker_binary),
-                      {{request_bell_.fd(), kRequestDoorbellFd},
-                       {response_bell_.fd(), kResponseDoorbellFd},
-                       {write_end.get(), STDOUT_FILENO},
-                       {write_end.get(), STDERR_FILENO}},
-                      &pid_, on_gpu ? context.gpu_env : std::vector<std::string>{});
+    const std::vector<std::string> argv = args.ToArgv(context.worker_binary);
+    const std::vector<FdMapping> fds = {{request_bell_.fd(), kRequestDoorbellFd},
+                                        {response_bell_.fd(), kResponseDoorbellFd},
+                                        {write_end.get(), STDOUT_FILENO},
+                                        {write_end.get(), STDERR_FILENO}};
+    const std::vector<std::string> env = on_gpu ? context.gpu_env : std::vector<std::string>{};
+    start_times_ = StartTimes{};
+    start_times_.launched = now;
+    start_times_.via = "exec";
+    if (context.zygote && context.zygote->Ready()) {
+      s = context.zygote->Launch(argv, fds, env, &pid_);
+      if (s.ok()) start_times_.via = "zygote";
+    }
+    if (start_times_.via == "exec") s = LaunchProcess(argv, fds, &pid_, env);
   }
   if (!s.ok()) {
     if (segment_) ipc::WorkerSegment::Remove(segment_->name());
@@ -177,13 +185,27 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
   return Status::Ok();
 }
 
-void WorkerSlot::OnReady(TimePoint now, double load_ms) {
+void WorkerSlot::OnHello(TimePoint now) {
+  hello_received_ = true;
+  last_heard_ = now;
+  if (start_times_.launch_to_hello_ms < 0) {
+    start_times_.launch_to_hello_ms = ToMicros(now - start_times_.launched) / 1e3;
+  }
+}
+
+void WorkerSlot::OnReady(TimePoint now, double load_ms, double warmup_ms) {
   last_heard_ = now;
   if (reached_ready_) return;  // said twice: the first one counts
   ready_since_ = now;
   reached_ready_ = true;
+  StartTimes& t = start_times_;
+  t.launch_to_ready_ms = ToMicros(now - t.launched) / 1e3;
+  if (t.launch_to_hello_ms >= 0) t.hello_to_ready_ms = t.launch_to_ready_ms - t.launch_to_hello_ms;
+  t.load_ms = load_ms;
+  t.warmup_ms = warmup_ms;
   std::ostringstream why;
-  why << "model loaded in " << load_ms << " ms";
+  why << "model loaded in " << load_ms << " ms; started by " << t.via << ", launch->hello "
+      << t.launch_to_hello_ms << " ms, hello->ready " << t.hello_to_ready_ms << " ms";
   // A slot asked to wind down while it started stays draining.
   if (state_ == SlotState::kStarting) TransitionTo(SlotState::kReady, why.str());
 }

@@ -47,6 +47,7 @@
 #include "supervisor/pending_request.h"
 #include "supervisor/pinned_response_ring.h"
 #include "supervisor/restart_policy.h"
+#include "supervisor/zygote.h"
 
 namespace torchfarm {
 
@@ -77,6 +78,19 @@ struct LaunchContext {
   PinnedRingKeeper* response_rings = nullptr;
   // Added to the environment of workers on a cuda:N device (MPS pipe directory, thread share).
   std::vector<std::string> gpu_env;
+  // Forks workers when ready (config worker_launch "zygote"); null or not ready: exec.
+  Zygote* zygote = nullptr;
+};
+
+// Where a process's start-up went, for stats and the log (reset at each launch).
+struct StartTimes {
+  std::string via;            // "zygote" or "exec"
+  TimePoint launched{};
+  double launch_to_hello_ms = -1;
+  double hello_to_ready_ms = -1;
+  double load_ms = -1;        // the worker's own account: model load, then warm-up
+  double warmup_ms = -1;
+  double launch_to_ready_ms = -1;
 };
 
 // A worker's own account of its device (heartbeat "stage_us" and "device", ready "precision";
@@ -106,8 +120,9 @@ class WorkerSlot {
 
   // The worker said hello / ready / heartbeat; any message counts as liveness.
   void OnMessage(TimePoint now) { last_heard_ = now; }
-  void OnHello(TimePoint now) { hello_received_ = true; last_heard_ = now; }
-  void OnReady(TimePoint now, double load_ms);
+  void OnHello(TimePoint now);
+  void OnReady(TimePoint now, double load_ms, double warmup_ms = -1);
+  const StartTimes& start_times() const { return start_times_; }
   // The worker reported a fatal error (e.g. the model does not load) and is about to exit.
   // `kind` is "model", "device" or "internal".
   void OnFatalError(const std::string& reason, const std::string& kind, TimePoint now);
@@ -295,6 +310,7 @@ class WorkerSlot {
   RestartHistory history_;
   std::minstd_rand jitter_;
   int restarts_ = 0;
+  StartTimes start_times_;
   bool spare_ = false;
   int promotions_ = 0;
   bool awaiting_promoted_batch_ = false;

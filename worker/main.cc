@@ -1,5 +1,6 @@
 // torchfarm-worker: one process serving one TorchScript model, started by torchfarm-supervisor
-// with the arguments of ipc::WorkerLaunchArgs. Exit codes: ipc/control_protocol.h (kExit*), plus
+// with the arguments of ipc::WorkerLaunchArgs, by exec or forked from the zygote
+// (`torchfarm-worker --zygote FD`, ipc/zygote_protocol.h). Exit codes: ipc/control_protocol.h (kExit*), plus
 // worker::kExitComputeFailed.
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -8,12 +9,16 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "ipc/control_protocol.h"
 #include "worker/worker.h"
+#include "worker/zygote.h"
 
 namespace {
 
@@ -43,7 +48,7 @@ class StopSignalFd {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int RunWorker(int argc, char** argv) {
   namespace ipc = torchfarm::ipc;
   const pid_t parent = ::getppid();
   ipc::WorkerLaunchArgs args;
@@ -84,4 +89,27 @@ int main(int argc, char** argv) {
   torchfarm::SteadyTimeSource time;
   torchfarm::worker::Worker worker(std::move(args), parent, stop_signals.fd(), &time);
   return worker.Run();
+}
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], torchfarm::ipc::kZygoteFlag) == 0) {
+    char* end = nullptr;
+    const long channel = std::strtol(argv[2], &end, 10);
+    if (*argv[2] == '\0' || *end != '\0' || channel < 0 || channel > 1'000'000) {
+      std::fprintf(stderr, "torchfarm-worker: --zygote: expected a descriptor number, got '%s'\n",
+                   argv[2]);
+      return torchfarm::ipc::kExitBadArguments;
+    }
+    torchfarm::ipc::ZygoteLaunch launch;
+    int exit_code = 0;
+    if (!torchfarm::worker::RunZygote(static_cast<int>(channel), &launch, &exit_code)) {
+      return exit_code;
+    }
+    // A worker child: its own argv, as if exec'd with it.
+    std::vector<char*> child_argv;
+    for (std::string& arg : launch.argv) child_argv.push_back(arg.data());
+    child_argv.push_back(nullptr);
+    return RunWorker(static_cast<int>(launch.argv.size()), child_argv.data());
+  }
+  return RunWorker(argc, argv);
 }

@@ -1,0 +1,69 @@
+// The supervisor's side of the worker zygote (ipc/zygote_protocol.h): starts the zygote process,
+// asks it to fork workers, and notices when it dies.
+//
+// Owns: the zygote's pid and the supervisor's end of the launch channel. Runs on the supervisor's
+// loop thread; a launch blocks the loop for one round trip (a fork in the zygote, ~milliseconds),
+// bounded by kAnswerTimeout.
+//
+// A worker forked from the zygote starts in tens of milliseconds instead of the second exec,
+// loading and initialising LibTorch cost (docs/benchmarks.md). When the zygote is not ready, dead
+// or stuck the caller execs the worker as before (process_launcher.h); a dead zygote is started
+// again after a backoff, in the background.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "supervisor/process_launcher.h"
+
+namespace torchfarm {
+
+class Zygote {
+ public:
+  static constexpr Millis kAnswerTimeout{5'000};
+  static constexpr Millis kRestartBackoff{1'000};
+
+  Zygote() = default;
+  ~Zygote() { Stop(); }
+  Zygote(const Zygote&) = delete;
+  Zygote& operator=(const Zygote&) = delete;
+
+  // Makes this process a child subreaper (so forked workers become its children) and starts the
+  // zygote; `wait_ready` > 0 waits that long for it to say it can fork.
+  Status Start(const std::string& worker_binary, Millis wait_ready);
+  // Whether a launch may go to the zygote now (reads its ready message if it has come).
+  bool Ready();
+  // Forks a worker with `argv`, its descriptors at their targets and `env` applied. On an error
+  // the zygote is stopped (it restarts later) and the caller should exec instead.
+  Status Launch(const std::vector<std::string>& argv, const std::vector<FdMapping>& fds,
+                const std::vector<std::string>& env, pid_t* pid);
+  // A child exited: true when it was the zygote (it is started again after kRestartBackoff).
+  bool OnExit(pid_t pid, int wait_status, TimePoint now);
+  // Starts a dead zygote again once its backoff is over (without waiting for it).
+  void Maintain(TimePoint now);
+  // Closes the channel (the zygote exits) and kills it if it lingers; no wait.
+  void Stop();
+
+  bool enabled() const { return !worker_binary_.empty(); }
+  pid_t pid() const { return pid_; }
+  int restarts() const { return restarts_; }
+  uint64_t launches() const { return launches_; }
+
+ private:
+  Status Spawn();
+
+  std::string worker_binary_;
+  pid_t pid_ = -1;
+  UniqueFd channel_;
+  bool ready_ = false;
+  TimePoint restart_at_ = TimePoint::max();
+  int restarts_ = 0;
+  uint64_t launches_ = 0;
+};
+
+}  // namespace torchfarm

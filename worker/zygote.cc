@@ -1,0 +1,154 @@
+#include "worker/zygote.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ipc/control_protocol.h"
+
+namespace torchfarm::worker {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kReparentWaitMs = 2'000;
+
+void CloseAll(const std::vector<int>& fds) {
+  for (int fd : fds) ::close(fd);
+}
+
+void CloseRange(unsigned first, unsigned last) {
+  if (first > last || ::close_range(first, last, 0) == 0) return;
+  for (unsigned fd = first; fd <= last && fd < 65'536; ++fd) ::close(static_cast<int>(fd));
+}
+
+// In the worker child, before main runs the worker: see zygote_protocol.h.
+void PrepareWorkerChild(pid_t intermediate, const ipc::ZygoteLaunch& launch,
+                        const std::vector<int>& fds) {
+  // The intermediate child exits right after forking us; until it has, our parent is not yet
+  // the supervisor, and PR_SET_PDEATHSIG would watch the wrong process.
+  for (int waited = 0; ::getppid() == intermediate && waited < kReparentWaitMs * 10; ++waited) {
+    ::usleep(100);
+  }
+  if (::getppid() != launch.supervisor) {
+    std::fprintf(stderr, "torchfarm-worker: zygote child not re-parented to the supervisor "
+                         "(pid %d, parent now %d)\n",
+                 static_cast<int>(launch.supervisor), static_cast<int>(::getppid()));
+    std::_Exit(ipc::kExitSupervisorLost);
+  }
+  ::signal(SIGPIPE, SIG_DFL);
+  // As process_launcher.cc does before exec: move the sources out of the way of the targets,
+  // then onto them; everything else goes.
+  std::vector<int> moved(fds.size(), -1);
+  for (size_t i = 0; i < fds.size(); ++i) moved[i] = ::fcntl(fds[i], F_DUPFD_CLOEXEC, 100);
+  std::vector<unsigned> keep = {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO};
+  for (size_t i = 0; i < fds.size(); ++i) {
+    const int target = launch.targets[i];
+    if (moved[i] < 0 || ::dup2(moved[i], target) < 0) std::_Exit(ipc::kExitBadArguments);
+    keep.push_back(static_cast<unsigned>(target));
+  }
+  std::sort(keep.begin(), keep.end());
+  unsigned next = 0;
+  for (unsigned fd : keep) {
+    if (fd > next) CloseRange(next, fd - 1);
+    next = fd + 1;
+  }
+  CloseRange(next, UINT_MAX);
+  for (const std::string& entry : launch.env) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    ::setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), 1);
+  }
+}
+
+void Answer(int channel, const json& message) {
+  ipc::SendPacket(channel, message.dump());  // a lost answer: the supervisor's wait times out
+}
+
+}  // namespace
+
+bool RunZygote(int channel, ipc::ZygoteLaunch* launch, int* exit_code) {
+  const pid_t parent = ::getppid();
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) {
+    *exit_code = ipc::kExitSupervisorLost;
+    return false;
+  }
+  ::fcntl(channel, F_SETFD, FD_CLOEXEC);
+  Answer(channel, {{"type", "zygote_ready"}, {"pid", ::getpid()}});
+  for (;;) {
+    std::string payload;
+    std::vector<int> fds;
+    if (Status s = ipc::ReceivePacket(channel, -1, &payload, &fds); !s.ok()) {
+      *exit_code = s.code() == StatusCode::kUnavailable ? ipc::kExitOk : ipc::kExitBadArguments;
+      return false;  // the supervisor closed the channel (or stops): nothing more to launch
+    }
+    ipc::ZygoteLaunch request;
+    Status s = ipc::DecodeZygoteLaunch(payload, &request);
+    if (s.ok() && request.targets.size() != fds.size()) {
+      s = InvalidArgument("zygote: " + std::to_string(fds.size()) + " descriptors for " +
+                          std::to_string(request.targets.size()) + " targets");
+    }
+    if (!s.ok()) {
+      CloseAll(fds);
+      Answer(channel, {{"type", "failed"}, {"error", s.message()}});
+      continue;
+    }
+    int pid_pipe[2];
+    if (::pipe2(pid_pipe, O_CLOEXEC) != 0) {
+      CloseAll(fds);
+      Answer(channel, {{"type", "failed"}, {"error", std::string("pipe: ") + std::strerror(errno)}});
+      continue;
+    }
+    const pid_t intermediate = ::fork();
+    if (intermediate == 0) {
+      ::close(pid_pipe[0]);
+      const pid_t worker = ::fork();
+      if (worker == 0) {
+        ::close(pid_pipe[1]);
+        ::close(channel);
+        PrepareWorkerChild(::getppid(), request, fds);
+        *launch = std::move(request);
+        return true;
+      }
+      const int result[2] = {static_cast<int>(worker), errno};
+      ssize_t ignored = ::write(pid_pipe[1], result, sizeof(result));
+      (void)ignored;
+      std::_Exit(0);
+    }
+    const int fork_errno = errno;
+    ::close(pid_pipe[1]);
+    CloseAll(fds);  // the child has its copies
+    int result[2] = {-1, fork_errno};
+    if (intermediate > 0) {
+      ssize_t n;
+      do {
+        n = ::read(pid_pipe[0], result, sizeof(result));
+      } while (n < 0 && errno == EINTR);
+      if (n != sizeof(result)) result[0] = -1;
+      int status = 0;
+      ::waitpid(intermediate, &status, 0);
+    }
+    ::close(pid_pipe[0]);
+    if (result[0] > 0) {
+      Answer(channel, {{"type", "launched"}, {"pid", result[0]}});
+    } else {
+      Answer(channel, {{"type", "failed"}, {"error", std::string("fork: ") + std::strerror(result[1])}});
+    }
+  }
+}
+
+}  // namespace torchfarm::worker
