@@ -34,10 +34,11 @@ struct InstanceConfig {
   int streams = 1;                 // CUDA streams: batches in flight on the device at once
   bool cudnn_benchmark = false;
   bool pin_memory = true;          // cudaHostRegister the ring segment
-  // After answering, the worker polls its ring this long before it sleeps on the doorbell: a
-  // request arriving meanwhile skips a wake-up (latency at low load; costs up to this much CPU
-  // per idle gap). 0: off.
-  int idle_spin_us = 0;
+  // After answering, the worker may poll its ring up to this long before it sleeps on the
+  // doorbell: a request arriving meanwhile skips a wake-up. Adaptive (worker/adaptive_spin.h):
+  // only while recent gaps between requests are shorter than this and the poll is not taking a
+  // core others need; an idle farm sleeps. 0: never poll.
+  int idle_spin_us = 300;
   bool is_gpu() const { return device.rfind("cuda", 0) == 0; }
 };
 

@@ -1,5 +1,7 @@
 #include "worker/compute_loop.h"
 
+#include <sys/resource.h>
+
 #include <sched.h>
 
 #include <cerrno>
@@ -308,7 +310,7 @@ void ComputeLoop::Serve() {
     // before the request was made is then answered by the pass below.
     const auto mode = static_cast<StopMode>(stop_mode_.load());
     if (mode == StopMode::kAbandon) return;
-    if (mode == StopMode::kNone && !SpinForRequest()) request_doorbell_->Wait(kDoorbellWaitMs);
+    if (mode == StopMode::kNone) WaitForRequest();
     // Drain before emptying the ring, so a ring that arrives during the pass wakes the next Wait.
     request_doorbell_->Drain();
     if (!AnswerPendingRequests()) return;
@@ -316,20 +318,45 @@ void ComputeLoop::Serve() {
   }
 }
 
-bool ComputeLoop::SpinForRequest() {
-  // Only right after work: an idle worker sleeps. On this 2-core host a wake-up from the
-  // doorbell cost more than the rest of the worker's part of an identity round trip
-  // (bench/analysis.md, "Round-trip latency at c=1").
-  if (config_.idle_spin_us <= 0 || launches_ == launches_at_last_sleep_) return false;
+void ComputeLoop::WaitForRequest() {
+  // Only right after work is the gap to the next request worth polling through: an idle worker
+  // sleeps. On a 2-core host a doorbell wake-up costs more than the rest of the worker's part of
+  // an identity round trip (bench/analysis.md, "Round-trip latency at c=1"); adaptive_spin.h
+  // decides when polling pays.
+  if (launches_ == launches_at_last_sleep_) {
+    request_doorbell_->Wait(kDoorbellWaitMs);
+    return;
+  }
   launches_at_last_sleep_ = launches_;
-  const auto until = Clock::now() + std::chrono::microseconds(config_.idle_spin_us);
+  const TimePoint idle_start = Clock::now();
+  const AdaptiveSpin::Micros budget = spin_.Budget();
+  bool found = false, preempted = false;
+  if (budget.count() > 0) {
+    const long switches_before = InvoluntarySwitches();
+    found = PollRing(idle_start + budget);
+    preempted = InvoluntarySwitches() != switches_before;
+    if (found) spin_hits_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    spin_.SkipPass();
+  }
+  if (!found) request_doorbell_->Wait(kDoorbellWaitMs);
+  spin_.Record(std::chrono::duration_cast<AdaptiveSpin::Micros>(Clock::now() - idle_start),
+               budget.count() > 0, preempted);
+}
+
+bool ComputeLoop::PollRing(TimePoint until) const {
   const ipc::SpscRing requests = segment_->request_ring();
   while (requests.Front() == nullptr) {
-    if (Clock::now() >= until || Abandoned()) return false;
+    // A stop must never wait for the poll to run out.
+    if (Clock::now() >= until || Abandoned() || stop_mode_.load() != 0) return false;
     CpuRelax();
   }
-  spin_hits_.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+long ComputeLoop::InvoluntarySwitches() {
+  rusage usage{};
+  return ::getrusage(RUSAGE_THREAD, &usage) == 0 ? usage.ru_nivcsw : 0;
 }
 
 bool ComputeLoop::AnswerPendingRequests() {

@@ -43,6 +43,7 @@
 #include "ipc/slot_codec.h"
 #include "ipc/worker_segment.h"
 #include "worker/accelerator.h"
+#include "worker/adaptive_spin.h"
 #include "worker/fault_injection.h"
 
 namespace torchfarm::worker {
@@ -58,7 +59,8 @@ struct ComputeLoopConfig {
   AcceleratorOptions accelerator;
   // One forward per entry (one spec per model input, zero-filled) before the load is reported.
   std::vector<std::vector<TensorSpec>> warmup;
-  // After a pass that answered something, poll the ring this long before sleeping (config.h).
+  // After a pass that answered something, poll the ring up to this long before sleeping, while
+  // adaptive_spin.h finds it pays (config.h); 0: never.
   int idle_spin_us = 0;
   FaultPlan faults;  // tests only (TORCHFARM_FAULT)
 };
@@ -172,9 +174,12 @@ class ComputeLoop {
   // Into the response slot, or into the client region the request names (in place).
   Status WriteOutputs(const std::vector<at::Tensor>& tensors, const ipc::RequestView& request,
                       uint8_t* response);
-  // Polls the request ring for up to idle_spin_us after a pass that launched work; true when a
-  // request arrived (no doorbell wait needed).
-  bool SpinForRequest();
+  // Between passes: polls the request ring when adaptive_spin.h says it pays, else (or when the
+  // poll runs out) sleeps on the doorbell; records the gap for the policy.
+  void WaitForRequest();
+  // Polls until a request is in the ring (true), `until`, or a stop.
+  bool PollRing(TimePoint until) const;
+  static long InvoluntarySwitches();
   // Unmaps client regions that are gone (ClientRegionCache::Trim), at most once a second.
   void TrimClientRegions();
   // Maps a client region for the batch being launched; released when the batch completes.
@@ -185,7 +190,8 @@ class ComputeLoop {
   const ComputeLoopConfig config_;
   ipc::WorkerSegment* const segment_;
   ipc::ClientRegionCache client_regions_;  // compute thread only
-  uint64_t launches_at_last_sleep_ = 0;    // SpinForRequest: spin once per pass that did work
+  uint64_t launches_at_last_sleep_ = 0;    // WaitForRequest: poll once per pass that did work
+  AdaptiveSpin spin_{config_.idle_spin_us};
   std::vector<ipc::SharedRegion*> launch_regions_;  // acquired by the batch being launched
   TimePoint next_region_trim_{};
   const ipc::Doorbell* const request_doorbell_;
