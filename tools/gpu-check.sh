@@ -116,8 +116,9 @@ first_error() {  # first_error FILE: the first line that reads like an error, fo
 }
 
 # results.md + results.json (from raw/) and raw.tgz into the results folder, each replaced whole.
+write_report() { python3 "$repo_root/tools/gpu_check_report.py" "$raw" "$results_dir" || log "report: failed"; }
 write_results() {
-  python3 "$repo_root/tools/gpu_check_report.py" "$raw" "$results_dir" || log "report: failed"
+  write_report
   local tmp="$results_dir/raw.tgz.tmp"
   tar -czf "$tmp" -C "$work_dir" raw 2>/dev/null
   if [ "$(stat -c %s "$tmp" 2>/dev/null || echo 0)" -gt "$kMaxTarBytes" ]; then
@@ -161,7 +162,7 @@ step_note=""
 stop_reason=""  # set by a step after which nothing else can run
 current_step="" current_title="" current_t0=0
 run_step() {
-  local id="$1" title="$2" fn="$3" needs_s="$4" status rc
+  local id="$1" title="$2" fn="$3" needs_s="$4" status rc ran=0
   current_step="$id" current_title="$title" current_t0="$(date +%s)"
   step_note=""
   printf '%s\t%s\n' "$id" "$title" >"$raw/current.tsv"
@@ -171,8 +172,10 @@ run_step() {
   elif [ "$(left)" -lt "$needs_s" ]; then
     rc=77 step_note="time budget: $(left)s left of ${budget_s}s, the step needs ~${needs_s}s"
   else
+    write_report  # says "running step N" should the check be killed during it
     "$fn"
     rc=$?
+    ran=1
   fi
   case "$rc" in
     0) status="done" ;;
@@ -186,9 +189,12 @@ run_step() {
     >>"$raw/steps.tsv"
   rm -f "$raw/current.tsv"
   current_step=""
-  write_results
+  # A step skipped without running changed nothing but steps.tsv: the next write covers it
+  # (each write costs about a second, which the last steps of a spent budget do not have).
+  [ "$ran" = 1 ] && write_results
   if [ "$id" = "${GPU_CHECK_STOP_AFTER:-}" ]; then
     log "stopping after step $id (GPU_CHECK_STOP_AFTER)"
+    [ "$ran" = 1 ] || write_results
     exit 0
   fi
 }
