@@ -83,7 +83,10 @@ step_inprocess() {
   local rc=$?
   cat "$raw/inprocess.json.tmp"
   keep_json "$raw/inprocess.json"
-  [ "$rc" -eq 124 ] && step_note="stopped by the time budget"
+  if [ "$rc" -eq 124 ]; then step_note="stopped by the time budget"
+  elif [ "$rc" -eq 0 ]; then step_note="rows/s and latency: the benchmark table"
+  else step_note="torchfarm-bench-inprocess exited $rc"
+  fi
   return "$rc"
 }
 
@@ -121,6 +124,7 @@ farm_bench() {
     return 1
   fi
   log "farm ready: $workers workers after $(($(date +%s) - t0))s"
+  step_note="$workers workers ready after $(($(date +%s) - t0))s, max_batch_size $farm_batch; req/s: the benchmark table"
   local argv=("$bin/torchfarm" bench --endpoint "$endpoint" --model "$model_name"
               --shape "$model_shape" --concurrency "$concurrency" --seconds "$bench_seconds"
               --warmup "$bench_warmup" --json --admin-endpoint "$admin")
@@ -129,7 +133,7 @@ farm_bench() {
   local rc=$?
   cat "$raw/farm-$key.json.tmp"
   keep_json "$raw/farm-$key.json"
-  [ "$rc" -eq 0 ] || step_note="torchfarm bench exited $rc$([ "$rc" -eq 124 ] && echo ' (time budget)')"
+  [ "$rc" -eq 0 ] || step_note="$step_note; torchfarm bench exited $rc$([ "$rc" -eq 124 ] && echo ' (time budget)')"
   tf timeout 10 "$bin/torchfarm" stats --admin "$admin" --json >"$raw/farm-$key-stats.json" 2>/dev/null
   tf timeout 10 "$bin/torchfarm" stats --admin "$admin" 2>/dev/null | tail -n +3
   stop_supervisor

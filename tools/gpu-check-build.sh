@@ -25,6 +25,7 @@ step_unpack() {
   fingerprint="$(ls -l "$debs_dir" | cksum | cut -d' ' -f1) $prefix"
   if [ "$unpack_with" = auto ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$fingerprint" ]; then
     log "already unpacked into $prefix (same .deb files)"
+    step_note="already unpacked (same .deb files)"
     return 0
   fi
   local method="$unpack_with"
@@ -39,6 +40,7 @@ step_unpack() {
   failed="$(unpack_debs "$method" "${debs[@]}")" || { step_note="$failed"; return 1; }
   echo "$fingerprint" >"$stamp"
   log "prefix: $(du -sh "$prefix" | cut -f1), $(find "$prefix" -type f | wc -l) files"
+  step_note="${#debs[@]} .debs with $method"
 }
 
 # ---- 4. configure ------------------------------------------------------------------------------
@@ -108,7 +110,10 @@ step_configure() {
     fi
     step_note="configured on the retry, CUDA::nvToolsExt -> CUDA::nvtx3"
   fi
-  env_set cxx_standard "$(grep -oE 'LibTorch [^:]*: C\+\+[0-9]+' "$raw"/cmake-configure*.txt | tail -n 1 | sed 's/.*: //')"
+  local standard
+  standard="$(grep -hoE 'LibTorch [^:]*: C\+\+[0-9]+' "$raw"/cmake-configure*.txt | tail -n 1)"
+  env_set cxx_standard "${standard##*: }"
+  step_note="${step_note:+$step_note; }${standard:-LibTorch version not printed}"
   show_dependency_origins
 }
 
@@ -176,7 +181,7 @@ build_targets() {  # build_targets LOG TARGET...: the existing ones, under the t
     fi
   done
   log "built so far:${built_targets% }"
-  [ "$rc" -eq 0 ] && return 0
+  if [ "$rc" -eq 0 ]; then step_note="built ${targets[*]} in $(($(date +%s) - t0))s"; return 0; fi
   grep -B2 -A12 '^FAILED:' "$out" | head -n 60
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     step_note="build stopped by the time budget after $(($(date +%s) - t0))s; NOT built: ${missing[*]:-none}"

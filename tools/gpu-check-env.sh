@@ -51,6 +51,7 @@ step_env() {
     return 1
   fi
   [ "$has_gpu" = 1 ] || { precision=fp32; log "no GPU: benchmarks in fp32 on the CPU"; }
+  step_note="GPU: $(grep -m 1 $'^gpu\t' "$raw/env.tsv" | cut -f2); PyTorch: $(grep -m 1 $'^torch\t' "$raw/env.tsv" | cut -f2)"
 }
 
 find_nvcc() {
