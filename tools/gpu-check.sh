@@ -170,7 +170,10 @@ run_step() {
   if [ -n "$stop_reason" ]; then
     rc=77 step_note="stopped early: $stop_reason"
   elif [ "$(left)" -lt "$needs_s" ]; then
-    rc=77 step_note="time budget: $(left)s left of ${budget_s}s, the step needs ~${needs_s}s"
+    local spare
+    spare="$(left)"
+    [ "$spare" -ge 0 ] || spare=0
+    rc=77 step_note="time budget: ${spare}s left of ${budget_s}s, the step needs ~${needs_s}s"
   else
     write_report  # says "running step N" should the check be killed during it
     "$fn"
