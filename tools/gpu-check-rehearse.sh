@@ -2,11 +2,19 @@
 # Rehearses tools/gpu-check.sh on a Debian 12 machine that has torchfarm's packages installed, and
 # proves the build needs only the unpacked .debs: in a private mount namespace (unshare -m, root)
 # the system's copies of what the .debs hold are hidden (empty directories and /dev/null mounted
-# over them), then `GPU_CHECK_REHEARSE=1 tools/gpu-check.sh` runs there. Nothing changes outside
-# the namespace, and everything is visible again when it ends.
+# over them), then `GPU_CHECK_REHEARSE=1 tools/gpu-check.sh` runs there (Debian's CPU LibTorch
+# when python3 has no torch). Nothing changes outside the namespace, and everything is visible
+# again when it ends. Then it checks what the device tool would return (check_out):
+# - $OUT (a fresh temporary folder unless OUT is set) holds exactly results.md, results.json,
+#   gpu-check.log and raw.tgz: no folder, each under 16 MiB;
+# - results.json lists the steps of `gpu-check.sh --print-plan`, in that order (environment,
+#   /dev/shm, unpack, configure, build for the tests, ctest -L gpu, build for the benchmarks,
+#   benchmarks, farm runs), each done, skipped with why or FAILED with the error, and
+#   results.md names each with its status;
+# - the whole script ended within its budget (GPU_CHECK_BUDGET_S, 420 by default).
+# Exit status: gpu-check.sh's when the checks pass, else 3.
 #
-#   bash tools/gpu-check-rehearse.sh [--keep-objects]      # as root; env passes through
-#
+#   GPU_CHECK_BUDGET_S=240 bash tools/gpu-check-rehearse.sh [--keep-objects]  # as root
 # Hidden: every header directory or file, CMake package folder, .pc file, link-time .so and .a
 # of the .debs; pkg-config itself (so the prefix's pkgconf wrapper is used); and the runtime
 # libraries of ZeroMQ, prometheus-cpp, civetweb and pkgconf (so LD_LIBRARY_PATH must supply them
@@ -92,4 +100,67 @@ if [ "$keep_objects" = 1 ]; then
   echo "gpu-check-rehearse: reusing the objects in $build_dir; configuring and linking again"
 fi
 cd "$repo_root"
-GPU_CHECK_REHEARSE=1 GPU_CHECK_BUILD_DIR="$build_dir" exec bash tools/gpu-check.sh
+out_dir="${OUT:-$(mktemp -d /tmp/gpu-check-out.XXXXXX)}"
+budget_s="${GPU_CHECK_BUDGET_S:-420}"
+t0="$(date +%s.%N)"
+set +e
+OUT="$out_dir" GPU_CHECK_RESULTS="$out_dir" GPU_CHECK_BUDGET_S="$budget_s" GPU_CHECK_REHEARSE=1 \
+  GPU_CHECK_BUILD_DIR="$build_dir" bash tools/gpu-check.sh
+check_rc=$?
+set -e
+wall="$(echo "$(date +%s.%N) - $t0" | bc)"
+echo
+echo "gpu-check-rehearse: gpu-check.sh exited $check_rc after ${wall}s (budget ${budget_s}s)"
+echo "gpu-check-rehearse: \$OUT = $out_dir:"
+(cd "$out_dir" && find . -mindepth 1 -printf '  %P  %s bytes\n' | sort)
+
+# What the device tool would bring back, read against its limits and the plan.
+check_out() {
+  local plan_file
+  plan_file="$(mktemp)"
+  bash tools/gpu-check.sh --print-plan >"$plan_file"
+  python3 - "$out_dir" "$wall" "$budget_s" "$plan_file" "${GPU_CHECK_STOP_AFTER:-}" <<'PY'
+import json, os, sys, tarfile
+out, wall, budget, plan_file, stop_after = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+plan = [line.rstrip("\n").split("\t") for line in open(plan_file) if line.strip()]
+problems = []
+expected = {"results.md", "results.json", "gpu-check.log", "raw.tgz"}
+entries = set(os.listdir(out))
+if entries != expected:
+    problems.append(f"$OUT holds {sorted(entries)}, want exactly {sorted(expected)}")
+for name in entries & expected:
+    size = os.path.getsize(os.path.join(out, name))
+    if size > 16 << 20:
+        problems.append(f"{name}: {size} bytes, over the 16 MiB a returned file may have")
+doc = json.load(open(os.path.join(out, "results.json")))
+ids = [s["id"] for s in doc["steps"]]
+if ids != [p[0] for p in plan]:
+    problems.append(f"steps {ids}, want the plan's order {[p[0] for p in plan]}")
+md = open(os.path.join(out, "results.md")).read()
+for s in doc["steps"]:
+    where = f"step {s['id']} ({s['title']})"
+    if s["status"] not in ("done", "skipped", "FAILED"):
+        if not (stop_after and s["status"] == "not run"):
+            problems.append(f"{where}: status {s['status']!r}")
+    if s["status"] in ("skipped", "FAILED", "not run") and not s["note"].strip():
+        problems.append(f"{where}: {s['status']} without a reason")
+    if f"| {s['id']} {s['title']} | {s['status']} |" not in md:
+        problems.append(f"{where}: not in results.md with its status")
+with tarfile.open(os.path.join(out, "raw.tgz")) as tar:
+    if "raw/steps.tsv" not in tar.getnames():
+        problems.append("raw.tgz has no raw/steps.tsv")
+if wall > budget:
+    problems.append(f"the check took {wall:.0f} s, over its budget of {budget} s")
+for s in doc["steps"]:
+    print(f"  {s['id']:>2} {s['status']:<8} {s['title']}: {s['note'][:110]}")
+for p in problems:
+    print(f"gpu-check-rehearse: PROBLEM: {p}")
+sys.exit(1 if problems else 0)
+PY
+}
+if check_out; then
+  echo "gpu-check-rehearse: PASS: 4 files, every step accounted for, ${wall}s of ${budget_s}s"
+  exit "$check_rc"
+fi
+echo "gpu-check-rehearse: FAIL (see the PROBLEM lines)"
+exit 3

@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """Turns what tools/gpu-check.sh collected into results.json and results.md.
 
-    python3 tools/gpu_check_report.py RESULTS_DIR
+    python3 tools/gpu_check_report.py RAW_DIR OUT_DIR
 
-Reads RESULTS_DIR/raw/ (written by gpu-check.sh, every file optional: a step that failed or was
-skipped leaves its file out) and writes RESULTS_DIR/results.json (everything, raw outputs
-included) and RESULTS_DIR/results.md (a section ready to paste into docs/benchmarks.md). Run after
-every step, so a run cut short still leaves results. Standard library only: it runs under the GPU
-machine's Python, which is whatever its pip PyTorch came with.
+Reads RAW_DIR (written by gpu-check.sh, every file optional: a step that failed or was skipped
+leaves its file out) and writes OUT_DIR/results.json (everything, raw outputs included) and
+OUT_DIR/results.md (a section ready to paste into docs/benchmarks.md). Run after every step, so
+a run cut short still leaves results that say which steps ran and which did not. Standard library
+only: it runs under the GPU machine's Python, which is whatever its pip PyTorch came with.
 
-raw/ holds: env.tsv (key, value), steps.tsv (id, title, status, seconds, note), model.tsv,
-inprocess.json, farm-<key>.json with farm-<key>.tsv (label, workers, mps) and
-farm-<key>-stats.json, bandwidth.json, cmake-deps.txt, runtime-libs.txt.
+RAW_DIR holds: plan.tsv (id, title: every step, in order), steps.tsv (id, title, status, seconds,
+note: one row per finished step), current.tsv (id, title: the step running when the files were
+last written; absent between steps), env.tsv (key, value), model.tsv, inprocess.json,
+farm-<key>.json with farm-<key>.tsv (label, workers, mps, order) and farm-<key>-stats.json,
+bandwidth.json, cmake-deps.txt, runtime-libs.txt.
 """
 import datetime
 import json
@@ -124,6 +126,57 @@ def farm_rows(raw):
     return rows, runs
 
 
+NOT_RUN = "not run"
+
+
+def step_rows(plan, finished, current):
+    """Every planned step with its outcome: a finished row, else "not run" with the reason.
+
+    A step in current.tsv was running when the check stopped (it was killed, or its time ran out
+    with the whole call's); the steps after it were never reached. Finished rows not in the plan
+    (a plan from another version) are kept, after the planned ones.
+    """
+    by_id = {row["id"]: row for row in finished}
+    current_id = current[0] if current else None
+    rows, seen = [], set()
+    for entry in plan:
+        step_id, title = (entry + ["", ""])[:2]
+        seen.add(step_id)
+        if step_id in by_id:
+            rows.append(by_id[step_id])
+        elif step_id == current_id:
+            rows.append({"id": step_id, "title": title, "status": NOT_RUN, "seconds": "",
+                         "note": "was running when the check stopped (killed, or the call's "
+                                 "time ran out): its output is in gpu-check.log"})
+        else:
+            rows.append({"id": step_id, "title": title, "status": NOT_RUN, "seconds": "",
+                         "note": "not reached: the check stopped before it"})
+    rows.extend(row for row in finished if row["id"] not in seen)
+    return rows
+
+
+def outcome_line(rows, current):
+    counts = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    parts = [f"{counts[k]} {k}" for k in ("done", "skipped", "FAILED", NOT_RUN) if counts.get(k)]
+    summary = ", ".join(parts) if parts else "no steps"
+    if not rows:
+        return "**Check: not started** (no plan.tsv)."
+    if counts.get(NOT_RUN):
+        if current:
+            where = f"during step {current[0]} ({current[1] if len(current) > 1 else '?'})"
+        else:
+            last = [row for row in rows if row["status"] != NOT_RUN]
+            where = f"after step {last[-1]['id']}" if last else "before step 1"
+        return f"**Check: INCOMPLETE**: it stopped {where}. Steps: {summary}."
+    state = "complete, with failures" if counts.get("FAILED") else "complete"
+    out_of_time = [row["id"] for row in rows
+                   if row["status"] == "skipped" and str(row.get("note", "")).startswith("time budget")]
+    budget = f" The time budget ran out from step {out_of_time[0]} on." if out_of_time else ""
+    return f"**Check: {state}**. Steps: {summary}.{budget}"
+
+
 def markdown(doc):
     env = doc["environment"]
     model = doc.get("model", {})
@@ -134,11 +187,27 @@ def markdown(doc):
         title += " (REHEARSAL on a machine without a GPU: not a measurement)"
     lines.append(f"### {title}")
     lines.append("")
-    lines.append(f"Measured {doc['date']} by `bash tools/gpu-check.sh` (docs/gpu.md). "
-                 f"GPU: {env.get('gpu', '-')}, driver {env.get('driver', '-')}; "
-                 f"{env.get('nproc', '?')} cores; PyTorch {env.get('torch', '-')} "
-                 f"(CUDA {env.get('torch_cuda', '-')}); nvcc {env.get('nvcc', '-')}; "
-                 f"glibc {env.get('glibc', '-')}; {env.get('os', '-')}.")
+    lines.append(outcome_line(doc["steps"], doc["running"]))
+    lines.append("")
+    lines.append(f"Measured {doc['date']} by `bash tools/gpu-check.sh` (docs/gpu.md), budget "
+                 f"{env.get('budget_s', '?')} s. GPU: {env.get('gpu', '-')}, driver "
+                 f"{env.get('driver', '-')}; {env.get('nproc', '?')} cores; PyTorch "
+                 f"{env.get('torch', '-')} (CUDA {env.get('torch_cuda', '-')}, C++11 ABI "
+                 f"{env.get('cxx11_abi', '-')}, built as {env.get('cxx_standard', '-')}); nvcc "
+                 f"{env.get('nvcc', '-')}; glibc {env.get('glibc', '-')}; {env.get('os', '-')}; "
+                 f"/dev/shm {env.get('shm', '-')}.")
+    if env.get("shm_plan"):
+        lines.append(f"/dev/shm for the farm runs: {env['shm_plan']}.")
+    if env.get("nvtx3_fallback"):
+        lines.append("CMake: configured with CUDA::nvToolsExt standing for CUDA::nvtx3 "
+                     "(tools/gpu-check-nvtx3.cmake).")
+    lines.append("")
+    lines.append("| step | status | seconds | why skipped / the error / the result |")
+    lines.append("| --- | --- | ---: | --- |")
+    for s in doc["steps"]:
+        note = str(s.get("note", "")).replace("|", "/")
+        lines.append(f"| {s['id']} {s['title']} | {s['status']} | {s['seconds']} | {note} |")
+    lines.append("")
     lines.append(f"Model: `{model.get('file', '-')}` ({model.get('source', '-')}), input "
                  f"{model.get('shape', '-')}; {model.get('seconds', '?')} s measured after "
                  f"{model.get('warmup', '?')} s of warm-up per row.")
@@ -150,54 +219,48 @@ def markdown(doc):
             r["configuration"], fmt(r["requests_per_s"]), fmt(r["p50_ms"], " ms"),
             fmt(r["p99_ms"], " ms"), fmt(r["mean_batch"]), fmt(r["errors"]), r.get("note", "")))
     if not doc["summary"]:
-        lines.append("| (no benchmark finished: see the steps below) | | | | | | |")
+        lines.append("| (no benchmark finished: see the steps above) | | | | | | |")
     lines.append("")
     lines.append("In-process rows: rows/s and forward() latency of one process looping on the "
                  "GPU (torchfarm-bench-inprocess). Farm rows: replies/s and round-trip latency of "
                  "`torchfarm bench` clients sending one image per request.")
-    bw = doc.get("bandwidth")
+    lines.extend(bandwidth_lines(doc.get("bandwidth")))
+    return "\n".join(lines) + "\n"
+
+
+def bandwidth_lines(bw):
     if isinstance(bw, dict) and bw.get("results"):
-        lines.append("")
-        lines.append(f"Host <-> device copies of {bw.get('bytes', 0) // (1 << 20)} MiB "
+        lines = ["", f"Host <-> device copies of {bw.get('bytes', 0) // (1 << 20)} MiB "
                      f"(torchfarm-gpu-bandwidth, {bw.get('iterations', '?')} copies each; "
-                     f"cudaHostRegister took {fmt(bw.get('register_ms'), ' ms')}):")
-        lines.append("")
-        lines.append("| host memory | H2D GB/s | D2H GB/s |")
-        lines.append("| --- | ---: | ---: |")
+                     f"cudaHostRegister took {fmt(bw.get('register_ms'), ' ms')}):",
+                 "", "| host memory | H2D GB/s | D2H GB/s |", "| --- | ---: | ---: |"]
         names = {"pageable": "pageable: shm_open + mmap(MAP_SHARED), as the ring segment",
                  "registered": "the same segment after cudaHostRegister",
                  "pinned": "cudaMallocHost (reference)"}
         for r in bw["results"]:
             lines.append("| {} | {} | {} |".format(names.get(r.get("source"), r.get("source")),
                                                  fmt(r.get("h2d_gbps")), fmt(r.get("d2h_gbps"))))
-    elif isinstance(bw, dict) and bw.get("error"):
-        lines.append("")
-        lines.append(f"Bandwidth: not measured ({bw['error']}).")
-    lines.append("")
-    lines.append("Steps:")
-    lines.append("")
-    lines.append("| step | status | seconds | note |")
-    lines.append("| --- | --- | ---: | --- |")
-    for s in doc["steps"]:
-        lines.append(f"| {s['id']} {s['title']} | {s['status']} | {s['seconds']} | {s['note']} |")
-    return "\n".join(lines) + "\n"
+        return lines
+    if isinstance(bw, dict) and bw.get("error"):
+        return ["", f"Bandwidth: not measured ({bw['error']})."]
+    return []
 
 
-def main():
-    if len(sys.argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    out = sys.argv[1]
-    raw = os.path.join(out, "raw")
+def build_doc(raw):
     env = {row[0]: row[1] for row in read_tsv(os.path.join(raw, "env.tsv")) if len(row) >= 2}
     model = {row[0]: row[1] for row in read_tsv(os.path.join(raw, "model.tsv")) if len(row) >= 2}
-    steps = [dict(zip(("id", "title", "status", "seconds", "note"), row + [""] * 5))
-             for row in read_tsv(os.path.join(raw, "steps.tsv"))]
+    finished = [dict(zip(("id", "title", "status", "seconds", "note"), row + [""] * 5))
+                for row in read_tsv(os.path.join(raw, "steps.tsv"))]
+    plan = read_tsv(os.path.join(raw, "plan.tsv"))
+    current = (read_tsv(os.path.join(raw, "current.tsv")) or [None])[0]
+    steps = step_rows(plan, finished, current)
     inprocess = read_json(os.path.join(raw, "inprocess.json"))
     rows, runs = farm_rows(raw) if os.path.isdir(raw) else ([], [])
-    doc = {
+    return {
         "date": env.get("date") or datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "rehearsal": env.get("rehearsal") == "1",
+        "complete": bool(steps) and all(s["status"] != NOT_RUN for s in steps),
+        "running": current,
         "environment": env,
         "model": model,
         "steps": steps,
@@ -208,11 +271,24 @@ def main():
         "cmake_dependencies": read_lines(os.path.join(raw, "cmake-deps.txt")),
         "runtime_libraries_from_prefix": read_lines(os.path.join(raw, "runtime-libs.txt")),
     }
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
-    with open(os.path.join(out, "results.md"), "w") as f:
-        f.write(markdown(doc))
+
+
+def write_replacing(path, text):
+    """Whole or not at all: the device tool may copy the file back at any moment."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    raw, out = sys.argv[1], sys.argv[2]
+    doc = build_doc(raw)
+    write_replacing(os.path.join(out, "results.json"), json.dumps(doc, indent=2) + "\n")
+    write_replacing(os.path.join(out, "results.md"), markdown(doc))
     return 0
 
 

@@ -93,7 +93,10 @@ class CudaAccelerator final : public Accelerator {
 
   Status PinHostMemory(void* base, size_t bytes) override {
     if (!options_.pin_memory || pinned_base_ != nullptr) return Status::Ok();
-    cudaError_t error = cudaHostRegister(base, bytes, cudaHostRegisterDefault);
+    // Portable: pinned for every CUDA context of this process, not only the current device's.
+    // A worker computes on one device, but a model may move tensors to another GPU, whose
+    // context would otherwise copy from this segment as pageable memory. It costs nothing.
+    cudaError_t error = cudaHostRegister(base, bytes, cudaHostRegisterPortable);
     if (error != cudaSuccess) {
       (void)cudaGetLastError();
       return Unavailable(CudaErrorText(error, "cudaHostRegister of the ring segment"));
