@@ -105,7 +105,7 @@ TEST(ReloadPlanTest, InstanceSettingsAWorkerIsLaunchedWithReplaceIt) {
   EXPECT_TRUE(differs([](InstanceConfig& i) { i.precision = "bf16"; }));
   EXPECT_TRUE(differs([](InstanceConfig& i) { i.streams = 2; }));
   EXPECT_TRUE(differs([](InstanceConfig& i) { i.device = "cuda:0"; }));
-  EXPECT_TRUE(differs([](InstanceConfig& i) { i.idle_spin_us = 300; }));
+  EXPECT_TRUE(differs([](InstanceConfig& i) { i.idle_spin_us = 50; }));
   EXPECT_TRUE(differs([](InstanceConfig& i) { i.cores = {0}; }));
   update.replace_workers = true;
   EXPECT_TRUE(differs([](InstanceConfig&) {})) << "a model-level change replaces every worker";

@@ -1,0 +1,79 @@
+// Config keys of how workers start and wait (issue 19): instances[].spares, instances[].idle_spin_us
+// and worker_launch, at their documented defaults and limits.
+#include <gtest/gtest.h>
+
+#include "common/config.h"
+
+namespace torchfarm {
+namespace {
+
+using nlohmann::json;
+
+json MinimalConfig() {
+  return json::parse(R"({
+    "models": [{"name": "m", "path": "m.pt",
+                "inputs": [{"dtype": "float32", "shape": [-1, 4]}]}]
+  })");
+}
+
+std::string ParseError(const json& j) {
+  FarmConfig c;
+  Status s = ParseConfig(j, "/base", &c);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << j.dump();
+  return s.message();
+}
+
+json WithInstance(const char* key, json value) {
+  json j = MinimalConfig();
+  j["models"][0]["instances"] = json::array({{{"device", "cpu"}, {key, value}}});
+  return j;
+}
+
+TEST(ConfigWorkersTest, Defaults) {
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(MinimalConfig(), "/base", &c).ok());
+  EXPECT_EQ(c.worker_launch, "zygote");
+  ASSERT_EQ(c.models[0].instances.size(), 1u);
+  EXPECT_EQ(c.models[0].instances[0].spares, 0);
+  EXPECT_EQ(c.models[0].instances[0].idle_spin_us, 300) << "adaptive idle polling is on";
+}
+
+TEST(ConfigWorkersTest, IntegerKeysAtAndBeyondTheirLimits) {
+  struct Key {
+    const char* name;
+    int64_t low, high;
+  };
+  for (const Key& key : {Key{"spares", 0, 64}, Key{"idle_spin_us", 0, 100'000}}) {
+    for (int64_t v : {key.low, key.low + 1, key.high}) {
+      FarmConfig c;
+      ASSERT_TRUE(ParseConfig(WithInstance(key.name, v), "/base", &c).ok()) << key.name << v;
+      const InstanceConfig& i = c.models[0].instances[0];
+      EXPECT_EQ(std::string(key.name) == "spares" ? i.spares : i.idle_spin_us, v);
+    }
+    const std::string range = std::to_string(key.low) + ".." + std::to_string(key.high);
+    for (json v : {json(key.low - 1), json(key.high + 1), json(int64_t{1} << 31),
+                   json(int64_t{1} << 32), json(INT64_MAX), json(-1), json("1"), json(1.5)}) {
+      EXPECT_EQ(ParseError(WithInstance(key.name, v)),
+                "config.models[0].instances[0]." + std::string(key.name) +
+                    ": expected an integer in " + range + ", got " + v.type_name() + " " + v.dump());
+    }
+  }
+}
+
+TEST(ConfigWorkersTest, WorkerLaunchIsZygoteOrExec) {
+  for (const char* v : {"zygote", "exec"}) {
+    json j = MinimalConfig();
+    j["worker_launch"] = v;
+    FarmConfig c;
+    ASSERT_TRUE(ParseConfig(j, "/base", &c).ok()) << v;
+    EXPECT_EQ(c.worker_launch, v);
+  }
+  json j = MinimalConfig();
+  j["worker_launch"] = "fork";
+  EXPECT_EQ(ParseError(j), R"(config.worker_launch: expected "zygote" or "exec", got "fork")");
+  j["worker_launch"] = 1;
+  EXPECT_NE(ParseError(j).find("config.worker_launch"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace torchfarm

@@ -1,0 +1,275 @@
+// How fast a farm gets a worker back, with the real binaries and the documented defaults: a warm
+// spare takes a dead worker's place at once, replacement workers fork from the zygote (and exec
+// while it is down), and the adaptive idle poll sleeps when the farm is idle and never holds up
+// a stop (issue 19).
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <zmq.hpp>
+
+#include "farm_fixture.h"
+
+namespace torchfarm::testing {
+namespace {
+
+using nlohmann::json;
+using Ms = std::chrono::milliseconds;
+
+// The documented default heartbeat, not the fixture's faster one.
+const json kDefaults = {{"heartbeat_ms", nullptr}};
+
+json Identity(json instance) {
+  json instances = json::array({std::move(instance)});
+  return json::array({ModelEntry("identity", "identity.pt", {-1, 64}, 1,
+                                 {{"instances", instances}, {"max_batch_size", 8}})});
+}
+
+// Clients sending identity requests back to back until `stop`; every answer is checked.
+struct Load {
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, wrong{0}, errors{0}, lost{0};
+  std::vector<std::thread> threads;
+
+  void Start(const std::string& endpoint, int clients) {
+    for (int c = 0; c < clients; ++c) {
+      threads.emplace_back([this, endpoint, c] {
+        zmq::context_t context(1);
+        zmq::socket_t socket(context, zmq::socket_type::dealer);
+        socket.set(zmq::sockopt::linger, 0);
+        socket.set(zmq::sockopt::rcvtimeo, 30'000);
+        socket.connect(endpoint);
+        std::mt19937 rng(c);
+        for (int64_t n = 0; !stop; ++n) {
+          std::vector<float> x(64);
+          for (auto& v : x) v = static_cast<float>(rng() % 1000);
+          json header = {{"v", 1}, {"id", n}, {"model", "identity"},
+                         {"inputs", json::array({{{"dtype", "float32"}, {"shape", {1, 64}}}})}};
+          socket.send(zmq::buffer(header.dump()), zmq::send_flags::sndmore);
+          socket.send(zmq::buffer(x.data(), x.size() * 4), zmq::send_flags::none);
+          zmq::message_t head, data;
+          if (!socket.recv(head)) {
+            ++lost;
+            return;
+          }
+          if (head.more()) (void)socket.recv(data);
+          json reply = json::parse(head.to_string_view());
+          if (reply["status"] != "ok") {
+            ++errors;
+          } else if (reply["id"] == n && data.size() == x.size() * 4 &&
+                     std::memcmp(data.data(), x.data(), data.size()) == 0) {
+            ++ok;
+          } else {
+            ++wrong;
+          }
+        }
+      });
+    }
+  }
+  void Stop() {
+    stop = true;
+    for (auto& t : threads) t.join();
+    threads.clear();
+  }
+};
+
+json Stats(const Farm& farm) { return farm.Admin("stats"); }
+
+json WorkerWithPid(const json& stats, pid_t pid) {
+  for (const json& w : stats["workers"]) {
+    if (w["pid"] == pid) return w;
+  }
+  return nullptr;
+}
+
+// Waits until `ok(stats)` or timeout; returns the last stats.
+template <typename Ok>
+json WaitStats(const Farm& farm, Ok&& ok, int timeout_ms = 30'000) {
+  json stats;
+  for (auto start = std::chrono::steady_clock::now();
+       std::chrono::steady_clock::now() - start < Ms(timeout_ms);
+       std::this_thread::sleep_for(Ms(20))) {
+    stats = Stats(farm);
+    if (!stats.is_null() && ok(stats)) return stats;
+  }
+  return stats;
+}
+
+std::vector<pid_t> PidsWithRole(const json& stats, const std::string& role) {
+  std::vector<pid_t> pids;
+  for (const json& w : stats["workers"]) {
+    if (w["role"] == role && w["pid"].get<int>() > 0) pids.push_back(w["pid"].get<pid_t>());
+  }
+  return pids;
+}
+
+// utime + stime of a process, in clock ticks (/proc/PID/stat fields 14 and 15).
+int64_t CpuTicks(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t end_of_name = text.rfind(')');
+  if (end_of_name == std::string::npos) return -1;
+  std::istringstream fields(text.substr(end_of_name + 2));
+  std::string field;
+  int64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stoll(field);
+    if (i == 15) stime = std::stoll(field);
+  }
+  return utime + stime;
+}
+
+TEST(WorkerStart, ASpareTakesTheDeadWorkersPlaceAtOnceAndAnswersCorrectly) {
+  Farm farm(Identity({{"device", "cpu"}, {"count", 2}, {"spares", 1}}), kDefaults);
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  json stats = WaitStats(farm, [](const json& s) { return s["models"][0]["spares_ready"] == 1; });
+  ASSERT_EQ(stats["models"][0]["spares_ready"], 1) << stats.dump();
+  EXPECT_EQ(stats["models"][0]["workers"], 2);
+  EXPECT_EQ(stats["models"][0]["spares"], 1);
+  const std::vector<pid_t> serving = PidsWithRole(stats, "serving");
+  const std::vector<pid_t> spares = PidsWithRole(stats, "spare");
+  ASSERT_EQ(serving.size(), 2u);
+  ASSERT_EQ(spares.size(), 1u);
+  EXPECT_EQ(WorkerWithPid(stats, spares[0])["requests"], 0) << "a spare gets no traffic";
+
+  Load load;
+  load.Start(farm.endpoint(), 4);
+  std::this_thread::sleep_for(Ms(500));
+  ASSERT_EQ(::kill(serving[0], SIGKILL), 0);
+  // The spare serves in place of the dead worker: same process, no launch.
+  stats = WaitStats(farm, [&](const json& s) {
+    json w = WorkerWithPid(s, spares[0]);
+    return w.is_object() && w["role"] == "serving" && !w["last_promotion_us"].is_null();
+  });
+  json promoted = WorkerWithPid(stats, spares[0]);
+  ASSERT_TRUE(promoted.is_object()) << stats.dump();
+  EXPECT_EQ(promoted["role"], "serving") << stats.dump();
+  EXPECT_EQ(promoted["promotions"], 1);
+  // From the supervisor reaping the dead worker to the first batch it sends the spare: loop work
+  // only, no process start or wake-up in between.
+  EXPECT_LT(promoted["last_promotion_us"].get<int64_t>(), 20'000) << promoted.dump();
+  EXPECT_GE(stats["models"][0]["spare_promotions"], 1);
+  std::this_thread::sleep_for(Ms(500));
+  load.Stop();
+  EXPECT_EQ(load.lost, 0);
+  EXPECT_EQ(load.wrong, 0);
+  EXPECT_EQ(load.errors, 0);
+  stats = Stats(farm);
+  EXPECT_GT(WorkerWithPid(stats, spares[0])["requests"].get<int>(), 0) << "the promoted spare served";
+
+  // The dead slot starts again in the background and becomes the new spare.
+  stats = WaitStats(farm, [](const json& s) { return s["models"][0]["spares_ready"] == 1; });
+  ASSERT_EQ(stats["models"][0]["spares_ready"], 1) << stats.dump();
+  const std::vector<pid_t> new_spares = PidsWithRole(stats, "spare");
+  ASSERT_EQ(new_spares.size(), 1u);
+  EXPECT_NE(new_spares[0], serving[0]);
+  EXPECT_NE(new_spares[0], spares[0]);
+  EXPECT_EQ(WorkerWithPid(stats, new_spares[0])["start"]["via"], "zygote") << stats.dump();
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(WorkerStart, ReplacementsForkFromTheZygoteAndExecWhileItIsDown) {
+  Farm farm(Identity({{"device", "cpu"}, {"count", 1}}), kDefaults);
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  json stats = Stats(farm);
+  const json zygote = stats["supervisor"]["zygote"];
+  ASSERT_TRUE(zygote["ready"].get<bool>()) << stats.dump();
+  const pid_t zygote_pid = zygote["pid"].get<pid_t>();
+  json worker = stats["workers"][0];
+  EXPECT_EQ(worker["start"]["via"], "zygote");
+  for (const char* phase : {"launch_to_hello_ms", "hello_to_ready_ms", "load_ms", "launch_to_ready_ms"}) {
+    EXPECT_TRUE(worker["start"][phase].is_number()) << phase << " " << worker.dump();
+  }
+  // A forked worker is the supervisor's child, as an exec'd one is.
+  std::ifstream status("/proc/" + std::to_string(worker["pid"].get<int>()) + "/status");
+  std::string line, parent;
+  while (std::getline(status, line)) {
+    if (line.rfind("PPid:", 0) == 0) parent = line.substr(5);
+  }
+  EXPECT_EQ(std::stoi(parent), farm.pid());
+
+  ASSERT_EQ(::kill(zygote_pid, SIGKILL), 0);
+  ASSERT_EQ(::kill(worker["pid"].get<pid_t>(), SIGKILL), 0);
+  stats = WaitStats(farm, [&](const json& s) {
+    return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != worker["pid"];
+  });
+  EXPECT_EQ(stats["workers"][0]["start"]["via"], "exec") << "the zygote was down: " << stats.dump();
+  // The zygote comes back by itself, and the next replacement forks from it again.
+  stats = WaitStats(farm, [&](const json& s) {
+    return s["supervisor"]["zygote"]["ready"] == true && s["supervisor"]["zygote"]["pid"] != zygote_pid;
+  });
+  ASSERT_EQ(stats["supervisor"]["zygote"]["restarts"], 1) << stats.dump();
+  const pid_t second = stats["workers"][0]["pid"].get<pid_t>();
+  ASSERT_EQ(::kill(second, SIGKILL), 0);
+  stats = WaitStats(farm, [&](const json& s) {
+    return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != second;
+  });
+  EXPECT_EQ(stats["workers"][0]["start"]["via"], "zygote") << stats.dump();
+  Load load;
+  load.Start(farm.endpoint(), 2);
+  std::this_thread::sleep_for(Ms(300));
+  load.Stop();
+  EXPECT_GT(load.ok, 0);
+  EXPECT_EQ(load.wrong + load.errors + load.lost, 0);
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(WorkerStart, ExecLaunchStillServes) {
+  Farm farm(Identity({{"device", "cpu"}, {"count", 1}}), {{"heartbeat_ms", nullptr}, {"worker_launch", "exec"}});
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  json stats = Stats(farm);
+  EXPECT_EQ(stats["workers"][0]["start"]["via"], "exec");
+  EXPECT_EQ(stats["supervisor"]["zygote"]["pid"], -1);
+  Load load;
+  load.Start(farm.endpoint(), 2);
+  std::this_thread::sleep_for(Ms(300));
+  load.Stop();
+  EXPECT_GT(load.ok, 0);
+  EXPECT_EQ(load.wrong + load.errors + load.lost, 0);
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(WorkerStart, TheAdaptivePollSleepsWhenIdleAndNeverHoldsUpAStop) {
+  Farm farm(Identity({{"device", "cpu"}, {"count", 2}}), kDefaults);
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  // Back-to-back requests: the workers poll between them (default idle_spin_us).
+  Load load;
+  load.Start(farm.endpoint(), 1);
+  std::this_thread::sleep_for(Ms(1'000));
+  load.Stop();
+  EXPECT_GT(load.ok, 0);
+  // Idle: the workers sleep. Their CPU time over 5 s is their heartbeats' only (a poll that
+  // never ended would cost 5 s).
+  std::vector<pid_t> pids = farm.WorkerPids();
+  std::vector<int64_t> before;
+  for (pid_t p : pids) before.push_back(CpuTicks(p));
+  std::this_thread::sleep_for(Ms(5'000));
+  const long ticks_per_s = ::sysconf(_SC_CLK_TCK);
+  for (size_t i = 0; i < pids.size(); ++i) {
+    const int64_t used = CpuTicks(pids[i]) - before[i];
+    EXPECT_LE(used, ticks_per_s / 10) << "worker " << pids[i] << " used " << used << " ticks idle";
+  }
+  // A stop in the middle of back-to-back requests (the clients send nothing after their request
+  // in flight): every request answered, the farm exits 0.
+  load.Start(farm.endpoint(), 2);
+  std::this_thread::sleep_for(Ms(500));
+  load.stop = true;
+  EXPECT_EQ(farm.Stop(), 0);
+  load.Stop();
+  EXPECT_EQ(load.wrong + load.lost, 0);
+}
+
+}  // namespace
+}  // namespace torchfarm::testing
