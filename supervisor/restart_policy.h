@@ -6,7 +6,10 @@
 //   kExternal      the process was killed (by a signal an operator, the OOM killer or the hang
 //                  check sends), or crashed or exited after it reached ready. Always restarted
 //                  after a capped exponential backoff: initial * 2^n, at most max_backoff, plus
-//                  0-25% jitter; n resets once a process stayed ready healthy_after. Never failed
+//                  0-25% jitter; n resets once a process stayed ready healthy_after, or at least
+//                  as long as it took to start (a restart that bought more serving time than it
+//                  cost is no crash loop: a storm of outside kills is answered at the initial
+//                  backoff, while a worker that dies right after ready backs off). Never failed
 //                  for this: a serving farm does not turn itself off because its workers were
 //                  killed from outside.
 //   kStartFailure  the process ended on its own before it reached ready (the model does not load,
@@ -47,6 +50,7 @@ struct ExitFacts {
   ExitKind kind = ExitKind::kExternal;
   bool reached_ready = false;
   Clock::duration ready_for{0};  // how long it was ready before it ended
+  Clock::duration start_took{Clock::duration::max()};  // launch to ready (max: unknown)
   bool on_gpu = false;           // it ran on a cuda:N device (not after a fallback)
   bool may_fall_back = false;    // the instance's fallback is "cpu"
   int gpu_failures_before_fallback = 1;

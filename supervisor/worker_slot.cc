@@ -422,6 +422,7 @@ std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,
                                 !device_failure_reported_);
   facts.reached_ready = reached_ready_;
   facts.ready_for = reached_ready_ ? now - ready_since_ : Clock::duration(0);
+  if (reached_ready_) facts.start_took = ready_since_ - start_times_.launched;
   facts.on_gpu = device_ != "cpu";
   facts.may_fall_back = instance_.fallback == "cpu";
   facts.gpu_failures_before_fallback = instance_.gpu_failures_before_fallback;

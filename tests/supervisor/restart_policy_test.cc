@@ -72,6 +72,27 @@ TEST_F(RestartPolicyTest, KillsAfterReadyBackOffExponentiallyUpToTheCapAndNeverF
   }
 }
 
+TEST_F(RestartPolicyTest, ServingLongerThanTheStartTookIsNoCrashLoop) {
+  // A storm of outside kills: each process served longer than it took to start (a zygote fork
+  // and a model load), so each restart waits only the initial backoff.
+  for (int i = 0; i < 20; ++i) {
+    ExitFacts f = Killed(Millis(400));
+    f.start_took = Millis(150);
+    RestartDecision d = Exit(f);
+    ASSERT_LE(DelayMs(d).count(), 125) << "kill " << i;
+    clock_.Advance(Millis(200));
+  }
+  // Dying sooner after ready than the start took: a crash loop, backed off (the last kill above
+  // already counted once).
+  for (int64_t base : {200, 400, 800, 1600}) {
+    ExitFacts f = Killed(Millis(20));
+    f.start_took = Millis(150);
+    RestartDecision d = Exit(f);
+    EXPECT_GE(DelayMs(d).count(), base);
+    EXPECT_LE(DelayMs(d).count(), base + base / 4);
+  }
+}
+
 TEST_F(RestartPolicyTest, AHealthyRunResetsTheBackoff) {
   for (int i = 0; i < 6; ++i) Exit(Killed());
   RestartDecision d = Exit(Killed(policy_.healthy_after));
