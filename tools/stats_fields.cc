@@ -120,6 +120,11 @@ std::string FormatBytes(std::optional<double> bytes) {
   return Printf("%.2fG", b / (1024.0 * 1024 * 1024));
 }
 
+std::string WorkerStateText(const nlohmann::json& worker) {
+  const std::string state = TextField(worker, {"state"});
+  return TextField(worker, {"role"}) == "spare" ? "spare " + state : state;
+}
+
 std::string ModelLabel(const nlohmann::json& object, std::string_view name_key) {
   const std::string name = TextField(object, {name_key});
   const std::string version = TextField(object, {"version"});

@@ -28,6 +28,8 @@ std::string TextField(const nlohmann::json& object, std::initializer_list<std::s
 // A model's name as the tables show it: "NAME", or "NAME:VERSION" for a version other than "1"
 // (README, "Model versions"). `name_key` is "name" in models[] and "model" in workers[].
 std::string ModelLabel(const nlohmann::json& object, std::string_view name_key);
+// A worker's "state", prefixed "spare " for a warm spare (role "spare": started, sent no batches).
+std::string WorkerStateText(const nlohmann::json& worker);
 
 // The array at `key` of `object`, or an empty array when it is absent or not an array.
 const nlohmann::json& ArrayField(const nlohmann::json& object, std::string_view key);

@@ -75,7 +75,7 @@ std::vector<std::string> WorkerTable(const json& workers) {
                   {ModelLabel(w, "model")},
                   {pid && *pid > 0 ? FormatCount(pid) : kMissing},
                   {DeviceText(w, /*compact=*/false)},
-                  {TextField(w, {"state"})},
+                  {WorkerStateText(w)},
                   {FormatSeconds(NumberField(w, {"uptime_s"}))},
                   {FormatCount(NumberField(w, {"restarts"}))},
                   {TextField(w, {"last_exit"})},

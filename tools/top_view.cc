@@ -124,7 +124,7 @@ std::vector<std::string> WorkerLines(const json& workers, const TopViewOptions& 
     table.AddRow({{TextField(w, {"id"})},
                   {pid && *pid > 0 ? FormatCount(pid) : kMissing},
                   {ModelLabel(w, "model")},
-                  {state, WorkerStateColour(state)},
+                  {WorkerStateText(w), WorkerStateColour(state)},
                   {DeviceText(w, /*compact=*/true)},
                   {FormatDecimal(NumberField(w, {"cpu_percent"}), 1)},
                   {FormatBytes(NumberField(w, {"rss_bytes"}))},
@@ -170,6 +170,7 @@ std::vector<std::string> RenderTopView(const json& stats, const TopViewOptions& 
   std::map<std::string, ReadyCount> by_model;
   for (const auto& m : ArrayField(stats, "models")) by_model[ModelLabel(m, "name")];
   for (const auto& w : workers) {
+    if (TextField(w, {"role"}) == "spare") continue;  // warm spares are not serving workers
     ReadyCount& count = by_model[ModelLabel(w, "model")];
     ++count.total;
     count.ready += CountsAsReady(TextField(w, {"state"}));

@@ -302,6 +302,17 @@ TEST(TopViewTest, HeaderTotals) {
   EXPECT_THAT(RenderTopView(FullStats(), {200, 50, false, false})[0], Not(HasSubstr("q quits")));
 }
 
+TEST(TopViewTest, WarmSparesAreShownAsSparesAndNotCountedAsServing) {
+  json stats = FullStats();
+  json spare = Worker(3, "mlp", 4004, "ready");
+  spare["role"] = "spare";
+  stats["workers"].push_back(spare);
+  auto lines = RenderTopView(stats, {200, 50, false, true});
+  EXPECT_THAT(lines[1], HasSubstr("workers 2/3 ready")) << "the spare is not a serving worker";
+  EXPECT_THAT(Joined(lines), HasSubstr("spare ready"));
+  EXPECT_THAT(Joined(RenderStatsTable(stats)), HasSubstr("spare ready"));
+}
+
 TEST(TopViewTest, ModelAndWorkerLines) {
   auto lines = RenderTopView(FullStats(), {200, 50, false, true});
   for (const char* column :
