@@ -73,7 +73,7 @@ ASAN_DIR ?= build-asan
 ASAN_TESTS = common_test common_client_test ipc_test slot_codec_test supervisor_unit_test \
              fuzz_regression_test \
              security_test zero_copy_reply_test mps_test client_shm_test \
-             v2_http_codec_test http_server_test grpc_server_test kserve_v2_test
+             v2_http_codec_test http_server_test kserve_v2_test
 ASAN_TARGETS = torchfarm-supervisor torchfarm $(ASAN_TESTS)
 FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
@@ -84,7 +84,7 @@ FUZZ_V2_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) - 2 * ($(FUZZ_SECONDS) / 3) ));
 
 test-asan: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target torchfarm-worker torchfarm-mkmodel
-	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORCHFARM_SANITIZE=ON
+	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTORCHFARM_SANITIZE=ON -DTORCHFARM_GRPC=OFF
 	cmake --build $(ASAN_DIR) -j $(JOBS) --target $(ASAN_TARGETS)
 	ln -sf $(abspath $(BUILD_DIR))/bin/torchfarm-worker $(ASAN_DIR)/bin/torchfarm-worker
 	ln -sf $(abspath $(BUILD_DIR))/bin/torchfarm-mkmodel $(ASAN_DIR)/bin/torchfarm-mkmodel

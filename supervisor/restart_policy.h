@@ -7,9 +7,9 @@
 //                  check sends), or crashed or exited after it reached ready. Always restarted
 //                  after a capped exponential backoff: initial * 2^n, at most max_backoff, plus
 //                  0-25% jitter; n resets once a process stayed ready healthy_after, or at least
-//                  as long as it took to start (a restart that bought more serving time than it
-//                  cost is no crash loop: a storm of outside kills is answered at the initial
-//                  backoff, while a worker that dies right after ready backs off). Never failed
+//                  as long as it took to start, or answered a batch (a process that served is no
+//                  crash loop: a storm of outside kills is answered at the initial backoff, while
+//                  a worker that dies before it answers anything backs off). Never failed
 //                  for this: a serving farm does not turn itself off because its workers were
 //                  killed from outside.
 //   kStartFailure  the process ended on its own before it reached ready (the model does not load,
@@ -51,6 +51,7 @@ struct ExitFacts {
   bool reached_ready = false;
   Clock::duration ready_for{0};  // how long it was ready before it ended
   Clock::duration start_took{Clock::duration::max()};  // launch to ready (max: unknown)
+  uint64_t batches_answered = 0;  // by this process
   bool on_gpu = false;           // it ran on a cuda:N device (not after a fallback)
   bool may_fall_back = false;    // the instance's fallback is "cpu"
   int gpu_failures_before_fallback = 1;

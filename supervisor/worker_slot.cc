@@ -149,6 +149,7 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
     const std::vector<std::string> env = on_gpu ? context.gpu_env : std::vector<std::string>{};
     start_times_ = StartTimes{};
     start_times_.launched = now;
+    batches_at_launch_ = batches_done;
     start_times_.via = "exec";
     if (context.zygote && context.zygote->Ready()) {
       s = context.zygote->Launch(argv, fds, env, &pid_);
@@ -423,6 +424,7 @@ std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,
   facts.reached_ready = reached_ready_;
   facts.ready_for = reached_ready_ ? now - ready_since_ : Clock::duration(0);
   if (reached_ready_) facts.start_took = ready_since_ - start_times_.launched;
+  facts.batches_answered = batches_done - batches_at_launch_;
   facts.on_gpu = device_ != "cpu";
   facts.may_fall_back = instance_.fallback == "cpu";
   facts.gpu_failures_before_fallback = instance_.gpu_failures_before_fallback;

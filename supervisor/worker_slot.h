@@ -311,6 +311,7 @@ class WorkerSlot {
   std::minstd_rand jitter_;
   int restarts_ = 0;
   StartTimes start_times_;
+  uint64_t batches_at_launch_ = 0;  // batches_done when the current process was launched
   bool spare_ = false;
   int promotions_ = 0;
   bool awaiting_promoted_batch_ = false;

@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -40,6 +41,7 @@ Status Zygote::Start(const std::string& worker_binary, Millis wait_ready) {
     auto j = nlohmann::json::parse(payload, nullptr, false);
     ready_ = j.is_object() && j.value("type", "") == "zygote_ready";
   }
+  if (ready_) next_backoff_ = kRestartBackoff;
   if (!ready_) {
     TF_LOG(kWarn) << "worker zygote not ready; workers start by exec until it is"
                   << Kv("pid", pid_) << Kv("waited_ms", wait_ready.count());
@@ -73,7 +75,10 @@ bool Zygote::Ready() {
   for (int fd : fds) ::close(fd);
   auto j = nlohmann::json::parse(payload, nullptr, false);
   ready_ = j.is_object() && j.value("type", "") == "zygote_ready";
-  if (ready_) TF_LOG(kInfo) << "worker zygote ready" << Kv("pid", pid_);
+  if (ready_) {
+    next_backoff_ = kRestartBackoff;
+    TF_LOG(kInfo) << "worker zygote ready" << Kv("pid", pid_);
+  }
   return ready_;
 }
 
@@ -118,12 +123,16 @@ Status Zygote::Launch(const std::vector<std::string>& argv, const std::vector<Fd
 
 bool Zygote::OnExit(pid_t pid, int wait_status, TimePoint now) {
   if (pid <= 0 || pid != pid_) return false;
+  const bool was_ready = ready_;
+  restart_at_ = now + next_backoff_;
   TF_LOG(kWarn) << "worker zygote exited; starting another after a backoff" << Kv("pid", pid)
-                << Kv("cause", DescribeWaitStatus(wait_status));
+                << Kv("cause", DescribeWaitStatus(wait_status))
+                << Kv("backoff_ms", next_backoff_.count());
+  // One that never got ready is likely to fail again the same way.
+  if (!was_ready) next_backoff_ = std::min(next_backoff_ * 2, kMaxRestartBackoff);
   pid_ = -1;
   ready_ = false;
   channel_.Reset();
-  restart_at_ = now + kRestartBackoff;
   return true;
 }
 
@@ -132,7 +141,8 @@ void Zygote::Maintain(TimePoint now) {
   ++restarts_;
   if (Status s = Spawn(); !s.ok()) {
     TF_LOG(kError) << "cannot start the worker zygote; will retry" << Kv("error", s.message());
-    restart_at_ = now + kRestartBackoff;
+    restart_at_ = now + next_backoff_;
+    next_backoff_ = std::min(next_backoff_ * 2, kMaxRestartBackoff);
   }
 }
 

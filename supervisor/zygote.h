@@ -26,7 +26,10 @@ namespace torchfarm {
 class Zygote {
  public:
   static constexpr Millis kAnswerTimeout{5'000};
+  // A dead zygote is started again after kRestartBackoff, doubling (to kMaxRestartBackoff) while
+  // it keeps dying before it is ready (a broken LibTorch must not cost a core forever).
   static constexpr Millis kRestartBackoff{1'000};
+  static constexpr Millis kMaxRestartBackoff{60'000};
 
   Zygote() = default;
   ~Zygote() { Stop(); }
@@ -42,7 +45,7 @@ class Zygote {
   // the zygote is stopped (it restarts later) and the caller should exec instead.
   Status Launch(const std::vector<std::string>& argv, const std::vector<FdMapping>& fds,
                 const std::vector<std::string>& env, pid_t* pid);
-  // A child exited: true when it was the zygote (it is started again after kRestartBackoff).
+  // A child exited: true when it was the zygote (it is started again after a backoff).
   bool OnExit(pid_t pid, int wait_status, TimePoint now);
   // Starts a dead zygote again once its backoff is over (without waiting for it).
   void Maintain(TimePoint now);
@@ -62,6 +65,7 @@ class Zygote {
   UniqueFd channel_;
   bool ready_ = false;
   TimePoint restart_at_ = TimePoint::max();
+  Millis next_backoff_ = kRestartBackoff;
   int restarts_ = 0;
   uint64_t launches_ = 0;
 };

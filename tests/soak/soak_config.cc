@@ -21,6 +21,9 @@ json ModelDraw::ConfigJson() const {
                 {"priority_levels", priority_levels}};
   if (ring_slots > 0) extra["ring_slots"] = ring_slots;
   if (!preferred_batch_sizes.empty()) extra["preferred_batch_sizes"] = preferred_batch_sizes;
+  json instance = {{"device", "cpu"}, {"count", workers}, {"spares", spares}};
+  if (idle_spin_us >= 0) instance["idle_spin_us"] = idle_spin_us;
+  extra["instances"] = json::array({instance});
   return ModelEntry(name, name + ".pt", {-1, columns}, workers, extra);
 }
 
@@ -50,6 +53,8 @@ ModelDraw DrawModel(std::mt19937_64& rng, const std::string& name, int64_t colum
   m.name = name;
   m.columns = columns;
   m.workers = Uniform(rng, 1, 3);
+  m.spares = Chance(rng, 30) ? 1 : 0;
+  if (Chance(rng, 30)) m.idle_spin_us = Uniform(rng, 0, 1000);
   m.max_inflight_per_worker = Uniform(rng, 1, 8);
   if (Chance(rng, 50)) {
     m.ring_slots = Uniform(rng, m.max_inflight_per_worker, 2 * m.max_inflight_per_worker + 2);

@@ -20,6 +20,8 @@ struct ModelDraw {
   std::string name;      // "identity" ([-1, columns]) or "mlp" ([-1, 256] -> [-1, 128])
   int64_t columns = 0;   // the fixed dimension of the input
   int workers = 1;       // 1..3 CPU workers, threads left at the default (1)
+  int spares = 0;        // instances[].spares: 0 or 1 (documented 0..64; 2 cores hold one)
+  int idle_spin_us = -1; // instances[].idle_spin_us 0..1000; -1: unset (the default, 300)
   int max_inflight_per_worker = 2;  // 1..8
   int ring_slots = 0;               // 0: unset (default max(4, max_inflight)); else max_inflight..2*max_inflight+2
   int max_batch_size = 1;           // 1..32

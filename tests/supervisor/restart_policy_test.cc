@@ -93,6 +93,16 @@ TEST_F(RestartPolicyTest, ServingLongerThanTheStartTookIsNoCrashLoop) {
   }
 }
 
+TEST_F(RestartPolicyTest, AProcessThatAnsweredABatchIsNoCrashLoop) {
+  for (int i = 0; i < 20; ++i) {
+    ExitFacts f = Killed(Millis(20));  // killed soon after ready, but it had served
+    f.start_took = Millis(150);
+    f.batches_answered = 3;
+    RestartDecision d = Exit(f);
+    ASSERT_LE(DelayMs(d).count(), 125) << "kill " << i;
+  }
+}
+
 TEST_F(RestartPolicyTest, AHealthyRunResetsTheBackoff) {
   for (int i = 0; i < 6; ++i) Exit(Killed());
   RestartDecision d = Exit(Killed(policy_.healthy_after));

@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+"""Issue 19's figures, side by side in one run (repeat with --rounds): how fast a farm gets a
+worker back and what the adaptive idle poll costs.
+
+  1. replacement start  launch -> ready of a worker restarted after SIGKILL, no spare:
+                        worker_launch "zygote" (default) vs "exec"; median of --kills restarts
+  2. kill storm         16 clients on identity (2 workers, default restart policy); one serving
+                        worker SIGKILLed every 200 ms for 10 s: throughput against the same farm's
+                        steady state just before, with 0 and 1 warm spares
+  3. idle poll          identity c=1 p50 against the bare ZeroMQ echo (default settings; no
+                        queue delay, so nothing waits for company), and
+                        c=64 throughput with the default (adaptive, idle_spin_us 300) against
+                        idle_spin_us 0
+
+Run from the repository root after a build:
+  /usr/bin/python3 bench/worker_start_bench.py --build-dir build [--rounds 2] [--json out.json]
+Prints one table per figure; the targets are those of issue 19 (docs/benchmarks.md).
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_suite import admin_call  # noqa: E402
+
+
+class Farm:
+    """A supervisor on `models` with `extra` top-level keys; stops with SIGTERM."""
+
+    def __init__(self, bin_dir, tmp, name, models, extra=None):
+        self.bin_dir = bin_dir
+        self.dir = os.path.join(tmp, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.endpoint = "ipc://%s/jobs.sock" % self.dir
+        self.admin = "ipc://%s/run/admin.sock" % self.dir
+        config = {"endpoint": self.endpoint, "admin_endpoint": self.admin,
+                  "run_dir": self.dir + "/run", "models": models}
+        config.update(extra or {})
+        self.config_path = os.path.join(self.dir, "config.json")
+        with open(self.config_path, "w") as f:
+            json.dump(config, f)
+
+    def __enter__(self):
+        self.log = open(os.path.join(self.dir, "supervisor.log"), "w")
+        self.proc = subprocess.Popen(
+            [os.path.join(self.bin_dir, "torchfarm-supervisor"), "--config", self.config_path,
+             "--log-level", "warn"], stdout=subprocess.DEVNULL, stderr=self.log)
+        self.wait(lambda s: all(w["state"] == "ready" for w in s["workers"]), 120)
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+    def stats(self):
+        return admin_call(self.admin, "stats", 2000)
+
+    def wait(self, ok, timeout_s):
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("supervisor exited; see %s" % self.log.name)
+            s = self.stats()
+            if s and ok(s):
+                return s
+            time.sleep(0.02)
+        raise RuntimeError("farm not in the expected state within %d s" % timeout_s)
+
+
+def identity(model_dir, count, spares=0, spin_us=None, delay_us=200):
+    instance = {"device": "cpu", "count": count, "spares": spares}
+    if spin_us is not None:
+        instance["idle_spin_us"] = spin_us
+    return [{"name": "identity", "path": os.path.join(model_dir, "identity.pt"),
+             "inputs": [{"dtype": "float32", "shape": [-1, 64]}],
+             "instances": [instance], "max_batch_size": 8, "max_queue_delay_us": delay_us}]
+
+
+def load(bin_dir, endpoint, concurrency, seconds, warmup=1.0):
+    argv = [os.path.join(bin_dir, "torchfarm"), "bench", "--endpoint", endpoint,
+            "--concurrency", str(concurrency), "--seconds", str(seconds), "--warmup", str(warmup),
+            "--json", "--model", "identity", "--shape", "1,64"]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    step = json.loads(out)["steps"][0]
+    return {"rps": step["ok_per_s"], "p50_us": step["latency_us"]["p50"],
+            "errors": step["error_count"]}
+
+
+def replacement_start(args, tmp, launch):
+    times = []
+    with Farm(args.bin_dir, tmp, "start-" + launch, identity(args.model_dir, 1),
+              {"worker_launch": launch}) as farm:
+        for _ in range(args.kills):
+            worker = farm.stats()["workers"][0]
+            os.kill(worker["pid"], signal.SIGKILL)
+            s = farm.wait(lambda s: s["workers"][0]["state"] == "ready"
+                          and s["workers"][0]["pid"] != worker["pid"], 60)
+            times.append(s["workers"][0]["start"]["launch_to_ready_ms"])
+            assert s["workers"][0]["start"]["via"] == launch, s["workers"][0]["start"]
+            time.sleep(0.3)
+    return {"median_ms": statistics.median(times), "all_ms": times}
+
+
+def kill_storm(args, tmp, spares):
+    with Farm(args.bin_dir, tmp, "storm-%d" % spares, identity(args.model_dir, 2, spares)) as farm:
+        farm.wait(lambda s: s["models"][0]["spares_ready"] == spares, 60)
+        steady = load(args.bin_dir, farm.endpoint, 16, 5)
+        stop = threading.Event()
+        kills = [0]
+
+        def killer():
+            rng = random.Random(7)
+            time.sleep(1.0)  # the generator's warm-up
+            end = time.time() + 10
+            while time.time() < end and not stop.is_set():
+                time.sleep(0.2)
+                s = farm.stats() or {"workers": []}
+                serving = [w["pid"] for w in s["workers"]
+                           if w["role"] == "serving" and w["pid"] > 0]
+                if serving:
+                    try:
+                        os.kill(rng.choice(serving), signal.SIGKILL)
+                        kills[0] += 1
+                    except ProcessLookupError:
+                        pass
+
+        t = threading.Thread(target=killer)
+        t.start()
+        storm = load(args.bin_dir, farm.endpoint, 16, 10)
+        stop.set()
+        t.join()
+        promotions = farm.stats()["models"][0]["spare_promotions"]
+    return {"steady_rps": steady["rps"], "storm_rps": storm["rps"],
+            "ratio": storm["rps"] / steady["rps"], "kills": kills[0], "promotions": promotions,
+            "errors": storm["errors"]}
+
+
+def idle_poll(args, tmp):
+    echo_endpoint = "ipc://%s/echo.sock" % tmp
+    echo = subprocess.Popen([os.path.join(args.bin_dir, "torchfarm"), "bench", "--echo-server",
+                             echo_endpoint], stdout=subprocess.PIPE, text=True)
+    echo.stdout.readline()
+    try:
+        echo_c1 = load(args.bin_dir, echo_endpoint, 1, args.seconds)
+    finally:
+        echo.send_signal(signal.SIGTERM)
+        echo.wait(10)
+    out = {"echo_c1_p50_us": echo_c1["p50_us"]}
+    for label, spin in (("default", None), ("spin_off", 0)):
+        with Farm(args.bin_dir, tmp, "poll-" + label, identity(args.model_dir, 2, 0, spin, delay_us=0)) as farm:
+            c1 = load(args.bin_dir, farm.endpoint, 1, args.seconds)
+            c64 = load(args.bin_dir, farm.endpoint, 64, args.seconds)
+        out[label] = {"c1_p50_us": c1["p50_us"], "c64_rps": c64["rps"]}
+    out["c1_p50_vs_echo"] = out["default"]["c1_p50_us"] / echo_c1["p50_us"]
+    out["c64_default_vs_spin_off"] = out["default"]["c64_rps"] / out["spin_off"]["c64_rps"]
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build-dir", default="build")
+    parser.add_argument("--model-dir", default=None, help="torchfarm-mkmodel --all output")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=4)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    args.bin_dir = os.path.abspath(os.path.join(args.build_dir, "bin"))
+    tmp = tempfile.mkdtemp(prefix="tf-start-", dir="/tmp")
+    if args.model_dir is not None:
+        args.model_dir = os.path.abspath(args.model_dir)
+    else:
+        args.model_dir = os.path.join(tmp, "models")
+        subprocess.run([os.path.join(args.bin_dir, "torchfarm-mkmodel"), "--all", args.model_dir],
+                       check=True, capture_output=True)
+    rounds = []
+    for r in range(args.rounds):
+        result = {"start_zygote": replacement_start(args, tmp, "zygote"),
+                  "start_exec": replacement_start(args, tmp, "exec"),
+                  "storm_0": kill_storm(args, tmp, 0),
+                  "storm_1": kill_storm(args, tmp, 1),
+                  "poll": idle_poll(args, tmp)}
+        rounds.append(result)
+        z, e = result["start_zygote"], result["start_exec"]
+        print("round %d" % (r + 1))
+        print("  replacement launch->ready (median of %d): zygote %.0f ms, exec %.0f ms (%.1fx); "
+              "target <= 300 ms" % (args.kills, z["median_ms"], e["median_ms"],
+                                    e["median_ms"] / z["median_ms"]))
+        for spares in (0, 1):
+            s = result["storm_%d" % spares]
+            print("  kill storm, %d spare: %.0f req/s vs %.0f steady = %.2f (%d kills, %d "
+                  "promotions, %d errors); target >= 0.50 with one spare"
+                  % (spares, s["storm_rps"], s["steady_rps"], s["ratio"], s["kills"],
+                     s["promotions"], s["errors"]))
+        p = result["poll"]
+        print("  identity c=1 p50: default %.1f us vs echo %.1f us = %.2fx (spin off %.1f us); "
+              "target <= 1.3x" % (p["default"]["c1_p50_us"], p["echo_c1_p50_us"],
+                                  p["c1_p50_vs_echo"], p["spin_off"]["c1_p50_us"]))
+        print("  identity c=64: default %.0f req/s vs spin off %.0f req/s = %.3f; target >= 0.95"
+              % (p["default"]["c64_rps"], p["spin_off"]["c64_rps"], p["c64_default_vs_spin_off"]))
+        sys.stdout.flush()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rounds, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
