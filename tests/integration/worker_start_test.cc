@@ -83,6 +83,16 @@ struct Load {
 
 json Stats(const Farm& farm) { return farm.Admin("stats"); }
 
+// Two clients for 300 ms: some answers, every one right.
+void ExpectServesCorrectly(const Farm& farm) {
+  Load load;
+  load.Start(farm.endpoint(), 2);
+  std::this_thread::sleep_for(Ms(300));
+  load.Stop();
+  EXPECT_GT(load.ok, 0);
+  EXPECT_EQ(load.wrong + load.errors + load.lost, 0);
+}
+
 json WorkerWithPid(const json& stats, pid_t pid) {
   for (const json& w : stats["workers"]) {
     if (w["pid"] == pid) return w;
@@ -215,12 +225,7 @@ TEST(WorkerStart, ReplacementsForkFromTheZygoteAndExecWhileItIsDown) {
     return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != second;
   });
   EXPECT_EQ(stats["workers"][0]["start"]["via"], "zygote") << stats.dump();
-  Load load;
-  load.Start(farm.endpoint(), 2);
-  std::this_thread::sleep_for(Ms(300));
-  load.Stop();
-  EXPECT_GT(load.ok, 0);
-  EXPECT_EQ(load.wrong + load.errors + load.lost, 0);
+  ExpectServesCorrectly(farm);
   EXPECT_EQ(farm.Stop(), 0);
 }
 
@@ -231,12 +236,7 @@ TEST(WorkerStart, ExecLaunchStillServes) {
   json stats = Stats(farm);
   EXPECT_EQ(stats["workers"][0]["start"]["via"], "exec");
   EXPECT_EQ(stats["supervisor"]["zygote"]["pid"], -1);
-  Load load;
-  load.Start(farm.endpoint(), 2);
-  std::this_thread::sleep_for(Ms(300));
-  load.Stop();
-  EXPECT_GT(load.ok, 0);
-  EXPECT_EQ(load.wrong + load.errors + load.lost, 0);
+  ExpectServesCorrectly(farm);
   EXPECT_EQ(farm.Stop(), 0);
 }
 
