@@ -18,21 +18,28 @@ AdaptiveSpin::Micros AdaptiveSpin::Budget() const {
   return typical_gap() < max_spin_ ? max_spin_ : Micros(0);
 }
 
-void AdaptiveSpin::Record(Micros gap, bool polled, bool preempted) {
-  gaps_[recorded_ % kWindow] = gap;
-  ++recorded_;
-  if (!polled) return;
+void AdaptiveSpin::Preempted() {
+  ++preemptions_;
+  backoff_left_ = next_backoff_;
+  next_backoff_ = std::min(next_backoff_ * 2, kMaxBackoffPasses);
+}
+
+void AdaptiveSpin::NotePass(bool preempted) {
   if (preempted) {
-    ++preempted_polls_;
-    backoff_left_ = next_backoff_;
-    next_backoff_ = std::min(next_backoff_ * 2, kMaxBackoffPasses);
-  } else {
-    next_backoff_ = 1;
+    Preempted();
+  } else if (backoff_left_ > 0) {
+    --backoff_left_;
   }
 }
 
-void AdaptiveSpin::SkipPass() {
-  if (backoff_left_ > 0) --backoff_left_;
+void AdaptiveSpin::Record(Micros gap, bool polled, bool preempted) {
+  gaps_[recorded_ % kWindow] = gap;
+  ++recorded_;
+  if (polled && preempted) {
+    Preempted();
+  } else if (polled && backoff_left_ == 0) {
+    next_backoff_ = 1;  // a pass and a poll undisturbed: the machine has room again
+  }
 }
 
 }  // namespace torchfarm::worker

@@ -325,21 +325,25 @@ void ComputeLoop::WaitForRequest() {
   // decides when polling pays.
   if (launches_ == launches_at_last_sleep_) {
     request_doorbell_->Wait(kDoorbellWaitMs);
+    switches_after_wait_ = InvoluntarySwitches();
     return;
   }
   launches_at_last_sleep_ = launches_;
   const TimePoint idle_start = Clock::now();
+  const long switches_after_pass = InvoluntarySwitches();
+  spin_.NotePass(switches_after_pass != switches_after_wait_);
   const AdaptiveSpin::Micros budget = spin_.Budget();
   bool found = false, preempted = false;
   if (budget.count() > 0) {
-    const long switches_before = InvoluntarySwitches();
     found = PollRing(idle_start + budget);
-    preempted = InvoluntarySwitches() != switches_before;
+    switches_after_wait_ = InvoluntarySwitches();
+    preempted = switches_after_wait_ != switches_after_pass;
     if (found) spin_hits_.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    spin_.SkipPass();
   }
-  if (!found) request_doorbell_->Wait(kDoorbellWaitMs);
+  if (!found) {
+    request_doorbell_->Wait(kDoorbellWaitMs);
+    switches_after_wait_ = InvoluntarySwitches();
+  }
   spin_.Record(std::chrono::duration_cast<AdaptiveSpin::Micros>(Clock::now() - idle_start),
                budget.count() > 0, preempted);
 }

@@ -192,6 +192,7 @@ class ComputeLoop {
   ipc::ClientRegionCache client_regions_;  // compute thread only
   uint64_t launches_at_last_sleep_ = 0;    // WaitForRequest: poll once per pass that did work
   AdaptiveSpin spin_{config_.idle_spin_us};
+  long switches_after_wait_ = 0;  // the thread's involuntary context switches when it woke
   std::vector<ipc::SharedRegion*> launch_regions_;  // acquired by the batch being launched
   TimePoint next_region_trim_{};
   const ipc::Doorbell* const request_doorbell_;

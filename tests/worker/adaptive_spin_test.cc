@@ -44,27 +44,41 @@ TEST(AdaptiveSpin, APreemptedPollBacksOffForDoublingPasses) {
   spin.Record(Micros(40), true, true);  // lost the core while polling: others need it
   EXPECT_EQ(spin.backoff_passes(), 1u);
   EXPECT_EQ(spin.Budget().count(), 0);
-  spin.SkipPass();
+  spin.NotePass(false);
   EXPECT_EQ(spin.Budget().count(), 300);
   spin.Record(Micros(40), true, true);
   EXPECT_EQ(spin.backoff_passes(), 2u);
-  spin.SkipPass();
+  spin.NotePass(false);
   EXPECT_EQ(spin.Budget().count(), 0);
-  spin.SkipPass();
+  spin.NotePass(false);
   EXPECT_EQ(spin.Budget().count(), 300);
   spin.Record(Micros(40), true, false);  // undisturbed: the next preemption starts over at 1
   spin.Record(Micros(40), true, true);
   EXPECT_EQ(spin.backoff_passes(), 1u);
-  EXPECT_EQ(spin.preempted_polls(), 3u);
+  EXPECT_EQ(spin.preemptions(), 3u);
+}
+
+TEST(AdaptiveSpin, APreemptedPassStopsThePollToo) {
+  // A saturated machine: the worker loses its core while it computes, before any poll.
+  AdaptiveSpin spin(300);
+  for (int i = 0; i < 8; ++i) spin.Record(Micros(30), true, false);
+  spin.NotePass(true);
+  EXPECT_EQ(spin.Budget().count(), 0);
+  spin.Record(Micros(30), false, false);
+  spin.NotePass(true);
+  EXPECT_EQ(spin.backoff_passes(), 2u) << "doubling while passes keep being preempted";
+  spin.NotePass(false);
+  spin.NotePass(false);
+  EXPECT_EQ(spin.Budget().count(), 300) << "undisturbed passes bring the poll back";
 }
 
 TEST(AdaptiveSpin, BackoffIsCapped) {
   AdaptiveSpin spin(300);
   for (int i = 0; i < 40; ++i) {
-    spin.Record(Micros(40), true, true);
-    while (spin.backoff_passes() > 0) spin.SkipPass();
+    spin.NotePass(true);
+    while (spin.backoff_passes() > 0) spin.NotePass(false);
   }
-  spin.Record(Micros(40), true, true);
+  spin.NotePass(true);
   EXPECT_EQ(spin.backoff_passes(), AdaptiveSpin::kMaxBackoffPasses);
 }
 
