@@ -34,8 +34,9 @@ namespace torchfarm::ipc {
 inline constexpr const char* kZygoteFlag = "--zygote";
 // Descriptors one launch may carry (SCM_RIGHTS has a per-message limit of 253).
 inline constexpr size_t kZygoteMaxFds = 16;
-// The largest packet: argv with a warm-up spec and an environment fit well inside.
-inline constexpr size_t kZygoteMaxMessageBytes = 256 << 10;
+// The largest launch packet: argv with a warm-up spec and an environment fit well inside, and a
+// SOCK_SEQPACKET send of it fits the default socket buffer (net.core.wmem_default, 208 KiB).
+inline constexpr size_t kZygoteMaxMessageBytes = 192 << 10;
 
 struct ZygoteLaunch {
   std::vector<std::string> argv;

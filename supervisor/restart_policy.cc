@@ -60,8 +60,9 @@ Clock::duration Backoff(const RestartPolicy& policy, int exponent, std::minstd_r
 RestartDecision DecideRestart(const RestartPolicy& policy, const ExitFacts& exit, TimePoint now,
                               RestartHistory* history, std::minstd_rand* jitter) {
   RestartDecision decision;
-  if (exit.reached_ready && (exit.ready_for >= policy.healthy_after ||
-                             exit.ready_for >= exit.start_took || exit.batches_answered > 0)) {
+  if (exit.reached_ready &&
+      (exit.ready_for >= policy.healthy_after ||
+       (exit.killed_from_outside && exit.batches_answered > 0))) {
     history->consecutive_failures = 0;
   }
   if (exit.kind == ExitKind::kDeviceFailure && exit.on_gpu) {

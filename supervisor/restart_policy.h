@@ -6,10 +6,11 @@
 //   kExternal      the process was killed (by a signal an operator, the OOM killer or the hang
 //                  check sends), or crashed or exited after it reached ready. Always restarted
 //                  after a capped exponential backoff: initial * 2^n, at most max_backoff, plus
-//                  0-25% jitter; n resets once a process stayed ready healthy_after, or at least
-//                  as long as it took to start, or answered a batch (a process that served is no
-//                  crash loop: a storm of outside kills is answered at the initial backoff, while
-//                  a worker that dies before it answers anything backs off). Never failed
+//                  0-25% jitter; n resets once a process stayed ready healthy_after, or when a
+//                  process that answered batches was killed from outside (SIGKILL or SIGTERM not
+//                  sent by the supervisor's own hang or liveness checks): a storm of outside kills
+//                  is answered at the initial backoff, while crashes (SIGSEGV, SIGABRT, an exit
+//                  code), hang kills and deaths before the first answer still back off. Never failed
 //                  for this: a serving farm does not turn itself off because its workers were
 //                  killed from outside.
 //   kStartFailure  the process ended on its own before it reached ready (the model does not load,
@@ -50,8 +51,9 @@ struct ExitFacts {
   ExitKind kind = ExitKind::kExternal;
   bool reached_ready = false;
   Clock::duration ready_for{0};  // how long it was ready before it ended
-  Clock::duration start_took{Clock::duration::max()};  // launch to ready (max: unknown)
   uint64_t batches_answered = 0;  // by this process
+  // SIGKILL or SIGTERM from someone else than the supervisor (an operator, the OOM killer).
+  bool killed_from_outside = false;
   bool on_gpu = false;           // it ran on a cuda:N device (not after a fallback)
   bool may_fall_back = false;    // the instance's fallback is "cpu"
   int gpu_failures_before_fallback = 1;

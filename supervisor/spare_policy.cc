@@ -32,10 +32,14 @@ std::vector<SparePromotion> PlanSparePromotions(const std::vector<SpareSlotView>
   return out;
 }
 
-std::string InstanceGroupKey(const InstanceConfig& instance) {
-  std::string key = instance.device + "/t" + std::to_string(instance.threads) + "/" +
-                    instance.precision + "/s" + std::to_string(instance.streams) + "/c";
-  for (int core : instance.cores) key += std::to_string(core) + ",";
+std::string InstanceGroupKey(const InstanceConfig& i) {
+  // Every launch setting SameInstance (reload_plan.h) compares, so a spare only stands in for a
+  // worker it is interchangeable with.
+  std::string key = i.device + "/t" + std::to_string(i.threads) + "/" + i.precision + "/s" +
+                    std::to_string(i.streams) + "/" + i.fallback + std::to_string(i.gpu_failures_before_fallback) +
+                    "/p" + std::to_string(i.pin_memory) + std::to_string(i.cudnn_benchmark) + "/w" +
+                    std::to_string(i.idle_spin_us) + "/c";
+  for (int core : i.cores) key += std::to_string(core) + ",";
   return key;
 }
 

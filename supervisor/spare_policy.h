@@ -39,7 +39,8 @@ struct SparePromotion {
 std::vector<SparePromotion> PlanSparePromotions(const std::vector<SpareSlotView>& serving,
                                                 const std::vector<SpareSlotView>& spares);
 
-// Instances that may stand in for each other: same device, threads, cores, precision, streams.
+// Instances that may stand in for each other: every launch setting equal (as SameInstance in
+// reload_plan.h), count and spares aside.
 std::string InstanceGroupKey(const InstanceConfig& instance);
 
 // One InstanceConfig per spare the model's config asks for, in config order.

@@ -249,12 +249,13 @@ TimePoint Supervisor::NextWakeUp() const {
 void Supervisor::HandleSignals() {
   for (int signo : signals_.ReadPending()) {
     if (signo == SIGCHLD) {
+      const TimePoint reported = Clock::now();
       int status = 0;
       pid_t pid;
       // A barrier per child: a reaped child whose handling failed would leave its slot waiting
       // for a process that is gone.
       while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
-        Guarded("child exit", [&] { OnChildExit(pid, status); });
+        Guarded("child exit", [&] { OnChildExit(pid, status, reported); });
       }
     } else if (signo == SIGTERM || signo == SIGINT) {
       if (draining_ && exit_after_drain_) {

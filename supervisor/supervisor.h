@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -117,7 +118,8 @@ class Supervisor {
   Status SecureSockets();
   Status ApplyIpcGroup();
   void ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response);
-  void OnChildExit(pid_t pid, int wait_status);
+  // `death`: when the loop learned of it (the SIGCHLD read), for the spare hand-over measure.
+  void OnChildExit(pid_t pid, int wait_status, TimePoint death);
   void RecycleMpsPeers(const WorkerSlot& failed);
   void FailModelIfNoWorkers(Model& model);
   bool ModelAvailable(const Model& model) const;
@@ -156,8 +158,9 @@ class Supervisor {
   void RetireSlot(WorkerSlot& slot, const std::string& why);
   // Warm spares (supervisor_spares.cc, policy in spare_policy.h).
   void AddSpares(size_t model_index);
-  // Swaps ready spares into the places of serving workers that cannot serve.
-  void PromoteSpares(Model& model);
+  // Swaps ready spares into the places of serving workers that cannot serve; `death` (the SIGCHLD
+  // of the worker it replaces) starts the hand-over measure, none for a spare that just got ready.
+  void PromoteSpares(Model& model, std::optional<TimePoint> death);
   // A reload changed the model: its spares are retired and new ones started with the new config.
   void ReplaceSpares(Model& model, const std::string& why);
   void RetireSpares(Model& model, const std::string& why);

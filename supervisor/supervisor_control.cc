@@ -321,7 +321,7 @@ void Supervisor::Housekeeping() {
   next_housekeeping_ = now + std::chrono::seconds(1);
   if (client_shm_) client_shm_->ExpireIdle(now);
   if (metrics_) metrics_->MpsActive(mps_.active());
-  if (!stopping_workers_) zygote_.Maintain(now);
+  if (!stopping_workers_ && !draining_) zygote_.Maintain(now);
   WatchFiles(now);
   bool all_ready = true;
   std::ostringstream status;
@@ -353,9 +353,7 @@ void Supervisor::Housekeeping() {
       for (const char* state : {"starting", "ready", "draining", "stopping", "restarting", "failed", "stopped"}) {
         metrics_->Workers(model.config.name, model.config.version, state, states[state]);
       }
-      if (!model.spares.empty()) {
-        metrics_->Workers(model.config.name, model.config.version, "spare", ReadySpares(model));
-      }
+      metrics_->Workers(model.config.name, model.config.version, "spare", ReadySpares(model));
     }
     all_ready = all_ready && ready > 0;
     rps += model.stats.ThroughputOver(now, 1);

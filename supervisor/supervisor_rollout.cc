@@ -143,6 +143,8 @@ void Supervisor::FinishRollout(Model& model, RolloutState outcome, const std::st
     model.config = r.previous_config;
     model.file = r.previous_file;
     model.queue.SetPolicy(BatchingPolicyFor(model.config));
+    // The spares were started with the rejected config at the reload: they must not stand in.
+    if (!model.removed && !model.spares.empty()) ReplaceSpares(model, "rollout rolled back");
     TF_LOG(kError) << "rollout failed; rolled back, the old workers keep serving"
                    << Kv("model", model.config.name) << Kv("rollout", r.id)
                    << Kv("replaced", r.replaced()) << Kv("total", r.total)

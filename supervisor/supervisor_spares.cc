@@ -26,7 +26,7 @@ void Supervisor::AddSpares(size_t model_index) {
   }
 }
 
-void Supervisor::PromoteSpares(Model& model) {
+void Supervisor::PromoteSpares(Model& model, std::optional<TimePoint> death) {
   if (model.spares.empty() || stopping_workers_ || model.removed ||
       model.rollout.state == RolloutState::kRolling) {
     return;  // a rollout owns its slots' roles until it is over
@@ -34,12 +34,11 @@ void Supervisor::PromoteSpares(Model& model) {
   std::vector<SpareSlotView> serving, spares;
   for (size_t i : model.slots) serving.push_back(ViewOf(*workers_[i]));
   for (size_t i : model.spares) spares.push_back(ViewOf(*workers_[i]));
-  const TimePoint now = Clock::now();
   for (const SparePromotion& p : PlanSparePromotions(serving, spares)) {
     WorkerSlot& replaced = *workers_[model.slots[p.serving]];
     WorkerSlot& spare = *workers_[model.spares[p.spare]];
     std::swap(model.slots[p.serving], model.spares[p.spare]);
-    spare.Promote(now);
+    spare.Promote(death);
     replaced.set_spare(true);
     ++model.spare_promotions;
     if (metrics_) metrics_->SparePromoted(model.config.name, model.config.version);
@@ -62,15 +61,32 @@ void Supervisor::ReconcileSparesAfterReload(Model& model, const ModelConfig& pre
                                             const ModelUpdate& update) {
   const std::vector<InstanceConfig> before = ExpandSpares(previous);
   const std::vector<InstanceConfig> after = ExpandSpares(model.config);
-  bool same = !update.replace_workers && before.size() == after.size();
-  for (size_t k = 0; same && k < before.size(); ++k) same = SameInstance(before[k], after[k]);
+  bool same = !update.replace_workers;
+  for (size_t k = 0; same && k < std::min(before.size(), after.size()); ++k) {
+    same = SameInstance(before[k], after[k]);
+  }
   if (!same) {
     ReplaceSpares(model, "config reloaded: spares follow the new config");
     return;
   }
+  // Only the number changed (or nothing a worker runs with): the warm spares stay; the youngest
+  // go, or new ones start.
+  const size_t model_index = static_cast<size_t>(&model - models_.data());
   size_t k = 0;
   for (size_t i : model.spares) {
-    if (!workers_[i]->retiring() && k < after.size()) workers_[i]->UpdateConfig(model.config, after[k++]);
+    if (workers_[i]->retiring()) continue;
+    if (k < after.size()) {
+      workers_[i]->UpdateConfig(model.config, after[k]);
+    } else {
+      RetireSlot(*workers_[i], "config reloaded: fewer spares");
+    }
+    ++k;
+  }
+  for (; k < after.size(); ++k) {
+    const size_t index = workers_.Add(model.config, after[k], model_index);
+    workers_[index]->set_spare(true);
+    model.spares.push_back(index);
+    workers_.Launch(*workers_[index]);
   }
 }
 

@@ -48,7 +48,7 @@ void ReadTelemetry(const json& message, DeviceTelemetry* t) {
 
 }  // namespace
 
-void Supervisor::OnChildExit(pid_t pid, int wait_status) {
+void Supervisor::OnChildExit(pid_t pid, int wait_status, TimePoint death) {
   if (zygote_.OnExit(pid, wait_status, clock_.Now())) return;
   WorkerSlot* slot = workers_.FindByPid(pid);
   if (!slot) return;  // not a worker (an MPS control helper, a stale pid)
@@ -60,8 +60,8 @@ void Supervisor::OnChildExit(pid_t pid, int wait_status) {
   const int running = slot->running_batches();
   auto orphans = slot->OnExit(wait_status, clock_.Now(), options_.restart, stopping_workers_);
   // Before the orphans go back to the queue: a ready spare takes the dead worker's place, so the
-  // loop's next dispatch sends them to it.
-  if (!expected) PromoteSpares(models_[slot->model_index()]);
+  // loop's next dispatch sends them to it (a graceful restart's slot is starting again too).
+  PromoteSpares(models_[slot->model_index()], death);
   TF_LOG_AT(expected ? LogLevel::kInfo : LogLevel::kWarn) << "worker exited" << Kv("worker", slot->id())
                                    << Kv("pid", pid) << Kv("model", slot->model_name())
                                    << Kv("cause", slot->last_exit())
@@ -119,7 +119,12 @@ bool Supervisor::ModelAvailable(const Model& model) const {
   // A restarting worker serves again soon: its model's requests wait for it (up to their
   // deadline or max_queue_wait_ms). Only failed or stopped workers cannot.
   auto may_serve = [&](size_t i) { return workers_[i]->MayServeSoon(); };
-  return std::any_of(model.slots.begin(), model.slots.end(), may_serve) ||
+  if (std::any_of(model.slots.begin(), model.slots.end(), may_serve)) return true;
+  // A spare serves only in the place of a serving slot (spare_policy.h), and not during a
+  // rollout: without such a place it cannot help, and requests must not wait for it.
+  const bool has_place = std::any_of(model.slots.begin(), model.slots.end(),
+                                     [&](size_t i) { return !workers_[i]->retiring(); });
+  return has_place && model.rollout.state != RolloutState::kRolling &&
          std::any_of(model.spares.begin(), model.spares.end(), may_serve);
 }
 
@@ -174,7 +179,7 @@ void Supervisor::OnControlMessage(WorkerSlot& worker, const std::string& routing
       LearnOutputs(&models_[slot->model_index()], outputs);
     }
     slot->OnReady(now, message.value("load_ms", 0.0), message.value("warmup_ms", -1.0));
-    PromoteSpares(models_[slot->model_index()]);
+    PromoteSpares(models_[slot->model_index()], std::nullopt);
   } else if (type == ipc::kMsgError) {
     std::string reason = message.value("message", "unknown error");
     TF_LOG(kError) << "worker reported an error" << Kv("worker", slot->id())

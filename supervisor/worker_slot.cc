@@ -155,7 +155,10 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
       s = context.zygote->Launch(argv, fds, env, &pid_);
       if (s.ok()) start_times_.via = "zygote";
     }
-    if (start_times_.via == "exec") s = LaunchProcess(argv, fds, &pid_, env);
+    // Not after a launch whose outcome is unknown: a forked worker may hold these descriptors.
+    if (start_times_.via == "exec" && s.code() != StatusCode::kDeadlineExceeded) {
+      s = LaunchProcess(argv, fds, &pid_, env);
+    }
   }
   if (!s.ok()) {
     if (segment_) ipc::WorkerSegment::Remove(segment_->name());
@@ -363,11 +366,11 @@ bool WorkerSlot::Dispatch(InflightBatch& batch, bool shm_in_place) {
   return true;
 }
 
-void WorkerSlot::Promote(TimePoint death) {
+void WorkerSlot::Promote(std::optional<TimePoint> death) {
   spare_ = false;
   ++promotions_;
-  awaiting_promoted_batch_ = true;
-  promoted_for_death_ = death;
+  awaiting_promoted_batch_ = death.has_value();
+  if (death) promoted_for_death_ = *death;
   last_promotion_us_ = -1;
 }
 
@@ -423,8 +426,9 @@ std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,
                                 !device_failure_reported_);
   facts.reached_ready = reached_ready_;
   facts.ready_for = reached_ready_ ? now - ready_since_ : Clock::duration(0);
-  if (reached_ready_) facts.start_took = ready_since_ - start_times_.launched;
   facts.batches_answered = batches_done - batches_at_launch_;
+  facts.killed_from_outside = kill_reason_.empty() && !mps_recycled_ && WIFSIGNALED(wait_status) &&
+                              (WTERMSIG(wait_status) == SIGKILL || WTERMSIG(wait_status) == SIGTERM);
   facts.on_gpu = device_ != "cpu";
   facts.may_fall_back = instance_.fallback == "cpu";
   facts.gpu_failures_before_fallback = instance_.gpu_failures_before_fallback;

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -246,7 +247,7 @@ class WorkerSlot {
   // sent afterwards measures the hand-over (`death`: when the supervisor reaped the dead worker).
   bool spare() const { return spare_; }
   void set_spare(bool spare) { spare_ = spare; }
-  void Promote(TimePoint death);
+  void Promote(std::optional<TimePoint> death);
   // Microseconds from the death of the worker it replaced to the first batch dispatched to it,
   // for the last promotion (-1: none yet, or no batch since).
   int64_t last_promotion_us() const { return last_promotion_us_; }

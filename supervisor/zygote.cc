@@ -41,7 +41,10 @@ Status Zygote::Start(const std::string& worker_binary, Millis wait_ready) {
     auto j = nlohmann::json::parse(payload, nullptr, false);
     ready_ = j.is_object() && j.value("type", "") == "zygote_ready";
   }
-  if (ready_) next_backoff_ = kRestartBackoff;
+  if (ready_) {
+    next_backoff_ = kRestartBackoff;
+    ever_ready_ = true;
+  }
   if (!ready_) {
     TF_LOG(kWarn) << "worker zygote not ready; workers start by exec until it is"
                   << Kv("pid", pid_) << Kv("waited_ms", wait_ready.count());
@@ -62,6 +65,7 @@ Status Zygote::Spawn() {
   pid_ = pid;
   channel_ = std::move(ours);
   ready_ = false;
+  ever_ready_ = false;
   restart_at_ = TimePoint::max();
   TF_LOG(kInfo) << "worker zygote started" << Kv("pid", pid_);
   return Status::Ok();
@@ -77,6 +81,7 @@ bool Zygote::Ready() {
   ready_ = j.is_object() && j.value("type", "") == "zygote_ready";
   if (ready_) {
     next_backoff_ = kRestartBackoff;
+    ever_ready_ = true;
     TF_LOG(kInfo) << "worker zygote ready" << Kv("pid", pid_);
   }
   return ready_;
@@ -94,20 +99,32 @@ Status Zygote::Launch(const std::vector<std::string>& argv, const std::vector<Fd
     sources.push_back(m.source);
     launch.targets.push_back(m.target);
   }
-  Status s = ipc::SendPacket(channel_.get(), ipc::EncodeZygoteLaunch(launch), sources);
-  std::string payload;
-  std::vector<int> received;
-  if (s.ok()) {
-    s = ipc::ReceivePacket(channel_.get(), static_cast<int>(kAnswerTimeout.count()), &payload,
-                           &received);
+  const std::string message = ipc::EncodeZygoteLaunch(launch);
+  if (message.size() > ipc::kZygoteMaxMessageBytes) {
+    return Unavailable("zygote: a launch of " + std::to_string(message.size()) +
+                       " bytes is over its " + std::to_string(ipc::kZygoteMaxMessageBytes) +
+                       "-byte limit");  // this worker execs; the zygote stays
   }
-  for (int fd : received) ::close(fd);
-  if (!s.ok()) {
-    // Gone or stuck: the answer may never come, and a late one would pair with the next launch.
-    TF_LOG(kWarn) << "worker zygote failed; stopping it, workers start by exec meanwhile"
+  if (Status s = ipc::SendPacket(channel_.get(), message, sources); !s.ok()) {
+    TF_LOG(kWarn) << "worker zygote unreachable; stopping it, workers start by exec meanwhile"
                   << Kv("pid", pid_) << Kv("error", s.message());
     Stop();
     return s;
+  }
+  std::string payload;
+  std::vector<int> received;
+  Status s = ipc::ReceivePacket(channel_.get(), static_cast<int>(kAnswerTimeout.count()),
+                                &payload, &received);
+  for (int fd : received) ::close(fd);
+  if (!s.ok()) {
+    // Gone or stuck after the request went out: a worker may have been forked with these
+    // descriptors, and a late answer would pair with the next launch.
+    TF_LOG(kWarn) << "worker zygote did not answer a launch; stopping it, workers start by exec "
+                     "meanwhile"
+                  << Kv("pid", pid_) << Kv("error", s.message());
+    Stop();
+    return Status(StatusCode::kDeadlineExceeded,
+                  "zygote: no answer to a launch, a worker may exist: " + s.message());
   }
   auto answer = nlohmann::json::parse(payload, nullptr, false);
   if (answer.is_object() && answer.value("type", "") == "launched") {
@@ -117,13 +134,13 @@ Status Zygote::Launch(const std::vector<std::string>& argv, const std::vector<Fd
       return Status::Ok();
     }
   }
-  // The zygote works but this fork failed (EAGAIN...): the machine's state; exec would fail too.
+  // The zygote works but could not fork this one (EAGAIN, threads): the caller may exec.
   return Unavailable("zygote: " + (answer.is_object() ? answer.value("error", payload) : payload));
 }
 
 bool Zygote::OnExit(pid_t pid, int wait_status, TimePoint now) {
   if (pid <= 0 || pid != pid_) return false;
-  const bool was_ready = ready_;
+  const bool was_ready = ever_ready_;
   restart_at_ = now + next_backoff_;
   TF_LOG(kWarn) << "worker zygote exited; starting another after a backoff" << Kv("pid", pid)
                 << Kv("cause", DescribeWaitStatus(wait_status))

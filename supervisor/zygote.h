@@ -25,7 +25,8 @@ namespace torchfarm {
 
 class Zygote {
  public:
-  static constexpr Millis kAnswerTimeout{5'000};
+  // A fork and a double fork take milliseconds; the loop waits no longer than this for one.
+  static constexpr Millis kAnswerTimeout{1'000};
   // A dead zygote is started again after kRestartBackoff, doubling (to kMaxRestartBackoff) while
   // it keeps dying before it is ready (a broken LibTorch must not cost a core forever).
   static constexpr Millis kRestartBackoff{1'000};
@@ -41,8 +42,11 @@ class Zygote {
   Status Start(const std::string& worker_binary, Millis wait_ready);
   // Whether a launch may go to the zygote now (reads its ready message if it has come).
   bool Ready();
-  // Forks a worker with `argv`, its descriptors at their targets and `env` applied. On an error
-  // the zygote is stopped (it restarts later) and the caller should exec instead.
+  // Forks a worker with `argv`, its descriptors at their targets and `env` applied. Errors:
+  // Unavailable when nothing was forked (the caller may exec instead); DeadlineExceeded when the
+  // request went out but no answer came: a worker may exist with these descriptors, so the caller
+  // must not exec with them (it backs off and relaunches with new ones; an orphan hears no acks
+  // for its generation and exits). Both stop a zygote that failed (it restarts later).
   Status Launch(const std::vector<std::string>& argv, const std::vector<FdMapping>& fds,
                 const std::vector<std::string>& env, pid_t* pid);
   // A child exited: true when it was the zygote (it is started again after a backoff).
@@ -64,6 +68,7 @@ class Zygote {
   pid_t pid_ = -1;
   UniqueFd channel_;
   bool ready_ = false;
+  bool ever_ready_ = false;  // this zygote process said it can fork
   TimePoint restart_at_ = TimePoint::max();
   Millis next_backoff_ = kRestartBackoff;
   int restarts_ = 0;

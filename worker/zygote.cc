@@ -1,5 +1,6 @@
 #include "worker/zygote.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -49,7 +50,10 @@ void PrepareWorkerChild(pid_t intermediate, const ipc::ZygoteLaunch& launch,
                  static_cast<int>(launch.supervisor), static_cast<int>(::getppid()));
     std::_Exit(ipc::kExitSupervisorLost);
   }
+  // The zygote ignores the terminal's and the service manager's stop signals; a worker must not.
   ::signal(SIGPIPE, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
+  ::signal(SIGINT, SIG_DFL);
   // As process_launcher.cc does before exec: move the sources out of the way of the targets,
   // then onto them; everything else goes.
   std::vector<int> moved(fds.size(), -1);
@@ -74,6 +78,21 @@ void PrepareWorkerChild(pid_t intermediate, const ipc::ZygoteLaunch& launch,
   }
 }
 
+// fork copies only the calling thread: a zygote with another thread (a BLAS pool some LibTorch
+// builds start at load) would hand its children locks held by a thread they lack.
+Status CheckSingleThreaded() {
+  int threads = 0;
+  if (DIR* tasks = ::opendir("/proc/self/task")) {
+    while (dirent* entry = ::readdir(tasks)) threads += entry->d_name[0] != '.';
+    ::closedir(tasks);
+  }
+  if (threads > 1) {
+    return Internal("zygote: " + std::to_string(threads) +
+                              " threads; forking would copy one (workers start by exec)");
+  }
+  return Status::Ok();
+}
+
 void Answer(int channel, const json& message) {
   ipc::SendPacket(channel, message.dump());  // a lost answer: the supervisor's wait times out
 }
@@ -88,16 +107,22 @@ bool RunZygote(int channel, ipc::ZygoteLaunch* launch, int* exit_code) {
     return false;
   }
   ::fcntl(channel, F_SETFD, FD_CLOEXEC);
+  // A Ctrl-C or a service manager's SIGTERM to the process group stops the supervisor, which
+  // stops this one by closing the channel (or by dying: PR_SET_PDEATHSIG).
+  ::signal(SIGTERM, SIG_IGN);
+  ::signal(SIGINT, SIG_IGN);
   Answer(channel, {{"type", "zygote_ready"}, {"pid", ::getpid()}});
   for (;;) {
     std::string payload;
     std::vector<int> fds;
-    if (Status s = ipc::ReceivePacket(channel, -1, &payload, &fds); !s.ok()) {
-      *exit_code = s.code() == StatusCode::kUnavailable ? ipc::kExitOk : ipc::kExitBadArguments;
+    Status s = ipc::ReceivePacket(channel, -1, &payload, &fds);
+    if (s.code() == StatusCode::kUnavailable) {
+      *exit_code = ipc::kExitOk;
       return false;  // the supervisor closed the channel (or stops): nothing more to launch
     }
     ipc::ZygoteLaunch request;
-    Status s = ipc::DecodeZygoteLaunch(payload, &request);
+    if (s.ok()) s = ipc::DecodeZygoteLaunch(payload, &request);
+    if (s.ok()) s = CheckSingleThreaded();
     if (s.ok() && request.targets.size() != fds.size()) {
       s = InvalidArgument("zygote: " + std::to_string(fds.size()) + " descriptors for " +
                           std::to_string(request.targets.size()) + " targets");

@@ -229,6 +229,54 @@ TEST(WorkerStart, ReplacementsForkFromTheZygoteAndExecWhileItIsDown) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
+TEST(WorkerStart, AStoppedZygoteIsGivenUpAndTheWorkerComesBackByExec) {
+  Farm farm(Identity({{"device", "cpu"}, {"count", 1}}), kDefaults);
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  json stats = Stats(farm);
+  const pid_t zygote = stats["supervisor"]["zygote"]["pid"].get<pid_t>();
+  const pid_t worker = stats["workers"][0]["pid"].get<pid_t>();
+  ASSERT_EQ(::kill(zygote, SIGSTOP), 0);  // alive, but never answers
+  ASSERT_EQ(::kill(worker, SIGKILL), 0);
+  stats = WaitStats(farm, [&](const json& s) {
+    return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != worker;
+  });
+  EXPECT_EQ(stats["workers"][0]["start"]["via"], "exec") << stats.dump();
+  EXPECT_NE(stats["supervisor"]["zygote"]["pid"], zygote) << "the stuck zygote was replaced";
+  ExpectServesCorrectly(farm);
+  // Only the relaunched worker runs: a child forked by the stuck zygote, if any, is gone.
+  EXPECT_EQ(farm.WorkerPids().size(), 1u);
+  ::kill(zygote, SIGCONT);
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(WorkerStart, SparesDoNotKeepAModelWithoutServingWorkersAvailable) {
+  Farm farm(Identity({{"device", "cpu"}, {"count", 1}, {"spares", 1}}), kDefaults);
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  json reply = farm.AdminRequest({{"cmd", "scale"}, {"model", "identity"}, {"count", 0}});
+  ASSERT_TRUE(reply.value("ok", false)) << reply.dump();
+  json stats = WaitStats(farm, [](const json& s) { return s["models"][0]["workers"] == 0; });
+  EXPECT_EQ(stats["models"][0]["state"], "unavailable") << stats.dump();
+  // A request is refused at once, not queued for a spare that has no place to take.
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::rcvtimeo, 10'000);
+  socket.connect(farm.endpoint());
+  std::vector<float> x(64, 1.0f);
+  json header = {{"v", 1}, {"id", 1}, {"model", "identity"},
+                 {"inputs", json::array({{{"dtype", "float32"}, {"shape", {1, 64}}}})}};
+  socket.send(zmq::buffer(header.dump()), zmq::send_flags::sndmore);
+  socket.send(zmq::buffer(x.data(), x.size() * 4), zmq::send_flags::none);
+  zmq::message_t head;
+  ASSERT_TRUE(socket.recv(head)) << "no answer within 10 s (max_queue_wait_ms is 30 s)";
+  const json reply_header = json::parse(head.to_string_view());
+  EXPECT_EQ(reply_header["status"], "error") << head.to_string();
+  EXPECT_EQ(reply_header["code"], "UNAVAILABLE") << head.to_string();
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
 TEST(WorkerStart, ExecLaunchStillServes) {
   Farm farm(Identity({{"device", "cpu"}, {"count", 1}}), {{"heartbeat_ms", nullptr}, {"worker_launch", "exec"}});
   ASSERT_TRUE(farm.Start());

@@ -72,34 +72,31 @@ TEST_F(RestartPolicyTest, KillsAfterReadyBackOffExponentiallyUpToTheCapAndNeverF
   }
 }
 
-TEST_F(RestartPolicyTest, ServingLongerThanTheStartTookIsNoCrashLoop) {
-  // A storm of outside kills: each process served longer than it took to start (a zygote fork
-  // and a model load), so each restart waits only the initial backoff.
+TEST_F(RestartPolicyTest, OutsideKillsOfServingWorkersRestartAtTheInitialBackoff) {
+  // A storm of SIGKILLs from outside, each worker having answered batches: no crash loop.
   for (int i = 0; i < 20; ++i) {
-    ExitFacts f = Killed(Millis(400));
-    f.start_took = Millis(150);
+    ExitFacts f = Killed(Millis(20));
+    f.killed_from_outside = true;
+    f.batches_answered = 3;
     RestartDecision d = Exit(f);
     ASSERT_LE(DelayMs(d).count(), 125) << "kill " << i;
     clock_.Advance(Millis(200));
   }
-  // Dying sooner after ready than the start took: a crash loop, backed off (the last kill above
-  // already counted once).
-  for (int64_t base : {200, 400, 800, 1600}) {
-    ExitFacts f = Killed(Millis(20));
-    f.start_took = Millis(150);
-    RestartDecision d = Exit(f);
-    EXPECT_GE(DelayMs(d).count(), base);
-    EXPECT_LE(DelayMs(d).count(), base + base / 4);
-  }
 }
 
-TEST_F(RestartPolicyTest, AProcessThatAnsweredABatchIsNoCrashLoop) {
-  for (int i = 0; i < 20; ++i) {
-    ExitFacts f = Killed(Millis(20));  // killed soon after ready, but it had served
-    f.start_took = Millis(150);
-    f.batches_answered = 3;
-    RestartDecision d = Exit(f);
-    ASSERT_LE(DelayMs(d).count(), 125) << "kill " << i;
+TEST_F(RestartPolicyTest, CrashesHangKillsAndSilentDeathsStillBackOff) {
+  ExitFacts crash = Killed(Millis(400));  // SIGSEGV or a hang kill after answering: not outside
+  crash.batches_answered = 3;
+  ExitFacts silent = Killed(Millis(400));  // killed from outside before answering anything
+  silent.killed_from_outside = true;
+  for (const ExitFacts& f : {crash, silent}) {
+    history_ = RestartHistory{};
+    for (int64_t base : {100, 200, 400, 800, 1600}) {
+      RestartDecision d = Exit(f);
+      EXPECT_GE(DelayMs(d).count(), base);
+      EXPECT_LE(DelayMs(d).count(), base + base / 4);
+      clock_.Advance(Millis(200));
+    }
   }
 }
 
