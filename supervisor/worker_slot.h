@@ -47,6 +47,7 @@
 #include "supervisor/pending_request.h"
 #include "supervisor/pinned_response_ring.h"
 #include "supervisor/restart_policy.h"
+#include "supervisor/shm_budget.h"
 
 namespace torchfarm {
 
@@ -77,6 +78,8 @@ struct LaunchContext {
   PinnedRingKeeper* response_rings = nullptr;
   // Added to the environment of workers on a cuda:N device (MPS pipe directory, thread share).
   std::vector<std::string> gpu_env;
+  // Each segment's bytes are reserved here first (limits.max_shm_bytes); null: no cap.
+  ShmBudget* shm_budget = nullptr;
 };
 
 // A worker's own account of its device (heartbeat "stage_us" and "device", ready "precision";
@@ -251,6 +254,7 @@ class WorkerSlot {
   int generation_ = -1;
   pid_t pid_ = -1;
   std::shared_ptr<ipc::WorkerSegment> segment_;
+  ShmBudget::Reservation segment_budget_;  // segment_'s share of limits.max_shm_bytes
   std::shared_ptr<PinnedResponseRing> responses_;  // shares segment_; also held by the keeper
   ipc::Doorbell request_bell_;
   ipc::Doorbell response_bell_;

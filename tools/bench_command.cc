@@ -7,6 +7,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "common/integer_flag.h"
 #include "tools/echo_server.h"
 #include "tools/load_generator.h"
 
@@ -126,11 +127,11 @@ BenchCommand::BenchCommand(CLI::App* parent) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app_->add_option("--io-timeout-ms", io_timeout_ms_, "A request unanswered this long is NO_REPLY")
-      ->check(CLI::PositiveNumber)
+      ->check(IntegerIn(1, kMaxCliTimeoutMs))
       ->capture_default_str();
   app_->add_option("--timeout-ms", timeout_ms_,
                    "Server-side deadline sent with each request (0: none)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntegerIn(0, kMaxCliTimeoutMs));
   app_->add_option("--admin-endpoint", admin_endpoint_,
                    "Admin socket of the farm; adds the mean batch size of each step");
   app_->add_option("--seed", seed_, "Seed of the random inputs")->capture_default_str();

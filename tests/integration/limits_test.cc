@@ -1,0 +1,198 @@
+// Resource exhaustion never takes the farm down (issue 22): the supervisor under a descriptor
+// limit of 256 (as `prlimit --nofile=256`) with 400 idle clients, then the readiness probe, stats,
+// a new client, a worker SIGKILL; and the admin commands at and beyond their bounds against the
+// real supervisor. Documented defaults throughout.
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <zmq.hpp>
+
+#include "farm_fixture.h"
+#include "torchfarm/client.h"
+
+namespace torchfarm::testing {
+namespace {
+
+using nlohmann::json;
+using Ms = std::chrono::milliseconds;
+
+constexpr int kDescriptorLimit = 256;
+constexpr int kIdleClients = 400;
+
+json Identity(int count) {
+  return {{"name", "identity"},
+          {"path", ModelDir() + "/identity.pt"},
+          {"inputs", json::array({{{"dtype", "float32"}, {"shape", {-1, 16}}}})},
+          {"instances", json::array({{{"count", count}}})}};
+}
+
+bool WaitFor(const Farm& farm, const std::function<bool(const json&)>& predicate, int ms = 30'000) {
+  const auto deadline = std::chrono::steady_clock::now() + Ms(ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    json stats = farm.Admin("stats", 2'000);
+    if (stats.is_object() && predicate(stats)) return true;
+    std::this_thread::sleep_for(Ms(100));
+  }
+  return false;
+}
+
+// The first answer within `ms` (the admin socket's accept may wait for a free descriptor).
+json AdminWithin(const Farm& farm, const json& request, int ms = 20'000) {
+  const auto deadline = std::chrono::steady_clock::now() + Ms(ms);
+  json reply;
+  while (std::chrono::steady_clock::now() < deadline) {
+    reply = farm.AdminRequest(request, 2'000);
+    if (!reply.is_null()) return reply;
+  }
+  return reply;
+}
+
+std::vector<pid_t> ReadyPids(const json& stats) {
+  std::vector<pid_t> pids;
+  for (const auto& w : stats["workers"]) {
+    if (w["state"] == "ready" || w["state"] == "busy") pids.push_back(w["pid"].get<pid_t>());
+  }
+  return pids;
+}
+
+Status Infer(const std::string& endpoint, int io_timeout_ms) {
+  Client client(endpoint, io_timeout_ms);
+  std::vector<float> x(16, 1.5f);
+  InferResult result;
+  return client.Infer("identity", {{{DType::kFloat32, {1, 16}}, x.data(), x.size() * 4}}, &result);
+}
+
+// Shared-memory objects of the supervisor `pid` still in /dev/shm.
+std::vector<std::string> SegmentsOf(pid_t pid) {
+  std::vector<std::string> left;
+  const std::string prefix = "torchfarm-" + std::to_string(pid) + "-";
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) left.push_back(name);
+  }
+  return left;
+}
+
+// Idle ZeroMQ clients: connected DEALERs that never send (each costs the supervisor a descriptor
+// for as long as it is served).
+struct IdleClients {
+  IdleClients(const std::string& endpoint, int n) : context(1) {
+    context.set(zmq::ctxopt::max_sockets, n + 64);
+    for (int i = 0; i < n; ++i) {
+      sockets.emplace_back(context, zmq::socket_type::dealer);
+      sockets.back().set(zmq::sockopt::linger, 0);
+      sockets.back().connect(endpoint);
+    }
+  }
+  void Close() {
+    for (auto& s : sockets) s.close();
+    sockets.clear();
+  }
+  zmq::context_t context;
+  std::vector<zmq::socket_t> sockets;
+};
+
+TEST(Limits, DescriptorsRunningOutNeverTakeTheSupervisorDown) {
+  // 400 sockets here, each with its own descriptors: more than the usual 1024 soft limit allows.
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  files.rlim_cur = files.rlim_max;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  ASSERT_GE(files.rlim_cur, rlim_t{3 * kIdleClients}) << "the test needs descriptors for its clients";
+
+  Farm farm(json::array({Identity(1)}), {{"heartbeat_ms", nullptr}});
+  farm.set_descriptor_limit(kDescriptorLimit);
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady());
+  json stats = farm.Admin("stats");
+  ASSERT_TRUE(stats.is_object());
+  const json& resources = stats["resources"];
+  EXPECT_EQ(resources["descriptor_limit"], kDescriptorLimit);
+  const int max_connections = resources["max_connections"].get<int>();
+  EXPECT_GT(max_connections, 0);
+  EXPECT_LT(max_connections, kDescriptorLimit) << "a reserve is left for workers, segments, admin";
+  const std::vector<pid_t> first = ReadyPids(stats);
+  ASSERT_EQ(first.size(), 1u);
+
+  IdleClients idle(farm.endpoint(), kIdleClients);
+  // The idle clients fill max_connections; the rest are refused and counted.
+  ASSERT_TRUE(WaitFor(farm, [&](const json& s) {
+    return s["resources"]["job_connections"].get<int>() >= max_connections &&
+           s["resources"]["refused_connections"].get<int64_t>() > 0;
+  })) << farm.Admin("stats").dump();
+
+  // The readiness probe and stats answer.
+  json health = AdminWithin(farm, {{"cmd", "health"}});
+  ASSERT_TRUE(health.is_object()) << "ctl health got no answer";
+  EXPECT_EQ(health["live"], true);
+  stats = AdminWithin(farm, {{"cmd", "stats"}});
+  ASSERT_TRUE(stats.is_object());
+  EXPECT_LE(stats["resources"]["job_connections"].get<int>(), max_connections);
+  // A new client is refused while every connection is taken (or served, if one just freed): the
+  // supervisor answers or closes, never falls over.
+  Status late = Infer(farm.endpoint(), 2'000);
+  EXPECT_TRUE(farm.Running()) << farm.error() << " after a new client: " << late.ToString();
+
+  // A worker killed while descriptors are short comes back.
+  ASSERT_EQ(::kill(first[0], SIGKILL), 0);
+  ASSERT_TRUE(WaitFor(farm, [&](const json& s) {
+    const auto pids = ReadyPids(s);
+    return pids.size() == 1 && pids[0] != first[0];
+  }, 60'000)) << farm.Admin("stats").dump();
+  EXPECT_TRUE(farm.Running()) << farm.error();
+
+  // Once the idle clients leave, new clients are served again.
+  idle.Close();
+  bool served = false;
+  for (int attempt = 0; attempt < 20 && !served; ++attempt) served = Infer(farm.endpoint(), 5'000).ok();
+  EXPECT_TRUE(served);
+  stats = farm.Admin("stats");
+  EXPECT_GT(stats["resources"]["refused_connections"].get<int64_t>(), 0);
+  for (const auto& w : stats["workers"]) EXPECT_NE(w["state"], "failed") << w.dump();
+
+  const pid_t supervisor = farm.pid();
+  EXPECT_EQ(farm.Stop(), 0);
+  EXPECT_TRUE(SegmentsOf(supervisor).empty()) << "left in /dev/shm: " << SegmentsOf(supervisor).front();
+}
+
+// Every numeric admin command, beyond its bounds, against the real supervisor (the service's
+// checks at the bounds themselves are unit-tested in tests/supervisor/admin_service_test.cc).
+TEST(Limits, AdminCommandsRefuseNumbersBeyondTheirBounds) {
+  Farm farm(json::array({Identity(1)}), {{"heartbeat_ms", nullptr}});
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady());
+  const json beyond[] = {json(-1), json(int64_t{1} << 31), json(int64_t{1} << 32),
+                         json(INT64_MAX), json(UINT64_MAX), json(2.5), json("1")};
+  for (const json& v : beyond) {
+    json reply = farm.AdminRequest({{"cmd", "restart"}, {"worker", v}});
+    EXPECT_EQ(reply["ok"], false) << v.dump();
+    EXPECT_NE(reply.value("error", "").find("restart.worker: expected an integer in 0..2147483647"),
+              std::string::npos) << reply.dump();
+    reply = farm.AdminRequest({{"cmd", "scale"}, {"model", "identity"}, {"count", v}});
+    EXPECT_EQ(reply["ok"], false) << v.dump();
+    EXPECT_NE(reply.value("error", "").find("scale.count: expected an integer in 0..1024"),
+              std::string::npos) << reply.dump();
+  }
+  // `ctl scale MODEL <bound+1>` is refused, and nothing was started.
+  json reply = farm.AdminRequest({{"cmd", "scale"}, {"model", "identity"}, {"count", 1025}});
+  EXPECT_EQ(reply["error"], "scale.count: expected an integer in 0..1024, got number 1025");
+  EXPECT_EQ(farm.Admin("stats")["workers"].size(), 1u);
+  // A worker id at the top of its range is a worker that does not exist, not a wrapped one.
+  reply = farm.AdminRequest({{"cmd", "restart"}, {"worker", INT32_MAX}});
+  EXPECT_EQ(reply["error"], "no worker 2147483647 (see torchfarm stats)");
+  EXPECT_TRUE(farm.Running());
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace torchfarm::testing
