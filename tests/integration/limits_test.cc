@@ -4,10 +4,14 @@
 // real supervisor. Documented defaults throughout.
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <memory>
 #include <string>
@@ -102,7 +106,8 @@ struct IdleClients {
   std::vector<zmq::socket_t> sockets;
 };
 
-TEST(Limits, DescriptorsRunningOutNeverTakeTheSupervisorDown) {
+// The scenario over `transport`: "tcp" (as in production) or "ipc" (the fixture's).
+void ExhaustDescriptors(const std::string& transport) {
   // 400 sockets here, each with its own descriptors: more than the usual 1024 soft limit allows.
   rlimit files{};
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
@@ -110,7 +115,14 @@ TEST(Limits, DescriptorsRunningOutNeverTakeTheSupervisorDown) {
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
   ASSERT_GE(files.rlim_cur, rlim_t{3 * kIdleClients}) << "the test needs descriptors for its clients";
 
-  Farm farm(json::array({Identity(1)}), {{"heartbeat_ms", nullptr}});
+  json extra = {{"heartbeat_ms", nullptr}};
+  std::string endpoint;
+  if (transport == "tcp") {
+    endpoint = "tcp://127.0.0.1:" + std::to_string(FreePort());
+    extra["endpoint"] = endpoint;
+  }
+  Farm farm(json::array({Identity(1)}), extra);
+  if (endpoint.empty()) endpoint = farm.endpoint();
   farm.set_descriptor_limit(kDescriptorLimit);
   ASSERT_TRUE(farm.Start());
   ASSERT_TRUE(farm.WaitReady());
@@ -124,7 +136,7 @@ TEST(Limits, DescriptorsRunningOutNeverTakeTheSupervisorDown) {
   const std::vector<pid_t> first = ReadyPids(stats);
   ASSERT_EQ(first.size(), 1u);
 
-  IdleClients idle(farm.endpoint(), kIdleClients);
+  IdleClients idle(endpoint, kIdleClients);
   // The idle clients fill max_connections; the rest are refused and counted.
   ASSERT_TRUE(WaitFor(farm, [&](const json& s) {
     return s["resources"]["job_connections"].get<int>() >= max_connections &&
@@ -140,7 +152,7 @@ TEST(Limits, DescriptorsRunningOutNeverTakeTheSupervisorDown) {
   EXPECT_LE(stats["resources"]["job_connections"].get<int>(), max_connections);
   // A new client is refused while every connection is taken (or served, if one just freed): the
   // supervisor answers or closes, never falls over.
-  Status late = Infer(farm.endpoint(), 2'000);
+  Status late = Infer(endpoint, 2'000);
   EXPECT_TRUE(farm.Running()) << farm.error() << " after a new client: " << late.ToString();
 
   // A worker killed while descriptors are short comes back.
@@ -154,7 +166,7 @@ TEST(Limits, DescriptorsRunningOutNeverTakeTheSupervisorDown) {
   // Once the idle clients leave, new clients are served again.
   idle.Close();
   bool served = false;
-  for (int attempt = 0; attempt < 20 && !served; ++attempt) served = Infer(farm.endpoint(), 5'000).ok();
+  for (int attempt = 0; attempt < 20 && !served; ++attempt) served = Infer(endpoint, 5'000).ok();
   EXPECT_TRUE(served);
   stats = farm.Admin("stats");
   EXPECT_GT(stats["resources"]["refused_connections"].get<int64_t>(), 0);
@@ -164,6 +176,10 @@ TEST(Limits, DescriptorsRunningOutNeverTakeTheSupervisorDown) {
   EXPECT_EQ(farm.Stop(), 0);
   EXPECT_TRUE(SegmentsOf(supervisor).empty()) << "left in /dev/shm: " << SegmentsOf(supervisor).front();
 }
+
+TEST(Limits, DescriptorsRunningOutNeverTakeTheSupervisorDownTcp) { ExhaustDescriptors("tcp"); }
+
+TEST(Limits, DescriptorsRunningOutNeverTakeTheSupervisorDownIpc) { ExhaustDescriptors("ipc"); }
 
 // Every numeric admin command, beyond its bounds, against the real supervisor (the service's
 // checks at the bounds themselves are unit-tested in tests/supervisor/admin_service_test.cc).
@@ -192,6 +208,81 @@ TEST(Limits, AdminCommandsRefuseNumbersBeyondTheirBounds) {
   EXPECT_EQ(reply["error"], "no worker 2147483647 (see torchfarm stats)");
   EXPECT_TRUE(farm.Running());
   EXPECT_EQ(farm.Stop(), 0);
+}
+
+struct ToolRun {
+  int exit_code = -1;
+  std::string err;
+};
+
+// Runs BINARY ARGS (stdin /dev/null), keeping its exit code and stderr; a command that accepted
+// its flags and keeps running (top --iterations 0) is stopped after 3 s (exit code 124).
+ToolRun RunBinary(const std::string& binary, const std::string& args) {
+  const std::string err = ::testing::TempDir() + "/limits_tool.err";
+  const std::string command =
+      "timeout 3 " + BinDir() + "/" + binary + " " + args + " < /dev/null > /dev/null 2> " + err;
+  const int status = std::system(command.c_str());
+  ToolRun run;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err);
+  run.err.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return run;
+}
+
+struct Flag {
+  std::string binary;
+  std::string before;  // arguments before the value ("ctl --timeout-ms")
+  std::string after;   // and after it ("health --admin ...")
+  std::string name;    // as the refusal names it
+  int64_t min;
+  int64_t max;
+};
+
+// Every integer flag at and beyond its bounds: at a bound the flag is taken (the command then
+// fails for want of a supervisor, or of a config); beyond it, and at 2^31, 2^32, 2^63-1, 2^64-1
+// and -1, the refusal names the flag, its range and the value.
+TEST(Limits, EveryIntegerFlagAtAndBeyondItsBounds) {
+  const std::string admin = "--admin ipc://" + ::testing::TempDir() + "/no-such-admin.sock";
+  const std::string missing = "/nonexistent/torchfarm.json";
+  // infer checks that its --input exists before it looks at the numbers; the content is not read.
+  const std::string input = ::testing::TempDir() + "/limits_input.npy";
+  std::ofstream(input) << "not read";
+  const std::vector<Flag> flags = {
+      {"torchfarm-supervisor", "--config " + missing + " --drain-timeout-ms", "",
+       "--drain-timeout-ms", 0, 86'400'000},
+      {"torchfarm", "ctl --timeout-ms", "health " + admin, "--timeout-ms", 1, 3'600'000},
+      {"torchfarm", "ctl restart", admin, "worker", 0, 2'147'483'647},
+      {"torchfarm", "ctl scale identity", admin, "count", 0, 1024},
+      {"torchfarm", "stats --timeout-ms", admin, "--timeout-ms", 1, 3'600'000},
+      {"torchfarm", "top --iterations 1 --interval-ms", admin, "--interval-ms", 100, 3'600'000},
+      {"torchfarm", "top --iterations", admin, "--iterations", 0, 2'147'483'647},
+      {"torchfarm", "top --iterations 1 --timeout-ms", admin, "--timeout-ms", 1, 3'600'000},
+      {"torchfarm", "infer --model m --input " + input + " --timeout-ms", "", "--timeout-ms", 0,
+       86'400'000},
+      {"torchfarm", "infer --model m --input " + input + " --priority", "", "--priority", 0, 1000},
+      {"torchfarm", "infer --model m --input " + input + " --io-timeout-ms", "",
+       "--io-timeout-ms", 1, 86'400'000},
+  };
+  for (const Flag& f : flags) {
+    for (int64_t at : {f.min, f.max}) {
+      ToolRun run = RunBinary(f.binary, f.before + " " + std::to_string(at) + " " + f.after);
+      EXPECT_EQ(run.err.find("expected an integer"), std::string::npos)
+          << f.binary << " " << f.before << " " << at << ": " << run.err;
+    }
+    for (const std::string& beyond :
+         {std::to_string(f.min - 1), std::to_string(f.max + 1), std::string("2147483648"),
+          std::string("4294967296"), std::string("9223372036854775807"),
+          std::string("18446744073709551615"), std::string("-1"), std::string("1.5")}) {
+      if (beyond == std::to_string(f.min) || beyond == std::to_string(f.max)) continue;
+      ToolRun run = RunBinary(f.binary, f.before + " " + beyond + " " + f.after);
+      EXPECT_NE(run.exit_code, 0) << f.binary << " " << f.before << " " << beyond;
+      const std::string refusal = "expected an integer in " + std::to_string(f.min) + ".." +
+                                  std::to_string(f.max) + ", got '" + beyond + "'";
+      EXPECT_NE(run.err.find(refusal), std::string::npos)
+          << f.binary << " " << f.before << " " << beyond << ": " << run.err;
+      EXPECT_NE(run.err.find(f.name), std::string::npos) << run.err;
+    }
+  }
 }
 
 }  // namespace
