@@ -21,8 +21,6 @@ namespace {
 
 // A CPU number in "cores": Linux builds for at most 8192 CPUs (NR_CPUS).
 constexpr int64_t kMaxCoreNumber = 8191;
-// "max_connections": Linux's default fs.nr_open caps one process at 1,048,576 descriptors.
-constexpr int64_t kMaxJobConnections = 1'000'000;
 // "limits.max_shm_bytes": one 4 MiB worker segment at least, 1 PiB at most.
 constexpr int64_t kMinShmBytes = int64_t{1} << 20;
 constexpr int64_t kMaxShmBytes = int64_t{1} << 50;

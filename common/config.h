@@ -173,6 +173,8 @@ struct FrontendConfig {
 
 // drain_timeout_ms (and the supervisor's --drain-timeout-ms): 0..one day.
 inline constexpr int64_t kMaxDrainTimeoutMs = 86'400'000;
+// max_connections: 1..this (Linux's default fs.nr_open caps a process at 1,048,576 descriptors).
+inline constexpr int64_t kMaxJobConnections = 1'000'000;
 
 struct FarmConfig {
   std::string endpoint = "tcp://127.0.0.1:5555";

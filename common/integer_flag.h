@@ -5,10 +5,9 @@
 // Header-only, for the binaries that link CLI11 (torchfarm-supervisor, torchfarm); not installed.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "common/number_parse.h"
 

@@ -43,8 +43,8 @@ Status IntegerFromJson(const nlohmann::json& value, const std::string& key, int6
 
 Status IntegerFromText(std::string_view text, const std::string& key, int64_t min, int64_t max,
                        int64_t* out) {
-  const std::string quoted = "'" + std::string(text.substr(0, kMaxQuoted)) +
-                             (text.size() > kMaxQuoted ? "...'" : "'");
+  const std::string quoted =
+      "'" + std::string(text.substr(0, kMaxQuoted)) + (text.size() > kMaxQuoted ? "...'" : "'");
   // from_chars accepts exactly [-]digits; it reports values past int64 as out of range instead
   // of saturating or wrapping.
   int64_t v = 0;

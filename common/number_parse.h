@@ -9,11 +9,10 @@
 
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <type_traits>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -57,7 +56,8 @@ Status IntegerFromJson(const nlohmann::json& value, const std::string& key, int6
                        int64_t max, Int* out) {
   static_assert(std::is_integral_v<Int> && sizeof(Int) <= sizeof(int64_t));
   if constexpr (!std::is_same_v<Int, int64_t>) {
-    if (!FitsIn<Int>(min)) min = std::is_signed_v<Int> ? static_cast<int64_t>(std::numeric_limits<Int>::min()) : 0;
+    if (!FitsIn<Int>(min))
+      min = std::is_signed_v<Int> ? static_cast<int64_t>(std::numeric_limits<Int>::min()) : 0;
     if (!FitsIn<Int>(max)) max = static_cast<int64_t>(std::numeric_limits<Int>::max());
   }
   int64_t wide = 0;

@@ -42,7 +42,8 @@ void AcceptGuard::Configure(int64_t descriptor_limit, int64_t max_connections) {
 void AcceptGuard::JobConnectionClosed() {
   // Never below zero: a disconnect of a connection accepted before the guard was configured.
   int64_t now = job_connections_.load(std::memory_order_relaxed);
-  while (now > 0 && !job_connections_.compare_exchange_weak(now, now - 1, std::memory_order_relaxed)) {
+  while (now > 0 &&
+         !job_connections_.compare_exchange_weak(now, now - 1, std::memory_order_relaxed)) {
   }
 }
 

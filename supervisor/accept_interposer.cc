@@ -18,7 +18,8 @@ int GuardedAccept(int listener, sockaddr* address, socklen_t* length, int flags)
   // The system call itself, not the C library's wrapper: that wrapper is this function.
   const long fd = ::syscall(SYS_accept4, listener, address, length, flags);
   int error = fd < 0 ? errno : 0;
-  const int kept = torchfarm::AcceptGuard::Instance().Filter(listener, static_cast<int>(fd), &error);
+  const int kept =
+      torchfarm::AcceptGuard::Instance().Filter(listener, static_cast<int>(fd), &error);
   if (kept < 0) errno = error;
   return kept;
 }

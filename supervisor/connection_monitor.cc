@@ -13,8 +13,8 @@ namespace torchfarm {
 Status ConnectionMonitor::Start(zmq::context_t& context, zmq::socket_t& jobs,
                                 const std::string& name) {
   const std::string endpoint = "inproc://" + name;
-  constexpr int kEvents = ZMQ_EVENT_LISTENING | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
-                          ZMQ_EVENT_ACCEPT_FAILED;
+  constexpr int kEvents =
+      ZMQ_EVENT_LISTENING | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_ACCEPT_FAILED;
   if (zmq_socket_monitor(jobs.handle(), endpoint.c_str(), kEvents) != 0) {
     return Internal("cannot monitor the job socket: " + std::string(zmq_strerror(zmq_errno())));
   }
@@ -45,7 +45,8 @@ void ConnectionMonitor::HandleEvents() {
     uint16_t event = 0;
     uint32_t value = 0;
     std::memcpy(&event, frames[0].data(), sizeof(event));
-    std::memcpy(&value, static_cast<const uint8_t*>(frames[0].data()) + sizeof(event), sizeof(value));
+    std::memcpy(&value, static_cast<const uint8_t*>(frames[0].data()) + sizeof(event),
+                sizeof(value));
     OnEvent(event, value);
   }
 }
@@ -58,7 +59,8 @@ void ConnectionMonitor::OnEvent(uint16_t event, uint32_t value) {
     case ZMQ_EVENT_ACCEPTED:
       ++accepted_;
       ++open_;
-      if (!guard_.interposed() && guard_.max_connections() > 0 && open_ > guard_.max_connections()) {
+      if (!guard_.interposed() && guard_.max_connections() > 0 &&
+          open_ > guard_.max_connections()) {
         // libzmq sees the shut-down connection fail and closes it (DISCONNECTED follows). Were
         // it closed already and its number reused, shutdown would hit another connection: the
         // guard, which refuses before libzmq sees the descriptor, has no such window.

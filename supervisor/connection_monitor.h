@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-
 #include <zmq.hpp>
 
 #include "common/clock.h"

@@ -19,9 +19,6 @@ int64_t AsInt64(rlim_t value) {
   return static_cast<int64_t>(value);
 }
 
-// config "max_connections": 1..kMaxJobConnections (common/config.cc).
-constexpr int64_t kMaxConfiguredConnections = 1'000'000;
-
 }  // namespace
 
 DescriptorLimits RaiseDescriptorLimit() {
@@ -51,7 +48,7 @@ int64_t DefaultMaxConnections(int64_t descriptor_limit, int64_t workers, const F
   if (config.frontend.enabled()) reserved += config.frontend.max_connections;
   if (config.client_shm.enabled) reserved += config.client_shm.max_regions;
   const int64_t room = descriptor_limit > reserved ? descriptor_limit - reserved : 0;
-  return std::clamp(room, kMinDerivedConnections, kMaxConfiguredConnections);
+  return std::clamp(room, kMinDerivedConnections, kMaxJobConnections);
 }
 
 int64_t OpenDescriptors() {

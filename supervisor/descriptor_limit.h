@@ -34,10 +34,10 @@ inline constexpr int64_t kBaseDescriptors = 96;
 // reserve keeps the admin socket answering either way).
 inline constexpr int64_t kMinDerivedConnections = 16;
 
-// max_connections when the config leaves it out: the soft limit less the base, kDescriptorsPerWorker
-// per configured worker, the HTTP front end's max_connections (when it is on) and one per client
-// region (client_shm.max_regions, when enabled); at least kMinDerivedConnections and at most the
-// config's bound.
+// max_connections when the config leaves it out: the soft limit less the base,
+// kDescriptorsPerWorker per configured worker, the HTTP front end's max_connections (when it is on)
+// and one per client region (client_shm.max_regions, when enabled); at least kMinDerivedConnections
+// and at most the config's bound.
 int64_t DefaultMaxConnections(int64_t descriptor_limit, int64_t workers, const FarmConfig& config);
 
 // Open descriptors of this process (entries of /proc/self/fd), or -1 when they cannot be

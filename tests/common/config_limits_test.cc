@@ -59,10 +59,16 @@ std::vector<Key> Keys() {
       {"/frontend/idle_timeout_ms", "config.frontend.idle_timeout_ms", 100, 86'400'000},
       {"/frontend/request_timeout_ms", "config.frontend.request_timeout_ms", 100, 86'400'000},
       {"/frontend/max_header_bytes", "config.frontend.max_header_bytes", 1024, 1 << 20},
-      {"/frontend/max_body_bytes", "config.frontend.max_body_bytes", 1024, int64_t{4} << 30,
+      {"/frontend/max_body_bytes",
+       "config.frontend.max_body_bytes",
+       1024,
+       int64_t{4} << 30,
        {{"frontend", {{"max_inflight_body_bytes", int64_t{1} << 40}}}}},
-      {"/frontend/max_inflight_body_bytes", "config.frontend.max_inflight_body_bytes", 1024,
-       int64_t{1} << 40, {{"frontend", {{"max_body_bytes", 1024}}}}},
+      {"/frontend/max_inflight_body_bytes",
+       "config.frontend.max_inflight_body_bytes",
+       1024,
+       int64_t{1} << 40,
+       {{"frontend", {{"max_body_bytes", 1024}}}}},
       {"/limits/max_header_bytes", "config.limits.max_header_bytes", 256, 16 << 20},
       {"/limits/max_frames", "config.limits.max_frames", 2, 1025},
       {"/limits/max_rank", "config.limits.max_rank", 0, 8},
@@ -78,19 +84,31 @@ std::vector<Key> Keys() {
       {"/models/0/priority_levels", m + ".priority_levels", 1, 16},
       {"/models/0/slot_bytes", m + ".slot_bytes", 4096, int64_t{1} << 34},
       {"/models/0/hang_timeout_ms", m + ".hang_timeout_ms", 0, 86'400'000},
-      {"/models/0/ring_slots", m + ".ring_slots", 1, 64,
+      {"/models/0/ring_slots",
+       m + ".ring_slots",
+       1,
+       64,
        {{"models", {{{"max_inflight_per_worker", 1}}}}}},
-      {"/models/0/rollout/max_surge", m + ".rollout.max_surge", 0, 64,
+      {"/models/0/rollout/max_surge",
+       m + ".rollout.max_surge",
+       0,
+       64,
        {{"models", {{{"rollout", {{"max_unavailable", 1}}}}}}}},
       {"/models/0/rollout/max_unavailable", m + ".rollout.max_unavailable", 0, 64},
       {"/models/0/instances/0/count", i + ".count", 0, kMaxWorkersPerModel},
       {"/models/0/instances/0/threads", i + ".threads", 1, 1024},
       {"/models/0/instances/0/gpu_failures_before_fallback", i + ".gpu_failures_before_fallback", 1,
        1000},
-      {"/models/0/instances/0/streams", i + ".streams", 1, 16,
+      {"/models/0/instances/0/streams",
+       i + ".streams",
+       1,
+       16,
        {{"models", {{{"max_inflight_per_worker", 16}, {"instances", {{{"device", "cuda:0"}}}}}}}}},
       {"/models/0/instances/0/idle_spin_us", i + ".idle_spin_us", 0, 100'000},
-      {"/models/0/instances/0/cores/0", i + ".cores[0]", 0, 8191,
+      {"/models/0/instances/0/cores/0",
+       i + ".cores[0]",
+       0,
+       8191,
        {{"models", {{{"instances", {{{"cores", {0}}}}}}}}}},
   };
 }
@@ -98,13 +116,16 @@ std::vector<Key> Keys() {
 // Base() with `patch` merged in (arrays of objects merged entry by entry).
 json Merge(json target, const json& patch) {
   if (patch.is_object() && target.is_object()) {
-    for (const auto& [key, value] : patch.items()) target[key] = Merge(target.value(key, json()), value);
+    for (const auto& [key, value] : patch.items())
+      target[key] = Merge(target.value(key, json()), value);
     return target;
   }
   if (patch.is_array() && target.is_array() && !patch.empty() && patch[0].is_object()) {
     for (size_t k = 0; k < patch.size(); ++k) {
-      if (k < target.size()) target[k] = Merge(target[k], patch[k]);
-      else target.push_back(patch[k]);
+      if (k < target.size())
+        target[k] = Merge(target[k], patch[k]);
+      else
+        target.push_back(patch[k]);
     }
     return target;
   }
@@ -128,10 +149,14 @@ TEST(ConfigLimitsTest, EveryIntegerKeyAtItsBoundsIsAccepted) {
 }
 
 TEST(ConfigLimitsTest, EveryIntegerKeyBeyondItsBoundsIsRefusedByNameRangeAndValue) {
-  const std::vector<json> wide = {json(int64_t{1} << 31),       json(int64_t{1} << 32),
-                                  json(INT64_MAX),              json(INT64_MIN),
-                                  json(uint64_t{1} << 63),      json(UINT64_MAX),
-                                  json(-1),                     json(1.5),
+  const std::vector<json> wide = {json(int64_t{1} << 31),
+                                  json(int64_t{1} << 32),
+                                  json(INT64_MAX),
+                                  json(INT64_MIN),
+                                  json(uint64_t{1} << 63),
+                                  json(UINT64_MAX),
+                                  json(-1),
+                                  json(1.5),
                                   json("7")};
   for (const Key& key : Keys()) {
     std::vector<json> beyond = {json(key.min - 1), json(key.max + 1)};
@@ -158,8 +183,9 @@ TEST(ConfigLimitsTest, AModelsWorkersAddUpToTheOneBound) {
   EXPECT_TRUE(ParseConfig(j, "/base", &c).ok());
   j["models"][0]["instances"][1]["count"] = 25;
   Status s = ParseConfig(j, "/base", &c);
-  EXPECT_EQ(s.message(), "config.models[0].instances[].count (sum): expected an integer in 0..1024 "
-                         "(workers of one model), got 1025");
+  EXPECT_EQ(s.message(),
+            "config.models[0].instances[].count (sum): expected an integer in 0..1024 "
+            "(workers of one model), got 1025");
   InstanceConfig automatic;
   automatic.count_auto = true;
   EXPECT_EQ(ResolveInstanceCount(automatic, 1'000'000), kMaxWorkersPerModel)

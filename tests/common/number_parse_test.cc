@@ -53,7 +53,8 @@ TEST(NumberParseTest, JsonValuesBeyondTheRangeOrOfAnotherTypeAreRefusedByName) {
             "k: expected an integer in -9223372036854775808..9223372036854775807, got number "
             "9223372036854775808");
   EXPECT_EQ(IntegerFromJson(json::parse("1e3"), "k", 0, 10000, &v).code(),
-            StatusCode::kInvalidArgument) << "an exponent is a float, not an integer";
+            StatusCode::kInvalidArgument)
+      << "an exponent is a float, not an integer";
   EXPECT_EQ(v, 7) << "a refused value leaves the output alone";
 }
 
@@ -62,7 +63,8 @@ TEST(NumberParseTest, NarrowTypesNeverTruncate) {
   // A range wider than int is narrowed to int's, and the message says so.
   for (int64_t wide : {k2To31, k2To32, INT64_MAX}) {
     Status s = IntegerFromJson(json(wide), "k", 0, INT64_MAX, &v);
-    EXPECT_EQ(s.message(), "k: expected an integer in 0..2147483647, got number " + std::to_string(wide));
+    EXPECT_EQ(s.message(),
+              "k: expected an integer in 0..2147483647, got number " + std::to_string(wide));
   }
   EXPECT_TRUE(IntegerFromJson(json(INT32_MAX), "k", 0, INT64_MAX, &v).ok());
   EXPECT_EQ(v, INT32_MAX);
@@ -87,20 +89,21 @@ TEST(NumberParseTest, TextIsDecimalDigitsWithAnOptionalMinus) {
   EXPECT_EQ(v, -5);
   EXPECT_TRUE(IntegerFromText("9223372036854775807", "--n", 0, INT64_MAX, &v).ok());
   EXPECT_EQ(v, INT64_MAX);
-  for (const char* bad : {"", "-", "+5", " 5", "5 ", "0x10", "1e3", "1.0", "five", "11", "-1",
-                          "2147483648", "4294967296", "9223372036854775808",
-                          "18446744073709551615", "-9223372036854775809"}) {
+  for (const char* bad :
+       {"", "-", "+5", " 5", "5 ", "0x10", "1e3", "1.0", "five", "11", "-1", "2147483648",
+        "4294967296", "9223372036854775808", "18446744073709551615", "-9223372036854775809"}) {
     Status s = IntegerFromText(bad, "--n", 0, 10, &v);
     EXPECT_EQ(s.message(), std::string("--n: expected an integer in 0..10, got '") + bad + "'");
   }
-  EXPECT_THAT(IntegerFromText(std::string(500, '9'), "--n", 0, 10, &v).message(),
-              HasSubstr("...'")) << "a long value is shortened in the message";
+  EXPECT_THAT(IntegerFromText(std::string(500, '9'), "--n", 0, 10, &v).message(), HasSubstr("...'"))
+      << "a long value is shortened in the message";
 }
 
 TEST(WorkerCountTest, OneBoundForEveryPath) {
   EXPECT_TRUE(CheckWorkerCount(0, "scale.count").ok());
   EXPECT_TRUE(CheckWorkerCount(kMaxWorkersPerModel, "scale.count").ok());
-  for (int64_t beyond : {int64_t{kMaxWorkersPerModel} + 1, k2To31, k2To32, INT64_MAX, int64_t{-1}}) {
+  for (int64_t beyond :
+       {int64_t{kMaxWorkersPerModel} + 1, k2To31, k2To32, INT64_MAX, int64_t{-1}}) {
     EXPECT_EQ(CheckWorkerCount(beyond, "scale.count").message(),
               "scale.count: expected an integer in 0..1024 (workers of one model), got " +
                   std::to_string(beyond));

@@ -2,8 +2,12 @@
 // limit of 256 (as `prlimit --nofile=256`) with 400 idle clients, then the readiness probe, stats,
 // a new client, a worker SIGKILL; and the admin commands at and beyond their bounds against the
 // real supervisor. Documented defaults throughout.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,14 +15,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <functional>
+#include <iterator>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 #include <zmq.hpp>
 
 #include "farm_fixture.h"
@@ -76,6 +79,37 @@ Status Infer(const std::string& endpoint, int io_timeout_ms) {
   return client.Infer("identity", {{{DType::kFloat32, {1, 16}}, x.data(), x.size() * 4}}, &result);
 }
 
+// The body of GET http://127.0.0.1:PORT/metrics, or "" when it cannot be read.
+std::string ScrapeMetrics(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+    const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    if (::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
+      char buffer[8192];
+      ssize_t n;
+      while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0)
+        response.append(buffer, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return response;
+}
+
+// The value of the series named exactly `series` (with its labels), or -1.
+double MetricValue(const std::string& text, const std::string& series) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
 // Shared-memory objects of the supervisor `pid` still in /dev/shm.
 std::vector<std::string> SegmentsOf(pid_t pid) {
   std::vector<std::string> left;
@@ -113,13 +147,18 @@ void ExhaustDescriptors(const std::string& transport) {
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
   files.rlim_cur = files.rlim_max;
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
-  ASSERT_GE(files.rlim_cur, rlim_t{3 * kIdleClients}) << "the test needs descriptors for its clients";
+  ASSERT_GE(files.rlim_cur, rlim_t{3 * kIdleClients})
+      << "the test needs descriptors for its clients";
 
   json extra = {{"heartbeat_ms", nullptr}};
   std::string endpoint;
+  int metrics_port = 0;
   if (transport == "tcp") {
     endpoint = "tcp://127.0.0.1:" + std::to_string(FreePort());
     extra["endpoint"] = endpoint;
+    // Prometheus too, on TCP: its connections are subject to the descriptor reserve.
+    metrics_port = FreePort();
+    extra["metrics_endpoint"] = "127.0.0.1:" + std::to_string(metrics_port);
   }
   Farm farm(json::array({Identity(1)}), extra);
   if (endpoint.empty()) endpoint = farm.endpoint();
@@ -157,10 +196,14 @@ void ExhaustDescriptors(const std::string& transport) {
 
   // A worker killed while descriptors are short comes back.
   ASSERT_EQ(::kill(first[0], SIGKILL), 0);
-  ASSERT_TRUE(WaitFor(farm, [&](const json& s) {
-    const auto pids = ReadyPids(s);
-    return pids.size() == 1 && pids[0] != first[0];
-  }, 60'000)) << farm.Admin("stats").dump();
+  ASSERT_TRUE(WaitFor(
+      farm,
+      [&](const json& s) {
+        const auto pids = ReadyPids(s);
+        return pids.size() == 1 && pids[0] != first[0];
+      },
+      60'000))
+      << farm.Admin("stats").dump();
   EXPECT_TRUE(farm.Running()) << farm.error();
 
   // Once the idle clients leave, new clients are served again.
@@ -172,9 +215,28 @@ void ExhaustDescriptors(const std::string& transport) {
   EXPECT_GT(stats["resources"]["refused_connections"].get<int64_t>(), 0);
   for (const auto& w : stats["workers"]) EXPECT_NE(w["state"], "failed") << w.dump();
 
+  if (metrics_port > 0) {
+    std::string text;
+    const auto deadline = std::chrono::steady_clock::now() + Ms(10'000);
+    while (std::chrono::steady_clock::now() < deadline &&
+           MetricValue(text, "torchfarm_connections_refused_total{reason=\"max_connections\"}") <=
+               0) {
+      std::this_thread::sleep_for(Ms(200));
+      text = ScrapeMetrics(metrics_port);
+    }
+    EXPECT_GT(MetricValue(text, "torchfarm_connections_refused_total{reason=\"max_connections\"}"),
+              0)
+        << text;
+    EXPECT_EQ(MetricValue(text, "torchfarm_descriptors{kind=\"limit\"}"), kDescriptorLimit);
+    EXPECT_EQ(MetricValue(text, "torchfarm_job_connections{kind=\"max\"}"), max_connections);
+    EXPECT_GT(MetricValue(text, "torchfarm_shm_bytes"), 0);
+    EXPECT_GT(MetricValue(text, "torchfarm_shm_limit_bytes"), 0);
+  }
+
   const pid_t supervisor = farm.pid();
   EXPECT_EQ(farm.Stop(), 0);
-  EXPECT_TRUE(SegmentsOf(supervisor).empty()) << "left in /dev/shm: " << SegmentsOf(supervisor).front();
+  EXPECT_TRUE(SegmentsOf(supervisor).empty())
+      << "left in /dev/shm: " << SegmentsOf(supervisor).front();
 }
 
 TEST(Limits, DescriptorsRunningOutNeverTakeTheSupervisorDownTcp) { ExhaustDescriptors("tcp"); }
@@ -187,17 +249,20 @@ TEST(Limits, AdminCommandsRefuseNumbersBeyondTheirBounds) {
   Farm farm(json::array({Identity(1)}), {{"heartbeat_ms", nullptr}});
   ASSERT_TRUE(farm.Start());
   ASSERT_TRUE(farm.WaitReady());
-  const json beyond[] = {json(-1), json(int64_t{1} << 31), json(int64_t{1} << 32),
-                         json(INT64_MAX), json(UINT64_MAX), json(2.5), json("1")};
+  const json beyond[] = {json(-1),        json(int64_t{1} << 31), json(int64_t{1} << 32),
+                         json(INT64_MAX), json(UINT64_MAX),       json(2.5),
+                         json("1")};
   for (const json& v : beyond) {
     json reply = farm.AdminRequest({{"cmd", "restart"}, {"worker", v}});
     EXPECT_EQ(reply["ok"], false) << v.dump();
     EXPECT_NE(reply.value("error", "").find("restart.worker: expected an integer in 0..2147483647"),
-              std::string::npos) << reply.dump();
+              std::string::npos)
+        << reply.dump();
     reply = farm.AdminRequest({{"cmd", "scale"}, {"model", "identity"}, {"count", v}});
     EXPECT_EQ(reply["ok"], false) << v.dump();
     EXPECT_NE(reply.value("error", "").find("scale.count: expected an integer in 0..1024"),
-              std::string::npos) << reply.dump();
+              std::string::npos)
+        << reply.dump();
   }
   // `ctl scale MODEL <bound+1>` is refused, and nothing was started.
   json reply = farm.AdminRequest({{"cmd", "scale"}, {"model", "identity"}, {"count", 1025}});
@@ -260,8 +325,8 @@ TEST(Limits, EveryIntegerFlagAtAndBeyondItsBounds) {
       {"torchfarm", "infer --model m --input " + input + " --timeout-ms", "", "--timeout-ms", 0,
        86'400'000},
       {"torchfarm", "infer --model m --input " + input + " --priority", "", "--priority", 0, 1000},
-      {"torchfarm", "infer --model m --input " + input + " --io-timeout-ms", "",
-       "--io-timeout-ms", 1, 86'400'000},
+      {"torchfarm", "infer --model m --input " + input + " --io-timeout-ms", "", "--io-timeout-ms",
+       1, 86'400'000},
   };
   for (const Flag& f : flags) {
     for (int64_t at : {f.min, f.max}) {

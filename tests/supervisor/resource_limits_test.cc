@@ -1,19 +1,17 @@
 // The supervisor's resource limits without processes: the accept decision, the shared-memory
 // budget, the derived max_connections, the counted and rate-limited resource errors, and the job
 // socket's connection monitor against real in-process ZeroMQ sockets.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <cerrno>
 #include <chrono>
 #include <thread>
 #include <vector>
-
 #include <zmq.hpp>
 
 #include "supervisor/accept_guard.h"
@@ -42,7 +40,8 @@ TEST(AcceptDecisionTest, TheLastDescriptorsAreKeptForAdminAndWorkers) {
   const int first_reserved = limit - kDescriptorReserve;
   EXPECT_EQ(DecideAccept(first_reserved - 1, false, false, 0, 0, limit), AcceptVerdict::kKeep);
   EXPECT_EQ(DecideAccept(first_reserved, false, false, 0, 0, limit), AcceptVerdict::kRefuseReserve);
-  EXPECT_EQ(DecideAccept(first_reserved, true, false, 0, 100, limit), AcceptVerdict::kRefuseReserve);
+  EXPECT_EQ(DecideAccept(first_reserved, true, false, 0, 100, limit),
+            AcceptVerdict::kRefuseReserve);
   // A Unix-domain connection (admin, control) is what the reserve is kept for.
   EXPECT_EQ(DecideAccept(limit - 1, false, true, 0, 0, limit), AcceptVerdict::kKeep);
   // But an ipc:// job socket is still a job socket.
@@ -123,7 +122,8 @@ TEST(ShmBudgetTest, ReservationsFitTheLimitAndGiveTheirBytesBack) {
 TEST(DescriptorLimitTest, MaxConnectionsLeavesAReserveForWorkersAndTheFrontEnd) {
   FarmConfig config;
   config.client_shm.enabled = false;
-  EXPECT_EQ(DefaultMaxConnections(1024, 2, config), 1024 - kBaseDescriptors - 2 * kDescriptorsPerWorker);
+  EXPECT_EQ(DefaultMaxConnections(1024, 2, config),
+            1024 - kBaseDescriptors - 2 * kDescriptorsPerWorker);
   config.client_shm.enabled = true;
   config.client_shm.max_regions = 64;
   EXPECT_EQ(DefaultMaxConnections(1024, 2, config),
@@ -132,8 +132,10 @@ TEST(DescriptorLimitTest, MaxConnectionsLeavesAReserveForWorkersAndTheFrontEnd) 
   config.frontend.max_connections = 500;
   EXPECT_EQ(DefaultMaxConnections(4096, 2, config),
             4096 - kBaseDescriptors - 2 * kDescriptorsPerWorker - 64 - 500);
-  EXPECT_EQ(DefaultMaxConnections(256, 2, config), kMinDerivedConnections) << "never below the floor";
-  EXPECT_EQ(DefaultMaxConnections(INT64_MAX, 2, config), 1'000'000) << "nor above the config's bound";
+  EXPECT_EQ(DefaultMaxConnections(256, 2, config), kMinDerivedConnections)
+      << "never below the floor";
+  EXPECT_EQ(DefaultMaxConnections(INT64_MAX, 2, config), 1'000'000)
+      << "nor above the config's bound";
   EXPECT_GT(OpenDescriptors(), 2);
   EXPECT_GT(CurrentDescriptorLimit(), 0);
 }
