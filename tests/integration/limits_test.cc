@@ -327,6 +327,19 @@ TEST(Limits, EveryIntegerFlagAtAndBeyondItsBounds) {
       {"torchfarm", "infer --model m --input " + input + " --priority", "", "--priority", 0, 1000},
       {"torchfarm", "infer --model m --input " + input + " --io-timeout-ms", "", "--io-timeout-ms",
        1, 86'400'000},
+      {"torchfarm", "bench --echo-server ipc:///nonexistent/echo.sock --seconds 0.01 --concurrency",
+       "", "--concurrency", 1, 100'000},
+      {"torchfarm", "bench --echo-server ipc:///nonexistent/echo.sock --seconds 0.01 --depth", "",
+       "--depth", 1, 100'000},
+      {"torchfarm", "bench --echo-server ipc:///nonexistent/echo.sock --seconds 0.01 --threads", "",
+       "--threads", 0, 100'000},
+      {"torchfarm", "bench --echo-server ipc:///nonexistent/echo.sock --seconds 0.01 --io-threads",
+       "", "--io-threads", 1, 64},
+      {"torchfarm",
+       "bench --echo-server ipc:///nonexistent/echo.sock --seconds 0.01 --io-timeout-ms", "",
+       "--io-timeout-ms", 1, 86'400'000},
+      {"torchfarm", "bench --echo-server ipc:///nonexistent/echo.sock --seconds 0.01 --timeout-ms",
+       "", "--timeout-ms", 0, 86'400'000},
   };
   for (const Flag& f : flags) {
     for (int64_t at : {f.min, f.max}) {
@@ -348,6 +361,13 @@ TEST(Limits, EveryIntegerFlagAtAndBeyondItsBounds) {
       EXPECT_NE(run.err.find(f.name), std::string::npos) << run.err;
     }
   }
+  // bench --shape: each dimension whole, never saturated (strtoll would make 2^64 into 2^63-1).
+  ToolRun shape = RunBinary("torchfarm", "bench --model m --shape 1,18446744073709551616");
+  EXPECT_EQ(shape.exit_code, 2);
+  EXPECT_NE(
+      shape.err.find("expected an integer in 0..9223372036854775807, got '18446744073709551616'"),
+      std::string::npos)
+      << shape.err;
 }
 
 }  // namespace
