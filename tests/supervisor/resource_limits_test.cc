@@ -17,7 +17,9 @@
 #include "supervisor/accept_guard.h"
 #include "supervisor/connection_monitor.h"
 #include "supervisor/descriptor_limit.h"
+#include "ipc/control_protocol.h"
 #include "supervisor/resource_errors.h"
+#include "supervisor/restart_policy.h"
 #include "supervisor/shm_budget.h"
 #include "supervisor/worker_slot.h"
 
@@ -189,6 +191,29 @@ TEST(ConnectionMonitorTest, CountsConnectionsAndShutsDownThoseBeyondTheLimit) {
   clients.front().close();
   ASSERT_TRUE(WaitUntil(monitor, [&] { return monitor.open() == 1; })) << monitor.open();
   monitor.Report(TimePoint{} + Millis(1));
+}
+
+// A worker that could not map its segment (descriptors or memory ran out in the worker) is the
+// machine's state: restarted like a kill, however often, never failed, even when it said so first.
+TEST(ResourceExitTest, AWorkerThatCannotMapItsSegmentIsNeverFailed) {
+  const int segment_exit = ipc::kExitSegment << 8;  // as waitpid reports exit(kExitSegment)
+  ASSERT_TRUE(WIFEXITED(segment_exit) && WEXITSTATUS(segment_exit) == ipc::kExitSegment);
+  EXPECT_EQ(ClassifyExit(segment_exit, false, false, /*reported_model_failure=*/true),
+            ExitKind::kExternal);
+  RestartPolicy policy;
+  RestartHistory history;
+  std::minstd_rand jitter(1);
+  ExitFacts facts;
+  facts.kind = ClassifyExit(segment_exit, false, false, true);
+  TimePoint now{};
+  for (int i = 0; i < 100; ++i) {
+    RestartDecision d = DecideRestart(policy, facts, now, &history, &jitter);
+    ASSERT_EQ(d.action, RestartDecision::Action::kRelaunch) << "exit " << i;
+    now = d.at;
+  }
+  const int model_exit = ipc::kExitModelLoad << 8;
+  EXPECT_EQ(ClassifyExit(model_exit, false, false, true), ExitKind::kStartFailure)
+      << "a model that does not load is still a start failure";
 }
 
 // A launch that fails for want of descriptors (EMFILE) or of the shared-memory budget backs the
