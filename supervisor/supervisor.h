@@ -3,8 +3,10 @@
 // Owns: the job socket (ROUTER, clients), the control socket (ROUTER, workers), the admin socket
 // (ROUTER, JSON commands), the front-end socket (ROUTER on inproc://, the HTTP and gRPC front
 // ends' threads; supervisor/frontend/) and those front ends, the signalfd, the loop timer, the
-// run_dir lock, one ModelQueue per model and the WorkerPool (the table of WorkerSlots). Never links
-// LibTorch and never holds a CUDA context.
+// run_dir lock, one ModelQueue per model and the WorkerPool (the table of WorkerSlots), and the
+// resource limits: the job socket's connection monitor (max_connections) and the shared-memory
+// budget (limits.max_shm_bytes); docs/operations.md "Limits". Never links LibTorch and never holds
+// a CUDA context.
 //
 // Loop:  poll(job, control, admin, signals, timerfd armed to NextWakeUp, every worker's doorbell)
 //          -> connections_ (the job socket's monitor: connection count, refusals)
