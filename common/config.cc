@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "common/model_versions.h"
+#include "common/number_parse.h"
+#include "common/worker_count.h"
 #include "common/protocol.h"
 #include "common/tensor_names.h"
 
@@ -16,6 +18,12 @@ namespace torchfarm {
 using nlohmann::json;
 
 namespace {
+
+// A CPU number in "cores": Linux builds for at most 8192 CPUs (NR_CPUS).
+constexpr int64_t kMaxCoreNumber = 8191;
+// "limits.max_shm_bytes": one 4 MiB worker segment at least, 1 PiB at most.
+constexpr int64_t kMinShmBytes = int64_t{1} << 20;
+constexpr int64_t kMaxShmBytes = int64_t{1} << 50;
 
 // Rejects keys outside `allowed`, naming them and listing what is accepted.
 Status CheckKeys(const json& j, const std::string& where, const std::vector<std::string>& allowed) {
@@ -45,17 +53,13 @@ Status GetString(const json& j, const std::string& key, const std::string& where
   return Status::Ok();
 }
 
+// Every integer key: its real type and range (common/number_parse.h), never wrapped or truncated.
 template <typename Int>
 Status GetInt(const json& j, const std::string& key, const std::string& where, int64_t min,
               int64_t max, Int* out) {
   auto it = j.find(key);
   if (it == j.end()) return Status::Ok();
-  if (!it->is_number_integer() || it->get<int64_t>() < min || it->get<int64_t>() > max) {
-    return InvalidArgument(where + "." + key + ": expected an integer in " + std::to_string(min) +
-                           ".." + std::to_string(max) + ", got " + Got(*it));
-  }
-  *out = static_cast<Int>(it->get<int64_t>());
-  return Status::Ok();
+  return IntegerFromJson(*it, where + "." + key, min, max, out);
 }
 
 Status GetBool(const json& j, const std::string& key, const std::string& where, bool* out) {
@@ -89,7 +93,7 @@ Status ParseInstance(const json& j, const std::string& where, InstanceConfig* ou
   if (auto c = j.find("count"); c != j.end()) {
     if (c->is_string() && c->get<std::string>() == "auto") {
       inst.count_auto = true;
-    } else if (s = GetInt(j, "count", where, 0, 1024, &inst.count); !s.ok()) {
+    } else if (s = GetInt(j, "count", where, 0, kMaxWorkersPerModel, &inst.count); !s.ok()) {
       return InvalidArgument(s.message() + " or \"auto\"");
     }
   }
@@ -120,11 +124,13 @@ Status ParseInstance(const json& j, const std::string& where, InstanceConfig* ou
   if (s = GetInt(j, "idle_spin_us", where, 0, 100'000, &inst.idle_spin_us); !s.ok()) return s;
   if (auto c = j.find("cores"); c != j.end()) {
     if (!c->is_array()) return InvalidArgument(where + ".cores: expected an array of core numbers");
-    for (const auto& core : *c) {
-      if (!core.is_number_integer() || core.get<int>() < 0) {
-        return InvalidArgument(where + ".cores: expected non-negative integers, got " + Got(core));
-      }
-      inst.cores.push_back(core.get<int>());
+    for (size_t k = 0; k < c->size(); ++k) {
+      int core = 0;
+      if (s = IntegerFromJson((*c)[k], where + ".cores[" + std::to_string(k) + "]", 0,
+                              kMaxCoreNumber, &core);
+          !s.ok())
+        return s;
+      inst.cores.push_back(core);
     }
   }
   *out = std::move(inst);
@@ -272,6 +278,9 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
   } else {
     m.instances.push_back(InstanceConfig{});
   }
+  int64_t total_count = 0;
+  for (const InstanceConfig& ic : m.instances) total_count += ic.count_auto ? 0 : ic.count;
+  if (s = CheckWorkerCount(total_count, where + ".instances[].count (sum)"); !s.ok()) return s;
   if (s = GetInt(j, "max_batch_size", where, 1, 1 << 20, &m.max_batch_size); !s.ok()) return s;
   if (s = GetInt(j, "max_queue_delay_us", where, 0, 60'000'000, &m.max_queue_delay_us); !s.ok())
     return s;
@@ -573,7 +582,8 @@ static Status ParseLimits(const json* j, const std::vector<ModelConfig>& models,
   if (j) {
     if (!j->is_object()) return InvalidArgument(where + ": expected an object, got " + Got(*j));
     Status s = CheckKeys(*j, where, {"max_header_bytes", "max_frames", "max_tensor_bytes",
-                                     "max_rank", "max_request_bytes", "max_queued_per_client"});
+                                     "max_rank", "max_request_bytes", "max_queued_per_client",
+                                     "max_shm_bytes"});
     if (!s.ok()) return s;
     RequestLimits& r = l.request;
     if (s = GetInt(*j, "max_header_bytes", where, 256, 16 << 20, &r.max_header_bytes); !s.ok())
@@ -587,6 +597,8 @@ static Status ParseLimits(const json* j, const std::vector<ModelConfig>& models,
       return s;
     if (s = GetInt(*j, "max_queued_per_client", where, 1, 10'000'000, &l.max_queued_per_client);
         !s.ok())
+      return s;
+    if (s = GetInt(*j, "max_shm_bytes", where, kMinShmBytes, kMaxShmBytes, &l.max_shm_bytes); !s.ok())
       return s;
     tensor_set = j->contains("max_tensor_bytes");
     request_set = j->contains("max_request_bytes");
@@ -672,7 +684,7 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
        "models",   "max_retries",    "drain_timeout_ms", "restart",      "metrics_endpoint",
        "curve",    "insecure",       "ipc_group",        "limits",       "client_shm",
        "gpu",      "http_endpoint",  "grpc_endpoint",    "frontend",     "model_repository",
-       "model_repository_poll_s", "worker_launch"});
+       "model_repository_poll_s", "worker_launch", "max_connections"});
   if (!s.ok()) return s;
   FarmConfig c;
   if (s = GetString(j, "endpoint", "config", false, &c.endpoint); !s.ok()) return s;
@@ -697,8 +709,10 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
       !s.ok())
     return s;
   if (s = GetInt(j, "max_retries", "config", 0, 100, &c.max_retries); !s.ok()) return s;
+  if (s = GetInt(j, "max_connections", "config", 1, kMaxJobConnections, &c.max_connections); !s.ok())
+    return s;
   if (s = GetString(j, "metrics_endpoint", "config", false, &c.metrics_endpoint); !s.ok()) return s;
-  if (s = GetInt(j, "drain_timeout_ms", "config", 0, 86'400'000, &c.drain_timeout_ms); !s.ok())
+  if (s = GetInt(j, "drain_timeout_ms", "config", 0, kMaxDrainTimeoutMs, &c.drain_timeout_ms); !s.ok())
     return s;
   if (auto r = j.find("restart"); r != j.end()) {
     if (s = ParseRestart(*r, &c.restart); !s.ok()) return s;
@@ -840,7 +854,7 @@ std::string ModelConfig::output_name(size_t k) const {
 
 int ResolveInstanceCount(const InstanceConfig& instance, int available_cores) {
   if (!instance.count_auto) return instance.count;
-  return std::max(1, available_cores / std::max(1, instance.threads));
+  return std::clamp(available_cores / std::max(1, instance.threads), 1, kMaxWorkersPerModel);
 }
 
 }  // namespace torchfarm

@@ -142,6 +142,10 @@ struct CurveConfig {
 struct LimitsConfig {
   RequestLimits request;               // header, frames, rank, tensor and request bytes
   int64_t max_queued_per_client = 256;  // queued + running requests of one client identity
+  // Shared memory the supervisor creates: worker segments and client_shm regions together. A
+  // worker launch beyond it backs off and retries; shm_create beyond it is RESOURCE_EXHAUSTED.
+  // 0: the size of /dev/shm (supervisor/shm_budget.h).
+  uint64_t max_shm_bytes = 0;
 };
 
 // TLS of the HTTP and gRPC front ends: PEM files (relative paths resolve against the config).
@@ -171,6 +175,11 @@ struct FrontendConfig {
   bool enabled() const { return !http_endpoint.empty() || !grpc_endpoint.empty(); }
 };
 
+// drain_timeout_ms (and the supervisor's --drain-timeout-ms): 0..one day.
+inline constexpr int64_t kMaxDrainTimeoutMs = 86'400'000;
+// max_connections: 1..this (Linux's default fs.nr_open caps a process at 1,048,576 descriptors).
+inline constexpr int64_t kMaxJobConnections = 1'000'000;
+
 struct FarmConfig {
   std::string endpoint = "tcp://127.0.0.1:5555";
   std::string admin_endpoint;  // default: ipc://<run_dir>/admin.sock
@@ -184,6 +193,9 @@ struct FarmConfig {
   std::string metrics_endpoint;  // Prometheus HOST:PORT (/metrics); empty: off
   int max_retries = 2;         // times a request is re-run after the worker running it died
   int64_t drain_timeout_ms = 30'000;  // SIGTERM: how long queued and running jobs may take
+  // Connections the job socket serves at once; more are closed as they arrive (supervisor/
+  // connection_monitor.h). 0: derived from the descriptor limit (DefaultMaxConnections).
+  int max_connections = 0;
   RestartConfig restart;
   CurveConfig curve;
   bool insecure = false;       // allow a non-loopback endpoint without CURVE (warned at start)

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/model_versions.h"
+#include "common/number_parse.h"
 #include "common/tensor_names.h"
 
 namespace torchfarm {
@@ -64,15 +65,13 @@ Status TensorSpecFromJson(const json& j, const std::string& where, bool allow_wi
   }
   TensorSpec spec;
   spec.dtype = *dtype;
-  for (const auto& d : *sh) {
-    if (!d.is_number_integer()) {
-      return InvalidArgument(where + ".shape: expected integers, got " + d.dump());
-    }
-    int64_t v = d.get<int64_t>();
-    if (v < (allow_wildcard ? -1 : 0)) {
-      return InvalidArgument(where + ".shape: dimension " + std::to_string(v) +
-                             (allow_wildcard ? " (use -1 for a variable dimension)" : "") +
-                             " must be >= " + (allow_wildcard ? "-1" : "0"));
+  for (size_t k = 0; k < sh->size(); ++k) {
+    // -1 marks a variable dimension where one is allowed; 2^64-1 is never read as it.
+    int64_t v = 0;
+    Status s = IntegerFromJson((*sh)[k], where + ".shape[" + std::to_string(k) + "]",
+                               allow_wildcard ? -1 : 0, INT64_MAX, &v);
+    if (!s.ok()) {
+      return allow_wildcard ? InvalidArgument(s.message() + " (-1 for a variable dimension)") : s;
     }
     spec.shape.push_back(v);
   }
@@ -247,11 +246,9 @@ Status ParseShmCommand(const json& j, RequestHeader* out) {
   const char* field = create ? "bytes" : "region";
   auto value = j.find(field);
   if (create) {
-    if (value == j.end() || !value->is_number_integer() || value->get<int64_t>() <= 0) {
-      return InvalidArgument(std::string(op) + ": header field 'bytes': expected a positive "
-                             "integer, got " + (value == j.end() ? "nothing" : value->dump()));
-    }
-    out->shm_bytes = value->get<uint64_t>();
+    const std::string key = std::string(op) + ": header field 'bytes'";
+    if (value == j.end()) return IntegerOutOfRange(key, 1, INT64_MAX, "nothing");
+    if (Status s = IntegerFromJson(*value, key, 1, INT64_MAX, &out->shm_bytes); !s.ok()) return s;
   } else {
     if (value == j.end() || !value->is_string() || value->get<std::string>().empty()) {
       return InvalidArgument(std::string(op) + ": header field 'region': expected the token "
@@ -438,18 +435,15 @@ Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
     out->inputs.push_back(std::move(spec));
   }
   if (auto t = j.find("timeout_ms"); t != j.end() && !t->is_null()) {
-    if (!t->is_number_integer() || t->get<int64_t>() < 0) {
-      return InvalidArgument("header field 'timeout_ms': expected a non-negative integer, got " +
-                             t->dump());
-    }
-    out->timeout_ms = t->get<int64_t>();
+    // Beyond kMaxTimeoutMs (supervisor/job_intake.h) it means no deadline; never negative.
+    if (Status s = IntegerFromJson(*t, "header field 'timeout_ms'", 0, INT64_MAX, &out->timeout_ms);
+        !s.ok())
+      return s;
   }
   if (auto p = j.find("priority"); p != j.end() && !p->is_null()) {
-    if (!p->is_number_integer() || p->get<int64_t>() < 0 || p->get<int64_t>() > 1000) {
-      return InvalidArgument("header field 'priority': expected an integer 0..1000, got " +
-                             p->dump());
-    }
-    out->priority = p->get<int>();
+    if (Status s = IntegerFromJson(*p, "header field 'priority'", 0, kMaxPriority, &out->priority);
+        !s.ok())
+      return s;
   }
   if (auto o = j.find("output_shm"); o != j.end()) {
     if (Status s = ShmRefFromJson(*o, "header field 'output_shm'", true, &out->output_shm); !s.ok())

@@ -28,6 +28,8 @@ inline constexpr size_t kMaxOutputs = 16;
 // Deepest nesting of arrays and objects in a header (the id included). Copying and printing a JSON
 // value recurses once per level, so a 64 KiB "[[[[..." id would otherwise overflow the stack.
 inline constexpr int kMaxHeaderDepth = 32;
+// The header field "priority": 0 (highest) .. kMaxPriority.
+inline constexpr int kMaxPriority = 1000;
 
 // True when no array or object in `text` nests deeper than `max_depth`. One pass, strings and
 // escapes skipped; meant to run before json::parse on untrusted text.
@@ -55,7 +57,7 @@ struct RequestHeader {
   // puts the inputs into the model's declared order (supervisor/job_intake.h).
   std::vector<std::string> input_names;
   int64_t timeout_ms = 0;  // 0: no deadline
-  int priority = 0;        // 0 is highest
+  int priority = 0;        // 0 is highest, kMaxPriority lowest
   // Client shared memory (shm_reference.h). input_shm is empty, or one entry per input (unused
   // entries travel as data frames); output_shm.used(): outputs go to that range, not to frames.
   std::vector<ShmRef> input_shm;

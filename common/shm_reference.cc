@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "common/number_parse.h"
+
 namespace torchfarm {
 
 using nlohmann::json;
@@ -10,12 +12,8 @@ namespace {
 
 Status GetOffset(const json& j, const char* key, const std::string& where, uint64_t* out) {
   auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() < 0) {
-    return InvalidArgument(where + "." + key + ": expected a non-negative integer, got " +
-                           (it == j.end() ? std::string("nothing") : it->dump()));
-  }
-  *out = it->get<uint64_t>();
-  return Status::Ok();
+  if (it == j.end()) return IntegerOutOfRange(where + "." + key, 0, INT64_MAX, "nothing");
+  return IntegerFromJson(*it, where + "." + key, 0, INT64_MAX, out);
 }
 
 }  // namespace

@@ -33,13 +33,24 @@ void WorkerSegment::InitRings() {
                             header->slot_bytes, &header->response_head, &header->response_tail);
 }
 
+namespace {
+uint64_t SlotBytes(uint64_t data_bytes) {
+  return AlignUp(sizeof(SlotHeader) + AlignUp(data_bytes, kCacheLine), kCacheLine);
+}
+uint64_t RequestSlotsOffset() { return AlignUp(sizeof(SegmentHeader), 4096); }
+}  // namespace
+
+uint64_t WorkerSegment::TotalBytes(uint32_t slot_count, uint64_t data_bytes) {
+  return RequestSlotsOffset() + 2 * uint64_t{slot_count} * SlotBytes(data_bytes);
+}
+
 Status WorkerSegment::Create(const std::string& name, uint32_t slot_count, uint64_t data_bytes,
                              std::unique_ptr<WorkerSegment>* out) {
   if (slot_count == 0) return InvalidArgument("segment needs at least one slot");
-  uint64_t slot_bytes = AlignUp(sizeof(SlotHeader) + AlignUp(data_bytes, kCacheLine), kCacheLine);
-  uint64_t requests = AlignUp(sizeof(SegmentHeader), 4096);
+  uint64_t slot_bytes = SlotBytes(data_bytes);
+  uint64_t requests = RequestSlotsOffset();
   uint64_t responses = requests + uint64_t{slot_count} * slot_bytes;
-  uint64_t total = responses + uint64_t{slot_count} * slot_bytes;
+  uint64_t total = TotalBytes(slot_count, data_bytes);
   try {
     bip::shared_memory_object::remove(name.c_str());
     bip::permissions owner_only(0600);

@@ -25,6 +25,8 @@ class WorkerSegment {
   // `data_bytes` of tensor data each after their header.
   static Status Create(const std::string& name, uint32_t slot_count, uint64_t data_bytes,
                        std::unique_ptr<WorkerSegment>* out);
+  // The bytes Create maps for this geometry (what the supervisor's shm budget counts).
+  static uint64_t TotalBytes(uint32_t slot_count, uint64_t data_bytes);
   // Maps an existing segment and validates its header.
   static Status Open(const std::string& name, std::unique_ptr<WorkerSegment>* out);
   // Unlinks a segment by name; true if one existed.

@@ -1,5 +1,6 @@
 #include "supervisor/admin_service.h"
 
+#include "common/number_parse.h"
 #include "common/protocol.h"
 #include "supervisor/zmq_util.h"
 
@@ -21,7 +22,9 @@ std::string AdminService::Usage() const {
   std::string usage = "expected one of";
   for (const Command& c : commands_) {
     usage += " {\"cmd\": \"" + c.name + "\"";
-    for (const Field& f : c.fields) usage += ", \"" + f.name + "\": " + (f.is_string ? "NAME" : "N");
+    for (const Field& f : c.fields) {
+      usage += ", \"" + f.name + "\": " + (f.is_string ? "NAME" : RangeText(f.min, f.max));
+    }
     usage += "}";
   }
   return usage;
@@ -36,14 +39,15 @@ json AdminService::Run(const json& request) const {
     if (c.name != cmd) continue;
     for (const Field& f : c.fields) {
       auto it = request.find(f.name);
-      const bool fits = it != request.end() &&
-                        (f.is_string ? it->is_string()
-                                     : it->is_number_integer() && it->get<int64_t>() >= 0 &&
-                                           it->get<int64_t>() <= INT32_MAX);
-      if (!fits) {
-        return Error(cmd + ": expected " + (f.is_string ? "a string" : "a non-negative integer") +
-                     " \"" + f.name + "\", got " +
-                     (it == request.end() ? std::string("none") : it->dump().substr(0, 100)));
+      if (f.is_string && it != request.end() && it->is_string()) continue;
+      if (it == request.end() || f.is_string) {
+        return Error(cmd + "." + f.name + ": expected " +
+                     (f.is_string ? "a string" : "an integer in " + RangeText(f.min, f.max)) +
+                     ", got " + (it == request.end() ? std::string("none") : it->dump().substr(0, 100)));
+      }
+      int64_t value = 0;
+      if (Status s = IntegerFromJson(*it, cmd + "." + f.name, f.min, f.max, &value); !s.ok()) {
+        return Error(s.message());
       }
     }
     return c.handler(request);

@@ -8,6 +8,7 @@
 // supervisor's loop thread.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -20,11 +21,13 @@ namespace torchfarm {
 class AdminService {
  public:
   using Handler = std::function<nlohmann::json(const nlohmann::json& request)>;
-  // A field a command requires: its name and whether it must be a string (else a non-negative
-  // integer).
+  // A field a command requires: its name and whether it must be a string, else an integer in
+  // [min, max] (common/number_parse.h: never wrapped or truncated; handlers may read it as int).
   struct Field {
     std::string name;
     bool is_string = false;
+    int64_t min = 0;
+    int64_t max = INT32_MAX;
   };
 
   void Register(std::string name, std::vector<Field> fields, Handler handler);

@@ -1,6 +1,7 @@
 #include "supervisor/client_shm_registry.h"
 
 #include "common/log.h"
+#include "supervisor/resource_errors.h"
 
 namespace torchfarm {
 
@@ -38,6 +39,8 @@ Status ClientShmRegistry::Create(uint64_t bytes, const std::string& client, Time
                              std::to_string(config_.max_total_bytes) + " over all regions (" +
                              std::to_string(bytes_) + " live; client_shm.max_total_bytes)");
   }
+  ShmBudget::Reservation reservation;
+  if (Status s = ShmBudget::Reserve(budget_, bytes, "shm_create", &reservation); !s.ok()) return s;
   std::string token, suffix;
   if (Status s = RandomHex(16, &token); !s.ok()) return s;
   if (Status s = RandomHex(4, &suffix); !s.ok()) return s;
@@ -45,9 +48,12 @@ Status ClientShmRegistry::Create(uint64_t bytes, const std::string& client, Time
   std::unique_ptr<ipc::SharedRegion> region;
   const unsigned mode = group_ >= 0 ? 0660 : 0600;
   if (Status s = ipc::SharedRegion::Create(name, bytes, mode, group_, &region); !s.ok()) {
+    // shm_open or ftruncate out of descriptors or /dev/shm space: this request fails, counted.
+    ResourceErrors::Instance().Note("client shm create", s.message(), now);
     return Status(s.code(), "shm_create: " + s.message());
   }
-  regions_[token] = Entry{std::shared_ptr<ipc::SharedRegion>(std::move(region)), now, client};
+  regions_[token] = Entry{std::shared_ptr<ipc::SharedRegion>(std::move(region)), now, client,
+                          std::move(reservation)};
   ++per_client_[client];
   bytes_ += bytes;
   ++created_;

@@ -20,6 +20,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "ipc/shared_region.h"
+#include "supervisor/shm_budget.h"
 
 namespace torchfarm {
 
@@ -37,6 +38,8 @@ class ClientShmRegistry {
   // A region for `client` (what max_regions_per_client counts by: supervisor/client_quota.h).
   Status Create(uint64_t bytes, const std::string& client, TimePoint now, CreatedRegion* out);
   Status Release(const std::string& token);
+  // Regions take their bytes from `budget` too (limits.max_shm_bytes); null: no shared cap.
+  void set_budget(ShmBudget* budget) { budget_ = budget; }
   // The region `token` names, after checking that [offset, offset + bytes) lies inside it;
   // refreshes its idle time. Errors name `where` (e.g. "inputs[0].shm").
   Status Resolve(const std::string& token, uint64_t offset, uint64_t bytes, const std::string& where,
@@ -56,12 +59,14 @@ class ClientShmRegistry {
     std::shared_ptr<ipc::SharedRegion> region;
     TimePoint last_used;
     std::string client;
+    ShmBudget::Reservation budget;  // given back when the entry goes
   };
   void Erase(std::map<std::string, Entry>::iterator it);
 
   ClientShmConfig config_;
   std::string prefix_;
   int group_;
+  ShmBudget* budget_ = nullptr;
   std::map<std::string, Entry> regions_;  // by token
   std::map<std::string, int> per_client_;  // live regions of each client that has any
   uint64_t bytes_ = 0;

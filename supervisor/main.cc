@@ -1,43 +1,25 @@
 // torchfarm-supervisor: loads the farm config, starts the workers and serves until stopped.
-#include <sys/resource.h>
-
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/integer_flag.h"
+#include "supervisor/descriptor_limit.h"
 #include "supervisor/supervisor.h"
-
-namespace {
-
-// Every connection of the front ends and of the job socket is a descriptor: the usual soft limit
-// of 1024 would turn a thousand idle HTTP keep-alive clients into refused workers. The hard limit
-// is what the administrator allows; take all of it.
-void RaiseDescriptorLimit() {
-  rlimit files{};
-  if (::getrlimit(RLIMIT_NOFILE, &files) != 0) return;
-  const rlim_t soft = files.rlim_cur;
-  if (files.rlim_cur < files.rlim_max) {
-    files.rlim_cur = files.rlim_max;
-    if (::setrlimit(RLIMIT_NOFILE, &files) != 0) files.rlim_cur = soft;
-  }
-  TF_LOG(kInfo) << "descriptor limit" << torchfarm::Kv("soft_was", static_cast<uint64_t>(soft))
-                << torchfarm::Kv("soft", static_cast<uint64_t>(files.rlim_cur))
-                << torchfarm::Kv("hard", static_cast<uint64_t>(files.rlim_max));
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"torchfarm-supervisor: serves TorchScript models through a farm of worker processes"};
   std::string config_path;
   std::string log_level = "info";
-  int64_t drain_timeout_ms = -1;
+  int64_t drain_timeout_ms = 0;
   app.add_option("--config", config_path, "farm config (JSON)")->required();
   app.add_option("--log-level", log_level, "debug, info, warn or error");
-  app.add_option("--drain-timeout-ms", drain_timeout_ms,
-                 "on SIGTERM/SIGINT, how long queued and running requests may take to finish "
-                 "(overrides drain_timeout_ms of the config)");
+  auto* drain_flag =
+      app.add_option("--drain-timeout-ms", drain_timeout_ms,
+                     "on SIGTERM/SIGINT, how long queued and running requests may take to finish "
+                     "(overrides drain_timeout_ms of the config)")
+          ->check(torchfarm::IntegerIn(0, torchfarm::kMaxDrainTimeoutMs));
   CLI11_PARSE(app, argc, argv);
 
   torchfarm::LogLevel level;
@@ -53,9 +35,9 @@ int main(int argc, char** argv) {
     TF_LOG(kError) << "invalid config: " << s.message();
     return 2;
   }
-  RaiseDescriptorLimit();
+  torchfarm::RaiseDescriptorLimit();
   auto options = torchfarm::SupervisorOptions::From(config, log_level);
-  if (drain_timeout_ms >= 0) options.drain_timeout = torchfarm::Millis(drain_timeout_ms);
+  if (drain_flag->count() > 0) options.drain_timeout = torchfarm::Millis(drain_timeout_ms);
   torchfarm::Supervisor supervisor(std::move(config), options);
   if (auto s = supervisor.Start(); !s.ok()) {
     TF_LOG(kError) << "cannot start: " << s.message();

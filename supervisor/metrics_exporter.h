@@ -72,6 +72,8 @@ class MetricsExporter {
   void WorkerStageSeconds(int worker, const std::string& model, const std::string& version,
                           double h2d, double compute, double d2h);
   void MpsActive(bool active);
+  // For metric families kept by other components (resource_metrics.h).
+  prometheus::Registry& registry() { return *registry_; }
 
  private:
   MetricsExporter();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/worker_count.h"
+
 namespace torchfarm {
 
 bool SameInstance(const InstanceConfig& a, const InstanceConfig& b) {
@@ -41,7 +43,10 @@ std::vector<InstanceConfig> ExpandInstances(const ModelConfig& model, int availa
   std::vector<InstanceConfig> out;
   for (const auto& instance : model.instances) {
     int count = ResolveInstanceCount(instance, available_cores);
-    for (int i = 0; i < count; ++i) out.push_back(instance);
+    // "auto" entries next to fixed ones stop at the one bound (common/worker_count.h).
+    for (int i = 0; i < count && out.size() < static_cast<size_t>(kMaxWorkersPerModel); ++i) {
+      out.push_back(instance);
+    }
   }
   return out;
 }

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "ipc/control_protocol.h"
+
 namespace torchfarm {
 
 RestartPolicy RestartPolicy::From(const RestartConfig& config) {
@@ -30,6 +32,11 @@ const char* ExitKindName(ExitKind kind) {
 ExitKind ClassifyExit(int wait_status, bool reached_ready, bool device_failure,
                       bool reported_model_failure) {
   if (device_failure) return ExitKind::kDeviceFailure;
+  // The worker could not map the segment or doorbells the supervisor had just made for it: out of
+  // descriptors or memory, the machine's state and never the model's. Retried like a kill.
+  if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == ipc::kExitSegment) {
+    return ExitKind::kExternal;
+  }
   if (reported_model_failure) return ExitKind::kStartFailure;
   if (reached_ready) return ExitKind::kExternal;
   if (WIFSIGNALED(wait_status)) {

@@ -4,7 +4,8 @@
 //
 // The policy (README "Faults"), in the manner of Kubernetes' CrashLoopBackOff:
 //   kExternal      the process was killed (by a signal an operator, the OOM killer or the hang
-//                  check sends), or crashed or exited after it reached ready. Always restarted
+//                  check sends), crashed or exited after it reached ready, or could not map the
+//                  segment made for it (out of descriptors or memory: the machine's state). Always restarted
 //                  after a capped exponential backoff: initial * 2^n, at most max_backoff, plus
 //                  0-25% jitter; n resets once a process stayed ready healthy_after, or when a
 //                  process that answered batches was killed from outside (SIGKILL or SIGTERM not
@@ -75,7 +76,8 @@ struct RestartDecision {
 };
 
 // Classifies a wait status: signals an operator or the supervisor sends (KILL, TERM, INT, HUP,
-// QUIT) and anything after ready are kExternal; an exit or crash of its own before ready is a
+// QUIT), anything after ready, and a worker that could not map its segment (ipc::kExitSegment:
+// descriptors or memory ran out) are kExternal; an exit or crash of its own before ready is a
 // start failure. `device_failure` (reported by the worker or its exit code) wins.
 ExitKind ClassifyExit(int wait_status, bool reached_ready, bool device_failure,
                       bool requested_model_failure);

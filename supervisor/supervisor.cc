@@ -90,6 +90,10 @@ Status Supervisor::Start() {
   jobs_.set(zmq::sockopt::rcvhwm, 100'000);
   jobs_.set(zmq::sockopt::sndhwm, 100'000);
   if (Status s = SecureSockets(); !s.ok()) return s;
+  // Limits first: the job socket accepts from the moment it is bound.
+  ApplyResourceLimits();
+  launch.shm_budget = &shm_budget_;
+  if (Status s = connections_.Start(context_, jobs_, "torchfarm-job-connections"); !s.ok()) return s;
   const std::pair<zmq::socket_t*, std::string> binds[] = {
       {&jobs_, config_.endpoint}, {&control_, launch.control_endpoint}, {&admin_, config_.admin_endpoint}};
   for (const auto& [socket, endpoint] : binds) {
@@ -101,12 +105,15 @@ Status Supervisor::Start() {
     }
     ipc_files_.push_back(IpcEndpointFile::Bound(endpoint));
   }
+  connections_.HandleEvents();  // the LISTENING event: which descriptor the guard caps
   if (Status s = ApplyIpcGroup(); !s.ok()) return s;
   client_shm_ = std::make_unique<ClientShmRegistry>(config_.client_shm, launch.segment_prefix,
                                                     ipc_gid_);
+  client_shm_->set_budget(&shm_budget_);
 
   if (!config_.metrics_endpoint.empty()) {
     if (Status m = MetricsExporter::Start(config_.metrics_endpoint, &metrics_); !m.ok()) return m;
+    resource_metrics_ = std::make_unique<ResourceMetrics>(metrics_->registry());
   }
   dispatcher_.set_metrics(metrics_.get());
   // In place only while regions are owner-only: a region shared with an ipc_group could be
@@ -177,11 +184,26 @@ int Supervisor::Run() {
     }
     const size_t zap_item = items.size();
     if (curve_.started()) items.push_back({curve_.socket_handle(), 0, ZMQ_POLLIN, 0});
+    const size_t monitor_item = items.size();
+    if (connections_.socket_handle()) items.push_back({connections_.socket_handle(), 0, ZMQ_POLLIN, 0});
     Guarded("timer", [&] { timer_.ArmAt(NextWakeUp()); });
-    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
+    bool polled = false;
+    Guarded("poll", [&] {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
+      polled = true;
+    });
+    if (!polled) {
+      // Nothing is known to be ready; the duties below still run (deadlines, restarts), and the
+      // next turn polls again after the safety-net interval.
+      for (auto& item : items) item.revents = 0;
+      ::usleep(static_cast<useconds_t>(ToMicros(kMaxPollTimeout)));
+    }
     if (items[4].revents & ZMQ_POLLIN) timer_.Acknowledge();
     if (zap_item < items.size() && (items[zap_item].revents & ZMQ_POLLIN)) {
       Guarded("zap", [&] { curve_.HandleRequests(); });
+    }
+    if (monitor_item < items.size() && (items[monitor_item].revents & ZMQ_POLLIN)) {
+      Guarded("connections", [&] { connections_.HandleEvents(); });
     }
 
     // Each duty is one delegation inside its own barrier: a bug in one (a malformed control

@@ -3,10 +3,13 @@
 // Owns: the job socket (ROUTER, clients), the control socket (ROUTER, workers), the admin socket
 // (ROUTER, JSON commands), the front-end socket (ROUTER on inproc://, the HTTP and gRPC front
 // ends' threads; supervisor/frontend/) and those front ends, the signalfd, the loop timer, the
-// run_dir lock, one ModelQueue per model and the WorkerPool (the table of WorkerSlots). Never links
-// LibTorch and never holds a CUDA context.
+// run_dir lock, one ModelQueue per model and the WorkerPool (the table of WorkerSlots), and the
+// resource limits: the job socket's connection monitor (max_connections) and the shared-memory
+// budget (limits.max_shm_bytes); docs/operations.md "Limits". Never links LibTorch and never holds
+// a CUDA context.
 //
 // Loop:  poll(job, control, admin, signals, timerfd armed to NextWakeUp, every worker's doorbell)
+//          -> connections_ (the job socket's monitor: connection count, refusals)
 //          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> HandleFrontendJobs
 //          -> admin_service_
 //          -> HandleWorkerOutput -> dispatcher_.ExpireDeadlines -> workers_.KillUnresponsive ->
@@ -22,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -32,9 +36,11 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "supervisor/accept_guard.h"
 #include "supervisor/admin_service.h"
 #include "supervisor/client_quota.h"
 #include "supervisor/client_shm_registry.h"
+#include "supervisor/connection_monitor.h"
 #include "supervisor/curve_authenticator.h"
 #include "supervisor/dispatcher.h"
 #include "supervisor/file_watch.h"
@@ -48,8 +54,11 @@
 #include "supervisor/reload_plan.h"
 #include "supervisor/rollout_policy.h"
 #include "supervisor/reply_writer.h"
+#include "supervisor/resource_errors.h"
+#include "supervisor/resource_metrics.h"
 #include "supervisor/run_dir_lock.h"
 #include "supervisor/service_notifier.h"
+#include "supervisor/shm_budget.h"
 #include "supervisor/loop_timer.h"
 #include "supervisor/signal_fd.h"
 #include "supervisor/worker_pool.h"
@@ -186,9 +195,16 @@ class Supervisor {
   std::vector<std::string> ServedVersions(const std::string& name) const;
   void StopWorkers();
   void CleanUp();
+  // Resource limits (supervisor_resources.cc): max_connections and limits.max_shm_bytes as the
+  // config gives or derives them, at start and after a reload; their stats and metrics.
+  void ApplyResourceLimits();
+  ResourceReport Resources() const;
+  nlohmann::json ResourcesJson() const;
 
   FarmConfig config_;
   SupervisorOptions options_;
+  // Before the worker slots and client regions whose reservations it counts.
+  ShmBudget shm_budget_{0};
   SteadyTimeSource clock_;
   TimePoint started_{};
   std::vector<IpcEndpointFile> ipc_files_;  // the socket files this process bound
@@ -201,6 +217,7 @@ class Supervisor {
   zmq::socket_t control_;
   zmq::socket_t admin_;
   zmq::socket_t frontend_jobs_;  // bound only when a front end is configured
+  ConnectionMonitor connections_{AcceptGuard::Instance()};  // the job socket's connections
   AdminService admin_service_;
   CurveAuthenticator curve_;  // ZAP handler; bound before any CURVE socket
   ClientQuota quota_;
@@ -216,6 +233,7 @@ class Supervisor {
   std::vector<ModelConfig> served_configs_;
   std::vector<size_t> served_index_;
   std::unique_ptr<MetricsExporter> metrics_;
+  std::unique_ptr<ResourceMetrics> resource_metrics_;  // in metrics_'s registry
   MpsController mps_;
   ServiceNotifier notifier_;
   // After the sockets it uses (stopped in CleanUp, before the context ends).
@@ -239,10 +257,21 @@ class Supervisor {
 };
 
 // Each loop duty runs inside this barrier: a failing duty is logged and the loop goes on.
+// Running out of descriptors or memory fails the one duty that hit it, counted and logged at a
+// bounded rate (resource_errors.h), never the supervisor.
 template <typename Duty>
 inline void Supervisor::Guarded(const char* duty, Duty&& run) {
   try {
     run();
+  } catch (const zmq::error_t& e) {
+    if (IsResourceErrno(e.num())) {
+      ResourceErrors::Instance().Note(duty, e.what(), clock_.Now());
+    } else {
+      TF_LOG(kError) << "loop duty failed; the supervisor carries on" << Kv("duty", duty)
+                     << Kv("error", e.what());
+    }
+  } catch (const std::bad_alloc& e) {
+    ResourceErrors::Instance().Note(duty, e.what(), clock_.Now());
   } catch (const std::exception& e) {
     TF_LOG(kError) << "loop duty failed; the supervisor carries on" << Kv("duty", duty)
                    << Kv("error", e.what());

@@ -7,6 +7,7 @@
 
 #include "supervisor/frontend/frontend.h"
 #include "common/log.h"
+#include "common/worker_count.h"
 #include "common/protocol.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/zmq_util.h"
@@ -30,7 +31,8 @@ void Supervisor::RegisterAdminCommands() {
     return RestartWorker(request["worker"].get<int>());
   });
   admin_service_.Register(
-      "scale", {Field{"model", true}, Field{"count", false}}, [this](const json& request) {
+      "scale", {Field{"model", true}, Field{"count", false, 0, kMaxWorkersPerModel}},
+      [this](const json& request) {
         return Scale(request["model"].get<std::string>(), request["count"].get<int>());
       });
   admin_service_.Register("models", {}, [this](const json&) { return ModelsJson(); });
@@ -191,7 +193,7 @@ json Supervisor::StatsJson() {
     client_shm["in_place_batches"] = dispatcher_.in_place_batches();
   }
   json out = {{"supervisor", supervisor}, {"gpu", gpu},           {"client_shm", client_shm},
-              {"models", models},         {"workers", workers}};
+              {"models", models},         {"workers", workers},   {"resources", ResourcesJson()}};
   if (frontend_) out["frontend"] = frontend_->ToJson();
   return out;
 }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "common/worker_count.h"
 #include "ipc/control_protocol.h"
 #include "supervisor/reload_plan.h"
 #include "supervisor/supervisor.h"
@@ -72,6 +73,8 @@ json Supervisor::RestartWorker(int worker_id) {
 }
 
 json Supervisor::Scale(const std::string& name, int count, const std::string& version) {
+  // The one bound of config, reload and admin alike (common/worker_count.h).
+  if (Status s = CheckWorkerCount(count, "scale.count"); !s.ok()) return Error(s.message());
   Model* model = FindModel(name, version);
   if (!model) {
     return Error("no model '" + name + "'" + (version.empty() ? "" : " version '" + version + "'"));
@@ -175,6 +178,9 @@ json Supervisor::Reload() {
   config_.limits.request.max_tensor_bytes = fresh.limits.request.max_tensor_bytes;
   config_.limits.max_queued_per_client = fresh.limits.max_queued_per_client;
   quota_.set_max_per_client(fresh.limits.max_queued_per_client);
+  config_.max_connections = fresh.max_connections;
+  config_.limits.max_shm_bytes = fresh.limits.max_shm_bytes;
+  ApplyResourceLimits();
   RebuildServedModels();
   std::string summary;
   for (const auto& n : notes) summary += (summary.empty() ? "" : "; ") + n;
@@ -322,6 +328,8 @@ void Supervisor::Housekeeping() {
   if (client_shm_) client_shm_->ExpireIdle(now);
   if (metrics_) metrics_->MpsActive(mps_.active());
   if (!stopping_workers_ && !draining_) zygote_.Maintain(now);
+  connections_.Report(now);
+  if (resource_metrics_) resource_metrics_->Export(Resources());
   WatchFiles(now);
   bool all_ready = true;
   std::ostringstream status;

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "ipc/control_protocol.h"
+#include "supervisor/resource_errors.h"
 
 namespace torchfarm {
 
@@ -28,6 +29,7 @@ void WorkerPool::Launch(WorkerSlot& slot) {
     // state, not a reason to stop serving for good.
     TF_LOG(kError) << "cannot launch worker; will retry" << Kv("worker", slot.id())
                    << Kv("model", slot.model_name()) << Kv("error", s.message());
+    ResourceErrors::Instance().Note("worker launch", s.message(), clock_.Now());
   }
 }
 

@@ -126,8 +126,11 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
   mps_recycled_ = false;
 
   std::unique_ptr<ipc::WorkerSegment> segment;
-  Status s = ipc::WorkerSegment::Create(args.segment, static_cast<uint32_t>(ring_slots_),
-                                        slot_data_bytes_, &segment);
+  const auto ring_slots = static_cast<uint32_t>(ring_slots_);
+  Status s = ShmBudget::Reserve(context.shm_budget,
+                                ipc::WorkerSegment::TotalBytes(ring_slots, slot_data_bytes_),
+                                "worker " + std::to_string(id_) + " segment", &segment_budget_);
+  if (s.ok()) s = ipc::WorkerSegment::Create(args.segment, ring_slots, slot_data_bytes_, &segment);
   if (s.ok()) {
     segment_ = std::move(segment);
     responses_ = std::make_shared<PinnedResponseRing>(segment_);
@@ -163,6 +166,7 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
   if (!s.ok()) {
     if (segment_) ipc::WorkerSegment::Remove(segment_->name());
     segment_.reset();
+    segment_budget_.Release();
     responses_.reset();
     output_.Reset();
     pid_ = -1;
@@ -379,6 +383,7 @@ void WorkerSlot::ReleaseProcess() {
   // PinnedRingKeeper holds it), and the last reference unmaps it.
   if (segment_) ipc::WorkerSegment::Remove(segment_->name());
   segment_.reset();
+  segment_budget_.Release();
   responses_.reset();
   request_bell_ = ipc::Doorbell();
   response_bell_ = ipc::Doorbell();

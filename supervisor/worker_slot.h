@@ -49,6 +49,7 @@
 #include "supervisor/pinned_response_ring.h"
 #include "supervisor/restart_policy.h"
 #include "supervisor/zygote.h"
+#include "supervisor/shm_budget.h"
 
 namespace torchfarm {
 
@@ -81,6 +82,8 @@ struct LaunchContext {
   std::vector<std::string> gpu_env;
   // Forks workers when ready (config worker_launch "zygote"); null or not ready: exec.
   Zygote* zygote = nullptr;
+  // Each segment's bytes are reserved here first (limits.max_shm_bytes); null: no cap.
+  ShmBudget* shm_budget = nullptr;
 };
 
 // Where a process's start-up went, for stats and the log (reset at each launch).
@@ -278,6 +281,7 @@ class WorkerSlot {
   int generation_ = -1;
   pid_t pid_ = -1;
   std::shared_ptr<ipc::WorkerSegment> segment_;
+  ShmBudget::Reservation segment_budget_;  // segment_'s share of limits.max_shm_bytes
   std::shared_ptr<PinnedResponseRing> responses_;  // shares segment_; also held by the keeper
   ipc::Doorbell request_bell_;
   ipc::Doorbell response_bell_;

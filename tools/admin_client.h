@@ -23,6 +23,8 @@ namespace torchfarm {
 // Where `torchfarm stats|top|ctl` look when --admin is not given: the default run_dir's socket.
 inline constexpr const char* kDefaultAdminEndpoint = "ipc:///tmp/torchfarm/admin.sock";
 inline constexpr int kDefaultAdminTimeoutMs = 2000;
+// --timeout-ms of stats, top and ctl: 1 ms .. one hour.
+inline constexpr int kMaxAdminTimeoutMs = 3'600'000;
 
 class AdminClient {
  public:

@@ -7,6 +7,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "common/integer_flag.h"
 #include "tools/echo_server.h"
 #include "tools/load_generator.h"
 
@@ -17,6 +18,9 @@ using nlohmann::json;
 namespace {
 
 constexpr int kAdminTimeoutMs = 2000;
+// Clients (and generator threads) of one step, and requests each keeps in flight.
+constexpr int64_t kMaxBenchClients = 100'000;
+constexpr int64_t kMaxBenchDepth = 100'000;
 
 int ReportError(const Status& status, int exit_code) {
   std::cerr << "error: " << status.ToString() << "\n";
@@ -102,10 +106,10 @@ BenchCommand::BenchCommand(CLI::App* parent) {
       ->capture_default_str();
   app_->add_option("--concurrency", concurrency_, "Clients per step (a sweep: 1,4,16,64)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber)
+      ->check(IntegerIn(1, kMaxBenchClients))
       ->capture_default_str();
   app_->add_option("--depth", depth_, "Closed loop: requests each client keeps in flight")
-      ->check(CLI::PositiveNumber)
+      ->check(IntegerIn(1, kMaxBenchDepth))
       ->capture_default_str();
   app_->add_option("--rate", rates_,
                    "Open loop: requests/s over all clients (a list: one step each)")
@@ -118,19 +122,19 @@ BenchCommand::BenchCommand(CLI::App* parent) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app_->add_option("--requests", requests_, "End each step after this many replies (0: time only)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntegerIn(0, INT64_MAX));
   app_->add_option("--threads", threads_, "Generator threads (0: min(concurrency, cores))")
-      ->check(CLI::NonNegativeNumber)
+      ->check(IntegerIn(0, kMaxBenchClients))
       ->capture_default_str();
   app_->add_option("--io-threads", io_threads_, "ZeroMQ I/O threads of the generator")
-      ->check(CLI::PositiveNumber)
+      ->check(IntegerIn(1, 64))
       ->capture_default_str();
   app_->add_option("--io-timeout-ms", io_timeout_ms_, "A request unanswered this long is NO_REPLY")
-      ->check(CLI::PositiveNumber)
+      ->check(IntegerIn(1, kMaxCliTimeoutMs))
       ->capture_default_str();
   app_->add_option("--timeout-ms", timeout_ms_,
                    "Server-side deadline sent with each request (0: none)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntegerIn(0, kMaxCliTimeoutMs));
   app_->add_option("--admin-endpoint", admin_endpoint_,
                    "Admin socket of the farm; adds the mean batch size of each step");
   app_->add_option("--seed", seed_, "Seed of the random inputs")->capture_default_str();
@@ -154,10 +158,10 @@ Status BenchCommand::ParseShape(const std::string& text, std::vector<int64_t>* s
     size_t comma = text.find(',', start);
     std::string part =
         text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    char* end = nullptr;
-    long long value = part.empty() ? -1 : std::strtoll(part.c_str(), &end, 10);
-    if (part.empty() || *end != '\0' || value < 0) {
-      return InvalidArgument("--shape '" + text + "': expected non-negative integers like 1,256");
+    // Each dimension whole or refused: strtoll would saturate 2^64 to 2^63-1 without a word.
+    int64_t value = 0;
+    if (Status s = IntegerFromText(part, "--shape '" + text + "'", 0, INT64_MAX, &value); !s.ok()) {
+      return InvalidArgument(s.message() + " (non-negative integers like 1,256)");
     }
     shape->push_back(value);
     if (comma == std::string::npos) break;

@@ -5,6 +5,8 @@
 // parent app, Run() does the work after parsing. torchfarm_main.cc lists the commands.
 #pragma once
 
+#include <cstdint>
+
 #include <CLI/CLI.hpp>
 
 namespace torchfarm {
@@ -14,6 +16,10 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitServerError = 1;  // the server answered with an error reply
 inline constexpr int kExitUsage = 2;        // bad flags, unreadable or unwritable files
 inline constexpr int kExitTransport = 3;    // no reply, connection or protocol failure
+
+// Request and reply timeouts of infer and bench (--timeout-ms, --io-timeout-ms): at most a day,
+// so adding the reply grace to one never overflows.
+inline constexpr int64_t kMaxCliTimeoutMs = 86'400'000;
 
 class Command {
  public:

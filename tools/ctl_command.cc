@@ -5,6 +5,8 @@
 #include <map>
 #include <thread>
 
+#include "common/integer_flag.h"
+#include "common/worker_count.h"
 #include "tools/stats_fields.h"
 #include "tools/stats_table.h"
 
@@ -21,7 +23,7 @@ CtlCommand::CtlCommand(CLI::App* parent) {
   app_->fallthrough();
   app_->add_option("--admin", admin_, "Admin endpoint of the supervisor")->capture_default_str();
   app_->add_option("--timeout-ms", timeout_ms_, "How long to wait for the supervisor's answer")
-      ->check(CLI::PositiveNumber)
+      ->check(IntegerIn(1, kMaxAdminTimeoutMs))
       ->capture_default_str();
   app_->add_flag("--json", json_, "Print the raw reply as pretty JSON");
 
@@ -38,12 +40,12 @@ CtlCommand::CtlCommand(CLI::App* parent) {
   restart_ = app_->add_subcommand("restart", "Restart one worker (its jobs are served again)");
   restart_->add_option("worker", worker_, "Worker id (the ID column of `torchfarm stats`)")
       ->required()
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntegerIn(0, INT32_MAX));
   scale_ = app_->add_subcommand("scale", "Set the number of workers of a model");
   scale_->add_option("model", model_, "Model name")->required();
-  scale_->add_option("count", count_, "Number of workers")
+  scale_->add_option("count", count_, "Number of workers (the bound of a model's count)")
       ->required()
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntegerIn(0, kMaxWorkersPerModel));
   models_ = app_->add_subcommand(
       "models", "Every model with its state, ready/total workers, queue depth and last rollout");
   load_ = app_->add_subcommand(

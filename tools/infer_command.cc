@@ -4,7 +4,9 @@
 #include <iostream>
 #include <limits>
 
+#include "common/integer_flag.h"
 #include "common/npy.h"
+#include "common/protocol.h"
 #include "torchfarm/client.h"
 
 namespace torchfarm {
@@ -48,14 +50,14 @@ InferCommand::InferCommand(CLI::App* parent) {
                    "Output .npy path, once per output; one path with several outputs writes "
                    "out.npy, out.1.npy, ...");
   app_->add_option("--timeout-ms", timeout_ms_, "Server-side deadline in ms (0: none)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(IntegerIn(0, kMaxCliTimeoutMs))
       ->capture_default_str();
   app_->add_option("--priority", priority_, "Priority, 0 is highest")
-      ->check(CLI::Range(0, 1000))
+      ->check(IntegerIn(0, kMaxPriority))
       ->capture_default_str();
   app_->add_option("--io-timeout-ms", io_timeout_ms_,
                    "How long to wait for the reply (raised to timeout-ms + 2000 if lower)")
-      ->check(CLI::PositiveNumber)
+      ->check(IntegerIn(1, kMaxCliTimeoutMs))
       ->capture_default_str();
 }
 

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <thread>
 
+#include "common/integer_flag.h"
 #include "tools/stats_table.h"
 
 namespace torchfarm {
@@ -29,9 +30,9 @@ StatsCommand::StatsCommand(CLI::App* parent) {
   app_->add_option("--admin", admin_, "Admin endpoint of the supervisor")->capture_default_str();
   app_->add_flag("--json", json_, "Print the raw stats reply as pretty JSON");
   app_->add_option("--watch", watch_seconds_, "Print again every SECONDS until interrupted")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(0.001, 86'400.0));
   app_->add_option("--timeout-ms", timeout_ms_, "How long to wait for the supervisor's answer")
-      ->check(CLI::PositiveNumber)
+      ->check(IntegerIn(1, kMaxAdminTimeoutMs))
       ->capture_default_str();
 }
 

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <iostream>
 
+#include "common/integer_flag.h"
 #include "tools/terminal.h"
 #include "tools/top_view.h"
 
@@ -81,13 +82,13 @@ TopCommand::TopCommand(CLI::App* parent) {
   app_ = parent->add_subcommand("top", "Live view of the farm's models and workers (q quits)");
   app_->add_option("--admin", admin_, "Admin endpoint of the supervisor")->capture_default_str();
   app_->add_option("--interval-ms", interval_ms_, "Refresh interval")
-      ->check(CLI::Range(100, 3'600'000))
+      ->check(IntegerIn(100, 3'600'000))
       ->capture_default_str();
   app_->add_option("--iterations", iterations_, "Stop after N refreshes (0: until quit)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(IntegerIn(0, INT32_MAX))
       ->capture_default_str();
   app_->add_option("--timeout-ms", timeout_ms_, "How long to wait for each answer")
-      ->check(CLI::PositiveNumber)
+      ->check(IntegerIn(1, kMaxAdminTimeoutMs))
       ->capture_default_str();
   app_->add_flag("--no-colour,--no-color", no_colour_, "No colours even on a terminal");
 }

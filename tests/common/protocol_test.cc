@@ -121,9 +121,9 @@ TEST(ProtocolTest, BadDtypeListsValidNamesAndTheOneReceived) {
 TEST(ProtocolTest, RejectsNegativeDimension) {
   json j = ValidHeader();
   j["inputs"][0]["shape"] = {2, -3};
-  EXPECT_EQ(ParseError(j), "inputs[0].shape: dimension -3 must be >= 0");
+  EXPECT_EQ(ParseError(j), "inputs[0].shape[1]: expected an integer in 0..9223372036854775807, got number -3");
   j["inputs"][0]["shape"] = {-1, 3};  // -1 is a wildcard only in model declarations
-  EXPECT_EQ(ParseError(j), "inputs[0].shape: dimension -1 must be >= 0");
+  EXPECT_EQ(ParseError(j), "inputs[0].shape[0]: expected an integer in 0..9223372036854775807, got number -1");
 }
 
 TEST(ProtocolTest, RejectsRankAboveMaximum) {
@@ -138,9 +138,9 @@ TEST(ProtocolTest, RejectsRankAboveMaximum) {
 TEST(ProtocolTest, RejectsNonIntegerDimensions) {
   json j = ValidHeader();
   j["inputs"][0]["shape"] = {2.5, 3};
-  EXPECT_EQ(ParseError(j), "inputs[0].shape: expected integers, got 2.5");
+  EXPECT_EQ(ParseError(j), "inputs[0].shape[0]: expected an integer in 0..9223372036854775807, got number 2.5");
   j["inputs"][0]["shape"] = {"2", 3};
-  EXPECT_EQ(ParseError(j), "inputs[0].shape: expected integers, got \"2\"");
+  EXPECT_EQ(ParseError(j), "inputs[0].shape[0]: expected an integer in 0..9223372036854775807, got string \"2\"");
   j["inputs"][0]["shape"] = 6;
   EXPECT_EQ(ParseError(j), "inputs[0].shape: expected an array of integers");
 }
@@ -160,19 +160,55 @@ TEST(ProtocolTest, RejectsUnknownFields) {
 TEST(ProtocolTest, RejectsNegativeOrNonIntegerTimeout) {
   json j = ValidHeader();
   j["timeout_ms"] = -1;
-  EXPECT_EQ(ParseError(j), "header field 'timeout_ms': expected a non-negative integer, got -1");
+  EXPECT_EQ(ParseError(j), "header field 'timeout_ms': expected an integer in 0..9223372036854775807, got number -1");
   j["timeout_ms"] = 1.5;
-  EXPECT_EQ(ParseError(j), "header field 'timeout_ms': expected a non-negative integer, got 1.5");
+  EXPECT_EQ(ParseError(j), "header field 'timeout_ms': expected an integer in 0..9223372036854775807, got number 1.5");
+}
+
+// Header numbers at and beyond their bounds, and where a value would wrap into the field's type:
+// 2^31 and 2^32 (int), 2^63-1, 2^63 and 2^64-1 (int64, stored unsigned by the JSON parser).
+TEST(ProtocolTest, HeaderNumbersAtAndBeyondTheirBounds) {
+  RequestHeader h;
+  json j = ValidHeader();
+  j["priority"] = 1000;
+  j["timeout_ms"] = INT64_MAX;
+  ASSERT_TRUE(Parse(j, &h).ok());
+  EXPECT_EQ(h.priority, 1000);
+  EXPECT_EQ(h.timeout_ms, INT64_MAX);
+  for (const json& v : {json(int64_t{1} << 31), json(int64_t{1} << 32), json(INT64_MAX),
+                        json(uint64_t{1} << 63), json(UINT64_MAX), json(INT64_MIN)}) {
+    j = ValidHeader();
+    j["priority"] = v;
+    EXPECT_EQ(ParseError(j), "header field 'priority': expected an integer in 0..1000, got number " + v.dump());
+  }
+  for (const json& v : {json(uint64_t{1} << 63), json(UINT64_MAX), json(-1)}) {
+    j = ValidHeader();
+    j["timeout_ms"] = v;
+    EXPECT_EQ(ParseError(j), "header field 'timeout_ms': expected an integer in 0..9223372036854775807, got number " + v.dump());
+    j = ValidHeader();
+    j["inputs"][0]["shape"][0] = v;
+    EXPECT_THAT(ParseError(j), HasSubstr("inputs[0].shape[0]: expected an integer in 0..9223372036854775807, got number " + v.dump()));
+  }
+  // A declared shape's -1 is a variable dimension; 2^64-1 is never read as it.
+  TensorSpec spec;
+  json declared = {{"dtype", "float32"}, {"shape", {UINT64_MAX, 8}}};
+  EXPECT_THAT(TensorSpecFromJson(declared, "decl", true, &spec).message(),
+              HasSubstr("decl.shape[0]: expected an integer in -1..9223372036854775807, got number 18446744073709551615"));
+  json create = {{"v", 1}, {"op", "shm_create"}, {"bytes", UINT64_MAX}};
+  EXPECT_THAT(Parse(create, &h).message(), HasSubstr("'bytes': expected an integer in 1..9223372036854775807, got number 18446744073709551615"));
+  create["bytes"] = INT64_MAX;
+  ASSERT_TRUE(Parse(create, &h).ok());
+  EXPECT_EQ(h.shm_bytes, uint64_t{INT64_MAX});
 }
 
 TEST(ProtocolTest, RejectsBadPriority) {
   json j = ValidHeader();
   j["priority"] = -1;
-  EXPECT_EQ(ParseError(j), "header field 'priority': expected an integer 0..1000, got -1");
+  EXPECT_EQ(ParseError(j), "header field 'priority': expected an integer in 0..1000, got number -1");
   j["priority"] = 1001;
-  EXPECT_EQ(ParseError(j), "header field 'priority': expected an integer 0..1000, got 1001");
+  EXPECT_EQ(ParseError(j), "header field 'priority': expected an integer in 0..1000, got number 1001");
   j["priority"] = "high";
-  EXPECT_EQ(ParseError(j), "header field 'priority': expected an integer 0..1000, got \"high\"");
+  EXPECT_EQ(ParseError(j), "header field 'priority': expected an integer in 0..1000, got string \"high\"");
 }
 
 TEST(ProtocolTest, RejectsOversizedHeaderBeforeParsing) {
@@ -294,7 +330,8 @@ TEST(ProtocolTest, TensorSpecJsonRoundTripAndWildcards) {
   declared["shape"] = {-2, 8};
   Status s = TensorSpecFromJson(declared, "decl", true, &back);
   EXPECT_EQ(s.message(),
-            "decl.shape: dimension -2 (use -1 for a variable dimension) must be >= -1");
+            "decl.shape[0]: expected an integer in -1..9223372036854775807, got number -2 (-1 for a variable "
+            "dimension)");
 }
 
 }  // namespace

@@ -67,11 +67,11 @@ TEST(ShmReferenceTest, MalformedReferencesNameTheField) {
       {[](json& j) { j["inputs"][0]["shm"].erase("region"); },
        "inputs[0].shm.region: expected the token shm_create returned, got nothing"},
       {[](json& j) { j["inputs"][0]["shm"]["offset"] = -1; },
-       "inputs[0].shm.offset: expected a non-negative integer, got -1"},
+       "inputs[0].shm.offset: expected an integer in 0..9223372036854775807, got number -1"},
       {[](json& j) { j["inputs"][0]["shm"]["bytes"] = 4; },
        "inputs[0].shm: unknown key 'bytes'"},
       {[](json& j) { j["output_shm"].erase("bytes"); },
-       "output_shm'.bytes: expected a non-negative integer, got nothing"},
+       "output_shm'.bytes: expected an integer in 0..9223372036854775807, got nothing"},
       {[](json& j) { j["output_shm"]["offset"] = 100; },
        "offset: expected a multiple of 64, got 100"},
       {[](json& j) { j["op"] = "shm_delete"; },
@@ -103,7 +103,7 @@ TEST(ShmReferenceTest, ParsesCommands) {
   EXPECT_EQ(h.op, RequestOp::kInfer);
 
   Status s = Parse(json{{"v", 1}, {"op", "shm_create"}, {"bytes", 0}}, &h);
-  EXPECT_THAT(s.message(), HasSubstr("'bytes': expected a positive integer, got 0"));
+  EXPECT_THAT(s.message(), HasSubstr("'bytes': expected an integer in 1..9223372036854775807, got number 0"));
   s = Parse(json{{"v", 1}, {"op", "shm_create"}, {"bytes", 8}, {"model", "m"}}, &h);
   EXPECT_THAT(s.message(), HasSubstr("shm_create: unknown field 'model' (expected v, id, op, bytes)"));
   s = Parse(json{{"v", 1}, {"op", "shm_release"}}, &h);

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -129,9 +130,10 @@ Farm::~Farm() {
 namespace {
 
 // fork+exec of the supervisor on `config_path`, its stderr into `log_path`.
+// `descriptor_limit` > 0: the supervisor runs as under `prlimit --nofile=N` (soft and hard).
 pid_t SpawnSupervisor(const std::string& config_path, const std::string& log_path,
                       const std::vector<std::string>& extra_args,
-                      const std::vector<std::string>& env) {
+                      const std::vector<std::string>& env, int descriptor_limit = 0) {
   std::vector<std::string> args = {BinDir() + "/torchfarm-supervisor", "--config", config_path,
                                    "--log-level", "info"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
@@ -144,6 +146,10 @@ pid_t SpawnSupervisor(const std::string& config_path, const std::string& log_pat
     for (auto& e : environment) ::putenv(e.data());
     FILE* f = std::freopen(log_path.c_str(), "w", stderr);
     (void)f;
+    if (descriptor_limit > 0) {
+      const rlimit files{static_cast<rlim_t>(descriptor_limit), static_cast<rlim_t>(descriptor_limit)};
+      if (::setrlimit(RLIMIT_NOFILE, &files) != 0) ::_exit(126);
+    }
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
@@ -153,7 +159,7 @@ pid_t SpawnSupervisor(const std::string& config_path, const std::string& log_pat
 }  // namespace
 
 bool Farm::Start(const std::vector<std::string>& extra_args, const std::vector<std::string>& env) {
-  pid_ = SpawnSupervisor(config_path_, dir_ + "/supervisor.log", extra_args, env);
+  pid_ = SpawnSupervisor(config_path_, dir_ + "/supervisor.log", extra_args, env, descriptor_limit_);
   return pid_ > 0;
 }
 

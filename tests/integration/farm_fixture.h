@@ -58,6 +58,8 @@ class Farm {
   // True while the supervisor runs; once it has exited it is reaped, error() says how it ended
   // ("supervisor exited with status 0", "supervisor killed by signal 11") and this stays false.
   bool Running();
+  // The next Start runs the supervisor as under `prlimit --nofile=N` (soft and hard limit).
+  void set_descriptor_limit(int limit) { descriptor_limit_ = limit; }
   // Worker pids from the stats reply, in worker-id order (-1 for slots without a process).
   std::vector<pid_t> WorkerPids() const;
 
@@ -75,7 +77,8 @@ class Farm {
   nlohmann::json base_config_;
   pid_t pid_ = -1;
   std::string error_;
-  int failures_at_start_ = 0;  // failed parts of the running test when this Farm was made
+  int failures_at_start_ = 0;
+  int descriptor_limit_ = 0;  // > 0: RLIMIT_NOFILE of the next Start  // failed parts of the running test when this Farm was made
 };
 
 }  // namespace torchfarm::testing

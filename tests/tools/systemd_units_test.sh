@@ -25,7 +25,7 @@ for unit in "${units[@]}"; do
   for directive in Type=notify NotifyAccess=main 'ExecReload=/bin/kill -HUP $MAINPID' \
       Restart=on-failure WatchdogSec=30 KillMode=mixed TimeoutStopSec=60 NoNewPrivileges=yes \
       ProtectSystem=strict ProtectHome=yes PrivateTmp=yes ReadWritePaths=/dev/shm \
-      'RuntimeDirectory=torchfarm'; do
+      'RuntimeDirectory=torchfarm' LimitNOFILE=65536; do
     grep -q -x -F "$directive" "$file" || grep -q -x -F "$directive/%i" "$file" ||
       fail "$unit: no line '$directive'"
   done
