@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/pipeline_config.h"
 #include "common/protocol.h"
 #include "common/status.h"
 #include "common/tensor_spec.h"
@@ -84,6 +85,9 @@ struct ModelConfig {
   // input. Written as batch sizes (trailing dims from `inputs`) or as shape lists.
   std::vector<std::vector<TensorSpec>> warmup;
   RolloutConfig rollout;
+  // Decode / pre- / post-processing stages in the worker (common/pipeline_config.h); none when
+  // the config has no "pipeline".
+  PipelineConfig pipeline;
 
   // Input k's name: input_names[k], or INPUT__k beyond them.
   std::string input_name(size_t k) const;
@@ -135,8 +139,10 @@ struct CurveConfig {
 };
 
 // Top-level "limits": what one client or one request may cost the supervisor.
+inline constexpr uint64_t kDefaultMaxItemBytes = 16 << 20;
+
 struct LimitsConfig {
-  RequestLimits request;               // header, frames, rank, tensor and request bytes
+  RequestLimits request;               // header, frames, rank, tensor, request and item bytes
   int64_t max_queued_per_client = 256;  // queued + running requests of one client identity
 };
 

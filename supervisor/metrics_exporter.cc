@@ -145,6 +145,13 @@ void MetricsExporter::Latency(const std::string& model, const std::string& versi
   handles.total->Observe(total_s);
 }
 
+void MetricsExporter::PipelineStage(const std::string& model, const std::string& version,
+                                    const char* stage, double seconds) {
+  // Family::Add returns the existing histogram for labels it has seen.
+  duration_->Add({{"model", model}, {"version", version}, {"stage", stage}}, DurationBuckets())
+      .Observe(seconds);
+}
+
 void MetricsExporter::Batch(const std::string& model, const std::string& version, int64_t rows) {
   For(model, version).batch->Observe(static_cast<double>(rows));
 }

@@ -7,6 +7,7 @@ packages=(
   cmake g++ make pkg-config
   ccache                 # compiler cache; CMake uses it when present (cmake/TorchfarmBuildSpeed.cmake)
   libtorch-dev
+  libturbojpeg0-dev      # JPEG decode stage of the worker pipeline (worker/image_decoder.h)
   libopenblas0-openmp    # without it Debian's libtorch runs on the reference BLAS (~17x slower)
   libzmq3-dev cppzmq-dev
   libboost-dev           # Boost.Interprocess, Boost.Beast (HTTP front end), header-only
