@@ -28,12 +28,18 @@ packages=(
 
 # Optional groups, installed only when asked for, so `make test` stays as quick to set up:
 #   --fuzz   clang and libFuzzer's runtime for `make fuzz` (about 200 MB)
+#   --models Debian's PyTorch and torchvision for `make models-real` (tools/export_image_models.py)
+#            and the PyTorch reference of tests/integration/pipeline_test (skipped without it)
 for arg in "$@"; do
   case "$arg" in
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
-    *) echo "install-deps: unknown option '$arg' (known: --fuzz)" >&2; exit 2 ;;
+    --models) packages+=(python3-torch python3-torchvision) ;;
+    *) echo "install-deps: unknown option '$arg' (known: --fuzz, --models)" >&2; exit 2 ;;
   esac
 done
+
+# CI (.ci/run sets CI=true) runs the pipeline tests against their PyTorch reference, not skipped.
+if [ "${CI:-}" = "true" ]; then packages+=(python3-torch python3-torchvision); fi
 
 missing=()
 for p in "${packages[@]}"; do
