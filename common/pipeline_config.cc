@@ -75,13 +75,19 @@ Status ParsePipelineConfig(const json& j, const std::string& where, const std::s
                            const std::vector<TensorSpec>& inputs, bool has_warmup,
                            PipelineConfig* out) {
   PipelineConfig p;
-  Status s = CheckPipelineKeys(j, where, {"decode", "preprocess", "postprocess"});
+  Status s = CheckPipelineKeys(j, where, {"decode", "preprocess", "postprocess", "overlap"});
   if (!s.ok()) return s;
   if (auto decode = j.find("decode"); decode != j.end()) {
     if (s = ParseDecode(*decode, where + ".decode", &p); !s.ok()) return s;
   }
   if (s = ModulePath(j, "preprocess", where, base_dir, &p.preprocess); !s.ok()) return s;
   if (s = ModulePath(j, "postprocess", where, base_dir, &p.postprocess); !s.ok()) return s;
+  if (auto overlap = j.find("overlap"); overlap != j.end()) {
+    if (!overlap->is_boolean()) {
+      return InvalidArgument(where + ".overlap: expected true or false, got " + Got(*overlap));
+    }
+    p.overlap = overlap->get<bool>();
+  }
   if (p.decode_format.empty()) {
     const std::string model = where.substr(0, where.rfind('.'));
     if (s = CheckInputsWithoutPipeline(inputs, model); !s.ok()) return s;
@@ -107,7 +113,8 @@ std::string PipelineToJson(const PipelineConfig& pipeline) {
   return json{{"decode", pipeline.decode_format},
               {"threads", pipeline.threads},
               {"preprocess", pipeline.preprocess},
-              {"postprocess", pipeline.postprocess}}
+              {"postprocess", pipeline.postprocess},
+              {"overlap", pipeline.overlap}}
       .dump();
 }
 
@@ -123,6 +130,7 @@ Status PipelineFromJson(const std::string& text, PipelineConfig* out) {
     out->threads = j.at("threads").get<int>();
     out->preprocess = j.at("preprocess").get<std::string>();
     out->postprocess = j.at("postprocess").get<std::string>();
+    out->overlap = j.value("overlap", true);
   } catch (const json::exception& e) {
     return InvalidArgument("--pipeline: expected decode, threads, preprocess and postprocess in '" +
                            text + "': " + e.what());

@@ -2,7 +2,7 @@
 // (worker/pipeline_stages.h), and how that section travels to the worker (--pipeline JSON).
 //
 //   "pipeline": {"decode": {"format": "jpeg", "threads": 2},
-//                "preprocess": "pre.pt", "postprocess": "post.pt"}
+//                "preprocess": "pre.pt", "postprocess": "post.pt", "overlap": true}
 //
 // Owns: parsing and validating the section (keys, ranges, the model inputs it needs), naming the
 // JSON path, the expected range and the value received in every error, and its JSON form for the
@@ -33,13 +33,17 @@ struct PipelineConfig {
   // TorchScript files (absolute after parsing), or empty: no such stage.
   std::string preprocess;
   std::string postprocess;
+  // Decode and pre-process the next ring slot while the model runs (double buffering); false:
+  // each batch's stages run only when its turn comes (for comparison, bench/image_bench.py).
+  bool overlap = true;
 
   bool enabled() const {
     return !decode_format.empty() || !preprocess.empty() || !postprocess.empty();
   }
   bool operator==(const PipelineConfig& other) const {
     return decode_format == other.decode_format && threads == other.threads &&
-           preprocess == other.preprocess && postprocess == other.postprocess;
+           preprocess == other.preprocess && postprocess == other.postprocess &&
+           overlap == other.overlap;
   }
 };
 

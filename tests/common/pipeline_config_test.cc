@@ -54,6 +54,15 @@ TEST(PipelineConfigTest, DecodeThreadsAtTheirDocumentedLimitsAndTheDefault) {
   FarmConfig c;
   ASSERT_TRUE(ParseConfig(ImageConfig({{"decode", {{"format", "jpeg"}}}}), "/base", &c).ok());
   EXPECT_EQ(c.models[0].pipeline.threads, kDefaultDecodeThreads);
+  EXPECT_TRUE(c.models[0].pipeline.overlap);
+  FarmConfig off;
+  ASSERT_TRUE(ParseConfig(ImageConfig({{"decode", {{"format", "jpeg"}}}, {"overlap", false}}),
+                          "/base", &off)
+                  .ok());
+  EXPECT_FALSE(off.models[0].pipeline.overlap);
+  PipelineConfig back;
+  ASSERT_TRUE(PipelineFromJson(PipelineToJson(off.models[0].pipeline), &back).ok());
+  EXPECT_FALSE(back.overlap);
   EXPECT_TRUE(c.models[0].pipeline.enabled());
 }
 
@@ -62,6 +71,8 @@ TEST(PipelineConfigTest, ErrorsNameThePathTheExpectationAndTheValue) {
               HasSubstr("pipeline.decode.format: expected \"jpeg\", got string \"png\""));
   EXPECT_THAT(ParseError(ImageConfig({{"decode", {{"format", "jpeg"}, {"speed", 1}}}})),
               HasSubstr("pipeline.decode: unknown key 'speed'"));
+  EXPECT_THAT(ParseError(ImageConfig({{"decode", {{"format", "jpeg"}}}, {"overlap", 1}})),
+              HasSubstr("pipeline.overlap: expected true or false, got number 1"));
   EXPECT_THAT(ParseError(ImageConfig({{"resize", 1}})),
               HasSubstr("config.models[0].pipeline: unknown key 'resize'"));
   EXPECT_THAT(ParseError(ImageConfig({{"decode", {{"format", "jpeg"}}}, {"preprocess", 3}})),
