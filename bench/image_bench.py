@@ -2,11 +2,13 @@
 """The worker's image pipeline against client-side decoding (issue 20), resnet18, 16 clients.
 
 Three farms, one after another, each one CPU worker of resnet18 (models/real, `make models-real`:
-random weights), max_batch_size 8, and the same JPEGs (photo-like 500x375, quality 85):
+random weights; --worker-threads intra-op threads, default 1), max_batch_size 8, and the same
+JPEGs (photo-like 500x375, quality 85):
   client-decode  each client decodes the JPEG (PIL), resizes the shorter side to 256, crops 224,
                  normalises (numpy) and sends float32 [1, 3, 224, 224] (602 KB)
   pipeline       the client sends the JPEG bytes ("bytes" input); the worker decodes and
-                 pre-processes on its stage pool, overlapped with the model (pipeline.overlap)
+                 pre-processes on its stage pool (--decode-threads, default 1), overlapped with
+                 the model (pipeline.overlap)
   no-overlap     the same with "overlap": false
 The clients are threads of this process on the same machine as the farm (so the client's decode
 competes for the same cores, as it does when a service and its farm share a host).
@@ -96,17 +98,18 @@ def children(pid: int) -> list[int]:
 
 
 class Farm:
-    def __init__(self, build: Path, work: Path, mode: str, models: Path):
+    def __init__(self, build: Path, work: Path, mode: str, models: Path, threads: int,
+                 decode_threads: int):
         self.endpoint = f"tcp://127.0.0.1:{free_port()}"
         model = {"name": "resnet18", "path": str(models / "resnet18.pt"),
-                 "instances": [{"device": "cpu", "count": 1, "threads": 2}],
+                 "instances": [{"device": "cpu", "count": 1, "threads": threads}],
                  "max_batch_size": 8, "max_queue_delay_us": 2000}
         if mode == "client-decode":
             model["inputs"] = [{"dtype": "float32", "shape": [-1, 3, 224, 224]}]
             model["slot_bytes"] = 8 << 20
         else:
             model["inputs"] = [{"dtype": "bytes", "shape": [-1]}]
-            model["pipeline"] = {"decode": {"format": "jpeg", "threads": 2},
+            model["pipeline"] = {"decode": {"format": "jpeg", "threads": decode_threads},
                                  "preprocess": str(models / "resnet18_pre.pt"),
                                  "overlap": mode == "pipeline"}
         run = work / f"run-{mode}"
@@ -133,8 +136,8 @@ class Farm:
 
 
 def run_mode(build: Path, work: Path, models: Path, mode: str, jpegs: list[bytes],
-             clients: int, seconds: float) -> dict:
-    farm = Farm(build, work, mode, models)
+             clients: int, seconds: float, threads: int, decode_threads: int) -> dict:
+    farm = Farm(build, work, mode, models, threads, decode_threads)
     try:
         # Warm the model (first batches are slow) before measuring.
         with torchfarm.Client(farm.endpoint, timeout=120) as client:
@@ -206,6 +209,10 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--modes", default="client-decode,pipeline,no-overlap")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--worker-threads", type=int, default=1,
+                        help="the worker's intra-op threads (instances[].threads)")
+    parser.add_argument("--decode-threads", type=int, default=1,
+                        help="pipeline.decode.threads")
     parser.add_argument("--markdown")
     args = parser.parse_args()
     models = Path(args.models)
@@ -221,7 +228,8 @@ def main() -> int:
         for round_number in range(1, args.rounds + 1):
             for mode in args.modes.split(","):
                 result = run_mode(Path(args.build_dir), Path(tmp), models, mode, jpegs,
-                                  args.clients, args.seconds)
+                                  args.clients, args.seconds, args.worker_threads,
+                                  args.decode_threads)
                 result["round"] = round_number
                 print(json.dumps(result), flush=True)
                 results.append(result)

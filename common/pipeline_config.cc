@@ -91,6 +91,10 @@ Status ParsePipelineConfig(const json& j, const std::string& where, const std::s
   if (p.decode_format.empty()) {
     const std::string model = where.substr(0, where.rfind('.'));
     if (s = CheckInputsWithoutPipeline(inputs, model); !s.ok()) return s;
+    if (!p.preprocess.empty() && inputs.size() != 1) {
+      return InvalidArgument(where + ".preprocess: runs on the rows of the model's one input; the "
+                             "model has " + std::to_string(inputs.size()) + " inputs");
+    }
   } else {
     const TensorSpec wanted{DType::kBytes, {-1}};
     if (inputs.size() != 1 || !(inputs[0] == wanted)) {

@@ -50,8 +50,8 @@ struct PipelineConfig {
 // Parses `j` (the "pipeline" value at `where`) for a model with `inputs`; relative module paths
 // resolve against `base_dir`. Checks: known keys only; decode.format "jpeg"; decode.threads in
 // kMinDecodeThreads..kMaxDecodeThreads; decode needs exactly one input of dtype bytes and shape
-// [-1]; a bytes input needs decode; and `has_warmup` is refused with decode (zero-filled bytes are
-// no image).
+// [-1]; preprocess without decode needs exactly one input; a bytes input needs decode; and
+// `has_warmup` is refused with decode (zero-filled bytes are no image).
 Status ParsePipelineConfig(const nlohmann::json& j, const std::string& where,
                            const std::string& base_dir, const std::vector<TensorSpec>& inputs,
                            bool has_warmup, PipelineConfig* out);

@@ -256,7 +256,7 @@ void WritePipelineReport(const PipelineOutcome& outcome, SlotHeader* header) {
   std::memcpy(header->message, &report, sizeof(report));
 }
 
-Status ReadPipelineReport(const SlotHeader& header, int64_t batch_rows, ResponseView* out) {
+Status ReadPipelineReport(const SlotHeader& header, int64_t total_rows, ResponseView* out) {
   PipelineReport report;
   std::memcpy(&report, header.message, sizeof(report));
   if (report.magic != kPipelineReportMagic) return Status::Ok();  // no pipeline
@@ -271,7 +271,7 @@ Status ReadPipelineReport(const SlotHeader& header, int64_t batch_rows, Response
   for (uint32_t k = 0; k < report.row_error_count; ++k) {
     const RowError& error = report.row_errors[k];
     const size_t length = strnlen(error.text, kRowErrorTextBytes);
-    const int64_t rows = batch_rows > 0 ? batch_rows : 1;
+    const int64_t rows = total_rows > 0 ? total_rows : int64_t{1} << 32;
     if (error.row >= rows || error.status == 0 || length == kRowErrorTextBytes) {
       return Internal("worker's pipeline report: failed row " + std::to_string(error.row) +
                       " with status " + std::to_string(error.status) +
@@ -541,7 +541,7 @@ Status ReadResponse(const uint8_t* slot, const ResponseExpectation& expected, Re
   for (uint32_t i = 0; i < tensor_count; ++i) {
     if (Status s = ReadOutput(header.tensors[i], i, expected, out); !s.ok()) return s;
   }
-  if (Status s = ReadPipelineReport(header, expected.batch_rows, out); !s.ok()) return s;
+  if (Status s = ReadPipelineReport(header, expected.total_rows, out); !s.ok()) return s;
   if (expected.outputs_in_place) return CheckInPlaceOffsets(expected, *out);
   return Status::Ok();
 }

@@ -226,6 +226,9 @@ struct ResponseExpectation {
   uint64_t data_capacity = 0;  // of the segment the response lies in
   // > 0: the batch held several requests, whose rows the outputs keep along dim 0.
   int64_t batch_rows = 0;
+  // Rows of the batch (also of a batch of one request): a pipeline report's failed rows lie
+  // below it. 0: unknown, not checked.
+  int64_t total_rows = 0;
   // The request named an output range the worker wrote the outputs into (in place).
   bool outputs_in_place = false;
   uint64_t output_offset = 0;
@@ -253,7 +256,7 @@ struct ResponseView {
 // kMaxTensors; an output descriptor has an invalid dtype or rank, nbytes that disagree with its
 // shape, or lies outside the response slot (or, in place, is not in the client's region); a
 // batched output lost dim 0; in place, an output is not where PlaceOutputs puts it; a pipeline
-// report has more than kMaxRowErrors rows, a row outside the batch, an OK status or unterminated
+// report has more than kMaxRowErrors rows, a row at or past total_rows, an OK status or unterminated
 // text.
 Status ReadResponse(const uint8_t* slot, const ResponseExpectation& expected, ResponseView* out);
 

@@ -472,12 +472,13 @@ Status ComputeLoop::RunBatch(const uint8_t* request, uint8_t* response, int64_t*
   if (!status.ok()) return status;
   std::vector<c10::IValue> inputs;
   bool run_model = true;
-  status = pipeline_ ? BuildPipelineInputs(request, view, &inputs, rows, pipeline, &run_model)
-                     : BuildInputs(view, &inputs, rows);
+  const bool stages = pipeline_ && pipeline_->has_item_stages();
+  status = stages ? BuildPipelineInputs(request, view, &inputs, rows, pipeline, &run_model)
+                  : BuildInputs(view, &inputs, rows);
   if (!status.ok()) return status;
   // Double buffering: the next slot's items decode on the pool while this batch's forward() runs
   // (this batch is at ring position launched_.size(): it is not in launched_ yet).
-  if (pipeline_ && config_.pipeline.overlap) {
+  if (stages && config_.pipeline.overlap) {
     pipeline_->Prefetch(segment_->request_ring().PeekAt(launched_.size() + 1),
                         segment_->data_capacity());
   }

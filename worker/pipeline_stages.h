@@ -60,6 +60,9 @@ class PipelineStages {
   Status Prepare(const uint8_t* request, const ipc::RequestView& view, const uint8_t* input_bytes,
                  std::vector<c10::IValue>* inputs, ipc::PipelineOutcome* outcome, bool* run_model);
 
+  // Decode or preprocess: the inputs come from Prepare. Without either (postprocess only) the
+  // model's inputs are built as for any model.
+  bool has_item_stages() const { return !config_.decode_format.empty() || has_preprocess_; }
   bool has_postprocess() const { return has_postprocess_; }
   // postprocess.forward(one tensor, or a tuple of them) into `*result`; its time into `outcome`.
   Status Postprocess(const std::vector<at::Tensor>& outputs, c10::IValue* result,

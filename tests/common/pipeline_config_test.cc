@@ -106,6 +106,11 @@ TEST(PipelineConfigTest, PreprocessAloneServesATensorModel) {
   EXPECT_TRUE(c.models[0].pipeline.decode_format.empty());
   EXPECT_EQ(c.models[0].pipeline.preprocess, "/base/pre.pt");
   EXPECT_EQ(PipelineToJson(PipelineConfig{}), "");  // no --pipeline for a model without stages
+  j["models"][0]["inputs"].push_back({{"dtype", "float32"}, {"shape", {-1, 2}}});
+  EXPECT_THAT(ParseError(j), HasSubstr("pipeline.preprocess: runs on the rows of the model's one "
+                                       "input; the model has 2 inputs"));
+  j["models"][0]["pipeline"] = {{"postprocess", "post.pt"}};  // any inputs without preprocess
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
 }
 
 TEST(PipelineConfigTest, MaxItemBytesAtItsDocumentedLimitsAndTheDefault) {

@@ -170,6 +170,13 @@ TEST(PipelineTest, ACorruptJpegAmongEightRequestsFailsOnlyItsOwn) {
   }
   EXPECT_EQ(ok, 7);
   EXPECT_EQ(invalid, 1);
+  // One request of three images whose last is corrupt: the request fails naming that item.
+  std::string three;
+  for (size_t k : {size_t{0}, size_t{1}, kCorrupt}) AppendBytesItem(jpegs[k], &three);
+  InferResult result;
+  Status s = client.Infer("img", {ItemsView(three, 3)}, &result);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("inputs[0] item 2: "));
   const json stats = farm.Admin("stats");
   ASSERT_FALSE(stats.is_null());
   const std::string text = stats.dump();

@@ -81,6 +81,7 @@ TEST(SlotCodecPipelineTest, AnOkResponseCarriesStageTimesAndFailedRows) {
   expected.batch_id = 9;
   expected.data_capacity = kCapacity;
   expected.batch_rows = 4;
+  expected.total_rows = 4;
   ResponseView view;
   ASSERT_TRUE(ReadResponse(response.get(), expected, &view).ok());
   ASSERT_TRUE(view.has_pipeline);
@@ -109,7 +110,7 @@ TEST(SlotCodecPipelineTest, MalformedReportsAreRejectedWithWhatWasRead) {
   ResponseExpectation expected;
   expected.batch_id = 3;
   expected.data_capacity = kCapacity;
-  expected.batch_rows = 1;  // row 1 is outside a 1-row batch
+  expected.total_rows = 1;  // row 1 is outside a 1-row batch
   ResponseView view;
   EXPECT_THAT(ReadResponse(response.get(), expected, &view).message(),
               HasSubstr("failed row 1 with status 1; expected a row below 1"));
@@ -117,7 +118,7 @@ TEST(SlotCodecPipelineTest, MalformedReportsAreRejectedWithWhatWasRead) {
   std::memcpy(&report, SlotHeaderOf(response.get())->message, sizeof(report));
   report.row_error_count = kMaxRowErrors + 1;
   std::memcpy(SlotHeaderOf(response.get())->message, &report, sizeof(report));
-  expected.batch_rows = 8;
+  expected.total_rows = 8;
   EXPECT_THAT(ReadResponse(response.get(), expected, &view).message(),
               HasSubstr("names 5 failed rows; expected at most 4"));
 }
