@@ -132,6 +132,22 @@ TEST(PipelineConfigTest, MaxItemBytesAtItsDocumentedLimitsAndTheDefault) {
   EXPECT_EQ(c.limits.request.max_item_bytes, kDefaultMaxItemBytes);
 }
 
+// `make run-images` serves configs/images.json as shipped: every worker's intra-op threads plus
+// its decode threads fit the 2 cores of the development VM (docs/benchmarks.md, "Image pipeline":
+// oversubscribed threads lose).
+TEST(PipelineConfigTest, ImagesConfigParsesAndEachWorkerFitsTwoCores) {
+  FarmConfig c;
+  Status s = LoadConfigFile(std::string(TORCHFARM_SOURCE_DIR) + "/configs/images.json", &c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(c.models.size(), 3u);
+  EXPECT_EQ(c.models[0].name, "resnet18");
+  EXPECT_EQ(c.models[0].inputs[0], (TensorSpec{DType::kBytes, {-1}}));
+  for (const ModelConfig& m : c.models) {
+    const int decode = m.pipeline.decode_format.empty() ? 0 : m.pipeline.threads;
+    EXPECT_LE(m.instances[0].threads + decode, 2) << m.name;
+  }
+}
+
 TEST(PipelineConfigTest, WorkerArgumentErrorsNameWhatWasExpected) {
   PipelineConfig p;
   EXPECT_THAT(PipelineFromJson("[1]", &p).message(), HasSubstr("expected a JSON object"));
