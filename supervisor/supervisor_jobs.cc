@@ -76,7 +76,11 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
     }
     return;
   }
-  LearnOutputs(&model, view.outputs);  // model_metadata.h: once per model file
+  // model_metadata.h: once per model file; not from a pipeline batch whose every row failed (it
+  // answers no outputs at all).
+  if (!view.outputs.empty() || view.pipeline.row_failures.empty()) {
+    LearnOutputs(&model, view.outputs);
+  }
   const bool may_pin = slot.CanPinResponse();
   int64_t row_start = 0;
   for (auto& r : batch.requests) {
