@@ -21,8 +21,8 @@ Status SplitBytesItems(std::string_view buffer, uint64_t expected_items, uint64_
                              std::to_string(buffer.size() - at) + " bytes are left");
     }
     const auto* p = reinterpret_cast<const uint8_t*>(buffer.data() + at);
-    const uint64_t length = uint64_t{p[0]} | uint64_t{p[1]} << 8 | uint64_t{p[2]} << 16 |
-                            uint64_t{p[3]} << 24;
+    const uint64_t length =
+        uint64_t{p[0]} | uint64_t{p[1]} << 8 | uint64_t{p[2]} << 16 | uint64_t{p[3]} << 24;
     at += kBytesLengthPrefix;
     if (length > max_item_bytes) {
       return ResourceExhausted(item_where + ": " + std::to_string(length) +
@@ -50,7 +50,8 @@ Status CheckBytesTensor(const TensorSpec& spec, std::string_view buffer, uint64_
                            SpecToString(spec));
   }
   const std::optional<uint64_t> count = NumElements(spec.shape);
-  if (!count) return InvalidArgument(where + ": shape " + ShapeToString(spec.shape) + " is invalid");
+  if (!count)
+    return InvalidArgument(where + ": shape " + ShapeToString(spec.shape) + " is invalid");
   std::vector<std::string_view> items;
   return SplitBytesItems(buffer, *count, max_item_bytes, where, &items);
 }

@@ -7,10 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/pipeline_config.h"
 #include "common/protocol.h"
@@ -142,7 +141,7 @@ struct CurveConfig {
 inline constexpr uint64_t kDefaultMaxItemBytes = 16 << 20;
 
 struct LimitsConfig {
-  RequestLimits request;               // header, frames, rank, tensor, request and item bytes
+  RequestLimits request;                // header, frames, rank, tensor, request and item bytes
   int64_t max_queued_per_client = 256;  // queued + running requests of one client identity
 };
 

@@ -92,19 +92,24 @@ Status ParsePipelineConfig(const json& j, const std::string& where, const std::s
     const std::string model = where.substr(0, where.rfind('.'));
     if (s = CheckInputsWithoutPipeline(inputs, model); !s.ok()) return s;
     if (!p.preprocess.empty() && inputs.size() != 1) {
-      return InvalidArgument(where + ".preprocess: runs on the rows of the model's one input; the "
-                             "model has " + std::to_string(inputs.size()) + " inputs");
+      return InvalidArgument(where +
+                             ".preprocess: runs on the rows of the model's one input; the "
+                             "model has " +
+                             std::to_string(inputs.size()) + " inputs");
     }
   } else {
     const TensorSpec wanted{DType::kBytes, {-1}};
     if (inputs.size() != 1 || !(inputs[0] == wanted)) {
       std::string got;
       for (const auto& spec : inputs) got += (got.empty() ? "" : ", ") + SpecToString(spec);
-      return InvalidArgument(where + ".decode: the model's inputs must be one bytes [-1] (an "
-                             "encoded image per row), got [" + got + "]");
+      return InvalidArgument(where +
+                             ".decode: the model's inputs must be one bytes [-1] (an "
+                             "encoded image per row), got [" +
+                             got + "]");
     }
     if (has_warmup) {
-      return InvalidArgument(where + ".decode: \"warmup\" runs zero-filled inputs, which are no "
+      return InvalidArgument(where +
+                             ".decode: \"warmup\" runs zero-filled inputs, which are no "
                              "image; remove \"warmup\" from a model that decodes");
     }
   }

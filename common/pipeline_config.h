@@ -9,10 +9,9 @@
 // worker's command line. Used by the supervisor's config (common/config.h) and the worker.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "common/tensor_spec.h"

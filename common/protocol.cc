@@ -488,11 +488,10 @@ Status CheckInputFrames(const RequestHeader& header, const std::vector<size_t>& 
                                "]: a bytes input travels as a data frame, not in shared memory");
       }
       if (frame_sizes[frame] > limits.max_tensor_bytes) {
-        return ResourceExhausted("inputs[" + std::to_string(i) + "]: " +
-                                 std::to_string(frame_sizes[frame]) +
-                                 " bytes, over the limit of " +
-                                 std::to_string(limits.max_tensor_bytes) +
-                                 " (limits.max_tensor_bytes)");
+        return ResourceExhausted(
+            "inputs[" + std::to_string(i) + "]: " + std::to_string(frame_sizes[frame]) +
+            " bytes, over the limit of " + std::to_string(limits.max_tensor_bytes) +
+            " (limits.max_tensor_bytes)");
       }
       ++frame;  // its items are checked by CheckBytesFrames
       continue;
@@ -594,8 +593,8 @@ std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
   if (timing.postprocess_us >= 0) {
     out += ",\"postprocess\":" + std::to_string(timing.postprocess_us);
   }
-  out += ",\"total\":" + std::to_string(timing.total_us) + "},\"worker\":" +
-         std::to_string(worker_id) + "}";
+  out += ",\"total\":" + std::to_string(timing.total_us) +
+         "},\"worker\":" + std::to_string(worker_id) + "}";
   return out;
 }
 

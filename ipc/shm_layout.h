@@ -92,8 +92,8 @@ inline constexpr int kMaxRowErrors = 4;
 inline constexpr size_t kRowErrorTextBytes = 88;
 
 struct RowError {
-  uint32_t row;     // of the batch, < its rows
-  int32_t status;   // torchfarm::StatusCode, not OK
+  uint32_t row;                   // of the batch, < its rows
+  int32_t status;                 // torchfarm::StatusCode, not OK
   char text[kRowErrorTextBytes];  // NUL-terminated
 };
 static_assert(sizeof(RowError) == 96);

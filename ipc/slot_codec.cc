@@ -202,8 +202,8 @@ Status ReadRequestTensor(const TensorDesc& desc, uint32_t index, uint64_t data_c
   out->nbytes = desc.nbytes;
   // A bytes input's size is in its items; the worker's pipeline splits them and checks their count
   // against the shape (worker/pipeline_stages.h).
-  const auto expected = IsBytes(out->spec.dtype) ? std::optional<uint64_t>(out->nbytes)
-                                                 : ByteSize(out->spec);
+  const auto expected =
+      IsBytes(out->spec.dtype) ? std::optional<uint64_t>(out->nbytes) : ByteSize(out->spec);
   if (!expected || *expected != out->nbytes) {
     return Internal(where() + SpecToString(out->spec) + " needs " +
                     (expected ? std::to_string(*expected) : std::string("an invalid number of")) +
@@ -246,8 +246,8 @@ void WritePipelineReport(const PipelineOutcome& outcome, SlotHeader* header) {
     const RowFailure& failure = outcome.row_failures[k];
     RowError& error = report.row_errors[k];
     error.row = static_cast<uint32_t>(failure.row);
-    error.status = static_cast<int32_t>(failure.status.ok() ? StatusCode::kInternal
-                                                            : failure.status.code());
+    error.status =
+        static_cast<int32_t>(failure.status.ok() ? StatusCode::kInternal : failure.status.code());
     const std::string& text = failure.status.message();
     const size_t length = std::min(text.size(), kRowErrorTextBytes - 1);
     std::memcpy(error.text, text.data(), length);
@@ -274,9 +274,8 @@ Status ReadPipelineReport(const SlotHeader& header, int64_t total_rows, Response
     const int64_t rows = total_rows > 0 ? total_rows : int64_t{1} << 32;
     if (error.row >= rows || error.status == 0 || length == kRowErrorTextBytes) {
       return Internal("worker's pipeline report: failed row " + std::to_string(error.row) +
-                      " with status " + std::to_string(error.status) +
-                      "; expected a row below " + std::to_string(rows) +
-                      ", a non-OK status and NUL-terminated text");
+                      " with status " + std::to_string(error.status) + "; expected a row below " +
+                      std::to_string(rows) + ", a non-OK status and NUL-terminated text");
     }
     out->pipeline.row_failures.push_back(
         RowFailure{error.row, Status(CodeFromSlot(error.status), std::string(error.text, length))});

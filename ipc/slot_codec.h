@@ -256,8 +256,8 @@ struct ResponseView {
 // kMaxTensors; an output descriptor has an invalid dtype or rank, nbytes that disagree with its
 // shape, or lies outside the response slot (or, in place, is not in the client's region); a
 // batched output lost dim 0; in place, an output is not where PlaceOutputs puts it; a pipeline
-// report has more than kMaxRowErrors rows, a row at or past total_rows, an OK status or unterminated
-// text.
+// report has more than kMaxRowErrors rows, a row at or past total_rows, an OK status or
+// unterminated text.
 Status ReadResponse(const uint8_t* slot, const ResponseExpectation& expected, ResponseView* out);
 
 }  // namespace torchfarm::ipc

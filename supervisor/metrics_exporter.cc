@@ -46,9 +46,10 @@ MetricsExporter::MetricsExporter() : registry_(std::make_shared<prometheus::Regi
            .Register(*registry_);
   duration_ = &prometheus::BuildHistogram()
                    .Name("torchfarm_request_duration_seconds")
-                   .Help("Request latency by stage: queue (arrival to dispatch), compute (the "
-                         "batch's forward), total (arrival to reply); pipeline models also "
-                         "decode, preprocess, postprocess (the batch's time in each)")
+                   .Help(
+                       "Request latency by stage: queue (arrival to dispatch), compute (the "
+                       "batch's forward), total (arrival to reply); pipeline models also "
+                       "decode, preprocess, postprocess (the batch's time in each)")
                    .Register(*registry_);
   batch_size_ = &prometheus::BuildHistogram()
                      .Name("torchfarm_batch_size")

@@ -8,7 +8,6 @@
 
 #include <array>
 #include <cstdint>
-
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"

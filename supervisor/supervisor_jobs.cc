@@ -33,8 +33,9 @@ constexpr Millis kStuckReplyLimit{2'000};
 Status RowFailureOf(const ipc::ResponseView& view, int64_t first_row, int64_t rows) {
   for (const ipc::RowFailure& failure : view.pipeline.row_failures) {
     if (failure.row < first_row || failure.row >= first_row + rows) continue;
-    return Status(failure.status.code(), "inputs[0] item " + std::to_string(failure.row - first_row) +
-                                             ": " + failure.status.message());
+    return Status(failure.status.code(), "inputs[0] item " +
+                                             std::to_string(failure.row - first_row) + ": " +
+                                             failure.status.message());
   }
   return Status::Ok();
 }

@@ -84,13 +84,13 @@ InferCommand::InferCommand(CLI::App* parent) {
   app_ = parent->add_subcommand("infer", "Send one inference request built from .npy files");
   app_->add_option("--endpoint", endpoint_, "Supervisor endpoint")->capture_default_str();
   app_->add_option("--model", model_, "Model name")->required();
-  auto* input = app_->add_option("--input", inputs_,
-                                 "Input .npy file, once per model input, in order")
-                     ->check(CLI::ExistingFile);
+  auto* input =
+      app_->add_option("--input", inputs_, "Input .npy file, once per model input, in order")
+          ->check(CLI::ExistingFile);
   auto* image = app_->add_option("--image", images_,
                                  "Image file (JPEG) for a model whose pipeline decodes; repeat "
                                  "for a batch; prints the answer")
-                     ->check(CLI::ExistingFile);
+                    ->check(CLI::ExistingFile);
   input->excludes(image);
   app_->callback([this, input, image] {
     if (input->count() == 0 && image->count() == 0) {

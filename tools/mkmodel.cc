@@ -140,27 +140,70 @@ def forward(self, logits):
 
 std::vector<Recipe> Recipes() {
   return {
-      {"identity", "x: any dtype, any shape", "x unchanged", BuildIdentity,
-       [] { return std::vector<c10::IValue>{torch::ones({2, 3})}; }, {{2, 3}}},
-      {"mlp", "float32 [-1, 256]", "float32 [-1, 128]", BuildMlp,
-       [] { return std::vector<c10::IValue>{torch::ones({2, 256})}; }, {{2, 128}}},
-      {"convnet", "float32 [-1, 3, 32, 32]", "float32 [-1, 10]", BuildConvnet,
-       [] { return std::vector<c10::IValue>{torch::ones({2, 3, 32, 32})}; }, {{2, 10}}},
-      {"slow", "float32 [-1, N>=1] (x[:, 0].max() = work units of ~0.04-0.1 ms)", "x unchanged",
-       BuildSlow, [] { return std::vector<c10::IValue>{torch::full({2, 4}, 3.0)}; }, {{2, 4}}},
-      {"pair", "a: float32 any shape, b: float32 same shape", "(a + b, a * b)", BuildPair,
-       [] { return std::vector<c10::IValue>{torch::ones({2, 5}), torch::ones({2, 5})}; },
+      {"identity",
+       "x: any dtype, any shape",
+       "x unchanged",
+       BuildIdentity,
+       [] {
+         return std::vector<c10::IValue>{torch::ones({2, 3})};
+       },
+       {{2, 3}}},
+      {"mlp",
+       "float32 [-1, 256]",
+       "float32 [-1, 128]",
+       BuildMlp,
+       [] {
+         return std::vector<c10::IValue>{torch::ones({2, 256})};
+       },
+       {{2, 128}}},
+      {"convnet",
+       "float32 [-1, 3, 32, 32]",
+       "float32 [-1, 10]",
+       BuildConvnet,
+       [] {
+         return std::vector<c10::IValue>{torch::ones({2, 3, 32, 32})};
+       },
+       {{2, 10}}},
+      {"slow",
+       "float32 [-1, N>=1] (x[:, 0].max() = work units of ~0.04-0.1 ms)",
+       "x unchanged",
+       BuildSlow,
+       [] {
+         return std::vector<c10::IValue>{torch::full({2, 4}, 3.0)};
+       },
+       {{2, 4}}},
+      {"pair",
+       "a: float32 any shape, b: float32 same shape",
+       "(a + b, a * b)",
+       BuildPair,
+       [] {
+         return std::vector<c10::IValue>{torch::ones({2, 5}), torch::ones({2, 5})};
+       },
        {{2, 5}, {2, 5}}},
-      {"add2", "x: float32 any shape, y: float32 same shape", "x + 2 * y", BuildAdd2,
-       [] { return std::vector<c10::IValue>{torch::ones({2, 5}), torch::ones({2, 5})}; },
+      {"add2",
+       "x: float32 any shape, y: float32 same shape",
+       "x + 2 * y",
+       BuildAdd2,
+       [] {
+         return std::vector<c10::IValue>{torch::ones({2, 5}), torch::ones({2, 5})};
+       },
        {{2, 5}}},
-      {"jpeg_pre", "image: uint8 [H, W, 3]", "float32 [3, 32, 32]", BuildJpegPre,
+      {"jpeg_pre",
+       "image: uint8 [H, W, 3]",
+       "float32 [3, 32, 32]",
+       BuildJpegPre,
        [] {
          return std::vector<c10::IValue>{torch::full({48, 40, 3}, 7, torch::dtype(torch::kUInt8))};
        },
        {{3, 32, 32}}},
-      {"topk_post", "logits: float32 [-1, 10]", "(float32 [-1, 3], int64 [-1, 3])", BuildTopkPost,
-       [] { return std::vector<c10::IValue>{torch::randn({2, 10})}; }, {{2, 3}, {2, 3}}},
+      {"topk_post",
+       "logits: float32 [-1, 10]",
+       "(float32 [-1, 3], int64 [-1, 3])",
+       BuildTopkPost,
+       [] {
+         return std::vector<c10::IValue>{torch::randn({2, 10})};
+       },
+       {{2, 3}, {2, 3}}},
   };
 }
 
@@ -235,10 +278,9 @@ int main(int argc, char** argv) {
   std::string out;
   std::string all_dir;
   uint64_t seed = 0;
-  auto* model_option =
-      app.add_option("--model", model, "model to write")
-          ->check(CLI::IsMember(
-              {"identity", "mlp", "convnet", "slow", "pair", "add2", "jpeg_pre", "topk_post"}));
+  auto* model_option = app.add_option("--model", model, "model to write")
+                           ->check(CLI::IsMember({"identity", "mlp", "convnet", "slow", "pair",
+                                                  "add2", "jpeg_pre", "topk_post"}));
   auto* out_option = app.add_option("--out", out, "file to write (with --model)");
   auto* all_option = app.add_option("--all", all_dir, "write every model as DIR/<name>.pt");
   app.add_option("--seed", seed, "weight seed (default 0)");

@@ -61,8 +61,9 @@ Status ComputeLoop::BuildPipelineInputs(const uint8_t* request, const ipc::Reque
     if (!s.ok()) return s;
   }
   std::vector<c10::IValue> host;
-  Status s = pipeline_->Prepare(request, view, view.InputBytes(0, region ? region->data() : nullptr),
-                                &host, outcome, run_model);
+  Status s =
+      pipeline_->Prepare(request, view, view.InputBytes(0, region ? region->data() : nullptr),
+                         &host, outcome, run_model);
   if (!s.ok()) return s;
   for (const c10::IValue& input : host) inputs->emplace_back(PrepareInput(input.toTensor()));
   return Status::Ok();

@@ -27,7 +27,8 @@ std::string TurboError(tjhandle handle) { return tjGetErrorStr2(handle); }
 
 Status DecodeJpeg(std::string_view jpeg, at::Tensor* image) {
   tjhandle handle = ThreadDecompressor();
-  if (!handle) return Internal(std::string("cannot create a JPEG decompressor: ") + tjGetErrorStr2(nullptr));
+  if (!handle)
+    return Internal(std::string("cannot create a JPEG decompressor: ") + tjGetErrorStr2(nullptr));
   if (jpeg.size() < 2 || static_cast<uint8_t>(jpeg[0]) != 0xff ||
       static_cast<uint8_t>(jpeg[1]) != 0xd8) {
     return InvalidArgument("not a JPEG: expected the bytes ff d8 first, got " +

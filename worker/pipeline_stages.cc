@@ -21,7 +21,7 @@ struct PipelineStages::Batch {
   at::Tensor rows;                        // no decode: the batch's input, rows along dim 0
   std::vector<at::Tensor> items;
   std::vector<Status> statuses;
-  std::atomic<int64_t> decode_us{0};      // summed over the items (pool-thread time)
+  std::atomic<int64_t> decode_us{0};  // summed over the items (pool-thread time)
   std::atomic<int64_t> preprocess_us{0};
   std::mutex mutex;
   std::condition_variable done;
@@ -35,8 +35,7 @@ struct PipelineStages::Batch {
 
 namespace {
 
-Status LoadStageModule(const std::string& stage, const std::string& path,
-                       torch::jit::Module* out) {
+Status LoadStageModule(const std::string& stage, const std::string& path, torch::jit::Module* out) {
   try {
     *out = torch::jit::load(path, c10::Device(c10::kCPU));
     out->eval();
@@ -193,7 +192,8 @@ Status PipelineStages::Assemble(Batch& batch, std::vector<c10::IValue>* inputs,
   std::string failures;
   for (size_t row = 0; row < batch.items.size(); ++row) {
     if (!batch.statuses[row].ok()) {
-      outcome->row_failures.push_back(ipc::RowFailure{static_cast<int64_t>(row), batch.statuses[row]});
+      outcome->row_failures.push_back(
+          ipc::RowFailure{static_cast<int64_t>(row), batch.statuses[row]});
       if (failures.size() < 400) {
         failures += "; item " + std::to_string(row) + ": " + batch.statuses[row].message();
       }

@@ -1,4 +1,5 @@
-// A fixed pool of worker-side threads for the pipeline's per-item stages (worker/pipeline_stages.h).
+// A fixed pool of worker-side threads for the pipeline's per-item stages
+// (worker/pipeline_stages.h).
 //
 // Owns: its std::threads (started in the constructor, joined in the destructor after the queue
 // ran dry) and a FIFO of tasks. Submit is called by the compute thread; tasks run on the pool's

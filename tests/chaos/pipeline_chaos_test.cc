@@ -2,6 +2,7 @@
 // the stages hold requests the supervisor must re-run when the worker is SIGKILLed mid-decode.
 // A crash fault on the 3rd batch (while the pool decodes the next one) plus a kill storm under
 // 8 clients: every request answered exactly once and correctly, none lost.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <turbojpeg.h>
 
@@ -12,8 +13,6 @@
 #include <mutex>
 #include <random>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "common/bytes_items.h"
 #include "farm_fixture.h"
@@ -33,8 +32,8 @@ std::string Jpeg(int width, int height, unsigned seed) {
   tjhandle handle = tjInitCompress();
   unsigned char* jpeg = nullptr;
   unsigned long size = 0;
-  const int rc =
-      tjCompress2(handle, pixels.data(), width, 0, height, TJPF_RGB, &jpeg, &size, TJSAMP_420, 90, 0);
+  const int rc = tjCompress2(handle, pixels.data(), width, 0, height, TJPF_RGB, &jpeg, &size,
+                             TJSAMP_420, 90, 0);
   std::string out = rc == 0 ? std::string(reinterpret_cast<char*>(jpeg), size) : std::string();
   tjFree(jpeg);
   tjDestroy(handle);

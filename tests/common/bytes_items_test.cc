@@ -59,7 +59,8 @@ TEST(BytesItemsTest, MalformedBuffersNameTheItemAndWhatWasWrong) {
   EXPECT_TRUE(SplitBytesItems(two, 2, 2, "inputs[0]", &items).ok());
   Status over = SplitBytesItems(two, 2, 1, "inputs[0]", &items);
   EXPECT_EQ(over.code(), StatusCode::kResourceExhausted);
-  EXPECT_THAT(over.message(), HasSubstr("item 0: 2 bytes, over the limit of 1 (limits.max_item_bytes)"));
+  EXPECT_THAT(over.message(),
+              HasSubstr("item 0: 2 bytes, over the limit of 1 (limits.max_item_bytes)"));
   EXPECT_THAT(CheckBytesTensor(TensorSpec{DType::kBytes, {}}, two, 9, "x").message(),
               HasSubstr("a bytes tensor has rank 1 or more"));
   EXPECT_TRUE(CheckBytesTensor(TensorSpec{DType::kBytes, {1, 2}}, two, 9, "x").ok());

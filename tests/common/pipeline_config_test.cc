@@ -49,7 +49,8 @@ TEST(PipelineConfigTest, DecodeThreadsAtTheirDocumentedLimitsAndTheDefault) {
     const std::string error =
         ParseError(ImageConfig({{"decode", {{"format", "jpeg"}, {"threads", threads}}}}));
     EXPECT_THAT(error, HasSubstr("config.models[0].pipeline.decode.threads: expected an integer in "
-                                 "1..64, got number " + std::to_string(threads)));
+                                 "1..64, got number " +
+                                 std::to_string(threads)));
   }
   FarmConfig c;
   ASSERT_TRUE(ParseConfig(ImageConfig({{"decode", {{"format", "jpeg"}}}}), "/base", &c).ok());
@@ -96,11 +97,12 @@ TEST(PipelineConfigTest, ErrorsNameThePathTheExpectationAndTheValue) {
 }
 
 TEST(PipelineConfigTest, PreprocessAloneServesATensorModel) {
-  json j = {{"models", json::array({{{"name", "m"},
-                                     {"path", "m.pt"},
-                                     {"inputs", json::array({{{"dtype", "uint8"},
-                                                              {"shape", {-1, 8, 8, 3}}}})},
-                                     {"pipeline", {{"preprocess", "pre.pt"}}}}})}};
+  json j = {
+      {"models",
+       json::array({{{"name", "m"},
+                     {"path", "m.pt"},
+                     {"inputs", json::array({{{"dtype", "uint8"}, {"shape", {-1, 8, 8, 3}}}})},
+                     {"pipeline", {{"preprocess", "pre.pt"}}}}})}};
   FarmConfig c;
   ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
   EXPECT_TRUE(c.models[0].pipeline.decode_format.empty());
@@ -125,7 +127,8 @@ TEST(PipelineConfigTest, MaxItemBytesAtItsDocumentedLimitsAndTheDefault) {
     json j = ImageConfig({{"decode", {{"format", "jpeg"}}}});
     j["limits"] = {{"max_item_bytes", value}};
     EXPECT_THAT(ParseError(j), HasSubstr("config.limits.max_item_bytes: expected an integer in "
-                                         "1..4294967295, got number " + std::to_string(value)));
+                                         "1..4294967295, got number " +
+                                         std::to_string(value)));
   }
   FarmConfig c;
   ASSERT_TRUE(ParseConfig(ImageConfig({{"decode", {{"format", "jpeg"}}}}), "/base", &c).ok());

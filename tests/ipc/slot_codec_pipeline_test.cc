@@ -25,7 +25,8 @@ struct FreeSlot {
 using SlotBytes = std::unique_ptr<uint8_t, FreeSlot>;
 
 SlotBytes NewSlot() {
-  SlotBytes slot(static_cast<uint8_t*>(std::aligned_alloc(kCacheLine, sizeof(SlotHeader) + kCapacity)));
+  SlotBytes slot(
+      static_cast<uint8_t*>(std::aligned_alloc(kCacheLine, sizeof(SlotHeader) + kCapacity)));
   std::memset(slot.get(), 0, sizeof(SlotHeader) + kCapacity);
   return slot;
 }

@@ -53,8 +53,8 @@ class PipelineStagesTest : public ComputeLoopTest {
     batch.batch_id = batch_id;
     ipc::RequestInput input;
     input.spec = TensorSpec{DType::kBytes, {static_cast<int64_t>(items.size())}};
-    input.parts.push_back(ipc::TensorPart{reinterpret_cast<const uint8_t*>(buffer.data()),
-                                          buffer.size(), false});
+    input.parts.push_back(
+        ipc::TensorPart{reinterpret_cast<const uint8_t*>(buffer.data()), buffer.size(), false});
     batch.inputs.push_back(input);
     ASSERT_TRUE(ipc::WriteRequest(batch, slot, segment_->data_capacity(), nullptr).ok());
     segment_->request_ring().Publish();
@@ -92,8 +92,8 @@ TEST_F(PipelineStagesTest, MixedSizesAreDecodedPreprocessedAndAnsweredPerRow) {
   ASSERT_EQ(r.outputs.size(), 2u);
   ASSERT_EQ(r.outputs[0].sizes(), (std::vector<int64_t>{3, 3}));
   for (size_t k = 0; k < jpegs.size(); ++k) {
-    EXPECT_TRUE(torch::allclose(r.outputs[0][static_cast<int64_t>(k)], Expected(jpegs[k])[0],
-                                1e-5, 1e-6))
+    EXPECT_TRUE(
+        torch::allclose(r.outputs[0][static_cast<int64_t>(k)], Expected(jpegs[k])[0], 1e-5, 1e-6))
         << "row " << k;
   }
 }
