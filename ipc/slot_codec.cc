@@ -220,6 +220,11 @@ Status ReadRequestTensor(const TensorDesc& desc, uint32_t index, uint64_t data_c
     }
     return Status::Ok();
   }
+  if (IsBytes(out->spec.dtype)) {
+    // WriteRequest never puts one there (InputByteCount): its size is in its items.
+    return Internal(where() + "a bytes input lies in client region " +
+                    std::to_string(out->location) + "; bytes inputs travel in the slot");
+  }
   if (out->region_index() >= view.regions.size()) {
     return Internal(where() + "names client region " + std::to_string(out->location) + " of " +
                     std::to_string(view.regions.size()));
