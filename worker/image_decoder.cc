@@ -40,7 +40,11 @@ Status DecodeJpeg(std::string_view jpeg, at::Tensor* image) {
   if (tjDecompressHeader3(handle, data, size, &width, &height, &subsampling, &colorspace) != 0) {
     return InvalidArgument("corrupt JPEG header: " + TurboError(handle));
   }
-  if (width <= 0 || height <= 0 || int64_t{width} * height > kMaxImagePixels) {
+  if (width <= 0 || height <= 0) {
+    return InvalidArgument("corrupt JPEG header: no frame (size " + std::to_string(width) + "x" +
+                           std::to_string(height) + ")");
+  }
+  if (int64_t{width} * height > kMaxImagePixels) {
     return InvalidArgument("JPEG of " + std::to_string(width) + "x" + std::to_string(height) +
                            " pixels; at most " + std::to_string(kMaxImagePixels) +
                            " pixels are decoded");

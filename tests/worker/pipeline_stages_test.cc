@@ -175,6 +175,9 @@ TEST(ImageDecoderTest, CorruptAndOversizedJpegsAreNamed) {
   at::Tensor image;
   EXPECT_EQ(DecodeJpeg("", &image).code(), StatusCode::kInvalidArgument);
   EXPECT_NE(DecodeJpeg("GIF89a", &image).message().find("not a JPEG"), std::string::npos);
+  Status junk = DecodeJpeg("\xff\xd8garbage", &image);
+  EXPECT_EQ(junk.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(junk.message().find("corrupt JPEG"), std::string::npos) << junk.message();
   const std::string good = Jpeg(6, 4, 9);
   ASSERT_TRUE(DecodeJpeg(good, &image).ok());
   EXPECT_EQ(image.sizes(), (std::vector<int64_t>{4, 6, 3}));
