@@ -10,7 +10,7 @@ JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build models run test test-unit test-integration test-soak bench clean install \
+.PHONY: all deps configure build models models-real run-images run test test-unit test-integration test-soak bench clean install \
         test-asan fuzz
 
 all: build
@@ -26,6 +26,16 @@ build: configure
 
 models: build
 	$(BUILD_DIR)/bin/torchfarm-mkmodel --all models
+
+# Real models for the image pipeline (issue 20): torchvision resnet18 and lraspp segmentation with
+# random weights (nothing downloaded), their pre/post modules and an int8 quantize_dynamic MLP,
+# into models/real (tools/export_image_models.py); configs/images.json serves them.
+models-real:
+	./tools/install-deps.sh --models
+	/usr/bin/python3 tools/export_image_models.py --out models/real
+
+run-images: build models-real
+	$(BUILD_DIR)/bin/torchfarm-supervisor --config configs/images.json
 
 run: models
 	$(BUILD_DIR)/bin/torchfarm-supervisor --config configs/demo.json

@@ -49,6 +49,7 @@ install(FILES
   ${PROJECT_SOURCE_DIR}/common/status.h
   ${PROJECT_SOURCE_DIR}/common/dtype.h
   ${PROJECT_SOURCE_DIR}/common/tensor_spec.h
+  ${PROJECT_SOURCE_DIR}/common/bytes_items.h
   ${PROJECT_SOURCE_DIR}/common/protocol.h
   ${PROJECT_SOURCE_DIR}/common/shm_reference.h
   DESTINATION ${TORCHFARM_INSTALL_INCLUDEDIR}/common)

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/bytes_items.h"
 #include "common/model_versions.h"
 #include "common/number_parse.h"
 #include "common/worker_count.h"
@@ -238,7 +239,7 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
                  "max_queue_delay_us", "preferred_batch_sizes", "max_queue_size",
                  "max_queue_wait_ms", "max_inflight_per_worker", "priority_levels", "slot_bytes",
                  "ring_slots", "hang_timeout_ms", "warmup", "versions", "version_policy",
-                 "rollout"});
+                 "rollout", "pipeline"});
   if (!s.ok()) return s;
   ModelConfig m;
   if (s = GetString(j, "name", where, true, &m.name); !s.ok()) return s;
@@ -328,6 +329,13 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
   if (auto rollout = j.find("rollout"); rollout != j.end()) {
     if (s = ParseRollout(*rollout, where + ".rollout", &m.rollout); !s.ok()) return s;
   }
+  if (auto pipeline = j.find("pipeline"); pipeline != j.end()) {
+    s = ParsePipelineConfig(*pipeline, where + ".pipeline", base_dir, m.inputs, !m.warmup.empty(),
+                            &m.pipeline);
+  } else {
+    s = CheckInputsWithoutPipeline(m.inputs, where);
+  }
+  if (!s.ok()) return s;
   *out = std::move(m);
   return Status::Ok();
 }
@@ -575,6 +583,7 @@ static Status ParseFrontend(const json& j, const std::string& base_dir, Frontend
 static Status ParseLimits(const json* j, const std::vector<ModelConfig>& models, LimitsConfig* out) {
   const std::string where = "config.limits";
   LimitsConfig l;
+  l.request.max_item_bytes = kDefaultMaxItemBytes;
   uint64_t largest_slot = 0;
   for (const auto& m : models) largest_slot = std::max(largest_slot, m.slot_bytes);
   int64_t max_frames = static_cast<int64_t>(kMaxInputs) + 1;
@@ -583,9 +592,11 @@ static Status ParseLimits(const json* j, const std::vector<ModelConfig>& models,
     if (!j->is_object()) return InvalidArgument(where + ": expected an object, got " + Got(*j));
     Status s = CheckKeys(*j, where, {"max_header_bytes", "max_frames", "max_tensor_bytes",
                                      "max_rank", "max_request_bytes", "max_queued_per_client",
-                                     "max_shm_bytes"});
+                                     "max_shm_bytes", "max_item_bytes"});
     if (!s.ok()) return s;
     RequestLimits& r = l.request;
+    if (s = GetInt(*j, "max_item_bytes", where, 1, kMaxBytesItem, &r.max_item_bytes); !s.ok())
+      return s;
     if (s = GetInt(*j, "max_header_bytes", where, 256, 16 << 20, &r.max_header_bytes); !s.ok())
       return s;
     if (s = GetInt(*j, "max_frames", where, 2, 1025, &max_frames); !s.ok()) return s;

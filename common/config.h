@@ -7,11 +7,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "common/pipeline_config.h"
 #include "common/protocol.h"
 #include "common/status.h"
 #include "common/tensor_spec.h"
@@ -88,6 +88,9 @@ struct ModelConfig {
   // input. Written as batch sizes (trailing dims from `inputs`) or as shape lists.
   std::vector<std::vector<TensorSpec>> warmup;
   RolloutConfig rollout;
+  // Decode / pre- / post-processing stages in the worker (common/pipeline_config.h); none when
+  // the config has no "pipeline".
+  PipelineConfig pipeline;
 
   // Input k's name: input_names[k], or INPUT__k beyond them.
   std::string input_name(size_t k) const;
@@ -139,8 +142,10 @@ struct CurveConfig {
 };
 
 // Top-level "limits": what one client or one request may cost the supervisor.
+inline constexpr uint64_t kDefaultMaxItemBytes = 16 << 20;
+
 struct LimitsConfig {
-  RequestLimits request;               // header, frames, rank, tensor and request bytes
+  RequestLimits request;                // header, frames, rank, tensor, request and item bytes
   int64_t max_queued_per_client = 256;  // queued + running requests of one client identity
   // Shared memory the supervisor creates: worker segments and client_shm regions together. A
   // worker launch beyond it backs off and retries; shm_create beyond it is RESOURCE_EXHAUSTED.

@@ -26,7 +26,16 @@ enum class DType : uint8_t {
   kInt8 = 8,
   kUInt8 = 9,
   kBool = 10,
+  // Variable-length byte strings (an encoded image): a tensor of shape [N] whose data is N items,
+  // each a 4-byte little-endian length and that many bytes (Triton's BYTES layout;
+  // common/bytes_items.h). Its byte size follows from the data, not from the shape: ByteSize()
+  // has none, and no model input or output tensor has this type (the worker's pipeline decodes it,
+  // worker/pipeline_stages.h).
+  kBytes = 11,
 };
+
+// True for kBytes: the dtype whose size the shape does not determine.
+inline bool IsBytes(DType dtype) { return dtype == DType::kBytes; }
 
 std::optional<DType> ParseDType(std::string_view numpy_name);
 std::optional<DType> DTypeFromCode(uint8_t code);
@@ -36,10 +45,11 @@ size_t DTypeSize(DType dtype);
 std::string_view DTypeNumpyDescr(DType dtype);
 std::optional<DType> DTypeFromNumpyDescr(std::string_view descr);
 // The Open Inference Protocol (KServe v2) datatype: "FP32", "INT64", "BOOL"... (docs/kserve-v2.md).
-// v2 types torchfarm cannot carry (UINT16..UINT64, BYTES) have no DType: nullopt.
+// v2 types torchfarm cannot carry (UINT16..UINT64) have no DType: nullopt. kBytes maps to BYTES
+// only in this table: the v2 front ends do not accept BYTES inputs yet (docs/kserve-v2.md).
 std::string_view V2DatatypeName(DType dtype);
 std::optional<DType> DTypeFromV2Name(std::string_view v2_name);
-// "FP32, FP64, ..." for error messages.
+// "FP32, FP64, ..." for error messages (the types the v2 front ends accept: no BYTES).
 std::string AllV2DatatypeNames();
 // "float32, float64, ..." for error messages.
 std::string AllDTypeNames();

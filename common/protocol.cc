@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/bytes_items.h"
 #include "common/model_versions.h"
 #include "common/number_parse.h"
 #include "common/tensor_names.h"
@@ -475,6 +476,20 @@ Status CheckInputFrames(const RequestHeader& header, const std::vector<size_t>& 
   }
   size_t frame = 0;
   for (size_t i = 0; i < header.inputs.size(); ++i) {
+    if (IsBytes(header.inputs[i].dtype)) {
+      if (header.input_in_shm(i)) {
+        return InvalidArgument("inputs[" + std::to_string(i) +
+                               "]: a bytes input travels as a data frame, not in shared memory");
+      }
+      if (frame_sizes[frame] > limits.max_tensor_bytes) {
+        return ResourceExhausted(
+            "inputs[" + std::to_string(i) + "]: " + std::to_string(frame_sizes[frame]) +
+            " bytes, over the limit of " + std::to_string(limits.max_tensor_bytes) +
+            " (limits.max_tensor_bytes)");
+      }
+      ++frame;  // its items are checked by CheckBytesFrames
+      continue;
+    }
     auto expected = ByteSize(header.inputs[i]);
     if (!expected) {
       return InvalidArgument("inputs[" + std::to_string(i) + "]: shape " +
@@ -495,6 +510,20 @@ Status CheckInputFrames(const RequestHeader& header, const std::vector<size_t>& 
                              std::to_string(frame_sizes[frame]));
     }
     ++frame;
+  }
+  return Status::Ok();
+}
+
+Status CheckBytesFrames(const RequestHeader& header, const std::vector<std::string_view>& frames,
+                        const RequestLimits& limits) {
+  size_t frame = 0;
+  for (size_t i = 0; i < header.inputs.size() && frame < frames.size(); ++i) {
+    if (header.input_in_shm(i)) continue;
+    const std::string_view data = frames[frame++];
+    if (!IsBytes(header.inputs[i].dtype)) continue;
+    Status s = CheckBytesTensor(header.inputs[i], data, limits.max_item_bytes,
+                                "inputs[" + std::to_string(i) + "]");
+    if (!s.ok()) return s;
   }
   return Status::Ok();
 }
@@ -551,9 +580,15 @@ std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
     out += '}';
   }
   out += "],\"timing_us\":{\"queue\":" + std::to_string(timing.queue_us) +
-         ",\"compute\":" + std::to_string(timing.compute_us) +
-         ",\"total\":" + std::to_string(timing.total_us) + "},\"worker\":" +
-         std::to_string(worker_id) + "}";
+         ",\"compute\":" + std::to_string(timing.compute_us);
+  // Pipeline stages only for a model that has them (docs/protocol.md, "Replies").
+  if (timing.decode_us >= 0) out += ",\"decode\":" + std::to_string(timing.decode_us);
+  if (timing.preprocess_us >= 0) out += ",\"preprocess\":" + std::to_string(timing.preprocess_us);
+  if (timing.postprocess_us >= 0) {
+    out += ",\"postprocess\":" + std::to_string(timing.postprocess_us);
+  }
+  out += ",\"total\":" + std::to_string(timing.total_us) +
+         "},\"worker\":" + std::to_string(worker_id) + "}";
   return out;
 }
 
@@ -607,6 +642,9 @@ Status ParseReplyHeader(std::string_view text, ReplyHeader* out) {
     out->timing.queue_us = t->value("queue", int64_t{0});
     out->timing.compute_us = t->value("compute", int64_t{0});
     out->timing.total_us = t->value("total", int64_t{0});
+    out->timing.decode_us = t->value("decode", int64_t{-1});
+    out->timing.preprocess_us = t->value("preprocess", int64_t{-1});
+    out->timing.postprocess_us = t->value("postprocess", int64_t{-1});
   }
   out->worker_id = j.value("worker", -1);
   return Status::Ok();

@@ -44,6 +44,9 @@ struct RequestLimits {
   int max_rank = kMaxRank;
   uint64_t max_tensor_bytes = uint64_t{1} << 40;   // one input's bytes
   uint64_t max_request_bytes = uint64_t{1} << 40;  // header + every data frame
+  // One item of a bytes input (common/bytes_items.h): an encoded image. The config's default is
+  // lower (config.h).
+  uint64_t max_item_bytes = uint64_t{1} << 32;
 };
 
 struct RequestHeader {
@@ -89,14 +92,26 @@ Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
 
 // Checks that the frames after the header match the declared inputs that are not in shared
 // memory one to one, by count and by byte size (dtype size x shape); and every input, frame or
-// shared memory, against limits.max_tensor_bytes.
+// shared memory, against limits.max_tensor_bytes. A bytes input (DType::kBytes) travels as a
+// frame, never in shared memory; its frame is checked by size here and by its items in
+// CheckBytesFrames.
 Status CheckInputFrames(const RequestHeader& header, const std::vector<size_t>& frame_sizes,
+                        const RequestLimits& limits = RequestLimits{});
+// The items of every bytes input against its shape and limits.max_item_bytes
+// (common/bytes_items.h); `frames` as in CheckInputFrames, with their bytes.
+Status CheckBytesFrames(const RequestHeader& header, const std::vector<std::string_view>& frames,
                         const RequestLimits& limits = RequestLimits{});
 
 struct StageTimes {
   int64_t queue_us = 0;
   int64_t compute_us = 0;
   int64_t total_us = 0;
+  // The worker's pipeline stages (worker/pipeline_stages.h), for models that have them: the
+  // batch's time in each, included in compute_us. -1: the model has no such stage (not in the
+  // reply's timing_us).
+  int64_t decode_us = -1;
+  int64_t preprocess_us = -1;
+  int64_t postprocess_us = -1;
 };
 
 // Every output carries a "name": output_names[k], or OUTPUT__k beyond them

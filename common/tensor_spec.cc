@@ -27,6 +27,7 @@ std::optional<uint64_t> NumElements(const std::vector<int64_t>& shape) {
 }
 
 std::optional<uint64_t> ByteSize(const TensorSpec& spec) {
+  if (IsBytes(spec.dtype)) return std::nullopt;
   auto n = NumElements(spec.shape);
   if (!n) return std::nullopt;
   uint64_t size = DTypeSize(spec.dtype);

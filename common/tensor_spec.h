@@ -36,7 +36,8 @@ std::string SpecToString(const TensorSpec& spec);
 
 // Number of elements, or nullopt for negative dims or overflow past 2^62.
 std::optional<uint64_t> NumElements(const std::vector<int64_t>& shape);
-// Bytes of a C-contiguous tensor, or nullopt as above.
+// Bytes of a C-contiguous tensor, or nullopt as above, and always for bytes tensors (their size
+// is in their data: common/bytes_items.h).
 std::optional<uint64_t> ByteSize(const TensorSpec& spec);
 
 // Checks a concrete tensor against a model's declared input (dtype equal, rank equal, every

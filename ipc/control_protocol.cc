@@ -55,6 +55,10 @@ std::vector<std::string> WorkerLaunchArgs::ToArgv(const std::string& worker_bina
     argv.push_back("--warmup");
     argv.push_back(warmup);
   }
+  if (!pipeline.empty()) {
+    argv.push_back("--pipeline");
+    argv.push_back(pipeline);
+  }
   if (!cores.empty()) {
     std::string list;
     for (int c : cores) list += (list.empty() ? "" : ",") + std::to_string(c);
@@ -88,6 +92,7 @@ Status WorkerLaunchArgs::Parse(int argc, char** argv, WorkerLaunchArgs* out) {
   bool no_pin = false;
   app.add_flag("--no-pin-memory", no_pin);
   app.add_option("--warmup", a.warmup);
+  app.add_option("--pipeline", a.pipeline);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

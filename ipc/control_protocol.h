@@ -78,6 +78,7 @@ struct WorkerLaunchArgs {
   bool pin_memory = true;
   int idle_spin_us = 0;
   std::string warmup;  // JSON (common/config.h, WarmupToJson); empty: no warm-up
+  std::string pipeline;  // JSON (common/pipeline_config.h, PipelineToJson); empty: no stages
 
   std::vector<std::string> ToArgv(const std::string& worker_binary) const;
   // Parses argv as written by ToArgv; on error returns InvalidArgument with CLI11's message.

@@ -29,7 +29,7 @@
 namespace torchfarm::ipc {
 
 inline constexpr uint64_t kSegmentMagic = 0x4d52414648435254ull;  // "TRCHFARM" little-endian
-inline constexpr uint32_t kLayoutVersion = 2;
+inline constexpr uint32_t kLayoutVersion = 3;  // 3: PipelineReport in OK responses
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kTensorAlignment = 64;  // every tensor's offset in a slot's data area
 inline constexpr int kMaxTensors = 16;          // inputs of a request or outputs of a response
@@ -82,6 +82,33 @@ struct SlotHeader {
 };
 static_assert(sizeof(SlotHeader) % kCacheLine == 0);
 static_assert(std::is_trivially_copyable_v<SlotHeader>);
+
+// What a worker's pipeline (worker/pipeline_stages.h) adds to an OK response, in the slot's
+// `message` bytes (which carry text only when status != 0): the batch's time per stage and the
+// rows whose item failed (a corrupt image fails only the request holding that row). Recognised by
+// its magic; a response without it has no pipeline report.
+inline constexpr uint32_t kPipelineReportMagic = 0x45504950;  // "PIPE" little-endian
+inline constexpr int kMaxRowErrors = 4;
+inline constexpr size_t kRowErrorTextBytes = 88;
+
+struct RowError {
+  uint32_t row;                   // of the batch, < its rows
+  int32_t status;                 // torchfarm::StatusCode, not OK
+  char text[kRowErrorTextBytes];  // NUL-terminated
+};
+static_assert(sizeof(RowError) == 96);
+
+struct PipelineReport {
+  uint32_t magic;            // kPipelineReportMagic
+  uint32_t row_error_count;  // <= kMaxRowErrors
+  int64_t decode_us;         // -1: the model has no such stage
+  int64_t preprocess_us;
+  int64_t postprocess_us;
+  RowError row_errors[kMaxRowErrors];
+};
+static_assert(sizeof(PipelineReport) <= sizeof(SlotHeader::message),
+              "the pipeline report lives in an OK response's message bytes");
+static_assert(std::is_trivially_copyable_v<PipelineReport>);
 
 // A ring index alone on its cache line so producer and consumer never share a line.
 struct alignas(kCacheLine) RingIndex {

@@ -79,6 +79,19 @@ Status CheckRegionTable(const RequestBatch& batch) {
   return Status::Ok();
 }
 
+// An input's bytes: from its spec, or for a bytes input (its size is in its items, which the
+// supervisor checked at intake) the sum of its parts; such an input is never in place.
+std::optional<uint64_t> InputByteCount(const RequestInput& input) {
+  if (!IsBytes(input.spec.dtype)) return ByteSize(input.spec);
+  if (input.region >= 0) return std::nullopt;
+  uint64_t total = 0;
+  for (const TensorPart& part : input.parts) {
+    if (part.nbytes > (uint64_t{1} << 62) - total) return std::nullopt;
+    total += part.nbytes;
+  }
+  return total;
+}
+
 // Checks input `index` and, for one copied into the slot, advances `*end` (the data area used so
 // far, aligned) past it, recording its offset.
 Status PlanInput(const RequestBatch& batch, size_t index, uint64_t data_capacity, uint64_t* end,
@@ -88,7 +101,7 @@ Status PlanInput(const RequestBatch& batch, size_t index, uint64_t data_capacity
   auto where = [&] {
     return "input " + std::to_string(index) + " (" + SpecToString(input.spec) + ")";
   };
-  const auto nbytes = ByteSize(input.spec);
+  const auto nbytes = InputByteCount(input);
   if (input.spec.shape.size() > static_cast<size_t>(kMaxRank) || !nbytes) {
     return Internal(where() + ": a slot holds ranks up to " + std::to_string(kMaxRank) +
                     " and sizes below 2^62 bytes");
@@ -187,7 +200,10 @@ Status ReadRequestTensor(const TensorDesc& desc, uint32_t index, uint64_t data_c
   out->location = desc.location;
   out->offset = desc.offset;
   out->nbytes = desc.nbytes;
-  const auto expected = ByteSize(out->spec);
+  // A bytes input's size is in its items; the worker's pipeline splits them and checks their count
+  // against the shape (worker/pipeline_stages.h).
+  const auto expected =
+      IsBytes(out->spec.dtype) ? std::optional<uint64_t>(out->nbytes) : ByteSize(out->spec);
   if (!expected || *expected != out->nbytes) {
     return Internal(where() + SpecToString(out->spec) + " needs " +
                     (expected ? std::to_string(*expected) : std::string("an invalid number of")) +
@@ -204,6 +220,11 @@ Status ReadRequestTensor(const TensorDesc& desc, uint32_t index, uint64_t data_c
     }
     return Status::Ok();
   }
+  if (IsBytes(out->spec.dtype)) {
+    // WriteRequest never puts one there (InputByteCount): its size is in its items.
+    return Internal(where() + "a bytes input lies in client region " +
+                    std::to_string(out->location) + "; bytes inputs travel in the slot");
+  }
   if (out->region_index() >= view.regions.size()) {
     return Internal(where() + "names client region " + std::to_string(out->location) + " of " +
                     std::to_string(view.regions.size()));
@@ -212,6 +233,57 @@ Status ReadRequestTensor(const TensorDesc& desc, uint32_t index, uint64_t data_c
   if (!Within(out->offset, out->nbytes, region_bytes)) {
     return Internal(where() + "bytes " + Range(out->offset, out->nbytes) + " lie outside the " +
                     std::to_string(region_bytes) + "-byte client region");
+  }
+  return Status::Ok();
+}
+
+// ---- Pipeline reports (an OK response's message bytes) ----
+
+void WritePipelineReport(const PipelineOutcome& outcome, SlotHeader* header) {
+  PipelineReport report{};
+  report.magic = kPipelineReportMagic;
+  report.decode_us = outcome.decode_us;
+  report.preprocess_us = outcome.preprocess_us;
+  report.postprocess_us = outcome.postprocess_us;
+  const size_t count = std::min(outcome.row_failures.size(), static_cast<size_t>(kMaxRowErrors));
+  report.row_error_count = static_cast<uint32_t>(count);
+  for (size_t k = 0; k < count; ++k) {
+    const RowFailure& failure = outcome.row_failures[k];
+    RowError& error = report.row_errors[k];
+    error.row = static_cast<uint32_t>(failure.row);
+    error.status =
+        static_cast<int32_t>(failure.status.ok() ? StatusCode::kInternal : failure.status.code());
+    const std::string& text = failure.status.message();
+    const size_t length = std::min(text.size(), kRowErrorTextBytes - 1);
+    std::memcpy(error.text, text.data(), length);
+    error.text[length] = '\0';
+  }
+  std::memcpy(header->message, &report, sizeof(report));
+}
+
+Status ReadPipelineReport(const SlotHeader& header, int64_t total_rows, ResponseView* out) {
+  PipelineReport report;
+  std::memcpy(&report, header.message, sizeof(report));
+  if (report.magic != kPipelineReportMagic) return Status::Ok();  // no pipeline
+  if (report.row_error_count > static_cast<uint32_t>(kMaxRowErrors)) {
+    return Internal("worker's pipeline report names " + std::to_string(report.row_error_count) +
+                    " failed rows; expected at most " + std::to_string(kMaxRowErrors));
+  }
+  out->has_pipeline = true;
+  out->pipeline.decode_us = report.decode_us;
+  out->pipeline.preprocess_us = report.preprocess_us;
+  out->pipeline.postprocess_us = report.postprocess_us;
+  for (uint32_t k = 0; k < report.row_error_count; ++k) {
+    const RowError& error = report.row_errors[k];
+    const size_t length = strnlen(error.text, kRowErrorTextBytes);
+    const int64_t rows = total_rows > 0 ? total_rows : int64_t{1} << 32;
+    if (error.row >= rows || error.status == 0 || length == kRowErrorTextBytes) {
+      return Internal("worker's pipeline report: failed row " + std::to_string(error.row) +
+                      " with status " + std::to_string(error.status) + "; expected a row below " +
+                      std::to_string(rows) + ", a non-OK status and NUL-terminated text");
+    }
+    out->pipeline.row_failures.push_back(
+        RowFailure{error.row, Status(CodeFromSlot(error.status), std::string(error.text, length))});
   }
   return Status::Ok();
 }
@@ -334,7 +406,7 @@ Status WriteRequest(const RequestBatch& batch, uint8_t* slot, uint64_t data_capa
   uint8_t* data = SlotData(slot);
   for (size_t i = 0; i < batch.inputs.size(); ++i) {
     const RequestInput& input = batch.inputs[i];
-    FillTensorDesc(input.spec, offsets[i], *ByteSize(input.spec), &header->tensors[i]);
+    FillTensorDesc(input.spec, offsets[i], *InputByteCount(input), &header->tensors[i]);
     if (input.region >= 0) {
       header->tensors[i].location = static_cast<uint8_t>(input.region + 1);
     } else {
@@ -429,12 +501,14 @@ void WriteResponseOutputs(const std::vector<TensorSpec>& outputs, const OutputPl
   header->tensor_count = static_cast<uint32_t>(outputs.size());
 }
 
-void FinishResponse(const Status& status, uint64_t compute_us, uint8_t* response) {
+void FinishResponse(const Status& status, uint64_t compute_us, uint8_t* response,
+                    const PipelineOutcome* pipeline) {
   SlotHeader* header = SlotHeaderOf(response);
   header->compute_us = compute_us;
   header->status = static_cast<int32_t>(status.code());
   if (status.ok()) {
     header->message[0] = '\0';
+    if (pipeline) WritePipelineReport(*pipeline, header);
     return;
   }
   header->tensor_count = 0;
@@ -471,6 +545,7 @@ Status ReadResponse(const uint8_t* slot, const ResponseExpectation& expected, Re
   for (uint32_t i = 0; i < tensor_count; ++i) {
     if (Status s = ReadOutput(header.tensors[i], i, expected, out); !s.ok()) return s;
   }
+  if (Status s = ReadPipelineReport(header, expected.total_rows, out); !s.ok()) return s;
   if (expected.outputs_in_place) return CheckInPlaceOffsets(expected, *out);
   return Status::Ok();
 }

@@ -199,9 +199,25 @@ uint8_t* OutputBytes(const OutputPlacement& placement, size_t i, uint8_t* respon
 void WriteResponseOutputs(const std::vector<TensorSpec>& outputs, const OutputPlacement& placement,
                           uint8_t* response);
 
+// A batch's pipeline stages (worker/pipeline_stages.h), as an OK response carries them.
+struct RowFailure {
+  int64_t row = 0;  // of the batch
+  Status status;    // not OK
+};
+struct PipelineOutcome {
+  int64_t decode_us = -1;  // -1: no such stage
+  int64_t preprocess_us = -1;
+  int64_t postprocess_us = -1;
+  // Rows whose item failed (at most kMaxRowErrors; the worker fails a batch with more).
+  std::vector<RowFailure> row_failures;
+};
+
 // Ends `response`: its status (a failure drops the outputs and carries the message, truncated to
-// kSlotMessageBytes - 1) and compute time.
-void FinishResponse(const Status& status, uint64_t compute_us, uint8_t* response);
+// kSlotMessageBytes - 1) and compute time; when OK and `pipeline` is given, the PipelineReport
+// (ipc/shm_layout.h) in its message bytes: row failures beyond kMaxRowErrors are dropped, texts
+// truncated to kRowErrorTextBytes - 1.
+void FinishResponse(const Status& status, uint64_t compute_us, uint8_t* response,
+                    const PipelineOutcome* pipeline = nullptr);
 
 // ---- Response slots: the supervisor reads --------------------------------------------------
 
@@ -210,6 +226,9 @@ struct ResponseExpectation {
   uint64_t data_capacity = 0;  // of the segment the response lies in
   // > 0: the batch held several requests, whose rows the outputs keep along dim 0.
   int64_t batch_rows = 0;
+  // Rows of the batch (also of a batch of one request): a pipeline report's failed rows lie
+  // below it. 0: unknown, not checked.
+  int64_t total_rows = 0;
   // The request named an output range the worker wrote the outputs into (in place).
   bool outputs_in_place = false;
   uint64_t output_offset = 0;
@@ -223,6 +242,9 @@ struct ResponseView {
   std::vector<uint64_t> nbytes;
   const uint8_t* data = nullptr;  // the data area; null when the outputs are in place
   int64_t batch_rows = 0;         // ResponseExpectation::batch_rows
+  // Read from an OK response's PipelineReport; has_pipeline false (and defaults) without one.
+  bool has_pipeline = false;
+  PipelineOutcome pipeline;
 
   // The bytes of rows [first_row, first_row + rows) of output i: one request's share of a batch
   // (of the whole output when batch_rows is 0). Null bytes when the outputs are in place.
@@ -233,7 +255,9 @@ struct ResponseView {
 // reported an error (its status and message; an unknown code becomes INTERNAL); tensor_count >
 // kMaxTensors; an output descriptor has an invalid dtype or rank, nbytes that disagree with its
 // shape, or lies outside the response slot (or, in place, is not in the client's region); a
-// batched output lost dim 0; in place, an output is not where PlaceOutputs puts it.
+// batched output lost dim 0; in place, an output is not where PlaceOutputs puts it; a pipeline
+// report has more than kMaxRowErrors rows, a row at or past total_rows, an OK status or
+// unterminated text.
 Status ReadResponse(const uint8_t* slot, const ResponseExpectation& expected, ResponseView* out);
 
 }  // namespace torchfarm::ipc

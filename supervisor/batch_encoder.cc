@@ -104,6 +104,7 @@ ipc::ResponseExpectation ExpectedResponse(const InflightBatch& batch, uint64_t d
   expected.batch_id = batch.batch_id;
   expected.data_capacity = data_capacity;
   if (batch.requests.size() > 1) expected.batch_rows = batch.rows;
+  expected.total_rows = batch.rows;
   if (batch.outputs_in_place) {
     const ShmRef& range = batch.requests.front().output_shm;
     expected.outputs_in_place = true;

@@ -79,6 +79,27 @@ Status ResolveShm(const RequestHeader& header, ClientShmRegistry* regions, TimeP
   return Status::Ok();
 }
 
+// Each input's byte count in the model's order (`frames` from `first_frame` on, one per input not
+// in shared memory), after checking the items of every bytes input (common/bytes_items.h): their
+// size comes from their frame, not from their shape.
+Status CheckBytes(const RequestHeader& header, const std::vector<zmq::message_t>& frames,
+                  size_t first_frame, const RequestLimits& limits, std::vector<size_t>* sizes) {
+  sizes->clear();
+  std::vector<std::string_view> data;
+  bool any_bytes = false;
+  for (size_t i = 0, frame = first_frame; i < header.inputs.size(); ++i) {
+    if (header.input_in_shm(i)) {
+      sizes->push_back(static_cast<size_t>(*ByteSize(header.inputs[i])));
+      continue;
+    }
+    const zmq::message_t& message = frames[frame++];
+    data.emplace_back(static_cast<const char*>(message.data()), message.size());
+    sizes->push_back(message.size());
+    any_bytes = any_bytes || IsBytes(header.inputs[i].dtype);
+  }
+  return any_bytes ? CheckBytesFrames(header, data, limits) : Status::Ok();
+}
+
 std::vector<std::string> InputNames(const ModelConfig& model) {
   std::vector<std::string> names;
   for (size_t k = 0; k < model.inputs.size(); ++k) names.push_back(model.input_name(k));
@@ -204,8 +225,7 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   // From here on the inputs are in the model's order, and sizes[i] is input i's byte count,
   // wherever its bytes are.
   if (s = ArrangeNamedInputs(model, &header, frames, payload_start + 1); !s.ok()) return s;
-  sizes.clear();
-  for (const auto& spec : header.inputs) sizes.push_back(static_cast<size_t>(*ByteSize(spec)));
+  if (s = CheckBytes(header, frames, payload_start + 1, limits, &sizes); !s.ok()) return s;
   if (header.inputs.size() != model.inputs.size()) {
     return InvalidArgument("model '" + model.name + "' takes " +
                            std::to_string(model.inputs.size()) + " input(s), got " +

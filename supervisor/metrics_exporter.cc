@@ -46,8 +46,10 @@ MetricsExporter::MetricsExporter() : registry_(std::make_shared<prometheus::Regi
            .Register(*registry_);
   duration_ = &prometheus::BuildHistogram()
                    .Name("torchfarm_request_duration_seconds")
-                   .Help("Request latency by stage: queue (arrival to dispatch), compute (the "
-                         "batch's forward), total (arrival to reply)")
+                   .Help(
+                       "Request latency by stage: queue (arrival to dispatch), compute (the "
+                       "batch's forward), total (arrival to reply); pipeline models also "
+                       "decode, preprocess, postprocess (the batch's time in each)")
                    .Register(*registry_);
   batch_size_ = &prometheus::BuildHistogram()
                      .Name("torchfarm_batch_size")
@@ -147,6 +149,13 @@ void MetricsExporter::Latency(const std::string& model, const std::string& versi
   handles.queue->Observe(queue_s);
   handles.compute->Observe(compute_s);
   handles.total->Observe(total_s);
+}
+
+void MetricsExporter::PipelineStage(const std::string& model, const std::string& version,
+                                    const char* stage, double seconds) {
+  // Family::Add returns the existing histogram for labels it has seen.
+  duration_->Add({{"model", model}, {"version", version}, {"stage", stage}}, DurationBuckets())
+      .Observe(seconds);
 }
 
 void MetricsExporter::Batch(const std::string& model, const std::string& version, int64_t rows) {

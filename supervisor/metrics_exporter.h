@@ -54,6 +54,10 @@ class MetricsExporter {
                    RequestOrigin origin = RequestOrigin::kZmq);
   void Latency(const std::string& model, const std::string& version, double queue_s,
                double compute_s, double total_s);
+  // A worker pipeline stage of an answered request ("decode", "preprocess", "postprocess"): the
+  // same duration histogram as Latency, with that stage label.
+  void PipelineStage(const std::string& model, const std::string& version, const char* stage,
+                     double seconds);
   void Batch(const std::string& model, const std::string& version, int64_t rows);
   void QueueDepth(const std::string& model, const std::string& version, size_t depth);
   void Workers(const std::string& model, const std::string& version, const std::string& state,

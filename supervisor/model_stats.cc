@@ -68,18 +68,31 @@ double ModelStats::ThroughputOver(TimePoint now, int seconds) const {
   return static_cast<double>(sum) / static_cast<double>(span);
 }
 
+void ModelStats::RecordStages(const StageTimes& times, TimePoint now) {
+  has_stages_ = true;
+  if (times.decode_us >= 0) decode_.Record(times.decode_us, now);
+  if (times.preprocess_us >= 0) preprocess_.Record(times.preprocess_us, now);
+  if (times.postprocess_us >= 0) postprocess_.Record(times.postprocess_us, now);
+}
+
 json ModelStats::ToJson(TimePoint now) const {
   auto stage = [&](const WindowedHistogram& h) {
     LatencyHistogram snapshot = h.Snapshot(now);
     return json{{"p50", snapshot.Percentile(50)}, {"p99", snapshot.Percentile(99)},
                 {"count", snapshot.count()}};
   };
+  json latency = {{"queue", stage(queue_)}, {"compute", stage(compute_)}, {"total", stage(total_)}};
+  if (has_stages_) {
+    latency["decode"] = stage(decode_);
+    latency["preprocess"] = stage(preprocess_);
+    latency["postprocess"] = stage(postprocess_);
+  }
   return {{"requests", requests_},
           {"errors", errors_},
           {"rejected", rejected_},
           {"batches", batches_},
           {"mean_batch_size", mean_batch_size()},
-          {"latency_us", {{"queue", stage(queue_)}, {"compute", stage(compute_)}, {"total", stage(total_)}}},
+          {"latency_us", latency},
           {"throughput_rps_1s", ThroughputOver(now, 1)},
           {"throughput_rps_60s", ThroughputOver(now, 60)}};
 }

@@ -8,11 +8,11 @@
 
 #include <array>
 #include <cstdint>
-
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/latency_histogram.h"
+#include "common/protocol.h"
 
 namespace torchfarm {
 
@@ -35,11 +35,14 @@ class ModelStats {
   explicit ModelStats(TimePoint started) : started_(started) {}
 
   void RecordOk(int64_t queue_us, int64_t compute_us, int64_t total_us, TimePoint now);
+  // The worker pipeline's stages of an answered request (those >= 0; worker/pipeline_stages.h).
+  void RecordStages(const StageTimes& times, TimePoint now);
   void RecordError(TimePoint now);
   void RecordRejected() { ++rejected_; }
   void RecordBatch(int64_t rows);
 
   // {requests, errors, rejected, batches, mean_batch_size, latency_us: {queue: {p50, p99}, …},
+  //  (with a pipeline, latency_us also has decode, preprocess, postprocess)
   //  throughput_rps_1s, throughput_rps_60s}
   nlohmann::json ToJson(TimePoint now) const;
 
@@ -61,6 +64,10 @@ class ModelStats {
   WindowedHistogram queue_;
   WindowedHistogram compute_;
   WindowedHistogram total_;
+  WindowedHistogram decode_;  // pipeline stages: in the JSON once one was recorded
+  WindowedHistogram preprocess_;
+  WindowedHistogram postprocess_;
+  bool has_stages_ = false;
   // Completions per whole second since start, in a ring indexed by second % size.
   static constexpr size_t kSeconds = 64;
   std::array<int64_t, kSeconds> second_of_{};

@@ -12,6 +12,7 @@
 #include "ipc/guarded_copy.h"
 #include "supervisor/batch_encoder.h"
 #include "supervisor/job_intake.h"
+#include "supervisor/metrics_exporter.h"
 #include "supervisor/model_metadata.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/zmq_util.h"
@@ -26,6 +27,28 @@ namespace {
 // its in-flight capacity, the worker is replaced on a fresh segment (the old one stays mapped
 // until libzmq lets go of the reply).
 constexpr Millis kStuckReplyLimit{2'000};
+
+// The first failed item (worker/pipeline_stages.h: a corrupt image) among rows
+// [first_row, first_row + rows) of a batch, as that request's error: OK when none failed.
+Status RowFailureOf(const ipc::ResponseView& view, int64_t first_row, int64_t rows) {
+  for (const ipc::RowFailure& failure : view.pipeline.row_failures) {
+    if (failure.row < first_row || failure.row >= first_row + rows) continue;
+    return Status(failure.status.code(), "inputs[0] item " +
+                                             std::to_string(failure.row - first_row) + ": " +
+                                             failure.status.message());
+  }
+  return Status::Ok();
+}
+
+void RecordPipelineMetrics(MetricsExporter& metrics, const ModelConfig& model,
+                           const StageTimes& timing) {
+  const std::pair<const char*, int64_t> stages[] = {{"decode", timing.decode_us},
+                                                    {"preprocess", timing.preprocess_us},
+                                                    {"postprocess", timing.postprocess_us}};
+  for (const auto& [stage, micros] : stages) {
+    if (micros >= 0) metrics.PipelineStage(model.name, model.version, stage, micros * 1e-6);
+  }
+}
 
 }  // namespace
 
@@ -54,7 +77,11 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
     }
     return;
   }
-  LearnOutputs(&model, view.outputs);  // model_metadata.h: once per model file
+  // model_metadata.h: once per model file; not from a pipeline batch whose every row failed (it
+  // answers no outputs at all).
+  if (!view.outputs.empty() || view.pipeline.row_failures.empty()) {
+    LearnOutputs(&model, view.outputs);
+  }
   const bool may_pin = slot.CanPinResponse();
   int64_t row_start = 0;
   for (auto& r : batch.requests) {
@@ -72,17 +99,29 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
     share.timing.queue_us = ToMicros(batch.dispatched - r.received);
     share.timing.compute_us = static_cast<int64_t>(view.compute_us);
     share.timing.total_us = ToMicros(now - r.received);
+    if (view.has_pipeline) {
+      share.timing.decode_us = view.pipeline.decode_us;
+      share.timing.preprocess_us = view.pipeline.preprocess_us;
+      share.timing.postprocess_us = view.pipeline.postprocess_us;
+    }
+    const Status item_failure = RowFailureOf(view, row_start, r.rows);
     row_start += r.rows;
+    if (!item_failure.ok()) {
+      dispatcher_.Fail(model, r, item_failure);
+      continue;
+    }
     const StageTimes timing = share.timing;
     if (Status s = replies_.SendOutputs(r, std::move(share)); !s.ok()) {
       dispatcher_.Fail(model, r, s);
       continue;
     }
     model.stats.RecordOk(timing.queue_us, timing.compute_us, timing.total_us, now);
+    if (view.has_pipeline) model.stats.RecordStages(timing, now);
     if (metrics_) {
       metrics_->RequestDone(model.config.name, model.config.version, StatusCode::kOk, r.origin);
       metrics_->Latency(model.config.name, model.config.version, timing.queue_us * 1e-6,
                         timing.compute_us * 1e-6, timing.total_us * 1e-6);
+      RecordPipelineMetrics(*metrics_, model.config, timing);
     }
   }
 }

@@ -67,6 +67,7 @@ WorkerSlot::WorkerSlot(int id, const ModelConfig& model, const InstanceConfig& i
       model_version_(model.version),
       model_path_(model.path),
       instance_(instance),
+      pipeline_json_(PipelineToJson(model.pipeline)),
       warmup_json_(model.warmup.empty() ? std::string() : WarmupToJson(model.warmup)),
       ring_slots_(model.ring_slots),
       slot_data_bytes_(model.slot_bytes),
@@ -109,6 +110,7 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
   args.heartbeat_ms = context.heartbeat_ms;
   args.log_level = context.log_level;
   args.warmup = warmup_json_;
+  args.pipeline = pipeline_json_;
   args.idle_spin_us = instance_.idle_spin_us;
   const bool on_gpu = device_.rfind("cuda", 0) == 0;
   if (on_gpu) {
@@ -154,7 +156,9 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
     start_times_.launched = now;
     batches_at_launch_ = batches_done;
     start_times_.via = "exec";
-    if (context.zygote && context.zygote->Ready()) {
+    // A launch with its own environment (an MPS client) execs: libraries that read their
+    // settings when loaded, and /proc/PID/environ that operators read, see only an exec's.
+    if (context.zygote && env.empty() && context.zygote->Ready()) {
       s = context.zygote->Launch(argv, fds, env, &pid_);
       if (s.ok()) start_times_.via = "zygote";
     }
@@ -341,6 +345,7 @@ void WorkerSlot::UpdateConfig(const ModelConfig& model, const InstanceConfig& in
   slot_data_bytes_ = model.slot_bytes;
   max_inflight_ = model.max_inflight_per_worker;
   warmup_json_ = model.warmup.empty() ? std::string() : WarmupToJson(model.warmup);
+  pipeline_json_ = PipelineToJson(model.pipeline);
   if (!fallen_back_) device_ = instance.device;
   instance_ = instance;
 }

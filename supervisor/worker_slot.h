@@ -269,6 +269,7 @@ class WorkerSlot {
   std::string model_version_;
   std::string model_path_;
   InstanceConfig instance_;
+  std::string pipeline_json_;  // the model's stages as the worker's --pipeline takes them
   std::string warmup_json_;  // the model's warm-up batches as the worker's --warmup takes them
   int ring_slots_;
   uint64_t slot_data_bytes_;

@@ -5,6 +5,11 @@
 //
 //   torchfarm infer --endpoint EP --model NAME --input a.npy [--input b.npy ...]
 //                   [--output out.npy ...] [--timeout-ms N] [--priority P] [--io-timeout-ms N]
+//   torchfarm infer --model resnet18 --image a.jpg [--image b.jpg ...]
+//
+// --image sends the files' bytes as one "bytes" input, one item per image (docs/protocol.md,
+// "Bytes inputs"), for a model whose pipeline decodes them; the answer (the post-processed
+// outputs, e.g. top-5 probabilities and classes) is printed row by row after the reply header.
 //
 // Prints the reply header as pretty JSON on stdout. Output k goes to the k-th --output path;
 // outputs beyond the paths given are not written, except that a single --output with several
@@ -35,6 +40,7 @@ class InferCommand : public Command {
   std::string endpoint_ = "tcp://127.0.0.1:5555";
   std::string model_;
   std::vector<std::string> inputs_;
+  std::vector<std::string> images_;
   std::vector<std::string> outputs_;
   int64_t timeout_ms_ = 0;
   int priority_ = 0;

@@ -7,6 +7,7 @@ packages=(
   cmake g++ make pkg-config
   ccache                 # compiler cache; CMake uses it when present (cmake/TorchfarmBuildSpeed.cmake)
   libtorch-dev
+  libturbojpeg0-dev      # JPEG decode stage of the worker pipeline (worker/image_decoder.h)
   libopenblas0-openmp    # without it Debian's libtorch runs on the reference BLAS (~17x slower)
   libzmq3-dev cppzmq-dev
   libboost-dev           # Boost.Interprocess, Boost.Beast (HTTP front end), header-only
@@ -27,12 +28,18 @@ packages=(
 
 # Optional groups, installed only when asked for, so `make test` stays as quick to set up:
 #   --fuzz   clang and libFuzzer's runtime for `make fuzz` (about 200 MB)
+#   --models Debian's PyTorch and torchvision for `make models-real` (tools/export_image_models.py)
+#            and the PyTorch reference of tests/integration/pipeline_test (skipped without it)
 for arg in "$@"; do
   case "$arg" in
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
-    *) echo "install-deps: unknown option '$arg' (known: --fuzz)" >&2; exit 2 ;;
+    --models) packages+=(python3-torch python3-torchvision) ;;
+    *) echo "install-deps: unknown option '$arg' (known: --fuzz, --models)" >&2; exit 2 ;;
   esac
 done
+
+# CI (.ci/run sets CI=true) runs the pipeline tests against their PyTorch reference, not skipped.
+if [ "${CI:-}" = "true" ]; then packages+=(python3-torch python3-torchvision); fi
 
 missing=()
 for p in "${packages[@]}"; do

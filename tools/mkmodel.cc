@@ -111,22 +111,99 @@ def forward(self, x, y):
   return module;
 }
 
+// Pipeline stages (worker/pipeline_stages.h) for convnet: a decoded image, uint8 [H, W, 3], to
+// float32 [3, 32, 32] (bilinear resize, scaled to 0..1, normalised per channel) ...
+torch::jit::Module BuildJpegPre() {
+  torch::jit::Module module("JpegPre");
+  module.register_buffer("mean", torch::tensor({0.485f, 0.456f, 0.406f}).view({3, 1, 1}));
+  module.register_buffer("std", torch::tensor({0.229f, 0.224f, 0.225f}).view({3, 1, 1}));
+  module.define(R"(
+def forward(self, image):
+    x = image.permute(2, 0, 1).unsqueeze(0).float() / 255.0
+    x = torch.upsample_bilinear2d(x, [32, 32], False, None, None)
+    return (x[0] - self.mean) / self.std
+)");
+  return module;
+}
+
+// ... and convnet's logits, float32 [-1, 10], to the top 3 (softmax probabilities, float32
+// [-1, 3]; classes, int64 [-1, 3]).
+torch::jit::Module BuildTopkPost() {
+  torch::jit::Module module("TopkPost");
+  module.define(R"(
+def forward(self, logits):
+    values, classes = torch.topk(torch.softmax(logits, 1), 3, 1)
+    return (values, classes)
+)");
+  return module;
+}
+
 std::vector<Recipe> Recipes() {
   return {
-      {"identity", "x: any dtype, any shape", "x unchanged", BuildIdentity,
-       [] { return std::vector<c10::IValue>{torch::ones({2, 3})}; }, {{2, 3}}},
-      {"mlp", "float32 [-1, 256]", "float32 [-1, 128]", BuildMlp,
-       [] { return std::vector<c10::IValue>{torch::ones({2, 256})}; }, {{2, 128}}},
-      {"convnet", "float32 [-1, 3, 32, 32]", "float32 [-1, 10]", BuildConvnet,
-       [] { return std::vector<c10::IValue>{torch::ones({2, 3, 32, 32})}; }, {{2, 10}}},
-      {"slow", "float32 [-1, N>=1] (x[:, 0].max() = work units of ~0.04-0.1 ms)", "x unchanged",
-       BuildSlow, [] { return std::vector<c10::IValue>{torch::full({2, 4}, 3.0)}; }, {{2, 4}}},
-      {"pair", "a: float32 any shape, b: float32 same shape", "(a + b, a * b)", BuildPair,
-       [] { return std::vector<c10::IValue>{torch::ones({2, 5}), torch::ones({2, 5})}; },
+      {"identity",
+       "x: any dtype, any shape",
+       "x unchanged",
+       BuildIdentity,
+       [] {
+         return std::vector<c10::IValue>{torch::ones({2, 3})};
+       },
+       {{2, 3}}},
+      {"mlp",
+       "float32 [-1, 256]",
+       "float32 [-1, 128]",
+       BuildMlp,
+       [] {
+         return std::vector<c10::IValue>{torch::ones({2, 256})};
+       },
+       {{2, 128}}},
+      {"convnet",
+       "float32 [-1, 3, 32, 32]",
+       "float32 [-1, 10]",
+       BuildConvnet,
+       [] {
+         return std::vector<c10::IValue>{torch::ones({2, 3, 32, 32})};
+       },
+       {{2, 10}}},
+      {"slow",
+       "float32 [-1, N>=1] (x[:, 0].max() = work units of ~0.04-0.1 ms)",
+       "x unchanged",
+       BuildSlow,
+       [] {
+         return std::vector<c10::IValue>{torch::full({2, 4}, 3.0)};
+       },
+       {{2, 4}}},
+      {"pair",
+       "a: float32 any shape, b: float32 same shape",
+       "(a + b, a * b)",
+       BuildPair,
+       [] {
+         return std::vector<c10::IValue>{torch::ones({2, 5}), torch::ones({2, 5})};
+       },
        {{2, 5}, {2, 5}}},
-      {"add2", "x: float32 any shape, y: float32 same shape", "x + 2 * y", BuildAdd2,
-       [] { return std::vector<c10::IValue>{torch::ones({2, 5}), torch::ones({2, 5})}; },
+      {"add2",
+       "x: float32 any shape, y: float32 same shape",
+       "x + 2 * y",
+       BuildAdd2,
+       [] {
+         return std::vector<c10::IValue>{torch::ones({2, 5}), torch::ones({2, 5})};
+       },
        {{2, 5}}},
+      {"jpeg_pre",
+       "image: uint8 [H, W, 3]",
+       "float32 [3, 32, 32]",
+       BuildJpegPre,
+       [] {
+         return std::vector<c10::IValue>{torch::full({48, 40, 3}, 7, torch::dtype(torch::kUInt8))};
+       },
+       {{3, 32, 32}}},
+      {"topk_post",
+       "logits: float32 [-1, 10]",
+       "(float32 [-1, 3], int64 [-1, 3])",
+       BuildTopkPost,
+       [] {
+         return std::vector<c10::IValue>{torch::randn({2, 10})};
+       },
+       {{2, 3}, {2, 3}}},
   };
 }
 
@@ -186,7 +263,11 @@ Models:
   slow      float32 [-1, N>=1] -> x unchanged, after int(x[:, 0].max()) 128x128 matmuls of
             ~0.04-0.1 ms each on one core (CPU-dependent): a value of 10000 runs ~0.4-1 s
   pair      forward(a, b) returns (a + b, a * b), float32, any shape (both the same)
-  add2      forward(x, y) returns x + 2 * y, float32, any shape (both the same))";
+  add2      forward(x, y) returns x + 2 * y, float32, any shape (both the same)
+  jpeg_pre  pipeline preprocess for convnet: uint8 [H, W, 3] -> bilinear 32x32, /255, normalised
+            -> float32 [3, 32, 32]
+  topk_post pipeline postprocess for convnet: float32 [-1, 10] -> softmax, top 3 ->
+            (float32 [-1, 3], int64 [-1, 3]))";
 
 }  // namespace
 
@@ -197,9 +278,9 @@ int main(int argc, char** argv) {
   std::string out;
   std::string all_dir;
   uint64_t seed = 0;
-  auto* model_option =
-      app.add_option("--model", model, "model to write")
-          ->check(CLI::IsMember({"identity", "mlp", "convnet", "slow", "pair", "add2"}));
+  auto* model_option = app.add_option("--model", model, "model to write")
+                           ->check(CLI::IsMember({"identity", "mlp", "convnet", "slow", "pair",
+                                                  "add2", "jpeg_pre", "topk_post"}));
   auto* out_option = app.add_option("--out", out, "file to write (with --model)");
   auto* all_option = app.add_option("--all", all_dir, "write every model as DIR/<name>.pt");
   app.add_option("--seed", seed, "weight seed (default 0)");

@@ -149,7 +149,9 @@ void ComputeLoop::Run() {
     // broke. The control thread sees finished() without having asked for a stop and exits non-zero.
     TF_LOG(kError) << "compute loop failed" << Kv("error", e.what());
   }
-  // Before the control thread may unmap the segment (it waits for finished()).
+  // Before the control thread may unmap the segment (it waits for finished()): no pool task may
+  // still read a request slot.
+  if (pipeline_) pipeline_->Drain();
   if (accelerator_) accelerator_->UnpinHostMemory();
   MarkFinished();
 }
@@ -190,6 +192,9 @@ bool ComputeLoop::LoadModel() {
       report.error = "the module has no forward() method";
     } else if (Status status = ConvertPrecision(); !status.ok()) {
       report.error = status.message();
+    } else if (config_.pipeline.enabled()) {
+      Status stages = PipelineStages::Create(config_.pipeline, device_, &pipeline_);
+      if (!stages.ok()) report.error = stages.message();
     }
   } catch (const c10::Error& e) {
     report.error = ErrorText(e);
@@ -426,7 +431,7 @@ void ComputeLoop::Launch(const uint8_t* request, uint8_t* response) {
     current_lane_ = batch.lane;
     accelerator_->UseLane(batch.lane);
     accelerator_->Mark(batch.lane, Stage::kStart);
-    batch.status = RunBatch(request, response, &batch.rows);
+    batch.status = RunBatch(request, response, &batch.rows, &batch.pipeline);
   } catch (const FatalDeviceError&) {
     throw;  // the batch stays unanswered; the supervisor requeues it when this worker exits
   } catch (const c10::Error& e) {
@@ -463,7 +468,7 @@ void ComputeLoop::CompleteOldest() {
     batch.status = Internal("batch failed on the device: " + error);
   }
   ipc::FinishResponse(batch.status, static_cast<uint64_t>(ToMicros(Clock::now() - batch.start)),
-                      batch.response);
+                      batch.response, pipeline_ ? &batch.pipeline : nullptr);
   if (!batch.status.ok()) {
     errors_.fetch_add(1, std::memory_order_relaxed);
     TF_LOG(kWarn) << "batch failed" << Kv("batch", batch.batch_id)
@@ -490,23 +495,44 @@ void ComputeLoop::CompleteOldest() {
   busy_.store(!launched_.empty(), std::memory_order_relaxed);
 }
 
-Status ComputeLoop::RunBatch(const uint8_t* request, uint8_t* response, int64_t* rows) {
+Status ComputeLoop::RunBatch(const uint8_t* request, uint8_t* response, int64_t* rows,
+                             ipc::PipelineOutcome* pipeline) {
   InferenceModeGuard inference_mode;
   ipc::RequestView view;
   Status status = ipc::ReadRequest(request, segment_->data_capacity(), &view);
   if (!status.ok()) return status;
   std::vector<c10::IValue> inputs;
-  status = BuildInputs(view, &inputs, rows);
+  bool run_model = true;
+  const bool stages = pipeline_ && pipeline_->has_item_stages();
+  status = stages ? BuildPipelineInputs(request, view, &inputs, rows, pipeline, &run_model)
+                  : BuildInputs(view, &inputs, rows);
   if (!status.ok()) return status;
+  // Double buffering: the next slot's items decode on the pool while this batch's forward() runs
+  // (this batch is at ring position launched_.size(): it is not in launched_ yet).
+  if (stages && config_.pipeline.overlap) {
+    pipeline_->Prefetch(segment_->request_ring().PeekAt(launched_.size() + 1),
+                        segment_->data_capacity());
+  }
   accelerator_->Mark(current_lane_, Stage::kInputsCopied);
-  const FaultKind fault = faults_.Take(++launches_);
   std::vector<at::Tensor> tensors;
-  status = ForwardWithRecovery(inputs, fault, &tensors);
+  status = RunModel(inputs, run_model, &tensors, pipeline);
   if (!status.ok()) return status;
   accelerator_->Mark(current_lane_, Stage::kComputed);
   status = WriteOutputs(tensors, view, response);
   accelerator_->Mark(current_lane_, Stage::kOutputsCopied);
   return status;
+}
+
+Status ComputeLoop::RunModel(const std::vector<c10::IValue>& inputs, bool run_model,
+                             std::vector<at::Tensor>* tensors, ipc::PipelineOutcome* pipeline) {
+  const FaultKind fault = faults_.Take(++launches_);
+  if (!run_model) return Status::Ok();  // every row failed: no outputs, each row says why
+  Status status = ForwardWithRecovery(inputs, fault, tensors);
+  if (!status.ok() || !pipeline_ || !pipeline_->has_postprocess()) return status;
+  c10::IValue post;
+  if (status = pipeline_->Postprocess(*tensors, &post, pipeline); !status.ok()) return status;
+  tensors->clear();
+  return CollectOutputs(post, tensors);
 }
 
 Status ComputeLoop::ForwardOnce(const std::vector<c10::IValue>& inputs, FaultKind fault,

@@ -20,6 +20,10 @@
 // they complete in ring order: wait for the lane, publish the response, ring the response doorbell
 // and only then pop the request (the input tensors pointed into it). A batch that fails gets a
 // response with a status and message; the loop keeps serving.
+//
+// Pipeline (config "pipeline", worker/pipeline_stages.h): the inputs come from the stages (decode
+// and preprocess on their pool, prefetched for the next slot while this batch's forward() runs),
+// and postprocess runs on the outputs before they are written.
 #pragma once
 
 #include <torch/script.h>
@@ -36,6 +40,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/pipeline_config.h"
 #include "common/status.h"
 #include "common/tensor_spec.h"
 #include "ipc/client_region_cache.h"
@@ -45,6 +50,7 @@
 #include "worker/accelerator.h"
 #include "worker/adaptive_spin.h"
 #include "worker/fault_injection.h"
+#include "worker/pipeline_stages.h"
 
 namespace torchfarm::worker {
 
@@ -63,6 +69,7 @@ struct ComputeLoopConfig {
   // adaptive_spin.h finds it pays (config.h); 0: never.
   int idle_spin_us = 0;
   FaultPlan faults;  // tests only (TORCHFARM_FAULT)
+  PipelineConfig pipeline;  // none by default
 };
 
 enum class LoadState { kLoading, kLoaded, kFailed };
@@ -149,6 +156,7 @@ class ComputeLoop {
     int64_t rows;
     TimePoint start;
     std::vector<ipc::SharedRegion*> regions;  // client regions its tensors point into
+    ipc::PipelineOutcome pipeline;            // stage times and failed rows (pipeline models)
   };
   void Launch(const uint8_t* request, uint8_t* response);
   // Launches the next waiting request when a lane and a response slot are free; false otherwise.
@@ -156,7 +164,15 @@ class ComputeLoop {
   // Waits for the oldest launched batch while launching newly arrived requests on free lanes.
   void WaitForOldest();
   void CompleteOldest();
-  Status RunBatch(const uint8_t* request, uint8_t* response, int64_t* rows);
+  Status RunBatch(const uint8_t* request, uint8_t* response, int64_t* rows,
+                  ipc::PipelineOutcome* pipeline);
+  // The model's inputs from the pipeline's stages; `*run_model` false when every row failed.
+  Status BuildPipelineInputs(const uint8_t* request, const ipc::RequestView& view,
+                             std::vector<c10::IValue>* inputs, int64_t* rows,
+                             ipc::PipelineOutcome* outcome, bool* run_model);
+  // Forward (or nothing, when no row is left) and postprocess, into `tensors`.
+  Status RunModel(const std::vector<c10::IValue>& inputs, bool run_model,
+                  std::vector<at::Tensor>* tensors, ipc::PipelineOutcome* pipeline);
   // forward() plus recovery: out of memory -> two half batches; sticky device error -> throws
   // FatalDeviceError; anything else fails the batch.
   Status ForwardWithRecovery(const std::vector<c10::IValue>& inputs, FaultKind fault,
@@ -201,6 +217,7 @@ class ComputeLoop {
 
   // Compute thread only.
   torch::jit::Module module_;
+  std::unique_ptr<PipelineStages> pipeline_;  // null without a "pipeline"
   c10::Device device_{c10::kCPU};
   std::unique_ptr<Accelerator> accelerator_;
   c10::ScalarType precision_ = c10::kFloat;

@@ -47,6 +47,28 @@ Status ComputeLoop::BuildInputs(const ipc::RequestView& request, std::vector<c10
   return Status::Ok();
 }
 
+Status ComputeLoop::BuildPipelineInputs(const uint8_t* request, const ipc::RequestView& view,
+                                        std::vector<c10::IValue>* inputs, int64_t* rows,
+                                        ipc::PipelineOutcome* outcome, bool* run_model) {
+  if (view.inputs.size() != 1) {
+    return InvalidArgument("a pipeline model takes one input, the batch has " +
+                           std::to_string(view.inputs.size()));
+  }
+  *rows = Rows(view.inputs[0].spec);
+  ipc::SharedRegion* region = nullptr;
+  if (!view.inputs[0].in_slot()) {
+    Status s = AcquireClientRegion(view.regions[view.inputs[0].region_index()], &region);
+    if (!s.ok()) return s;
+  }
+  std::vector<c10::IValue> host;
+  Status s =
+      pipeline_->Prepare(request, view, view.InputBytes(0, region ? region->data() : nullptr),
+                         &host, outcome, run_model);
+  if (!s.ok()) return s;
+  for (const c10::IValue& input : host) inputs->emplace_back(PrepareInput(input.toTensor()));
+  return Status::Ok();
+}
+
 at::Tensor ComputeLoop::PrepareInput(const at::Tensor& host) {
   at::Tensor tensor = accelerator_->ToDevice(host);
   // Cast on the device, after the copy: a cross-device copy that also converts would stage the

@@ -94,6 +94,10 @@ bool Worker::Setup(int* exit_code) {
       return false;
     }
   }
+  if (status = PipelineFromJson(args_.pipeline, &config.pipeline); !status.ok()) {
+    *exit_code = FatalError(status.message(), ipc::kExitBadArguments);
+    return false;
+  }
   config.faults = FaultPlan::FromEnvironment(args_.worker_id, args_.generation);
   compute_ = std::make_unique<ComputeLoop>(std::move(config), segment_.get(), &request_doorbell_,
                                            &response_doorbell_);

@@ -1,5 +1,7 @@
 #include "request_codec.h"
 
+#include "common/bytes_items.h"
+
 namespace torchfarm::client_internal {
 
 using nlohmann::json;
@@ -7,6 +9,18 @@ using nlohmann::json;
 Status CheckInputViews(const std::vector<TensorView>& inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorView& view = inputs[i];
+    if (IsBytes(view.spec.dtype)) {
+      // Length-prefixed items (common/bytes_items.h): one per element of the shape.
+      if (view.shm.used()) {
+        return InvalidArgument("inputs[" + std::to_string(i) +
+                               "]: a bytes input travels as a data frame, not in shared memory");
+      }
+      Status s = CheckBytesTensor(
+          view.spec, std::string_view(static_cast<const char*>(view.data), view.nbytes),
+          kMaxBytesItem, "inputs[" + std::to_string(i) + "]");
+      if (!s.ok()) return s;
+      continue;
+    }
     auto expected = ByteSize(view.spec);
     if (!expected) {
       return InvalidArgument("inputs[" + std::to_string(i) + "]: shape " +

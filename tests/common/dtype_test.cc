@@ -37,8 +37,9 @@ TEST(DTypeTest, NamesSizesAndDescriptorsOfEveryType) {
 TEST(DTypeTest, SharedMemoryCodesAreStable) {
   EXPECT_EQ(static_cast<int>(DType::kFloat32), 1);
   EXPECT_EQ(static_cast<int>(DType::kBool), 10);
+  EXPECT_EQ(static_cast<int>(DType::kBytes), 11);  // appended for the image pipeline
   EXPECT_FALSE(DTypeFromCode(0).has_value());
-  EXPECT_FALSE(DTypeFromCode(11).has_value());
+  EXPECT_FALSE(DTypeFromCode(12).has_value());
   EXPECT_FALSE(DTypeFromCode(255).has_value());
 }
 
@@ -64,7 +65,7 @@ TEST(DTypeTest, DescriptorVariants) {
 
 TEST(DTypeTest, AllNamesListsEveryTypeInOrder) {
   EXPECT_EQ(AllDTypeNames(),
-            "float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool");
+            "float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool, bytes");
 }
 
 }  // namespace

@@ -52,7 +52,8 @@ void WriteFile(const std::string& path, const std::string& bytes) {
 TEST(NpyTest, RoundTripEveryDtypeThroughFiles) {
   for (int code = 1; code < 256; ++code) {
     auto dtype = DTypeFromCode(static_cast<uint8_t>(code));
-    if (!dtype || *dtype == DType::kBFloat16) continue;
+    // No .npy form: bfloat16 (numpy lacks it) and bytes (items of any length).
+    if (!dtype || *dtype == DType::kBFloat16 || *dtype == DType::kBytes) continue;
     SCOPED_TRACE(std::string(DTypeName(*dtype)));
     TensorSpec spec{*dtype, {2, 3, 4}};
     std::string data = Pattern(*ByteSize(spec));

@@ -32,7 +32,7 @@ TEST(TensorNamesTest, NamesAreOneToSixtyFourAllowedCharacters) {
 TEST(TensorNamesTest, V2DatatypeNamesRoundTrip) {
   for (uint8_t code = 0; code < 32; ++code) {
     auto dtype = DTypeFromCode(code);
-    if (!dtype) continue;
+    if (!dtype || IsBytes(*dtype)) continue;  // BYTES: not taken by the v2 front ends yet
     EXPECT_EQ(DTypeFromV2Name(V2DatatypeName(*dtype)), dtype) << int(code);
   }
   EXPECT_EQ(V2DatatypeName(DType::kFloat32), "FP32");

@@ -91,7 +91,11 @@ void CheckSameRequest(const ipc::RequestView& a, const ipc::RequestView& b) {
 // The request's inputs, as a worker's outputs, through a response and back.
 void AnswerWithInputs(const uint8_t* request, const ipc::RequestView& view, size_t slot_bytes) {
   std::vector<TensorSpec> outputs;
-  for (const ipc::RequestTensor& tensor : view.inputs) outputs.push_back(tensor.spec);
+  for (const ipc::RequestTensor& tensor : view.inputs) {
+    // A bytes input is decoded by the worker's pipeline; no output is ever bytes.
+    if (IsBytes(tensor.spec.dtype)) return;
+    outputs.push_back(tensor.spec);
+  }
   SlotBuffer response(slot_bytes);
   ipc::BeginResponse(request, response.data);
   ipc::OutputPlacement placement;

@@ -88,6 +88,14 @@ def _config(scratch: Path, models: Path) -> dict:
         model("add2", "add2.pt", [{"name": "x", "dtype": "float32", "shape": [-1, 3]},
                                   {"name": "y", "dtype": "float32", "shape": [-1, 3]}],
               outputs=[{"name": "sum", "dtype": "float32", "shape": [-1, 3]}]),
+        # The worker's image pipeline (README, "Image pipelines"): JPEG bytes in, top 3 out.
+        model("img", "convnet.pt", [{"dtype": "bytes", "shape": [-1]}],
+              pipeline={"decode": {"format": "jpeg", "threads": 1},
+                        "preprocess": str(models / "jpeg_pre.pt"),
+                        "postprocess": str(models / "topk_post.pt")},
+              outputs=[{"name": "probabilities", "dtype": "float32", "shape": [-1, 3]},
+                       {"name": "classes", "dtype": "int64", "shape": [-1, 3]}],
+              max_batch_size=4, max_queue_delay_us=1000),
     ]
     return {"endpoint": f"ipc://{scratch}/jobs.sock",
             "admin_endpoint": f"ipc://{scratch}/admin.sock", "run_dir": str(scratch / "run"),

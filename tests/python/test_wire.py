@@ -117,3 +117,17 @@ def test_malformed_replies_are_internal():
 def test_deadline_exceeded_is_a_timeout_error():
     assert issubclass(torchfarm.DeadlineExceeded, TimeoutError)
     assert torchfarm.__version__
+
+
+def test_byte_strings_are_one_bytes_input_of_length_prefixed_items():
+    frames = _wire.encode_request(2, "resnet18", [[b"\xff\xd8jpeg", b"", bytearray(b"xy")]])
+    assert _header(frames)["inputs"] == [{"dtype": "bytes", "shape": [3]}]
+    assert bytes(frames[1]) == (b"\x06\x00\x00\x00\xff\xd8jpeg" + b"\x00\x00\x00\x00"
+                                + b"\x02\x00\x00\x00xy")
+    # One bytes object is a batch of one.
+    one = _wire.encode_request(3, "resnet18", [b"abc"])
+    assert _header(one)["inputs"] == [{"dtype": "bytes", "shape": [1]}]
+    assert bytes(one[1]) == b"\x03\x00\x00\x00abc"
+    # A list of numbers stays a numeric tensor.
+    numbers = _wire.encode_request(4, "m", [[1, 2]])
+    assert _header(numbers)["inputs"][0]["dtype"] == "int64"

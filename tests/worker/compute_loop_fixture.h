@@ -47,6 +47,7 @@ class ComputeLoopTest : public ::testing::Test {
   int idle_spin_us_ = 0;
   std::vector<std::vector<TensorSpec>> warmup_;
   AcceleratorOptions accelerator_;
+  PipelineConfig pipeline_;  // worker/pipeline_stages.h; none by default
 
   std::string Save(const std::string& name, const std::string& source,
                    const std::vector<std::pair<std::string, at::Tensor>>& parameters = {}) {
@@ -74,6 +75,7 @@ class ComputeLoopTest : public ::testing::Test {
     config.idle_spin_us = idle_spin_us_;
     config.warmup = warmup_;
     config.accelerator = accelerator_;
+    config.pipeline = pipeline_;
     EXPECT_TRUE(FaultPlan::Parse(faults, /*worker_id=*/0, /*generation=*/0, &config.faults).ok());
     loop_ = std::make_unique<ComputeLoop>(config, segment_.get(), &request_doorbell_,
                                           &response_doorbell_);

@@ -102,4 +102,17 @@ TEST_F(MkmodelTest, SameSeedWritesSameWeights) {
   EXPECT_TRUE(torch::equal(first.forward({x}).toTensor(), second.forward({x}).toTensor()));
 }
 
+TEST_F(MkmodelTest, PipelineStagesForConvnetTakeAnImageAndGiveTheTopThree) {
+  at::Tensor image = torch::randint(0, 255, {37, 53, 3}, torch::dtype(torch::kUInt8));
+  auto pre = Run("jpeg_pre", {image});
+  ASSERT_EQ(pre.size(), 1u);
+  EXPECT_EQ(pre[0].sizes(), (std::vector<int64_t>{3, 32, 32}));
+  EXPECT_EQ(pre[0].scalar_type(), torch::kFloat32);
+  auto post = Run("topk_post", {torch::randn({4, 10})});
+  ASSERT_EQ(post.size(), 2u);
+  EXPECT_EQ(post[0].sizes(), (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(post[1].scalar_type(), torch::kInt64);
+  EXPECT_TRUE(torch::all(post[0].select(1, 0) >= post[0].select(1, 1)).item<bool>());
+}
+
 }  // namespace

@@ -45,10 +45,11 @@ class socket_t;
 
 namespace torchfarm {
 
-// A non-owning input: `data` must hold `nbytes` == ByteSize(spec) C-contiguous little-endian bytes,
-// sent as a data frame. Or, when `shm.used()`, the bytes lie in a client shared-memory region at
-// `shm.offset` (ShmRegion::Input / Write make such views): the request carries region and offset,
-// no data frame, and `data` is not read.
+// A non-owning input: `data` must hold `nbytes` == ByteSize(spec) C-contiguous little-endian bytes
+// (a bytes spec, [N]: N items each prefixed by its 4-byte little-endian length,
+// common/bytes_items.h), sent as a data frame. Or, when `shm.used()`, the bytes lie in a client
+// shared-memory region at `shm.offset` (ShmRegion::Input / Write make such views): the request
+// carries region and offset, no data frame, and `data` is not read.
 struct TensorView {
   TensorView() = default;
   TensorView(TensorSpec spec_in, const void* data_in, size_t nbytes_in)

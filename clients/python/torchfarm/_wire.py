@@ -6,7 +6,9 @@ A request is frame 0, a JSON header, followed by one frame per input tensor hold
 C-contiguous little-endian bytes. Input frames are memoryviews over the caller's (or a converted)
 array, so ``send_multipart(..., copy=False)`` hands them to libzmq without copying. An input
 given as a :class:`ShmTensor` has no frame: its header entry names the region and offset instead,
-and ``output_shm`` sends the outputs to a region (protocol.md, "Shared-memory tensors").
+and ``output_shm`` sends the outputs to a region (protocol.md, "Shared-memory tensors"). An
+input given as byte strings (``[jpeg_bytes, ...]``) is a "bytes" input: one frame of
+length-prefixed items (protocol.md, "Bytes inputs"), decoded by the model's pipeline.
 """
 
 from __future__ import annotations
@@ -24,8 +26,37 @@ from .shm import ShmOutput, ShmRegion, ShmTensor
 PROTOCOL_VERSION = 1
 
 
-def _input_entry(value: Any, index: int, data: List[np.ndarray]) -> Dict[str, Any]:
+_BYTE_STRINGS = (bytes, bytearray, memoryview)
+
+
+def is_bytes_input(value: Any) -> bool:
+    """True for an input of dtype "bytes": one byte string (an encoded image), or a non-empty
+    list or tuple of them (one item per row)."""
+    if isinstance(value, _BYTE_STRINGS):
+        return True
+    return (isinstance(value, (list, tuple)) and len(value) > 0
+            and all(isinstance(item, _BYTE_STRINGS) for item in value))
+
+
+def encode_bytes_items(items: Sequence[Any]) -> bytes:
+    """Items as the "bytes" dtype carries them (docs/protocol.md, "Bytes inputs"; Triton's BYTES
+    layout): each a 4-byte little-endian length followed by its bytes."""
+    parts = []
+    for item in items:
+        raw = bytes(item)
+        if len(raw) > 0xFFFFFFFF:
+            raise InvalidArgument(f"a bytes item of {len(raw)} bytes does not fit a 4-byte length")
+        parts.append(len(raw).to_bytes(4, "little"))
+        parts.append(raw)
+    return b"".join(parts)
+
+
+def _input_entry(value: Any, index: int, data: List[Any]) -> Dict[str, Any]:
     """The header entry of one input; an array input also appends its data to `data`."""
+    if is_bytes_input(value):
+        items = [value] if isinstance(value, _BYTE_STRINGS) else list(value)
+        data.append(encode_bytes_items(items))
+        return {"dtype": "bytes", "shape": [len(items)]}
     if isinstance(value, ShmTensor):
         return {"dtype": wire_name(value.dtype), "shape": list(value.shape),
                 "shm": {"region": value.token, "offset": int(value.offset)}}
@@ -42,7 +73,7 @@ def encode_request(request_id: int, model: str, inputs: Sequence[Any],
                    output_shm: Optional[ShmOutput] = None) -> List[Any]:
     """The frames of one request: the JSON header, then a memoryview per input not in shared
     memory."""
-    arrays: List[np.ndarray] = []
+    arrays: List[Any] = []  # numpy arrays, and bytes for "bytes" inputs
     if len(inputs) == 1 and isinstance(inputs[0], Mapping):
         # Named inputs ({"x": array, ...}): any order; the farm puts them into the model's.
         entries = []
@@ -67,7 +98,8 @@ def encode_request(request_id: int, model: str, inputs: Sequence[Any],
                                 "bytes": int(output_shm.nbytes)}
     frames: List[Any] = [json.dumps(header).encode()]
     # reshape(-1) of a contiguous array is a view; uint8 view makes a plain byte buffer for libzmq.
-    frames.extend(memoryview(a.reshape(-1).view(np.uint8)) for a in arrays)
+    frames.extend(a if isinstance(a, bytes) else memoryview(a.reshape(-1).view(np.uint8))
+                  for a in arrays)
     return frames
 
 

@@ -170,7 +170,9 @@ class Client:
               deadline: Optional[float] = None,
               output_shm: Union[ShmOutput, ShmRegion, None] = None) -> List[np.ndarray]:
         """Runs `model` on `inputs` (one array-like or :class:`~torchfarm.ShmTensor` per model
-        input, in the model's order; or one mapping ``{name: input}`` in any order) and returns
+        input, in the model's order; or one mapping ``{name: input}`` in any order; a list of
+        byte strings, such as JPEG files' contents, is a "bytes" input for a model whose
+        pipeline decodes it: ``client.infer("resnet18", [jpeg_bytes, ...])``) and returns
         its outputs: a list of arrays (:class:`~torchfarm.Outputs`) that also knows their names
         (``outputs.names``, ``outputs["logits"]``).
 

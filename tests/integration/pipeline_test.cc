@@ -1,0 +1,201 @@
+// The worker's image pipeline end to end (worker/pipeline_stages.h): a real supervisor and worker
+// serving convnet behind decode (JPEG) + jpeg_pre + topk_post (tools/mkmodel.cc), fed JPEGs of
+// mixed sizes that the test writes with libturbojpeg's compressor.
+//   - outputs allclose to decode + pre + model + post in PyTorch on the same bytes
+//     (pipeline_reference.py; skipped when python3-torch is absent);
+//   - a corrupt JPEG among 8 requests: 7 answers, 1 INVALID_ARGUMENT naming the item;
+//   - stage times in the reply's timing_us and in stats.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/bytes_items.h"
+#include "common/npy.h"
+#include "farm_fixture.h"
+#include "torchfarm/client.h"
+
+namespace torchfarm::testing {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+// A width x height RGB picture (smooth gradients and a little noise, as photos are) compressed
+// at quality 90.
+std::string WriteJpeg(int width, int height, unsigned seed) {
+  std::mt19937 random(seed);
+  std::vector<unsigned char> pixels(static_cast<size_t>(width) * height * 3);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      unsigned char* p = &pixels[(static_cast<size_t>(y) * width + x) * 3];
+      p[0] = static_cast<unsigned char>((x * 255) / width);
+      p[1] = static_cast<unsigned char>((y * 255) / height);
+      p[2] = static_cast<unsigned char>(128 + 60 * std::sin((x + y + seed) * 0.3) +
+                                        static_cast<int>(random() % 20));
+    }
+  }
+  tjhandle handle = tjInitCompress();
+  unsigned char* jpeg = nullptr;
+  unsigned long size = 0;
+  const int rc = tjCompress2(handle, pixels.data(), width, 0, height, TJPF_RGB, &jpeg, &size,
+                             TJSAMP_420, 90, 0);
+  std::string out = rc == 0 ? std::string(reinterpret_cast<char*>(jpeg), size) : std::string();
+  tjFree(jpeg);
+  tjDestroy(handle);
+  return out;
+}
+
+json ImageModel() {
+  return {{"name", "img"},
+          {"path", ModelDir() + "/convnet.pt"},
+          {"inputs", json::array({{{"dtype", "bytes"}, {"shape", {-1}}}})},
+          {"max_batch_size", 8},
+          {"max_queue_delay_us", 20'000},
+          {"pipeline",
+           {{"decode", {{"format", "jpeg"}, {"threads", 2}}},
+            {"preprocess", ModelDir() + "/jpeg_pre.pt"},
+            {"postprocess", ModelDir() + "/topk_post.pt"}}},
+          {"instances", json::array({{{"device", "cpu"}, {"count", 1}}})}};
+}
+
+TensorView ItemsView(const std::string& items, int64_t count) {
+  return TensorView(TensorSpec{DType::kBytes, {count}}, items.data(), items.size());
+}
+
+std::vector<std::string> MixedJpegs() {
+  const int sizes[][2] = {{40, 30}, {64, 48}, {33, 57}, {32, 32}, {100, 20}, {17, 90}};
+  std::vector<std::string> jpegs;
+  for (unsigned k = 0; k < 6; ++k) jpegs.push_back(WriteJpeg(sizes[k][0], sizes[k][1], k));
+  return jpegs;
+}
+
+std::vector<float> Floats(const std::string& data) {
+  std::vector<float> out(data.size() / sizeof(float));
+  std::memcpy(out.data(), data.data(), out.size() * sizeof(float));
+  return out;
+}
+
+TEST(PipelineTest, OutputsEqualDecodePreModelPostInPyTorchOnTheSameBytes) {
+  Farm farm(json::array({ImageModel()}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  const std::vector<std::string> jpegs = MixedJpegs();
+  std::string items;
+  std::string args;
+  for (size_t k = 0; k < jpegs.size(); ++k) {
+    AppendBytesItem(jpegs[k], &items);
+    const std::string path = farm.dir() + "/img" + std::to_string(k) + ".jpg";
+    std::ofstream(path, std::ios::binary) << jpegs[k];
+    args += " " + path;
+  }
+  Client client(farm.endpoint(), 30'000);
+  InferResult result;
+  Status s = client.Infer("img", {ItemsView(items, static_cast<int64_t>(jpegs.size()))}, &result);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(result.outputs.size(), 2u);
+  const int64_t n = static_cast<int64_t>(jpegs.size());
+  EXPECT_EQ(result.outputs[0].spec, (TensorSpec{DType::kFloat32, {n, 3}}));
+  EXPECT_EQ(result.outputs[1].spec, (TensorSpec{DType::kInt64, {n, 3}}));
+  EXPECT_GE(result.header.timing.decode_us, 0);
+  EXPECT_GE(result.header.timing.preprocess_us, 0);
+  EXPECT_GE(result.header.timing.postprocess_us, 0);
+
+  const std::string script = std::string(TORCHFARM_TEST_SOURCE_DIR) + "/pipeline_reference.py";
+  const int rc = std::system(("/usr/bin/python3 " + script + " " + ModelDir() + " " + farm.dir() +
+                              args + " > " + farm.dir() + "/reference.log 2>&1")
+                                 .c_str());
+  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) {
+    GTEST_SKIP() << "python3-torch / python3-torchvision not installed (tools/install-deps.sh "
+                    "--models): no reference";
+  }
+  ASSERT_EQ(rc, 0) << "pipeline_reference.py failed; see " << farm.dir() << "/reference.log";
+  TensorSpec spec;
+  std::string values, classes;
+  ASSERT_TRUE(ReadNpy(farm.dir() + "/ref_values.npy", &spec, &values).ok());
+  ASSERT_EQ(spec, result.outputs[0].spec);
+  ASSERT_TRUE(ReadNpy(farm.dir() + "/ref_classes.npy", &spec, &classes).ok());
+  ASSERT_EQ(spec, result.outputs[1].spec);
+  EXPECT_EQ(result.outputs[1].data, classes) << "top-3 classes differ from PyTorch's";
+  const std::vector<float> got = Floats(result.outputs[0].data), want = Floats(values);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::abs(want[i])) << "value " << i;
+  }
+}
+
+TEST(PipelineTest, ACorruptJpegAmongEightRequestsFailsOnlyItsOwn) {
+  Farm farm(json::array({ImageModel()}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  std::vector<std::string> jpegs = MixedJpegs();
+  jpegs.push_back(WriteJpeg(50, 50, 7));
+  jpegs.push_back(WriteJpeg(20, 60, 8));
+  constexpr size_t kCorrupt = 5;
+  jpegs[kCorrupt] = jpegs[kCorrupt].substr(0, 2) + std::string(300, '\x5a');  // SOI, then junk
+  std::vector<std::string> frames(8);
+  Client client(farm.endpoint(), 30'000);
+  std::vector<uint64_t> ids(8);
+  for (size_t k = 0; k < 8; ++k) {
+    AppendBytesItem(jpegs[k], &frames[k]);
+    ASSERT_TRUE(client.Send("img", {ItemsView(frames[k], 1)}, InferOptions{}, &ids[k]).ok());
+  }
+  int ok = 0, invalid = 0;
+  for (size_t k = 0; k < 8; ++k) {
+    uint64_t id = 0;
+    InferResult result;
+    Status s = client.Receive(&result, &id, 30'000);
+    const size_t index = static_cast<size_t>(std::find(ids.begin(), ids.end(), id) - ids.begin());
+    ASSERT_LT(index, ids.size()) << s.ToString();
+    if (index == kCorrupt) {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+      EXPECT_THAT(s.message(), HasSubstr("inputs[0] item 0: "));
+      EXPECT_THAT(s.message(), HasSubstr("JPEG"));
+      ++invalid;
+    } else {
+      EXPECT_TRUE(s.ok()) << "request " << index << ": " << s.ToString();
+      ASSERT_EQ(result.outputs.size(), 2u);
+      EXPECT_EQ(result.outputs[0].spec, (TensorSpec{DType::kFloat32, {1, 3}}));
+      ok += s.ok() ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(ok, 7);
+  EXPECT_EQ(invalid, 1);
+  // One request of three images whose last is corrupt: the request fails naming that item.
+  std::string three;
+  for (size_t k : {size_t{0}, size_t{1}, kCorrupt}) AppendBytesItem(jpegs[k], &three);
+  InferResult result;
+  Status s = client.Infer("img", {ItemsView(three, 3)}, &result);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("inputs[0] item 2: "));
+  const json stats = farm.Admin("stats");
+  ASSERT_FALSE(stats.is_null());
+  const std::string text = stats.dump();
+  EXPECT_THAT(text, HasSubstr("\"decode\""));
+  EXPECT_THAT(text, HasSubstr("\"preprocess\""));
+}
+
+TEST(PipelineTest, AnItemOverMaxItemBytesIsRefusedAtIntake) {
+  Farm farm(json::array({ImageModel()}), {{"limits", {{"max_item_bytes", 1000}}}});
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  std::string items;
+  AppendBytesItem(std::string(1001, '\xff'), &items);
+  Client client(farm.endpoint(), 30'000);
+  InferResult result;
+  Status s = client.Infer("img", {ItemsView(items, 1)}, &result);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_THAT(s.message(), HasSubstr("(limits.max_item_bytes)"));
+}
+
+}  // namespace
+}  // namespace torchfarm::testing
