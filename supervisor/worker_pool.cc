@@ -23,6 +23,13 @@ size_t WorkerPool::Add(const ModelConfig& model, const InstanceConfig& instance,
 }
 
 void WorkerPool::Launch(WorkerSlot& slot) {
+  if (launches_this_turn_ >= kMaxLaunchesPerTurn &&
+      (slot.state() == SlotState::kStopped || slot.state() == SlotState::kBackoff)) {
+    slot.DeferLaunch(clock_.Now(), "launch paced: " + std::to_string(kMaxLaunchesPerTurn) +
+                                       " launches this loop turn already");
+    return;
+  }
+  ++launches_this_turn_;
   Status s = slot.Launch(context_, clock_.Now(), policy_);
   if (!s.ok()) {
     // The slot backs off and tries again: fork or descriptors running out is the machine's
@@ -34,8 +41,10 @@ void WorkerPool::Launch(WorkerSlot& slot) {
 }
 
 void WorkerPool::LaunchDue() {
+  launches_this_turn_ = 0;
   const TimePoint now = clock_.Now();
   for (auto& slot : slots_) {
+    if (launches_this_turn_ >= kMaxLaunchesPerTurn) break;  // the rest stay due: next turn
     if (slot->RestartDue(now)) Launch(*slot);
   }
 }

@@ -36,9 +36,15 @@ class WorkerPool {
 
   // Adds a slot (not launched); returns its index.
   size_t Add(const ModelConfig& model, const InstanceConfig& instance, size_t model_index);
-  // Launches one slot; a failure backs the slot off (restart_policy.h) and is logged.
+  // At most this many launches per loop turn: each costs the loop a segment, a fork round trip
+  // and a few milliseconds, so a scale-up of hundreds of workers is spread over many turns and
+  // admin commands, signals and jobs keep being served while they start.
+  static constexpr int kMaxLaunchesPerTurn = 4;
+  // Launches one slot, or (beyond this turn's kMaxLaunchesPerTurn) defers it to a coming turn;
+  // a failure backs the slot off (restart_policy.h) and is logged.
   void Launch(WorkerSlot& slot);
-  // Launches the slots whose backoff or failed cool-down is over.
+  // Starts a new turn's launch budget, then launches the slots whose backoff, failed cool-down
+  // or deferral is over, within it.
   void LaunchDue();
   // SIGKILLs workers silent past their heartbeats, running one batch past hang_timeout_ms, or
   // still alive kStopGrace after being asked to stop. Their exits arrive through SIGCHLD.
@@ -63,6 +69,7 @@ class WorkerPool {
   LaunchContext context_;
   RestartPolicy policy_;
   Slots slots_;
+  int launches_this_turn_ = 0;
 };
 
 }  // namespace torchfarm

@@ -214,6 +214,12 @@ class WorkerSlot {
   // and when to restart. Returns the batches for requeueing.
   std::vector<InflightBatch> OnExit(int wait_status, TimePoint now, const RestartPolicy& policy,
                                     bool shutting_down);
+  // Launch later, in a coming loop turn (launch pacing, worker_pool.h): kStopped or kBackoff ->
+  // kBackoff due at `now`; not a failure, the restart history is untouched.
+  void DeferLaunch(TimePoint now, const std::string& why) {
+    restart_at_ = now;
+    TransitionTo(SlotState::kBackoff, why);
+  }
   // kBackoff past restart_at, or kFailed past its cool-down.
   bool RestartDue(TimePoint now) const {
     return (state_ == SlotState::kBackoff || state_ == SlotState::kFailed) && now >= restart_at_;

@@ -5,8 +5,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -274,6 +276,39 @@ TEST(WorkerStart, SparesDoNotKeepAModelWithoutServingWorkersAvailable) {
   const json reply_header = json::parse(head.to_string_view());
   EXPECT_EQ(reply_header["status"], "error") << head.to_string();
   EXPECT_EQ(reply_header["code"], "UNAVAILABLE") << head.to_string();
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+// Issue 22: a large scale-up never blocks the loop; launches are paced (WorkerPool::
+// kMaxLaunchesPerTurn) and the admin socket keeps answering while the workers start.
+TEST(WorkerStart, AScaleUpIsPacedAndTheAdminSocketKeepsAnswering) {
+  Farm farm(Identity({{"device", "cpu"}, {"count", 1}}), kDefaults);
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  constexpr int kWorkers = 32;
+  json reply = farm.AdminRequest({{"cmd", "scale"}, {"model", "identity"}, {"count", kWorkers}});
+  ASSERT_TRUE(reply.value("ok", false)) << reply.dump();
+  int64_t slowest_us = 0, calls = 0;
+  bool all_ready = false;
+  for (auto start = std::chrono::steady_clock::now();
+       !all_ready && std::chrono::steady_clock::now() - start < Ms(120'000);
+       std::this_thread::sleep_for(Ms(20))) {
+    const auto sent = std::chrono::steady_clock::now();
+    json health = farm.Admin("health", 2'000);
+    const int64_t took = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::steady_clock::now() - sent).count();
+    ASSERT_TRUE(health.is_object()) << "the admin socket did not answer within 2 s";
+    slowest_us = std::max(slowest_us, took);
+    ++calls;
+    all_ready = health["models"][0]["ready_workers"] == kWorkers;
+  }
+  EXPECT_TRUE(all_ready) << Stats(farm).dump();
+  std::printf("[ measure ] scale 1 -> %d: %lld health calls while workers started, slowest answer "
+              "%lld us\n", kWorkers, static_cast<long long>(calls),
+              static_cast<long long>(slowest_us));
+  reply = farm.AdminRequest({{"cmd", "scale"}, {"model", "identity"}, {"count", 1}});
+  ASSERT_TRUE(reply.value("ok", false)) << reply.dump();
+  ExpectServesCorrectly(farm);
   EXPECT_EQ(farm.Stop(), 0);
 }
 
