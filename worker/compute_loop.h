@@ -195,7 +195,10 @@ class ComputeLoop {
   void WaitForRequest();
   // Polls until a request is in the ring (true), `until`, or a stop.
   bool PollRing(TimePoint until) const;
-  static long InvoluntarySwitches();
+  // Threads running or runnable on the machine now (/proc/loadavg), and the cores this thread
+  // may use: adaptive_spin.h's load samples.
+  static int RunnableThreads();
+  static int UsableCores();
   // Unmaps client regions that are gone (ClientRegionCache::Trim), at most once a second.
   void TrimClientRegions();
   // Maps a client region for the batch being launched; released when the batch completes.
@@ -208,7 +211,9 @@ class ComputeLoop {
   ipc::ClientRegionCache client_regions_;  // compute thread only
   uint64_t launches_at_last_sleep_ = 0;    // WaitForRequest: poll once per pass that did work
   AdaptiveSpin spin_{config_.idle_spin_us};
-  long switches_after_wait_ = 0;  // the thread's involuntary context switches when it woke
+  static constexpr std::chrono::milliseconds kLoadSampleInterval{2};
+  TimePoint next_load_sample_{};
+  const int cores_ = UsableCores();
   std::vector<ipc::SharedRegion*> launch_regions_;  // acquired by the batch being launched
   TimePoint next_region_trim_{};
   const ipc::Doorbell* const request_doorbell_;
