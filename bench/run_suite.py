@@ -295,8 +295,9 @@ class Suite:
                                         farm.servers())
                 result.setdefault("memory", farm.memory())
             # The latency configuration: the worker polls its ring for 300 us after answering
-            # instead of sleeping at once (instances[].idle_spin_us; it costs throughput at c=64
-            # on 2 cores, so it is not the default).
+            # instead of sleeping at once (instances[].idle_spin_us). Since issue 19 the default
+            # is the same window, adaptive (worker/adaptive_spin.h); bench/worker_start_bench.py
+            # compares it with idle_spin_us 0.
             spin_model = model_entry("identity", identity, shape, self.args.identity_workers, 64)
             spin_model["instances"][0]["idle_spin_us"] = 300
             with Farm(self, "identity-spin-" + transport, [spin_model], transport) as farm:

@@ -62,8 +62,8 @@ def _overhead_section(s):
                         x["added_us_per_request_c64"]))
         if "farm_c1_spin" in x:
             text.append("  With the worker polling its ring for 300 us after answering "
-                        "(`instances[].idle_spin_us`, the latency configuration; off by default "
-                        "because on 2 shared cores it costs throughput at c=64) the round trip "
+                        "(`instances[].idle_spin_us` 300 set explicitly; since issue 19 the default "
+                        "is the same window, adaptive: docs/benchmarks.md, issue 19) the round trip "
                         "is %.2fx the echo's p50 (%.0f us)." % (
                             x["p50_ratio_spin"], x["farm_c1_spin"]["latency_us"]["p50"]))
     g = o["generator"]
