@@ -1,3 +1,4 @@
+#include "config_test_support.h"
 #include "common/config.h"
 
 #include <gmock/gmock.h>
@@ -8,22 +9,11 @@
 namespace torchfarm {
 namespace {
 
+using ::torchfarm::testing::MinimalConfig;
+using ::torchfarm::testing::ParseError;
+
 using nlohmann::json;
 using ::testing::HasSubstr;
-
-json MinimalConfig() {
-  return json::parse(R"({
-    "models": [{"name": "m", "path": "m.pt",
-                "inputs": [{"dtype": "float32", "shape": [-1, 4]}]}]
-  })");
-}
-
-std::string ParseError(const json& j) {
-  FarmConfig c;
-  Status s = ParseConfig(j, "/base", &c);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << j.dump();
-  return s.message();
-}
 
 TEST(ConfigTest, MinimalConfigGetsDefaults) {
   FarmConfig c;

@@ -2,26 +2,16 @@
 // and worker_launch, at their documented defaults and limits.
 #include <gtest/gtest.h>
 
+#include "config_test_support.h"
 #include "common/config.h"
 
 namespace torchfarm {
 namespace {
 
+using ::torchfarm::testing::MinimalConfig;
+using ::torchfarm::testing::ParseError;
+
 using nlohmann::json;
-
-json MinimalConfig() {
-  return json::parse(R"({
-    "models": [{"name": "m", "path": "m.pt",
-                "inputs": [{"dtype": "float32", "shape": [-1, 4]}]}]
-  })");
-}
-
-std::string ParseError(const json& j) {
-  FarmConfig c;
-  Status s = ParseConfig(j, "/base", &c);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << j.dump();
-  return s.message();
-}
 
 json WithInstance(const char* key, json value) {
   json j = MinimalConfig();

@@ -1,5 +1,6 @@
 // Model versions in the config (common/model_versions.h, common/config.cc): "versions" lists,
 // model_repository folders, version policies, their limits, and version routing.
+#include "config_test_support.h"
 #include "common/model_versions.h"
 
 #include <gmock/gmock.h>
@@ -13,6 +14,8 @@
 
 namespace torchfarm {
 namespace {
+
+using ::torchfarm::testing::ParseError;
 
 using nlohmann::json;
 using ::testing::HasSubstr;
@@ -28,13 +31,6 @@ std::vector<std::string> Loaded(const FarmConfig& c) {
   std::vector<std::string> out;
   for (const ModelConfig& m : c.models) out.push_back(m.name + "@" + m.version + "=" + m.path);
   return out;
-}
-
-std::string ParseError(const json& j) {
-  FarmConfig c;
-  Status s = ParseConfig(j, "/base", &c);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << j.dump();
-  return s.message();
 }
 
 TEST(ModelVersionsTest, VersionStringsAndOrder) {

@@ -1,5 +1,6 @@
 // The "pipeline" section of a model and limits.max_item_bytes (common/pipeline_config.h,
 // common/config.h): every key at its documented limits, and errors that name path, range and value.
+#include "config_test_support.h"
 #include "common/pipeline_config.h"
 
 #include <gmock/gmock.h>
@@ -11,6 +12,8 @@
 namespace torchfarm {
 namespace {
 
+using ::torchfarm::testing::ParseError;
+
 using nlohmann::json;
 using ::testing::HasSubstr;
 
@@ -20,13 +23,6 @@ json ImageConfig(json pipeline) {
                 {"inputs", json::array({{{"dtype", "bytes"}, {"shape", {-1}}}})}};
   if (!pipeline.is_null()) model["pipeline"] = std::move(pipeline);
   return json{{"models", json::array({model})}};
-}
-
-std::string ParseError(const json& j) {
-  FarmConfig c;
-  Status s = ParseConfig(j, "/base", &c);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << j.dump();
-  return s.message();
 }
 
 TEST(PipelineConfigTest, DecodeThreadsAtTheirDocumentedLimitsAndTheDefault) {
