@@ -4,7 +4,6 @@
 // 8 clients: every request answered exactly once and correctly, none lost.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <turbojpeg.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "jpeg_writer.h"
 #include "common/bytes_items.h"
 #include "farm_fixture.h"
 #include "torchfarm/client.h"
@@ -23,22 +23,6 @@ namespace {
 
 using nlohmann::json;
 using Ms = std::chrono::milliseconds;
-
-// A noisy width x height picture at quality 90 (decode takes a while, as real photos do).
-std::string Jpeg(int width, int height, unsigned seed) {
-  std::mt19937 random(seed);
-  std::vector<unsigned char> pixels(static_cast<size_t>(width) * height * 3);
-  for (auto& p : pixels) p = static_cast<unsigned char>(random());
-  tjhandle handle = tjInitCompress();
-  unsigned char* jpeg = nullptr;
-  unsigned long size = 0;
-  const int rc = tjCompress2(handle, pixels.data(), width, 0, height, TJPF_RGB, &jpeg, &size,
-                             TJSAMP_420, 90, 0);
-  std::string out = rc == 0 ? std::string(reinterpret_cast<char*>(jpeg), size) : std::string();
-  tjFree(jpeg);
-  tjDestroy(handle);
-  return out;
-}
 
 json ImageModel() {
   json model = ModelEntry("img", "convnet.pt", {-1}, 2,
@@ -65,7 +49,7 @@ TEST(PipelineChaos, WorkerKilledMidDecodeLosesNoRequest) {
 
   // Requests of 1..3 images, and their answers from a calm farm: the reference.
   std::vector<std::string> images;
-  for (unsigned k = 0; k < 6; ++k) images.push_back(Jpeg(320 + 16 * k, 240, k));
+  for (unsigned k = 0; k < 6; ++k) images.push_back(NoiseJpeg(320 + 16 * k, 240, k));
   std::vector<std::string> requests;
   for (size_t r = 0; r < 6; ++r) {
     std::string items;

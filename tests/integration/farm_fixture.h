@@ -33,6 +33,12 @@ int RunSupervisorToExit(const std::string& config_path, std::string* log, int ti
 nlohmann::json ModelEntry(const std::string& name, const std::string& file, nlohmann::json shape,
                           int workers, nlohmann::json extra = nlohmann::json::object());
 
+// GET http://127.0.0.1:PORT/PATH over HTTP/1.0: the whole response (status line, headers, body),
+// or "" when it cannot be read.
+std::string HttpGet(int port, const std::string& path);
+// The value of the Prometheus series named exactly `series` (with its labels) in `text`, or -1.
+double MetricValue(const std::string& text, const std::string& series);
+
 class Farm {
  public:
   // `models` is the "models" array of the config; endpoint and run_dir are filled in, and

@@ -79,37 +79,6 @@ Status Infer(const std::string& endpoint, int io_timeout_ms) {
   return client.Infer("identity", {{{DType::kFloat32, {1, 16}}, x.data(), x.size() * 4}}, &result);
 }
 
-// The body of GET http://127.0.0.1:PORT/metrics, or "" when it cannot be read.
-std::string ScrapeMetrics(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string response;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
-    const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
-    if (::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
-      char buffer[8192];
-      ssize_t n;
-      while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0)
-        response.append(buffer, static_cast<size_t>(n));
-    }
-  }
-  ::close(fd);
-  return response;
-}
-
-// The value of the series named exactly `series` (with its labels), or -1.
-double MetricValue(const std::string& text, const std::string& series) {
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  }
-  return -1;
-}
-
 // Shared-memory objects of the supervisor `pid` still in /dev/shm.
 std::vector<std::string> SegmentsOf(pid_t pid) {
   std::vector<std::string> left;
@@ -222,7 +191,7 @@ void ExhaustDescriptors(const std::string& transport) {
            MetricValue(text, "torchfarm_connections_refused_total{reason=\"max_connections\"}") <=
                0) {
       std::this_thread::sleep_for(Ms(200));
-      text = ScrapeMetrics(metrics_port);
+      text = HttpGet(metrics_port, "/metrics");
     }
     EXPECT_GT(MetricValue(text, "torchfarm_connections_refused_total{reason=\"max_connections\"}"),
               0)

@@ -443,36 +443,6 @@ TEST(Operations, AReloadThatLowersHeartbeatMsKillsNoWorker) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
-std::string HttpGet(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  ssize_t sent = ::send(fd, request.data(), request.size(), 0);
-  (void)sent;
-  std::string response;
-  char buffer[8192];
-  ssize_t n;
-  while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) response.append(buffer, static_cast<size_t>(n));
-  ::close(fd);
-  return response;
-}
-
-double MetricValue(const std::string& text, const std::string& series) {
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  }
-  return -1;
-}
-
 TEST(Operations, PrometheusMetricsMoveWithTraffic) {
   int port = FreePort();
   Farm farm(json::array({Identity(2)}), {{"metrics_endpoint", "127.0.0.1:" + std::to_string(port)}});

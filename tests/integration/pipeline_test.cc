@@ -8,7 +8,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <turbojpeg.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,6 +21,7 @@
 #include "common/bytes_items.h"
 #include "common/npy.h"
 #include "farm_fixture.h"
+#include "jpeg_writer.h"
 #include "torchfarm/client.h"
 
 namespace torchfarm::testing {
@@ -44,15 +44,7 @@ std::string WriteJpeg(int width, int height, unsigned seed) {
                                         static_cast<int>(random() % 20));
     }
   }
-  tjhandle handle = tjInitCompress();
-  unsigned char* jpeg = nullptr;
-  unsigned long size = 0;
-  const int rc = tjCompress2(handle, pixels.data(), width, 0, height, TJPF_RGB, &jpeg, &size,
-                             TJSAMP_420, 90, 0);
-  std::string out = rc == 0 ? std::string(reinterpret_cast<char*>(jpeg), size) : std::string();
-  tjFree(jpeg);
-  tjDestroy(handle);
-  return out;
+  return EncodeJpeg(pixels, width, height);
 }
 
 json ImageModel() {

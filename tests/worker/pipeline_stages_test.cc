@@ -2,16 +2,18 @@
 // items of mixed sizes decoded and pre-processed into the model's batch, a corrupt item reported
 // as a failed row (the others answered), prefetched batches answered in order with the outputs a
 // direct computation gives, and preprocess without decode.
-#include <turbojpeg.h>
 
 #include <random>
 
+#include "../integration/jpeg_writer.h"
 #include "common/bytes_items.h"
 #include "compute_loop_fixture.h"
 #include "worker/image_decoder.h"
 
 namespace torchfarm::worker {
 namespace {
+
+using ::torchfarm::testing::NoiseJpeg;
 
 constexpr const char* kPre = R"(
 def forward(self, image):
@@ -26,20 +28,6 @@ constexpr const char* kPost = R"(
 def forward(self, x):
     return (x * 2.0, x.argmax(1))
 )";
-
-std::string Jpeg(int width, int height, unsigned seed) {
-  std::mt19937 random(seed);
-  std::vector<unsigned char> pixels(static_cast<size_t>(width) * height * 3);
-  for (auto& p : pixels) p = static_cast<unsigned char>(random());
-  tjhandle handle = tjInitCompress();
-  unsigned char* jpeg = nullptr;
-  unsigned long size = 0;
-  tjCompress2(handle, pixels.data(), width, 0, height, TJPF_RGB, &jpeg, &size, TJSAMP_444, 95, 0);
-  std::string out(reinterpret_cast<char*>(jpeg), size);
-  tjFree(jpeg);
-  tjDestroy(handle);
-  return out;
-}
 
 class PipelineStagesTest : public ComputeLoopTest {
  protected:
@@ -85,7 +73,7 @@ class PipelineStagesTest : public ComputeLoopTest {
 TEST_F(PipelineStagesTest, MixedSizesAreDecodedPreprocessedAndAnsweredPerRow) {
   Configure();
   ASSERT_EQ(Start(model_path_).state, LoadState::kLoaded);
-  const std::vector<std::string> jpegs = {Jpeg(20, 10, 1), Jpeg(9, 31, 2), Jpeg(16, 16, 3)};
+  const std::vector<std::string> jpegs = {NoiseJpeg(20, 10, 1), NoiseJpeg(9, 31, 2), NoiseJpeg(16, 16, 3)};
   SubmitItems(1, jpegs);
   Response r = Await();
   ASSERT_EQ(r.status, 0) << r.message;
@@ -101,7 +89,7 @@ TEST_F(PipelineStagesTest, MixedSizesAreDecodedPreprocessedAndAnsweredPerRow) {
 TEST_F(PipelineStagesTest, ACorruptItemIsAFailedRowAndTheOthersAreAnswered) {
   Configure();
   ASSERT_EQ(Start(model_path_).state, LoadState::kLoaded);
-  const std::string good = Jpeg(12, 12, 4);
+  const std::string good = NoiseJpeg(12, 12, 4);
   SubmitItems(2, {good, "\xff\xd8 not a jpeg", good});
   const ipc::SpscRing ring = segment_->response_ring();
   const auto deadline = std::chrono::steady_clock::now() + kWaitLimit;
@@ -141,7 +129,7 @@ TEST_F(PipelineStagesTest, PrefetchedBatchesAreAnsweredInOrderWithOrWithoutOverl
     pipeline_.overlap = overlap;
     ASSERT_EQ(Start(model_path_).state, LoadState::kLoaded);
     std::vector<std::string> jpegs;
-    for (unsigned k = 0; k < 4; ++k) jpegs.push_back(Jpeg(10 + 3 * k, 14, 10 + k));
+    for (unsigned k = 0; k < 4; ++k) jpegs.push_back(NoiseJpeg(10 + 3 * k, 14, 10 + k));
     for (uint64_t b = 0; b < 4; ++b) SubmitItems(100 + b, {jpegs[b]});  // the ring holds 4
     for (uint64_t b = 0; b < 4; ++b) {
       Response r = Await();
@@ -178,7 +166,7 @@ TEST(ImageDecoderTest, CorruptAndOversizedJpegsAreNamed) {
   Status junk = DecodeJpeg("\xff\xd8garbage", &image);
   EXPECT_EQ(junk.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(junk.message().find("corrupt JPEG"), std::string::npos) << junk.message();
-  const std::string good = Jpeg(6, 4, 9);
+  const std::string good = NoiseJpeg(6, 4, 9);
   ASSERT_TRUE(DecodeJpeg(good, &image).ok());
   EXPECT_EQ(image.sizes(), (std::vector<int64_t>{4, 6, 3}));
   EXPECT_EQ(image.scalar_type(), at::kByte);
