@@ -1,11 +1,10 @@
 #include "supervisor/client_shm_registry.h"
 
 #include "common/log.h"
+#include "common/random_hex.h"
 #include "supervisor/resource_errors.h"
 
 namespace torchfarm {
-
-Status RandomHex(size_t bytes, std::string* out);  // supervisor.h
 
 ClientShmRegistry::ClientShmRegistry(ClientShmConfig config, std::string name_prefix, int group)
     : config_(config), prefix_(std::move(name_prefix)), group_(group) {}

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "supervisor/frontend/frontend.h"
 #include "common/protocol.h"
+#include "common/random_hex.h"
 #include "ipc/control_protocol.h"
 #include "ipc/guarded_copy.h"
 #include "supervisor/job_intake.h"

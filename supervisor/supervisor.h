@@ -69,9 +69,6 @@ namespace torchfarm {
 struct ShmCommand;  // job_intake.h
 class Frontend;     // frontend/frontend.h: linked into the binary, not into this library
 
-// 2*bytes lowercase hex digits from /dev/urandom (supervisor_security.cc).
-Status RandomHex(size_t bytes, std::string* out);
-
 struct SupervisorOptions {
   std::string log_level = "info";
   Millis drain_timeout{30'000};

@@ -1,6 +1,5 @@
 // Supervisor, the security set-up (docs/security.md): CURVE and the ZAP handler on the job socket
-// (and on a loopback TCP admin socket), the ipc socket's group, the per-client quota, and the
-// unguessable part of shared-memory names.
+// (and on a loopback TCP admin socket), the ipc socket's group and the per-client quota.
 #include <fcntl.h>
 #include <grp.h>
 #include <sys/stat.h>
@@ -21,28 +20,6 @@ std::string IpcPath(const std::string& endpoint) {
 }
 
 }  // namespace
-
-Status RandomHex(size_t bytes, std::string* out) {
-  std::string raw(bytes, '\0');
-  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Internal(std::string("cannot open /dev/urandom: ") + std::strerror(errno));
-  size_t got = 0;
-  while (got < bytes) {
-    ssize_t n = ::read(fd, raw.data() + got, bytes - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  if (got < bytes) return Internal("short read from /dev/urandom");
-  static const char kDigits[] = "0123456789abcdef";
-  out->clear();
-  for (unsigned char c : raw) {
-    out->push_back(kDigits[c >> 4]);
-    out->push_back(kDigits[c & 15]);
-  }
-  return Status::Ok();
-}
 
 Status Supervisor::SecureSockets() {
   quota_.set_max_per_client(config_.limits.max_queued_per_client);
