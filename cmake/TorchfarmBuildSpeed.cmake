@@ -57,7 +57,10 @@ endfunction()
 # shares one precompiled header with GoogleTest, made by torchfarm_test_pch. A sanitized tree gives
 # only some tests the sanitizer flags, so there each test makes its own.
 function(torchfarm_precompile_test target)
-  target_compile_options(${target} PRIVATE ${TORCHFARM_TEST_COMPILE_OPTIONS})
+  # -pthread everywhere: some tests get it from their libraries (gRPC, Boost.Asio), and a header
+  # precompiled without its _REENTRANT is rejected by them (-Winvalid-pch), which left the
+  # supervisor and front-end tests compiling without one.
+  target_compile_options(${target} PRIVATE ${TORCHFARM_TEST_COMPILE_OPTIONS} -pthread)
   if(NOT TORCHFARM_PCH)
     return()
   endif()
@@ -69,7 +72,7 @@ function(torchfarm_precompile_test target)
     add_library(torchfarm_test_pch OBJECT ${TORCHFARM_PCH_SOURCE})
     target_link_libraries(torchfarm_test_pch PRIVATE cppzmq nlohmann_json::nlohmann_json
                           GTest::gtest)
-    target_compile_options(torchfarm_test_pch PRIVATE ${TORCHFARM_TEST_COMPILE_OPTIONS})
+    target_compile_options(torchfarm_test_pch PRIVATE ${TORCHFARM_TEST_COMPILE_OPTIONS} -pthread)
     target_precompile_headers(torchfarm_test_pch PRIVATE ${TORCHFARM_PCH_STD_HEADERS}
                               ${TORCHFARM_PCH_LIBRARY_HEADERS} ${TORCHFARM_PCH_TEST_HEADERS})
   endif()

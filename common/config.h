@@ -226,6 +226,11 @@ Status ParseConfig(const nlohmann::json& j, const std::string& base_dir, FarmCon
 // versions). `where` prefixes errors ("load.config"), `base_dir` resolves relative paths.
 Status ParseModelConfig(const nlohmann::json& j, const std::string& where,
                         const std::string& base_dir, std::vector<ModelConfig>* out);
+// "model_repository": each DIR/NAME folder's config.json is a model entry without "path" (and
+// without "versions"; "name", if given, must be NAME); its VERSION/model.pt files are the
+// versions. One ModelConfig per version each entry's version_policy loads.
+Status ParseModelRepository(const std::string& dir, const std::string& base_dir,
+                            std::vector<ModelConfig>* out);
 // Reads and parses a file; errors name the file.
 Status LoadConfigFile(const std::string& path, FarmConfig* out);
 

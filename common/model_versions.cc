@@ -6,10 +6,12 @@
 #include <sstream>
 
 #include "common/config.h"
+#include "common/config_fields.h"
 
 namespace torchfarm {
 
 using nlohmann::json;
+using config_fields::Got;
 namespace fs = std::filesystem;
 
 namespace {
@@ -23,8 +25,6 @@ std::string Join(const std::vector<std::string>& items) {
   for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
   return out.empty() ? "none" : out;
 }
-
-std::string Got(const json& v) { return std::string(v.type_name()) + " " + v.dump(); }
 
 Status ReadJsonFile(const fs::path& path, json* out) {
   std::ifstream in(path);

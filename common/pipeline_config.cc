@@ -2,26 +2,20 @@
 
 #include <filesystem>
 
+#include "common/config_fields.h"
+
 namespace torchfarm {
 
 using nlohmann::json;
+using config_fields::CheckKeys;
+using config_fields::Got;
 
 namespace {
-
-std::string Got(const json& v) { return std::string(v.type_name()) + " " + v.dump(); }
 
 Status CheckPipelineKeys(const json& j, const std::string& where,
                          const std::vector<std::string>& allowed) {
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
-  for (const auto& [key, value] : j.items()) {
-    bool known = false;
-    for (const auto& a : allowed) known = known || a == key;
-    if (known) continue;
-    std::string list;
-    for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-    return InvalidArgument(where + ": unknown key '" + key + "' (expected one of: " + list + ")");
-  }
-  return Status::Ok();
+  return CheckKeys(j, where, allowed);
 }
 
 Status ModulePath(const json& j, const std::string& key, const std::string& where,

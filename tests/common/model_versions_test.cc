@@ -1,4 +1,4 @@
-// Model versions in the config (common/model_versions.h, common/config.cc): "versions" lists,
+// Model versions in the config (common/model_versions.h, common/model_config.cc): "versions" lists,
 // model_repository folders, version policies, their limits, and version routing.
 #include "config_test_support.h"
 #include "common/model_versions.h"

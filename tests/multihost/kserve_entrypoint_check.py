@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Checks deploy/kserve/torchfarm-kserve-entrypoint.sh offline: given KServe's args, environment
 and a fake model folder (/mnt/models stand-in), the farm config it writes is JSON with the keys the
-supervisor's parser accepts (read from common/config.cc), the front ends on the pod address, the
-job socket on loopback, and the model's name, path and config.json members; wrong settings exit 2
-with a message naming them; without --print_config it writes the file and execs the supervisor.
+supervisor's parser accepts (read from common/config.cc and model_config.cc), the front ends on
+the pod address, the job socket on loopback, and the model's name, path and config.json members;
+wrong settings exit 2 with a message naming them; without --print_config it writes the file and
+execs the supervisor.
 
 Usage: kserve_entrypoint_check.py REPO_ROOT. Exit 0: ok; 1: a problem (each printed). Needs only
 /bin/sh and the Python standard library.
@@ -32,8 +33,10 @@ def check(condition: bool, message: str) -> bool:
 
 
 def parser_keys(after: str) -> set:
-    """The keys of the first CheckKeys(...) list after `after` in common/config.cc."""
-    source = (REPO / "common" / "config.cc").read_text()
+    """The keys of the first CheckKeys(...) list after `after` in the config parser
+    (common/config.cc: the farm's sections; common/model_config.cc: a models[] entry)."""
+    source = "".join((REPO / "common" / name).read_text()
+                     for name in ("config.cc", "model_config.cc"))
     start = source.index(after)
     match = re.search(r"CheckKeys\([^{]*\{([^}]*)\}", source[start:])
     return set(re.findall(r'"([a-z_]+)"', match.group(1)))
