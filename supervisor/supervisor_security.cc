@@ -1,6 +1,5 @@
 // Supervisor, the security set-up (docs/security.md): CURVE and the ZAP handler on the job socket
 // (and on a loopback TCP admin socket), the ipc socket's group and the per-client quota.
-#include <fcntl.h>
 #include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -307,7 +307,7 @@ TEST_F(ExhaustedLaunchTest, OutOfDescriptorsBacksOffUntilTheyFree) {
     fillers.push_back(fd);
   }
   rlimit tight = saved;
-  tight.rlim_cur = static_cast<rlim_t>(HighestOpenDescriptor() + 2);
+  tight.rlim_cur = static_cast<rlim_t>(highest + 2);  // the fillers all lie below `highest`
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
   ExpectBackoffThenLaunch([&] { ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0); });
   ::setrlimit(RLIMIT_NOFILE, &saved);
