@@ -112,9 +112,15 @@ TEST(Lifecycle, LoadByNameAndByEntryThenRequestsSucceed) {
   EXPECT_EQ(Ctl(farm, "load side2 --config-json '{\"path\": 5}'", &out), 1) << out;
   EXPECT_NE(out.find("load.config.path: expected"), std::string::npos) << out;
 
-  // `ctl models`: a table with every model and its state; --json the same as data.
-  out.clear();
-  ASSERT_EQ(Ctl(farm, "models", &out), 0) << out;
+  // `ctl models`: a table with every model and its state; --json the same as data. `load`
+  // answers once the model is available (one worker ready): extra's second worker may still be
+  // loading, so the table is read again until it is ready too (or 30 s pass).
+  for (int attempt = 0; attempt < 300; ++attempt) {
+    out.clear();
+    ASSERT_EQ(Ctl(farm, "models", &out), 0) << out;
+    if (out.find("2/2") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   for (const char* name : {"keep", "extra", "side"}) {
     EXPECT_NE(out.find(name), std::string::npos) << out;
   }
