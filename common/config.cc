@@ -175,7 +175,9 @@ static Status ParseLimits(const json* j, const std::vector<ModelConfig>& models,
     if (!j->is_object()) return InvalidArgument(where + ": expected an object, got " + Got(*j));
     Status s = CheckKeys(*j, where, {"max_header_bytes", "max_frames", "max_tensor_bytes",
                                      "max_rank", "max_request_bytes", "max_queued_per_client",
-                                     "max_shm_bytes", "max_item_bytes"});
+                                     "max_unread_replies_per_client",
+                                     "max_unread_reply_bytes_per_client", "max_shm_bytes",
+                                     "max_item_bytes"});
     if (!s.ok()) return s;
     RequestLimits& r = l.request;
     if (s = GetInt(*j, "max_item_bytes", where, 1, kMaxBytesItem, &r.max_item_bytes); !s.ok())
@@ -190,6 +192,14 @@ static Status ParseLimits(const json* j, const std::vector<ModelConfig>& models,
         !s.ok())
       return s;
     if (s = GetInt(*j, "max_queued_per_client", where, 1, 10'000'000, &l.max_queued_per_client);
+        !s.ok())
+      return s;
+    if (s = GetInt(*j, "max_unread_replies_per_client", where, 1, 1'000'000,
+                   &l.max_unread_replies_per_client);
+        !s.ok())
+      return s;
+    if (s = GetInt(*j, "max_unread_reply_bytes_per_client", where, 1 << 20, int64_t{1} << 40,
+                   &l.max_unread_reply_bytes_per_client);
         !s.ok())
       return s;
     if (s = GetInt(*j, "max_shm_bytes", where, kMinShmBytes, kMaxShmBytes, &l.max_shm_bytes); !s.ok())

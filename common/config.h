@@ -79,6 +79,10 @@ struct ModelConfig {
   int64_t max_queue_wait_ms = 30'000;
   int max_inflight_per_worker = 2;   // batches a worker may hold in its ring
   int priority_levels = 1;
+  // Within a priority level, each client (ZeroMQ routing id or CURVE key; the HTTP/gRPC peer) has
+  // its own share of the queue, served in turn weighted by rows (supervisor/model_queue.h). False:
+  // one FIFO per level, as before.
+  bool fair_queueing = true;
   // Shared-memory geometry of each worker of this model.
   uint64_t slot_bytes = 4 << 20;     // tensor bytes one ring slot holds (request or response)
   int ring_slots = 4;                // slots per ring; >= max_inflight_per_worker
@@ -147,6 +151,10 @@ inline constexpr uint64_t kDefaultMaxItemBytes = 16 << 20;
 struct LimitsConfig {
   RequestLimits request;                // header, frames, rank, tensor, request and item bytes
   int64_t max_queued_per_client = 256;  // queued + running requests of one client identity
+  // Replies a ZeroMQ client has not taken off the job socket yet (its connection's pipe), by
+  // count and by bytes: past either, its new requests are refused (supervisor/reply_backlog.h).
+  int64_t max_unread_replies_per_client = 256;
+  int64_t max_unread_reply_bytes_per_client = int64_t{64} << 20;
   // Shared memory the supervisor creates: worker segments and client_shm regions together. A
   // worker launch beyond it backs off and retries; shm_create beyond it is RESOURCE_EXHAUSTED.
   // 0: the size of /dev/shm (supervisor/shm_budget.h).

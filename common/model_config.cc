@@ -188,7 +188,7 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
       CheckKeys(j, where,
                 {"name", "path", "inputs", "outputs", "instances", "max_batch_size",
                  "max_queue_delay_us", "preferred_batch_sizes", "max_queue_size",
-                 "max_queue_wait_ms", "max_inflight_per_worker", "priority_levels", "slot_bytes",
+                 "max_queue_wait_ms", "max_inflight_per_worker", "priority_levels", "fair_queueing", "slot_bytes",
                  "ring_slots", "hang_timeout_ms", "warmup", "versions", "version_policy",
                  "rollout", "pipeline"});
   if (!s.ok()) return s;
@@ -242,6 +242,7 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
   if (s = GetInt(j, "max_inflight_per_worker", where, 1, 64, &m.max_inflight_per_worker); !s.ok())
     return s;
   if (s = GetInt(j, "priority_levels", where, 1, 16, &m.priority_levels); !s.ok()) return s;
+  if (s = GetBool(j, "fair_queueing", where, &m.fair_queueing); !s.ok()) return s;
   if (s = GetInt(j, "slot_bytes", where, 4096, int64_t{1} << 34, &m.slot_bytes); !s.ok()) return s;
   if (s = GetInt(j, "hang_timeout_ms", where, 0, 86'400'000, &m.hang_timeout_ms); !s.ok()) return s;
   m.ring_slots = std::max(4, m.max_inflight_per_worker);

@@ -43,6 +43,40 @@ void Dispatcher::ExpireDeadlines() {
   }
 }
 
+Status Dispatcher::CheckDeadline(const ServedModel& model, const PendingRequest& request,
+                                 TimePoint now) const {
+  if (request.deadline == TimePoint::max() || request.deadline_is_queue_wait ||
+      !model.cost.known()) {
+    return Status::Ok();
+  }
+  const double running_us = model.cost.BatchUs(model.config.max_batch_size);
+  double earliest_free_us = -1;
+  for (size_t i : model.slots) {
+    const WorkerSlot& slot = *workers_[i];
+    if (slot.state() != SlotState::kReady) continue;
+    const double free_us = std::max(0.0, Backlog(model, slot) - running_us);
+    if (earliest_free_us < 0 || free_us < earliest_free_us) earliest_free_us = free_us;
+  }
+  if (earliest_free_us < 0) return Status::Ok();  // no serving worker: max_queue_wait_ms rules
+  const TimePoint start = now + Micros(static_cast<int64_t>(earliest_free_us));
+  if (start <= request.deadline) return Status::Ok();
+  return Status(StatusCode::kDeadlineExceeded,
+                "timeout_ms of " + std::to_string(ToMicros(request.deadline - request.received) / 1000) +
+                    " ms cannot be met: every worker of model '" + model.config.name +
+                    "' is busy for at least " +
+                    std::to_string(static_cast<int64_t>(earliest_free_us / 1000)) +
+                    " ms more (measured batch cost); refused at once instead of left to expire");
+}
+
+void Dispatcher::UpdateDispatchLead(ServedModel& model) {
+  // Before the first measurement, a millisecond: enough for the loop to wake and hand it over.
+  constexpr int64_t kMinLeadUs = 1'000;
+  const int64_t batch_us =
+      model.cost.known() ? static_cast<int64_t>(model.cost.BatchUs(model.config.max_batch_size))
+                         : 0;
+  model.queue.set_dispatch_lead(Micros(std::max(kMinLeadUs, batch_us)));
+}
+
 std::string Dispatcher::WorkerSummary(const ServedModel& model) const {
   std::map<std::string, int> states;
   for (size_t i : model.slots) ++states[SlotStateName(workers_[i]->state())];

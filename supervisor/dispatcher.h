@@ -44,6 +44,15 @@ class Dispatcher {
                bool was_running);
   // Answers the queued requests whose deadline passed.
   void ExpireDeadlines();
+  // DEADLINE_EXCEEDED when `request`'s timeout_ms cannot be met even if a worker took it next:
+  // every serving worker of `model` is busy past its deadline by the measured batch cost (a lower
+  // bound: the batch running on each may end at once). OK when it might be served in time, and
+  // before the model's cost is known.
+  Status CheckDeadline(const ServedModel& model, const PendingRequest& request,
+                       TimePoint now) const;
+  // Keeps the queue's dispatch lead at the model's measured batch time, so a batch with a
+  // deadline in it leaves while it can still be served (supervisor/model_queue.h).
+  static void UpdateDispatchLead(ServedModel& model);
   // Answers an accepted request with an error and counts it against its model.
   void Fail(ServedModel& model, PendingRequest& request, const Status& status);
   // "workers: 1 ready, 1 restarting": what an UNAVAILABLE answer tells the client.

@@ -95,6 +95,10 @@ MetricsExporter::MetricsExporter() : registry_(std::make_shared<prometheus::Regi
               .Name("torchfarm_mps_active")
               .Help("1 when GPU workers share their devices through an NVIDIA MPS server")
               .Register(*registry_);
+  undeliverable_ = &prometheus::BuildCounter()
+                        .Name("torchfarm_replies_undeliverable_total")
+                        .Help("Replies libzmq could not take: the client was gone, or its pipe full")
+                        .Register(*registry_);
 }
 
 MetricsExporter::~MetricsExporter() = default;
@@ -220,5 +224,9 @@ void MetricsExporter::WorkerStageSeconds(int worker, const std::string& model,
 }
 
 void MetricsExporter::MpsActive(bool active) { mps_->Add({}).Set(active ? 1 : 0); }
+
+void MetricsExporter::ReplyUndeliverable(const char* reason) {
+  undeliverable_->Add({{"reason", reason}}).Increment();
+}
 
 }  // namespace torchfarm

@@ -22,6 +22,8 @@
 //   torchfarm_worker_rss_bytes{worker,model,version}         gauge
 //   torchfarm_gpu_fallback{worker,model,version}             gauge, 1 when serving on CPU after a
 //                                                            GPU failure
+//   torchfarm_replies_undeliverable_total{reason}            counter, reason = gone|full: replies
+//                                                            the job socket could not take
 #pragma once
 
 #include <map>
@@ -76,6 +78,8 @@ class MetricsExporter {
   void WorkerStageSeconds(int worker, const std::string& model, const std::string& version,
                           double h2d, double compute, double d2h);
   void MpsActive(bool active);
+  // A reply the job socket could not take; `reason` "gone" (disconnected) or "full" (its pipe).
+  void ReplyUndeliverable(const char* reason);
   // For metric families kept by other components (resource_metrics.h).
   prometheus::Registry& registry() { return *registry_; }
 
@@ -99,6 +103,7 @@ class MetricsExporter {
   prometheus::Family<prometheus::Gauge>* gpu_memory_;
   prometheus::Family<prometheus::Gauge>* stage_seconds_;
   prometheus::Family<prometheus::Gauge>* mps_;
+  prometheus::Family<prometheus::Counter>* undeliverable_;
   std::map<std::pair<std::string, std::string>, std::unique_ptr<ModelHandles>>
       models_;  // (model, version)
 };

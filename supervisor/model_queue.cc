@@ -30,58 +30,108 @@ BatchingPolicy BatchingPolicyFor(const ModelConfig& m) {
   p.max_queue_size = m.max_queue_size;
   p.priority_levels = m.priority_levels;
   p.max_batch_bytes = m.slot_bytes;
+  p.fair_queueing = m.fair_queueing;
   return p;
-}
-
-void ModelQueue::SetPolicy(BatchingPolicy policy) {
-  std::vector<PendingRequest> all = TakeAll();
-  policy_ = std::move(policy);
-  levels_.clear();
-  levels_.resize(static_cast<size_t>(std::max(1, policy_.priority_levels)));
-  for (auto& r : all) {
-    size_t level = std::min<size_t>(std::max(0, r.priority), levels_.size() - 1);
-    earliest_deadline_ = std::min(earliest_deadline_, r.deadline);  // TakeAll forgot it
-    rows_ += r.rows;
-    levels_[level].push_back(std::move(r));
-    ++size_;
-  }
 }
 
 ModelQueue::ModelQueue(BatchingPolicy policy)
     : policy_(std::move(policy)), levels_(std::max(1, policy_.priority_levels)) {}
 
+void ModelQueue::SetPolicy(BatchingPolicy policy) {
+  std::vector<PendingRequest> all = TakeAll();
+  policy_ = std::move(policy);
+  // Built in place: a Level moves only by copy (std::deque's move may throw), which a
+  // PendingRequest does not allow.
+  levels_ = std::vector<Level>(static_cast<size_t>(std::max(1, policy_.priority_levels)));
+  const int64_t saved_size = policy_.max_queue_size;
+  policy_.max_queue_size = INT64_MAX;  // never refused: they were accepted already
+  for (auto& r : all) Push(r);
+  policy_.max_queue_size = saved_size;
+}
+
+ModelQueue::Level& ModelQueue::LevelOf(const PendingRequest& request) {
+  return levels_[std::min<size_t>(std::max(0, request.priority), levels_.size() - 1)];
+}
+
+void ModelQueue::Added(Level& level, const PendingRequest& request) {
+  if (request.deadline != TimePoint::max()) deadlines_.insert(request.deadline);
+  rows_ += request.rows;
+  ++size_;
+  if (policy_.fair_queueing) ++level.clients[request.client].queued;
+}
+
+void ModelQueue::Removed(Level& level, const PendingRequest& request) {
+  if (request.deadline != TimePoint::max()) deadlines_.erase(deadlines_.find(request.deadline));
+  rows_ -= request.rows;
+  --size_;
+  if (!policy_.fair_queueing) return;
+  auto it = level.clients.find(request.client);
+  // Forgetting an idle client loses at most its last request's rows of credit, and keeps the
+  // table as small as the set of clients with requests queued.
+  if (it != level.clients.end() && --it->second.queued == 0) level.clients.erase(it);
+}
+
 bool ModelQueue::Push(PendingRequest& request) {
   if (size_ >= static_cast<size_t>(policy_.max_queue_size)) return false;
-  size_t level = std::min<size_t>(std::max(0, request.priority), levels_.size() - 1);
-  earliest_deadline_ = std::min(earliest_deadline_, request.deadline);
-  rows_ += request.rows;
-  levels_[level].push_back(std::move(request));
-  ++size_;
+  Level& level = LevelOf(request);
+  auto& queue = level.requests;
+  if (!policy_.fair_queueing) {
+    request.fair_tag = 0;
+    Added(level, request);
+    queue.push_back(std::move(request));
+    return true;
+  }
+  ClientShare& share = level.clients[request.client];
+  const int64_t tag = share.queued > 0 ? std::max(level.virtual_time, share.finish)
+                                       : level.virtual_time;
+  share.finish = tag + std::max<int64_t>(1, request.rows);
+  request.fair_tag = tag;
+  Added(level, request);
+  if (queue.empty() || queue.back().fair_tag <= tag) {
+    queue.push_back(std::move(request));  // one client, or one far behind: no search
+  } else {
+    auto at = std::upper_bound(queue.begin(), queue.end(), tag,
+                               [](int64_t t, const PendingRequest& r) { return t < r.fair_tag; });
+    queue.insert(at, std::move(request));
+  }
   return true;
 }
 
 void ModelQueue::PushFront(std::vector<PendingRequest> requests) {
   for (auto it = requests.rbegin(); it != requests.rend(); ++it) {
-    size_t level = std::min<size_t>(std::max(0, it->priority), levels_.size() - 1);
-    earliest_deadline_ = std::min(earliest_deadline_, it->deadline);
-    rows_ += it->rows;
-    levels_[level].push_front(std::move(*it));
-    ++size_;
+    Level& level = LevelOf(*it);
+    // First in the level: no later tag than the current head's, nor than the virtual time.
+    it->fair_tag = level.requests.empty()
+                       ? level.virtual_time
+                       : std::min(level.virtual_time, level.requests.front().fair_tag);
+    Added(level, *it);
+    level.requests.push_front(std::move(*it));
   }
 }
 
-std::deque<PendingRequest>* ModelQueue::HighestLevel() {
+ModelQueue::Level* ModelQueue::HighestLevel() {
   for (auto& level : levels_) {
-    if (!level.empty()) return &level;
+    if (!level.requests.empty()) return &level;
   }
   return nullptr;
 }
 
-const std::deque<PendingRequest>* ModelQueue::HighestLevel() const {
+const ModelQueue::Level* ModelQueue::HighestLevel() const {
   for (const auto& level : levels_) {
-    if (!level.empty()) return &level;
+    if (!level.requests.empty()) return &level;
   }
   return nullptr;
+}
+
+size_t ModelQueue::ScanWindow() const {
+  return std::max<size_t>(kMinScanWindow,
+                          kScanWindowFactor * static_cast<size_t>(policy_.max_batch_size));
+}
+
+size_t ModelQueue::clients() const {
+  size_t n = 0;
+  for (const auto& level : levels_) n += level.clients.size();
+  return n;
 }
 
 std::vector<size_t> ModelQueue::Candidates(const std::deque<PendingRequest>& level,
@@ -91,8 +141,7 @@ std::vector<size_t> ModelQueue::Candidates(const std::deque<PendingRequest>& lev
   *rows = head.rows;
   uint64_t bytes = head.slot_bytes;
   if (!head.batchable || head.rows >= max_rows) return picked;
-  size_t window = std::max<size_t>(kMinScanWindow,
-                                   kScanWindowFactor * static_cast<size_t>(policy_.max_batch_size));
+  const size_t window = ScanWindow();
   for (size_t i = 1; i < level.size() && i < window && *rows < max_rows; ++i) {
     const PendingRequest& r = level[i];
     if (!BatchCompatible(head, r)) continue;
@@ -120,19 +169,25 @@ size_t ModelQueue::PreferredPrefix(const std::deque<PendingRequest>& level,
 }
 
 std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap) {
-  std::deque<PendingRequest>* level = HighestLevel();
-  if (!level) return {};
-  // Whether a batch is due is decided on max_batch_size alone; the cap only sizes it.
+  Level* level_state = HighestLevel();
+  if (!level_state) return {};
+  std::deque<PendingRequest>* level = &level_state->requests;
+  // Whether a batch is due is decided on max_batch_size; the cap only sizes it.
   const int64_t max_rows = std::max<int64_t>(1, policy_.max_batch_size);
   int64_t rows = 0;
   std::vector<size_t> picked = Candidates(*level, max_rows, &rows);
   const PendingRequest& head = level->front();
   bool alone = !head.batchable || head.rows >= max_rows;
   bool full = rows >= max_rows;
-  bool waited = now - head.received >= Micros(policy_.max_queue_delay_us);
+  // With fair queueing the head may be a newcomer: the oldest request of the batch counts.
+  TimePoint oldest = head.received;
+  for (size_t index : picked) oldest = std::min(oldest, (*level)[index].received);
+  bool waited = now - oldest >= Micros(policy_.max_queue_delay_us);
+  // A deadline that waiting for company would miss makes the batch due now.
+  bool urgent = !deadlines_.empty() && now >= *deadlines_.begin() - dispatch_lead_;
   // The rest of a due batch that a cap split goes as soon as a worker can take it.
   bool rest_of_split = split_rows_left_ > 0;
-  if (!alone && !full && !waited && !rest_of_split) {
+  if (!alone && !full && !waited && !urgent && !rest_of_split) {
     size_t prefix = PreferredPrefix(*level, picked);
     if (prefix == 0) return {};
     picked.resize(prefix);
@@ -144,63 +199,67 @@ std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap
   if (!alone && capped < rows) picked = Candidates(*level, capped, &rows);
   split_rows_left_ = rest_of_split ? std::max<int64_t>(0, split_rows_left_ - rows)
                                    : due_rows - rows;
+  level_state->virtual_time = std::max(level_state->virtual_time, head.fair_tag);
   std::vector<PendingRequest> batch;
   batch.reserve(picked.size());
   for (size_t index : picked) {
-    rows_ -= (*level)[index].rows;
+    Removed(*level_state, (*level)[index]);
     batch.push_back(std::move((*level)[index]));
   }
   // Erase from the back so earlier indices stay valid.
   for (auto it = picked.rbegin(); it != picked.rend(); ++it) {
     level->erase(level->begin() + static_cast<std::ptrdiff_t>(*it));
   }
-  size_ -= batch.size();
   return batch;
 }
 
 std::optional<TimePoint> ModelQueue::NextDue() const {
-  const std::deque<PendingRequest>* level = HighestLevel();
+  const Level* level = HighestLevel();
   if (!level) return std::nullopt;
-  return level->front().received + Micros(policy_.max_queue_delay_us);
+  // The oldest request a batch from the head could take (the scan window of Candidates).
+  const auto& queue = level->requests;
+  TimePoint oldest = queue.front().received;
+  const size_t window = std::min(queue.size(), ScanWindow());
+  for (size_t i = 1; i < window; ++i) oldest = std::min(oldest, queue[i].received);
+  TimePoint due = oldest + Micros(policy_.max_queue_delay_us);
+  if (!deadlines_.empty()) due = std::min(due, *deadlines_.begin() - dispatch_lead_);
+  return due;
 }
 
 std::vector<PendingRequest> ModelQueue::TakeExpired(TimePoint now) {
   std::vector<PendingRequest> expired;
-  if (now < earliest_deadline_) return expired;
-  TimePoint earliest = TimePoint::max();
+  if (deadlines_.empty() || now < *deadlines_.begin()) return expired;
   for (auto& level : levels_) {
-    for (auto it = level.begin(); it != level.end();) {
+    for (auto it = level.requests.begin(); it != level.requests.end();) {
       if (it->deadline <= now) {
-        rows_ -= it->rows;
+        Removed(level, *it);
         expired.push_back(std::move(*it));
-        it = level.erase(it);
-        --size_;
+        it = level.requests.erase(it);
       } else {
-        earliest = std::min(earliest, it->deadline);
         ++it;
       }
     }
   }
-  earliest_deadline_ = earliest;
   split_rows_left_ = std::min(split_rows_left_, rows_);
   return expired;
 }
 
 std::optional<TimePoint> ModelQueue::NextDeadline() const {
-  if (earliest_deadline_ == TimePoint::max()) return std::nullopt;
-  return earliest_deadline_;
+  if (deadlines_.empty()) return std::nullopt;
+  return *deadlines_.begin();
 }
 
 std::vector<PendingRequest> ModelQueue::TakeAll() {
   std::vector<PendingRequest> all;
   for (auto& level : levels_) {
-    for (auto& r : level) all.push_back(std::move(r));
-    level.clear();
+    for (auto& r : level.requests) all.push_back(std::move(r));
+    level.requests.clear();
+    level.clients.clear();
   }
   size_ = 0;
   rows_ = 0;
   split_rows_left_ = 0;
-  earliest_deadline_ = TimePoint::max();
+  deadlines_.clear();
   return all;
 }
 

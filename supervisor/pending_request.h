@@ -42,6 +42,9 @@ struct PendingRequest {
   TimePoint deadline = TimePoint::max();
   bool deadline_is_queue_wait = false;  // `deadline` is max_queue_wait_ms, not the client's timeout
   int priority = 0;
+  // Fair queueing (supervisor/model_queue.h): the virtual time, in rows served by the request's
+  // priority level, at which this request's turn starts. Set by ModelQueue::Push.
+  int64_t fair_tag = 0;
   int attempts = 0;  // times this request was handed to a worker that then died
   // What limits.max_queued_per_client counts by: ClientKey for the job socket, the front end's
   // "http <peer>" / "grpc <peer>" for the others.

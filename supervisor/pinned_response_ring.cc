@@ -1,6 +1,11 @@
 #include "supervisor/pinned_response_ring.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "common/log.h"
 
@@ -10,9 +15,31 @@ PinnedResponseRing::PinnedResponseRing(std::shared_ptr<ipc::WorkerSegment> segme
     : segment_(std::move(segment)), ring_(segment_->response_ring()) {
   // The ring view's geometry was fixed when the supervisor created the segment; a worker that
   // scribbles over the segment header later cannot move it.
-  live_frames_ = std::make_unique<std::atomic<uint32_t>[]>(ring_.slot_count());
-  for (uint32_t i = 0; i < ring_.slot_count(); ++i) live_frames_[i].store(0);
+  live_frames_.resize(ring_.slot_count());
+  for (auto& live : live_frames_) live = std::make_unique<std::atomic<uint32_t>>(0);
   answered_at_.resize(ring_.slot_count());
+  // old_size 0: a new mapping of the same shared pages (mremap(2)), so a stuck frame's pages can
+  // be swapped for a private copy without touching what the supervisor reads through.
+  void* alias = ::mremap(segment_->base(), 0, segment_->size(), MREMAP_MAYMOVE);
+  if (alias == MAP_FAILED) {
+    TF_LOG(kWarn) << "cannot map a worker segment twice; a pinned reply its client does not read "
+                     "will cost a worker restart"
+                  << Kv("error", std::strerror(errno));
+  } else {
+    alias_ = static_cast<uint8_t*>(alias);
+  }
+}
+
+PinnedResponseRing::~PinnedResponseRing() {
+  // The keeper destroys a ring only once libzmq freed every message into it.
+  if (alias_) ::munmap(alias_, segment_->size());
+}
+
+bool PinnedResponseRing::OverlapsDetached(uint64_t offset, uint64_t length) const {
+  for (const DetachedRange& range : detached_) {
+    if (offset < range.offset + range.length && range.offset < offset + length) return true;
+  }
+  return false;
 }
 
 const uint8_t* PinnedResponseRing::Next() const {
@@ -39,9 +66,14 @@ zmq::message_t PinnedResponseRing::PinFrame(const uint8_t* data, size_t size) {
     return zmq::message_t(data, size);
   }
   if (budget_) budget_->refusing = false;
-  std::atomic<uint32_t>* live = &live_frames_[read_ % ring_.slot_count()];
-  // libzmq never writes through the pointer of a message it sends.
-  zmq::message_t message(const_cast<uint8_t*>(data), size, &ReleaseFrame, live);
+  uint8_t* target = const_cast<uint8_t*>(data);  // libzmq never writes through it
+  if (alias_) {
+    const uint64_t offset = static_cast<uint64_t>(data - segment_->base());
+    if (OverlapsDetached(offset, size)) return zmq::message_t(data, size);
+    target = alias_ + offset;
+  }
+  std::atomic<uint32_t>* live = live_frames_[read_ % ring_.slot_count()].get();
+  zmq::message_t message(target, size, &ReleaseFrame, live);
   // Counted once the message exists: a constructor that throws never calls ReleaseFrame.
   live->fetch_add(1, std::memory_order_relaxed);
   return message;
@@ -54,9 +86,16 @@ void PinnedResponseRing::Finish(TimePoint now) {
 }
 
 uint32_t PinnedResponseRing::ReleaseFreed() {
+  for (auto it = detached_.begin(); it != detached_.end();) {
+    if (it->permanent || it->live->load(std::memory_order_acquire) != 0 || !Reattach(*it)) {
+      ++it;
+      continue;
+    }
+    it = detached_.erase(it);
+  }
   uint32_t popped = 0;
   while (tail_ < read_ &&
-         live_frames_[tail_ % ring_.slot_count()].load(std::memory_order_acquire) == 0) {
+         live_frames_[tail_ % ring_.slot_count()]->load(std::memory_order_acquire) == 0) {
     ring_.Pop();
     ++tail_;
     ++popped;
@@ -66,6 +105,56 @@ uint32_t PinnedResponseRing::ReleaseFreed() {
 
 bool PinnedResponseRing::Stuck(TimePoint now, Clock::duration limit) const {
   return tail_ < read_ && now - answered_at_[tail_ % ring_.slot_count()] > limit;
+}
+
+bool PinnedResponseRing::DetachStuck(TimePoint now, Clock::duration limit) {
+  if (!alias_ || !Stuck(now, limit)) return false;
+  const uint8_t* slot = ring_.Front();
+  if (!slot) return false;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t slot_offset = static_cast<uint64_t>(slot - segment_->base());
+  const uint64_t first = slot_offset / page * page;
+  const uint64_t end =
+      std::min<uint64_t>((slot_offset + ring_.slot_bytes() + page - 1) / page * page,
+                         segment_->size());
+  if (end <= first) return false;
+  const uint64_t length = end - first;
+  // Fill the copy first, then move it over the alias's pages in one step: libzmq may be reading
+  // them on its I/O thread right now, and sees the same bytes before and after.
+  void* copy = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (copy == MAP_FAILED) return false;
+  std::memcpy(copy, alias_ + first, length);
+  if (::mremap(copy, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, alias_ + first) ==
+      MAP_FAILED) {
+    TF_LOG(kWarn) << "cannot move a stuck reply's bytes" << Kv("error", std::strerror(errno));
+    ::munmap(copy, length);
+    return false;
+  }
+  const uint32_t position = static_cast<uint32_t>(tail_ % ring_.slot_count());
+  DetachedRange range;
+  range.offset = first;
+  range.length = length;
+  range.live = std::move(live_frames_[position]);
+  live_frames_[position] = std::make_unique<std::atomic<uint32_t>>(0);
+  detached_.push_back(std::move(range));
+  return true;
+}
+
+bool PinnedResponseRing::Reattach(DetachedRange& range) {
+  // The private copy goes; the alias shows the shared pages again, so later frames there pin.
+  if (::mremap(segment_->base() + range.offset, 0, range.length, MREMAP_MAYMOVE | MREMAP_FIXED,
+               alias_ + range.offset) != MAP_FAILED) {
+    return true;
+  }
+  // The copy stays mapped there; frames overlapping it are copied from now on.
+  TF_LOG(kWarn) << "cannot map a detached reply's pages back" << Kv("error", std::strerror(errno));
+  range.permanent = true;
+  return false;
+}
+
+size_t PinnedResponseRing::detached() const {
+  return static_cast<size_t>(std::count_if(detached_.begin(), detached_.end(),
+                                           [](const DetachedRange& r) { return !r.permanent; }));
 }
 
 PinnedRingKeeper::PinnedRingKeeper() : budget_(std::make_shared<PinBudget>()) { Recount(); }
@@ -81,7 +170,10 @@ void PinnedRingKeeper::ReleaseFreed() {
   // use_count 1: only the keeper holds it (its worker slot moved on to a new segment or is gone).
   rings_.erase(std::remove_if(
                    rings_.begin(), rings_.end(),
-                   [](const auto& ring) { return ring.use_count() == 1 && ring->unpopped() == 0; }),
+                   [](const auto& ring) {
+                     return ring.use_count() == 1 && ring->unpopped() == 0 &&
+                            ring->detached() == 0;
+                   }),
                rings_.end());
   Recount();
 }
@@ -97,7 +189,7 @@ void PinnedRingKeeper::Recount() {
 
 bool PinnedRingKeeper::HasPins() const {
   return std::any_of(rings_.begin(), rings_.end(),
-                     [](const auto& ring) { return ring->unpopped() > 0; });
+                     [](const auto& ring) { return ring->unpopped() > 0 || ring->detached() > 0; });
 }
 
 bool PinnedRingKeeper::HasLivePins() const {

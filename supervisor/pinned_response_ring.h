@@ -11,8 +11,16 @@
 //
 // A slot behind a pinned one cannot be popped either (the ring is in-order), so `unpopped()` is
 // what the worker has lost: WorkerSlot keeps in-flight batches + unpopped <= ring slots so the
-// worker never waits for a response slot, pins only while max_inflight_per_worker slots stay
-// free, and restarts a worker whose tail stays pinned (a client that stops reading) too long.
+// worker never waits for a response slot, and pins only while max_inflight_per_worker slots stay
+// free.
+//
+// Detaching a stuck slot (a client that stopped reading with a pinned reply in its pipe): frames
+// point into a second mapping of the segment (`alias_`, mremap of the same shared pages), never
+// into the mapping the supervisor reads responses through. DetachStuck copies the tail slot's
+// pages into private memory and moves that copy over the alias's pages in one mremap, so libzmq
+// reads the same bytes from then on while the shared slot goes back to the worker. Once the
+// stuck message is freed the alias's pages are mapped onto the shared pages again. A frame whose
+// pages are detached is copied, not pinned.
 //
 // Owns: a shared reference to the segment, so the mapping outlives a worker restart until the
 // last message into it is freed, and the per-slot counts. Threads: the supervisor's loop thread
@@ -74,6 +82,12 @@ class PinnedResponseRing {
   uint32_t ReleaseFreed();
   // True when the oldest unpopped slot has waited longer than `limit` for its messages.
   bool Stuck(TimePoint now, Clock::duration limit) const;
+  // When Stuck: moves the tail slot's pinned bytes to private memory under its messages and
+  // makes the slot poppable. False when not stuck or the mappings cannot be changed (the caller
+  // falls back to replacing the worker).
+  bool DetachStuck(TimePoint now, Clock::duration limit);
+  // Detached ranges whose messages libzmq still holds.
+  size_t detached() const;
 
   // Answered but not popped: pinned slots and the slots queued behind them.
   uint32_t unpopped() const { return static_cast<uint32_t>(read_ - tail_); }
@@ -82,15 +96,29 @@ class PinnedResponseRing {
   // Set by PinnedRingKeeper::Add; without one, every frame may be pinned.
   void UseBudget(std::shared_ptr<PinBudget> budget) { budget_ = std::move(budget); }
 
+ ~PinnedResponseRing();
+
  private:
+  struct DetachedRange {
+    uint64_t offset = 0;  // page-aligned, from the segment's base
+    uint64_t length = 0;
+    std::unique_ptr<std::atomic<uint32_t>> live;  // the stuck slot's message count
+    bool permanent = false;  // could not be mapped back: its frames are copied for good
+  };
   static void ReleaseFrame(void* data, void* hint);
+  // Maps the alias's pages of `range` back onto the shared pages once its messages are freed.
+  bool Reattach(DetachedRange& range);
+  bool OverlapsDetached(uint64_t offset, uint64_t length) const;
 
   std::shared_ptr<ipc::WorkerSegment> segment_;
+  uint8_t* alias_ = nullptr;  // the second mapping frames point into; null: pin into the segment
   std::shared_ptr<PinBudget> budget_;
   ipc::SpscRing ring_;
   uint64_t tail_ = 0;  // the ring's tail; this object is its only writer
   uint64_t read_ = 0;
-  std::unique_ptr<std::atomic<uint32_t>[]> live_frames_;  // per slot position
+  // Per slot position; a detached slot's counter moves to its DetachedRange.
+  std::vector<std::unique_ptr<std::atomic<uint32_t>>> live_frames_;
+  std::vector<DetachedRange> detached_;
   std::vector<TimePoint> answered_at_;                   // per slot position
 };
 

@@ -1,5 +1,8 @@
 #include "supervisor/reply_writer.h"
 
+#include <cerrno>
+
+#include "common/log.h"
 #include "common/shm_reference.h"
 #include "ipc/guarded_copy.h"
 #include "supervisor/job_intake.h"
@@ -25,10 +28,56 @@ Status ReplyWriter::AcquireQuota(PendingRequest& request, zmq::message_t& header
   return Status::Ok();
 }
 
+Status ReplyWriter::CheckUnread(const PendingRequest& request) const {
+  if (request.origin != RequestOrigin::kZmq) return Status::Ok();
+  const ReplyBacklog::Counts unread = backlog_.Of(request.identity.to_string());
+  if (unread.replies < max_unread_replies_ && unread.bytes < max_unread_bytes_) {
+    return Status::Ok();
+  }
+  return ResourceExhausted(
+      "this client has " + std::to_string(unread.replies) + " replies (" +
+      std::to_string(unread.bytes) + " bytes) it has not read yet; the most is " +
+      std::to_string(max_unread_replies_) + " replies or " + std::to_string(max_unread_bytes_) +
+      " bytes (limits.max_unread_replies_per_client, max_unread_reply_bytes_per_client): read "
+      "replies before sending more");
+}
+
+void ReplyWriter::CountUndeliverable(const PendingRequest& request, int error) {
+  const bool gone = error == EHOSTUNREACH;
+  ++(gone ? undeliverable_.gone : undeliverable_.full);
+  if (undeliverable_hook_) undeliverable_hook_(gone ? "gone" : "full");
+  // One line a second at most: a client that vanished with many replies due is one event.
+  ++unlogged_undeliverable_;
+  const TimePoint now = Clock::now();
+  if (now - last_undeliverable_log_ < Millis(1'000)) return;
+  TF_LOG(kWarn) << (gone ? "replies to clients that disconnected were not delivered"
+                         : "replies to clients whose pipe is full were not delivered")
+                << Kv("replies", unlogged_undeliverable_) << Kv("last_id", request.id.dump())
+                << Kv("protocol", std::string(RequestOriginName(request.origin)));
+  last_undeliverable_log_ = now;
+  unlogged_undeliverable_ = 0;
+}
+
+bool ReplyWriter::SendEnvelope(zmq::socket_t& socket, PendingRequest& request) {
+  if (&socket != &jobs_) {
+    socket.send(request.identity, zmq::send_flags::sndmore);
+    return true;
+  }
+  // ROUTER_MANDATORY decides on the first frame: unknown peer (EHOSTUNREACH) or a full pipe
+  // (EAGAIN); once it is taken, the rest of the message is too.
+  try {
+    if (socket.send(request.identity, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      return true;
+    }
+    CountUndeliverable(request, EAGAIN);
+  } catch (const zmq::error_t& e) {
+    CountUndeliverable(request, e.num());
+  }
+  return false;
+}
+
 void ReplyWriter::Send(PendingRequest& request, const std::string& header,
                        std::vector<zmq::message_t>* frames) {
-  // A client that went away makes ROUTER drop the message; that is the only loss, and it is the
-  // client's own.
   const bool has_frames = frames && !frames->empty();
   if (request.quota_held) {
     quota_.Release(request.client);
@@ -41,9 +90,18 @@ void ReplyWriter::Send(PendingRequest& request, const std::string& header,
   request.output_region.reset();
   zmq::socket_t& socket =
       request.origin != RequestOrigin::kZmq && frontend_ ? *frontend_ : jobs_;
-  socket.send(request.identity, zmq::send_flags::sndmore);
+  if (!SendEnvelope(socket, request)) return;
   if (request.has_delimiter) socket.send(zmq::message_t(), zmq::send_flags::sndmore);
-  socket.send(zmq::buffer(header), has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  const zmq::send_flags more = has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none;
+  if (&socket == &jobs_) {
+    uint64_t bytes = header.size();
+    if (has_frames) {
+      for (const auto& frame : *frames) bytes += frame.size();
+    }
+    socket.send(backlog_.TrackedHeader(request.identity.to_string(), header, bytes), more);
+  } else {
+    socket.send(zmq::buffer(header), more);
+  }
   if (!has_frames) return;
   for (size_t i = 0; i < frames->size(); ++i) {
     socket.send((*frames)[i],
@@ -82,8 +140,12 @@ Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
          &frames_);
     return Status::Ok();
   }
+  // A client with replies still in its pipe may not be reading: a pinned slot would wait on it,
+  // and the worker with it. Its replies are copied, which frees the slot at once.
+  const bool reading = request.origin != RequestOrigin::kZmq ||
+                       backlog_.Of(request.identity.to_string()).replies == 0;
   for (const auto& [bytes, length] : slices) {
-    if (share.may_pin && length >= kZeroCopyMinBytes) {
+    if (share.may_pin && reading && length >= kZeroCopyMinBytes) {
       frames_.push_back(share.ring->PinFrame(bytes, length));
     } else {
       frames_.emplace_back(bytes, length);

@@ -90,6 +90,8 @@ Status Supervisor::Start() {
   for (auto* socket : {&jobs_, &control_, &admin_}) socket->set(zmq::sockopt::linger, 0);
   jobs_.set(zmq::sockopt::rcvhwm, 100'000);
   jobs_.set(zmq::sockopt::sndhwm, 100'000);
+  // A reply libzmq cannot queue fails its send instead of vanishing (reply_writer.h).
+  jobs_.set(zmq::sockopt::router_mandatory, 1);
   if (Status s = SecureSockets(); !s.ok()) return s;
   // Limits first: the job socket accepts from the moment it is bound.
   ApplyResourceLimits();
@@ -115,6 +117,8 @@ Status Supervisor::Start() {
   if (!config_.metrics_endpoint.empty()) {
     if (Status m = MetricsExporter::Start(config_.metrics_endpoint, &metrics_); !m.ok()) return m;
     resource_metrics_ = std::make_unique<ResourceMetrics>(metrics_->registry());
+    replies_.set_undeliverable_hook(
+        [metrics = metrics_.get()](const char* reason) { metrics->ReplyUndeliverable(reason); });
   }
   dispatcher_.set_metrics(metrics_.get());
   // In place only while regions are owner-only: a region shared with an ipc_group could be

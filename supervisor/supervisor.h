@@ -236,6 +236,8 @@ class Supervisor {
   // After the sockets it uses (stopped in CleanUp, before the context ends).
   std::unique_ptr<Frontend> frontend_;
   TimePoint next_housekeeping_{};
+  TimePoint next_backlog_sweep_{};
+  uint64_t detached_replies_ = 0;  // pinned replies whose slot was copied out for their worker
   TimePoint next_watch_{};
   FileWatch file_watch_;  // watch mode's stamps of the config and model files
   std::map<pid_t, ProcessSample> process_samples_;

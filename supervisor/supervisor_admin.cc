@@ -183,6 +183,11 @@ json Supervisor::StatsJson() {
     supervisor["rss_anon_bytes"] = self->rss_anon_bytes;
     supervisor["rss_shmem_bytes"] = self->rss_shmem_bytes;
   }
+  // Clients that stop reading (reply_writer.h): what they cost and what could not be delivered.
+  supervisor["replies"] = {{"clients_unread", replies_.backlog().clients()},
+                           {"undeliverable_gone", replies_.undeliverable().gone},
+                           {"undeliverable_full", replies_.undeliverable().full},
+                           {"detached_pins", detached_replies_}};
   json gpu = {{"mps", config_.gpu.mps}, {"mps_state", mps_.state()}};
   json client_shm = {{"enabled", config_.client_shm.enabled}};
   if (client_shm_) {

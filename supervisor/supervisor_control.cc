@@ -178,6 +178,8 @@ json Supervisor::Reload() {
   config_.limits.request.max_tensor_bytes = fresh.limits.request.max_tensor_bytes;
   config_.limits.max_queued_per_client = fresh.limits.max_queued_per_client;
   quota_.set_max_per_client(fresh.limits.max_queued_per_client);
+  replies_.set_unread_limits(fresh.limits.max_unread_replies_per_client,
+                             fresh.limits.max_unread_reply_bytes_per_client);
   config_.max_connections = fresh.max_connections;
   config_.limits.max_shm_bytes = fresh.limits.max_shm_bytes;
   ApplyResourceLimits();

@@ -23,10 +23,13 @@ using nlohmann::json;
 
 namespace {
 
-// A reply pinned this long means its client stopped reading; once the pins also cost the worker
-// its in-flight capacity, the worker is replaced on a fresh segment (the old one stays mapped
-// until libzmq lets go of the reply).
-constexpr Millis kStuckReplyLimit{2'000};
+// A reply pinned this long while the pins cost its worker in-flight capacity: its client is not
+// reading. The slot's bytes are moved out from under the message (PinnedResponseRing::
+// DetachStuck) so the worker gets the slot back; a copy of one slot, so soon is cheap.
+constexpr Millis kStuckReplyLimit{50};
+// Only if that fails: the worker is replaced on a fresh segment (the old one stays mapped until
+// libzmq lets go of the reply).
+constexpr Millis kStuckReplyRestartLimit{2'000};
 
 // The first failed item (worker/pipeline_stages.h: a corrupt image) among rows
 // [first_row, first_row + rows) of a batch, as that request's error: OK when none failed.
@@ -69,7 +72,10 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
   slot.rows_done += static_cast<uint64_t>(batch.rows);
   slot.requests_done += batch.requests.size();
   model.stats.RecordBatch(batch.rows);
-  if (failure.ok()) model.cost.Observe(batch.rows, static_cast<double>(view.compute_us));
+  if (failure.ok()) {
+    model.cost.Observe(batch.rows, static_cast<double>(view.compute_us));
+    Dispatcher::UpdateDispatchLead(model);
+  }
   if (metrics_) metrics_->Batch(model.config.name, model.config.version, batch.rows);
   if (!failure.ok()) {
     for (auto& r : batch.requests) {
@@ -161,6 +167,7 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames, RequestOrigin or
     s = NotFound(unloading);
   }
   Model* model = served < served_index_.size() ? &models_[served_index_[served]] : nullptr;
+  if (s.ok()) s = replies_.CheckUnread(request);
   if (s.ok()) s = replies_.AcquireQuota(request, frames[payload], curve_.started());
   if (s.ok() && draining_) s = Unavailable("the farm is draining and accepts no new requests");
   if (s.ok() && !ModelAvailable(*model)) {
@@ -172,6 +179,7 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames, RequestOrigin or
     s = Unavailable("model '" + model->config.name + "' has no live worker: " + reason);
   }
   if (s.ok()) Dispatcher::ApplyQueueWait(model->config, &request);
+  if (s.ok()) s = dispatcher_.CheckDeadline(*model, request, clock_.Now());
   if (s.ok() && !model->queue.Push(request)) {
     s = ResourceExhausted("queue of model '" + model->config.name + "' is full (" +
                           std::to_string(model->queue.policy().max_queue_size) +
@@ -215,11 +223,21 @@ void Supervisor::RunShmCommand(PendingRequest& request, const ShmCommand& comman
 void Supervisor::ReleasePinnedReplies() {
   response_rings_.ReleaseFreed();
   TimePoint now = clock_.Now();
+  if (now >= next_backlog_sweep_) {
+    replies_.backlog().Sweep();
+    next_backlog_sweep_ = now + Millis(1'000);
+  }
   for (auto& slot : workers_) {
     if (slot->state() != SlotState::kReady || slot->restart_requested() || slot->retiring() ||
         !slot->ResponsesStuck(now, kStuckReplyLimit)) {
       continue;
     }
+    if (slot->responses()->DetachStuck(now, kStuckReplyLimit)) {
+      ++detached_replies_;
+      slot->responses()->ReleaseFreed();
+      continue;
+    }
+    if (!slot->ResponsesStuck(now, kStuckReplyRestartLimit)) continue;
     // The ring is in-order: a reply its client does not read keeps every later slot from going
     // back to the worker. Copying no longer helps; a fresh segment does.
     TF_LOG(kWarn) << "a client stopped reading a zero-copy reply; replacing the worker on a fresh "

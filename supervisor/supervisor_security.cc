@@ -22,6 +22,8 @@ std::string IpcPath(const std::string& endpoint) {
 
 Status Supervisor::SecureSockets() {
   quota_.set_max_per_client(config_.limits.max_queued_per_client);
+  replies_.set_unread_limits(config_.limits.max_unread_replies_per_client,
+                             config_.limits.max_unread_reply_bytes_per_client);
   // A frame larger than any request may be is refused by libzmq before it is buffered (the peer
   // is disconnected); ParseJob gives the clear error for requests whose frames add up to more.
   jobs_.set(zmq::sockopt::maxmsgsize,

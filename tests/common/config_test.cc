@@ -41,6 +41,9 @@ TEST(ConfigTest, MinimalConfigGetsDefaults) {
   EXPECT_EQ(m.max_queue_size, 1024);
   EXPECT_EQ(m.max_inflight_per_worker, 2);
   EXPECT_EQ(m.priority_levels, 1);
+  EXPECT_TRUE(m.fair_queueing);
+  EXPECT_EQ(c.limits.max_unread_replies_per_client, 256);
+  EXPECT_EQ(c.limits.max_unread_reply_bytes_per_client, int64_t{64} << 20);
   EXPECT_EQ(m.slot_bytes, uint64_t{4} << 20);
   EXPECT_EQ(m.ring_slots, 4);
 }
@@ -82,6 +85,18 @@ TEST(ConfigTest, RelativePathsResolveAgainstBaseDir) {
   EXPECT_EQ(c.admin_endpoint, "ipc:///etc/tf/run/admin.sock");
   EXPECT_EQ(c.models[0].path, "/etc/models/m.pt");
   EXPECT_EQ(c.models[1].path, "/opt/m.pt");
+}
+
+TEST(ConfigTest, FairQueueingIsABoolean) {
+  json j = MinimalConfig();
+  j["models"][0]["fair_queueing"] = false;
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  EXPECT_FALSE(c.models[0].fair_queueing);
+  for (json wrong : {json(1), json("true"), json(nullptr), json::array()}) {
+    j["models"][0]["fair_queueing"] = wrong;
+    EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].fair_queueing")) << wrong.dump();
+  }
 }
 
 TEST(ConfigTest, UnknownKeyAtEachLevelNamesKeyAndPath) {

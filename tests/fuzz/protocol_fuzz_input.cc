@@ -108,11 +108,30 @@ void Check(std::string_view input, const RequestLimits& limits) {
   }
 }
 
+// Bad input, then good input: after whatever came before, a well-formed request still parses to
+// what it says (no parser may keep state from a refused request).
+void CheckGoodStillParses() {
+  static const std::string header =
+      R"({"v":1,"id":7,"model":"mlp","inputs":[{"dtype":"float32","shape":[2,4]}]})";
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(std::string("fuzz-client"));
+  frames.emplace_back(header.data(), header.size());
+  frames.emplace_back(std::string(32, '\0'));
+  PendingRequest request;
+  size_t payload = 0;
+  if (!SplitEnvelope(frames, &request, &payload)) Fail("good request", "SplitEnvelope refused it");
+  size_t model = Models().size();
+  Status s = ParseJob(frames, payload, Models(), TimePoint{}, &request, &model, RequestLimits{});
+  if (!s.ok()) Fail("a good request after a bad one", s.message());
+  if (model != 0 || request.rows != 2 || request.id != 7) Fail("a good request", "parsed wrong");
+}
+
 }  // namespace
 
 void RunProtocolInput(const uint8_t* data, size_t size) {
   std::string_view input(reinterpret_cast<const char*>(data), size);
   Check(input, RequestLimits{});
+  CheckGoodStillParses();
   RequestLimits tight;
   tight.max_header_bytes = 512;
   tight.max_inputs = 2;

@@ -54,9 +54,23 @@ void CheckAccepted(V2InferRequest& request) {
   if (s.ok() && frames.size() != header["inputs"].size()) Broken("frame count");
 }
 
+// Bad input, then good input: a well-formed request parses to what it says after anything.
+void CheckGoodStillParses() {
+  static const std::string text =
+      R"({"id":"g","inputs":[{"name":"x","datatype":"FP32","shape":[1,2],"data":[1.5,2.5]}]})";
+  auto body = std::make_shared<const std::string>(text);
+  V2InferRequest request;
+  const Status s = ParseV2InferRequest(body, text.size(), &request);
+  if (!s.ok()) Broken("a good request after a bad one: " + s.ToString());
+  if (request.inputs.size() != 1 || request.inputs[0].data.size() != 8) {
+    Broken("a good request after a bad one parsed wrong");
+  }
+}
+
 }  // namespace
 
 void RunV2HttpInput(const uint8_t* data, size_t size) {
+  CheckGoodStillParses();  // also after the previous input, whatever it was
   std::string input(reinterpret_cast<const char*>(data), size);
   const size_t end = input.find(kV2JsonEnd);
   const size_t json_bytes = end == std::string::npos ? size : end;

@@ -178,8 +178,60 @@ TEST(PinnedResponseRingTest, OverTheCapRepliesAreCopiedNotPinned) {
   data = ipc::SlotData(ring->Next());
   zmq::message_t pinned = ring->PinFrame(data, 100);
   ring->Finish(TimePoint{});
-  EXPECT_EQ(pinned.data(), static_cast<const void*>(data));
+  EXPECT_EQ(static_cast<const uint8_t*>(pinned.data())[0], 'p');
+  EXPECT_EQ(ring->unpopped(), 1u) << "pinned (into the segment's second mapping), not copied";
+}
+
+// A client that stops reading with a pinned reply in its pipe: the slot's bytes move to private
+// memory under the message, the worker gets the slot back and overwrites it, the message still
+// reads its own bytes, and once it is freed the pages pin again.
+TEST(PinnedResponseRingTest, AStuckSlotIsDetachedAndTheWorkerReusesIt) {
+  auto segment = MakeSegment("detach");
+  PinnedRingKeeper keeper;
+  auto ring = std::make_shared<PinnedResponseRing>(segment);
+  keeper.Add(ring);
+  FakeTimeSource clock;
+  ASSERT_TRUE(Produce(*segment, 'a'));
+  zmq::message_t stuck = ring->PinFrame(ipc::SlotData(ring->Next()), kDataBytes);
+  ring->Finish(clock.Now());
+  ASSERT_EQ(ring->unpopped(), 1u);
+  EXPECT_FALSE(ring->DetachStuck(clock.Now(), Millis(50))) << "not stuck long enough yet";
+  clock.Advance(Millis(51));
+  ASSERT_TRUE(ring->DetachStuck(clock.Now(), Millis(50)));
+  EXPECT_EQ(ring->detached(), 1u);
+  ring->ReleaseFreed();
+  EXPECT_EQ(ring->unpopped(), 0u) << "the slot went back to the worker";
+  EXPECT_TRUE(keeper.HasPins()) << "the loop keeps looking for the detached message's free";
+
+  // The worker goes round the whole ring, overwriting the stuck reply's slot.
+  for (uint32_t i = 0; i < kSlots; ++i) {
+    ASSERT_TRUE(Produce(*segment, static_cast<char>('b' + i)));
+    const uint8_t* next = ring->Next();
+    ASSERT_NE(next, nullptr);
+    // Frames over the detached pages are copies; the others pin.
+    zmq::message_t frame = ring->PinFrame(ipc::SlotData(next), kDataBytes);
+    EXPECT_EQ(static_cast<const uint8_t*>(frame.data())[0], 'b' + i);
+    ring->Finish(clock.Now());
+    frame = zmq::message_t();
+    ring->ReleaseFreed();
+  }
+  EXPECT_EQ(ring->unpopped(), 0u);
+  const auto* bytes = static_cast<const uint8_t*>(stuck.data());
+  for (uint64_t i = 0; i < kDataBytes; ++i) {
+    ASSERT_EQ(bytes[i], 'a') << "the unread reply changed under libzmq at byte " << i;
+  }
+  stuck = zmq::message_t();  // the client reads at last
+  keeper.ReleaseFreed();
+  EXPECT_EQ(ring->detached(), 0u);
+  // Mapped back: the slot's next reply pins (unpopped until its frame is freed) and reads true.
+  ASSERT_TRUE(Produce(*segment, 'z'));
+  zmq::message_t again = ring->PinFrame(ipc::SlotData(ring->Next()), kDataBytes);
+  ring->Finish(clock.Now());
+  EXPECT_EQ(static_cast<const uint8_t*>(again.data())[kDataBytes - 1], 'z');
   EXPECT_EQ(ring->unpopped(), 1u);
+  again = zmq::message_t();
+  ring->ReleaseFreed();
+  EXPECT_EQ(ring->unpopped(), 0u);
 }
 
 TEST(PinnedResponseRingTest, TheDefaultCapIsAGibibyteOrFourTimesTheLiveSegments) {
