@@ -38,6 +38,15 @@ ReplyBacklog::Counts ReplyBacklog::Of(const std::string& client) const {
           it->second->bytes.load(std::memory_order_relaxed)};
 }
 
+ReplyBacklog::Counts ReplyBacklog::Total() const {
+  Counts total;
+  for (const auto& [client, counter] : clients_) {
+    total.replies += counter->replies.load(std::memory_order_relaxed);
+    total.bytes += counter->bytes.load(std::memory_order_relaxed);
+  }
+  return total;
+}
+
 size_t ReplyBacklog::Sweep() {
   for (auto it = clients_.begin(); it != clients_.end();) {
     // Only blocks add references, and only this thread makes blocks: one reference left is ours.

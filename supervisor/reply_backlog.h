@@ -36,6 +36,8 @@ class ReplyBacklog {
                                uint64_t reply_bytes);
   // What `client` has not taken yet.
   Counts Of(const std::string& client) const;
+  // What every client has not taken yet, together.
+  Counts Total() const;
   // Forgets clients with nothing outstanding; returns how many clients remain.
   size_t Sweep();
   size_t clients() const { return clients_.size(); }

@@ -90,6 +90,8 @@ void ReplyWriter::Send(PendingRequest& request, const std::string& header,
   request.output_region.reset();
   zmq::socket_t& socket =
       request.origin != RequestOrigin::kZmq && frontend_ ? *frontend_ : jobs_;
+  // Read before the envelope goes: sending a zmq message empties it.
+  const std::string client = &socket == &jobs_ ? request.identity.to_string() : std::string();
   if (!SendEnvelope(socket, request)) return;
   if (request.has_delimiter) socket.send(zmq::message_t(), zmq::send_flags::sndmore);
   const zmq::send_flags more = has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none;
@@ -98,7 +100,7 @@ void ReplyWriter::Send(PendingRequest& request, const std::string& header,
     if (has_frames) {
       for (const auto& frame : *frames) bytes += frame.size();
     }
-    socket.send(backlog_.TrackedHeader(request.identity.to_string(), header, bytes), more);
+    socket.send(backlog_.TrackedHeader(client, header, bytes), more);
   } else {
     socket.send(zmq::buffer(header), more);
   }

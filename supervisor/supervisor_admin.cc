@@ -184,7 +184,10 @@ json Supervisor::StatsJson() {
     supervisor["rss_shmem_bytes"] = self->rss_shmem_bytes;
   }
   // Clients that stop reading (reply_writer.h): what they cost and what could not be delivered.
+  const ReplyBacklog::Counts unread = replies_.backlog().Total();
   supervisor["replies"] = {{"clients_unread", replies_.backlog().clients()},
+                           {"unread", unread.replies},
+                           {"unread_bytes", unread.bytes},
                            {"undeliverable_gone", replies_.undeliverable().gone},
                            {"undeliverable_full", replies_.undeliverable().full},
                            {"detached_pins", detached_replies_}};
