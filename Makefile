@@ -74,17 +74,18 @@ clean:
 #   make test-asan  ASan+UBSan build of the non-LibTorch parts in build-asan; runs their unit tests
 #                   and the end-to-end security tests against a sanitized supervisor (the workers,
 #                   torchfarm-mkmodel and the torchfarm CLI come unsanitized from $(BUILD_DIR)).
-#   make fuzz       libFuzzer for FUZZ_SECONDS in all (clang-14, build-fuzz), split three ways
+#   make fuzz       libFuzzer for FUZZ_SECONDS in all (clang-14, build-fuzz), split four ways
 #                   between request intake (protocol_fuzzer), the ring slot decoders
-#                   (slot_codec_fuzzer) and the v2 HTTP request parser (v2_http_fuzzer); crash
-#                   inputs land in build-fuzz/artifacts/: copy them to tests/fuzz/regressions/,
-#                   tests/fuzz/slot_codec_regressions/ or tests/fuzz/v2_regressions/.
+#                   (slot_codec_fuzzer), the v2 HTTP request parser (v2_http_fuzzer) and the JPEG
+#                   decoder (jpeg_fuzzer); crash inputs land in build-fuzz/artifacts/: copy them to
+#                   tests/fuzz/regressions/, tests/fuzz/slot_codec_regressions/,
+#                   tests/fuzz/v2_regressions/ or tests/fuzz/jpeg_regressions/.
 ASAN_DIR ?= build-asan
 # -O1 -g1: what the sanitizers need (frames and line numbers in reports) at 2-3x less compile time
 # than -O2 -g, which is most of CI's time; test code stays at -O0 (TORCHFARM_TEST_COMPILE_OPTIONS).
 ASAN_OPT ?= -O1 -g1
 ASAN_TESTS = common_test common_client_test ipc_test slot_codec_test supervisor_unit_test \
-             fuzz_regression_test \
+             fuzz_regression_test jpeg_decoder_test \
              security_test zero_copy_reply_test mps_test client_shm_test \
              v2_http_codec_test http_server_test kserve_v2_test
 ASAN_TARGETS = torchfarm-supervisor $(ASAN_TESTS)
@@ -92,10 +93,11 @@ FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
 # OSS-Fuzz's optimisation and debug level: line tables are all a crash report needs.
 FUZZ_OPT ?= -O1 -gline-tables-only
-# One total for the three fuzzers; each gets at least a second.
-FUZZ_PROTOCOL_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 3 )); echo $$(( s > 0 ? s : 1 )))
-FUZZ_SLOT_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 3 )); echo $$(( s > 0 ? s : 1 )))
-FUZZ_V2_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) - 2 * ($(FUZZ_SECONDS) / 3) )); echo $$(( s > 0 ? s : 1 )))
+# One total for the four fuzzers (the last takes the remainder); each gets at least a second.
+FUZZ_PROTOCOL_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 4 )); echo $$(( s > 0 ? s : 1 )))
+FUZZ_SLOT_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 4 )); echo $$(( s > 0 ? s : 1 )))
+FUZZ_V2_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 4 )); echo $$(( s > 0 ? s : 1 )))
+FUZZ_JPEG_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) - 3 * ($(FUZZ_SECONDS) / 4) )); echo $$(( s > 0 ? s : 1 )))
 
 test-asan: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target torchfarm-worker torchfarm-mkmodel torchfarm
@@ -114,8 +116,10 @@ fuzz:
 	./tools/install-deps.sh --fuzz
 	CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(FUZZ_OPT) -DNDEBUG" -DTORCHFARM_FUZZ=ON
-	cmake --build $(FUZZ_DIR) -j $(JOBS) --target protocol_fuzzer slot_codec_fuzzer v2_http_fuzzer
-	mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/slot_codec_corpus $(FUZZ_DIR)/v2_corpus $(FUZZ_DIR)/artifacts
+	cmake --build $(FUZZ_DIR) -j $(JOBS) --target protocol_fuzzer slot_codec_fuzzer v2_http_fuzzer \
+	  jpeg_fuzzer
+	mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/slot_codec_corpus $(FUZZ_DIR)/v2_corpus \
+	  $(FUZZ_DIR)/jpeg_corpus $(FUZZ_DIR)/artifacts
 	$(FUZZ_DIR)/bin/protocol_fuzzer -max_total_time=$(FUZZ_PROTOCOL_SECONDS) -max_len=80000 \
 	  -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/ \
 	  $(FUZZ_DIR)/corpus tests/fuzz/corpus
@@ -125,3 +129,6 @@ fuzz:
 	$(FUZZ_DIR)/bin/v2_http_fuzzer -max_total_time=$(FUZZ_V2_SECONDS) -max_len=80000 \
 	  -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/v2-http- \
 	  $(FUZZ_DIR)/v2_corpus tests/fuzz/v2_corpus
+	$(FUZZ_DIR)/bin/jpeg_fuzzer -max_total_time=$(FUZZ_JPEG_SECONDS) -max_len=16384 \
+	  -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/jpeg- \
+	  $(FUZZ_DIR)/jpeg_corpus tests/fuzz/jpeg_corpus

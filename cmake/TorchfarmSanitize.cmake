@@ -24,11 +24,11 @@ if(TORCHFARM_FUZZ)
 endif()
 
 set(TORCHFARM_SANITIZED_TARGETS
-  torchfarm_common torchfarm_ipc torchfarm_client torchfarm_intake torchfarm_supervisor torchfarm_tools
+  torchfarm_common torchfarm_jpeg torchfarm_ipc torchfarm_client torchfarm_intake torchfarm_supervisor torchfarm_tools
   torchfarm_bench_tools torchfarm-supervisor torchfarm
   common_test common_client_test common_multi_client_test ipc_test slot_codec_test
   supervisor_unit_test
-  fuzz_regression_test ops_tools_unit_test security_test zero_copy_reply_test mps_test
+  fuzz_regression_test jpeg_decoder_test ops_tools_unit_test security_test zero_copy_reply_test mps_test
   torchfarm_farm_fixture
   # The KServe v2 front ends (the generated gRPC code, torchfarm_v2_proto, is not ours: plain).
   torchfarm_v2_codec torchfarm_frontend v2_http_codec_test http_server_test grpc_server_test

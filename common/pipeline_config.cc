@@ -6,9 +6,10 @@
 
 namespace torchfarm {
 
-using nlohmann::json;
 using config_fields::CheckKeys;
+using config_fields::GetInt;
 using config_fields::Got;
+using nlohmann::json;
 
 namespace {
 
@@ -33,7 +34,9 @@ Status ModulePath(const json& j, const std::string& key, const std::string& wher
 }
 
 Status ParseDecode(const json& j, const std::string& where, PipelineConfig* out) {
-  if (Status s = CheckPipelineKeys(j, where, {"format", "threads"}); !s.ok()) return s;
+  if (Status s = CheckPipelineKeys(j, where, {"format", "threads", "max_pixels"}); !s.ok()) {
+    return s;
+  }
   auto format = j.find("format");
   if (format == j.end() || !format->is_string() || format->get<std::string>() != "jpeg") {
     return InvalidArgument(where + ".format: expected \"jpeg\", got " +
@@ -49,7 +52,7 @@ Status ParseDecode(const json& j, const std::string& where, PipelineConfig* out)
     }
     out->threads = static_cast<int>(threads->get<int64_t>());
   }
-  return Status::Ok();
+  return GetInt(j, "max_pixels", where, kMinDecodeMaxPixels, kMaxDecodeMaxPixels, &out->max_pixels);
 }
 
 }  // namespace
@@ -113,11 +116,9 @@ Status ParsePipelineConfig(const json& j, const std::string& where, const std::s
 
 std::string PipelineToJson(const PipelineConfig& pipeline) {
   if (!pipeline.enabled()) return "";
-  return json{{"decode", pipeline.decode_format},
-              {"threads", pipeline.threads},
-              {"preprocess", pipeline.preprocess},
-              {"postprocess", pipeline.postprocess},
-              {"overlap", pipeline.overlap}}
+  return json{{"decode", pipeline.decode_format},    {"threads", pipeline.threads},
+              {"max_pixels", pipeline.max_pixels},   {"preprocess", pipeline.preprocess},
+              {"postprocess", pipeline.postprocess}, {"overlap", pipeline.overlap}}
       .dump();
 }
 
@@ -142,6 +143,10 @@ Status PipelineFromJson(const std::string& text, PipelineConfig* out) {
     return InvalidArgument("--pipeline: threads expected in " + std::to_string(kMinDecodeThreads) +
                            ".." + std::to_string(kMaxDecodeThreads) + ", got " +
                            std::to_string(out->threads));
+  }
+  if (auto max_pixels = j.find("max_pixels"); max_pixels != j.end()) {
+    return IntegerFromJson(*max_pixels, "--pipeline: max_pixels", kMinDecodeMaxPixels,
+                           kMaxDecodeMaxPixels, &out->max_pixels);
   }
   return Status::Ok();
 }

@@ -503,6 +503,7 @@ void ComputeLoop::CompleteOldest() {
   segment_->response_ring().Publish();
   response_doorbell_->Ring();
   // Only now: the input tensors pointed into the request slot, and the lane's copies are done.
+  if (pipeline_) pipeline_->DropPrefetchOf(batch.request);
   segment_->request_ring().Pop();
   for (ipc::SharedRegion* region : batch.regions) client_regions_.Release(region);
   TrimClientRegions();

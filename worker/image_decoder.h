@@ -1,8 +1,6 @@
-// JPEG decoding for the worker's pipeline (worker/pipeline_stages.h), with libturbojpeg.
-//
-// Owns: one TurboJPEG decompressor handle per calling thread (thread_local, freed when the thread
-// ends: a handle is not safe to share between threads), and the checks on what an image may
-// cost before its pixels are allocated. Runs on the stage pool's threads (worker/thread_pool.h).
+// The pipeline's decode stage as a tensor (worker/pipeline_stages.h): worker/jpeg_decoder.h's
+// LibTorch-free decoder writing straight into a uint8 tensor, which a failed decode leaves behind
+// undefined. Runs on the stage pool's threads (worker/thread_pool.h).
 #pragma once
 
 #include <torch/script.h>
@@ -14,13 +12,10 @@
 
 namespace torchfarm::worker {
 
-// Width x height beyond which an image is refused before decoding (a small file can declare a
-// huge picture): 64 megapixels, 192 MiB of RGB.
-inline constexpr int64_t kMaxImagePixels = int64_t{64} << 20;
-
 // Decodes `jpeg` into `*image`, uint8 [H, W, 3] RGB, C-contiguous. INVALID_ARGUMENT naming what is
-// wrong for data that is not a JPEG, is truncated or corrupt (libturbojpeg's warnings count as
-// errors: a half-grey picture is no answer), or declares more than kMaxImagePixels.
-Status DecodeJpeg(std::string_view jpeg, at::Tensor* image);
+// wrong (DecodeJpegRgb, worker/jpeg_decoder.h) for data that is not a JPEG, is truncated or
+// corrupt, or declares more than `max_pixels` (pipeline.decode.max_pixels); then `*image` is
+// undefined.
+Status DecodeJpeg(std::string_view jpeg, uint64_t max_pixels, at::Tensor* image);
 
 }  // namespace torchfarm::worker

@@ -6,6 +6,7 @@
 
 #include "common/bytes_items.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/tensor_spec.h"
 #include "worker/image_decoder.h"
 #include "worker/torch_compat.h"
@@ -122,34 +123,45 @@ std::shared_ptr<PipelineStages::Batch> PipelineStages::Start(const uint8_t* requ
   return batch;
 }
 
+Status PipelineStages::RunItemStages(Batch& batch, size_t row, const char** stage) {
+  at::Tensor item;
+  const TimePoint start = Clock::now();
+  if (!batch.encoded.empty()) {
+    Status status = DecodeJpeg(batch.encoded[row], config_.max_pixels, &item);
+    batch.decode_us += ToMicros(Clock::now() - start);
+    if (!status.ok()) return status;
+  } else {
+    item = batch.rows[static_cast<int64_t>(row)];
+  }
+  if (has_preprocess_) {
+    *stage = "preprocess";
+    const TimePoint decoded = Clock::now();
+    const c10::IValue result = preprocess_.forward({item});
+    batch.preprocess_us += ToMicros(Clock::now() - decoded);
+    if (!result.isTensor()) {
+      return InvalidArgument("preprocess returned " + IValueKind(result) + ", not a Tensor");
+    }
+    item = result.toTensor();
+  }
+  batch.items[row] = item.contiguous();
+  return Status::Ok();
+}
+
 void PipelineStages::RunItem(const std::shared_ptr<Batch>& batch, size_t row) {
   InferenceModeGuard inference_mode;
+  const char* stage = batch->encoded.empty() ? "preprocess" : "decode";
   Status status;
+  // A task must not throw (worker/thread_pool.h): whatever a stage throws fails this row only.
   try {
-    at::Tensor item;
-    const TimePoint start = Clock::now();
-    if (!batch->encoded.empty()) {
-      status = DecodeJpeg(batch->encoded[row], &item);
-    } else {
-      item = batch->rows[static_cast<int64_t>(row)];
-    }
-    const TimePoint decoded = Clock::now();
-    if (!batch->encoded.empty()) batch->decode_us += ToMicros(decoded - start);
-    if (status.ok() && has_preprocess_) {
-      const c10::IValue result = preprocess_.forward({item});
-      if (!result.isTensor()) {
-        status = InvalidArgument("preprocess returned " + IValueKind(result) + ", not a Tensor");
-      } else {
-        item = result.toTensor();
-      }
-      batch->preprocess_us += ToMicros(Clock::now() - decoded);
-    }
-    if (status.ok()) batch->items[row] = item.contiguous();
+    status = RunItemStages(*batch, row, &stage);
   } catch (const c10::Error& e) {
-    status = InvalidArgument("preprocess failed: " + ErrorText(e));
+    status = InvalidArgument(std::string(stage) + " failed: " + ErrorText(e));
   } catch (const std::exception& e) {
-    status = InvalidArgument(std::string("preprocess failed: ") + e.what());
+    status = InvalidArgument(std::string(stage) + " failed: " + e.what());
+  } catch (...) {
+    status = Internal(std::string(stage) + " failed: threw something that is not an exception");
   }
+  if (!status.ok()) batch->items[row] = at::Tensor();  // nothing half-made reaches the stack
   batch->statuses[row] = status;
   std::lock_guard<std::mutex> lock(batch->mutex);
   if (--batch->remaining == 0) batch->done.notify_all();
@@ -163,7 +175,19 @@ void PipelineStages::Prefetch(const uint8_t* request, uint64_t data_capacity) {
     return;  // Prepare reads it again and answers why
   }
   Status status;
-  prefetched_ = Start(request, view, view.InputBytes(0, nullptr), &status);
+  try {
+    prefetched_ = Start(request, view, view.InputBytes(0, nullptr), &status);
+  } catch (const std::exception& e) {
+    // Not this batch's problem: Prepare starts that slot again when its turn comes and answers.
+    TF_LOG(kWarn) << "prefetch failed; the batch is prepared when its turn comes"
+                  << Kv("batch", view.batch_id) << Kv("error", e.what());
+  }
+}
+
+void PipelineStages::DropPrefetchOf(const uint8_t* request) {
+  if (!prefetched_ || prefetched_->request != request) return;
+  prefetched_->Wait();
+  prefetched_.reset();
 }
 
 Status PipelineStages::Prepare(const uint8_t* request, const ipc::RequestView& view,
@@ -238,6 +262,8 @@ Status PipelineStages::Postprocess(const std::vector<at::Tensor>& outputs, c10::
     *result = postprocess_.forward({argument});
   } catch (const c10::Error& e) {
     return Internal("postprocess failed: " + ErrorText(e));
+  } catch (const std::exception& e) {
+    return Internal(std::string("postprocess failed: ") + e.what());
   }
   outcome->postprocess_us = ToMicros(Clock::now() - start);
   return Status::Ok();

@@ -14,6 +14,13 @@
 // decodes and pre-processes the next request slot of the ring on the pool; the slot is not popped
 // before its batch is answered, so its bytes stay put and no memory but the ring is shared.
 //
+// Failures stay with their own rows and batch: a failed item (a JPEG the decoder refuses, a
+// preprocess that throws) is a failed row with a Status and no tensor, and the decoder leaves no
+// state behind on its thread (worker/jpeg_decoder.h); a batch that fails (too many failed rows,
+// rows that do not stack, a model or postprocess that throws) takes nothing from the next one: a
+// prefetch belongs to its slot and batch id, and one that is not used is waited for and dropped
+// (Prepare of another batch, DropPrefetchOf before its slot is popped).
+//
 // Owns: the pre/post TorchScript modules, the ThreadPool (worker/thread_pool.h) and the one
 // prefetched batch. Threads: every method is called by the compute thread
 // (worker/compute_loop.h); pool threads run the per-item work (decode, preprocess.forward) under
@@ -70,6 +77,9 @@ class PipelineStages {
 
   // Waits until no pool task refers to a request slot (before the slot can be popped or unmapped).
   void Drain();
+  // Before `request`'s slot is popped: a prefetch of it that no Prepare took (its batch failed
+  // before its inputs were built) is waited for and dropped.
+  void DropPrefetchOf(const uint8_t* request);
 
  private:
   struct Batch;  // one batch's items in preparation (pipeline_stages.cc)
@@ -78,6 +88,8 @@ class PipelineStages {
   std::shared_ptr<Batch> Start(const uint8_t* request, const ipc::RequestView& view,
                                const uint8_t* input_bytes, Status* status);
   void RunItem(const std::shared_ptr<Batch>& batch, size_t row);
+  // Decode and/or preprocess of one row into batch.items[row]; `*stage` names the one running.
+  Status RunItemStages(Batch& batch, size_t row, const char** stage);
   Status Assemble(Batch& batch, std::vector<c10::IValue>* inputs, ipc::PipelineOutcome* outcome,
                   bool* run_model);
 

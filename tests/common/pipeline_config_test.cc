@@ -1,13 +1,15 @@
 // The "pipeline" section of a model and limits.max_item_bytes (common/pipeline_config.h,
 // common/config.h): every key at its documented limits, and errors that name path, range and value.
-#include "config_test_support.h"
 #include "common/pipeline_config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "common/bytes_items.h"
 #include "common/config.h"
+#include "config_test_support.h"
 
 namespace torchfarm {
 namespace {
@@ -61,6 +63,37 @@ TEST(PipelineConfigTest, DecodeThreadsAtTheirDocumentedLimitsAndTheDefault) {
   ASSERT_TRUE(PipelineFromJson(PipelineToJson(off.models[0].pipeline), &back).ok());
   EXPECT_FALSE(back.overlap);
   EXPECT_TRUE(c.models[0].pipeline.enabled());
+}
+
+TEST(PipelineConfigTest, DecodeMaxPixelsAtItsDocumentedLimitsAndBeyondAndTheDefault) {
+  for (int64_t pixels : {kMinDecodeMaxPixels, kDefaultDecodeMaxPixels, kMaxDecodeMaxPixels}) {
+    FarmConfig c;
+    const json j = ImageConfig({{"decode", {{"format", "jpeg"}, {"max_pixels", pixels}}}});
+    ASSERT_TRUE(ParseConfig(j, "/base", &c).ok()) << pixels;
+    EXPECT_EQ(c.models[0].pipeline.max_pixels, static_cast<uint64_t>(pixels));
+    // The worker gets it on its command line.
+    PipelineConfig back;
+    ASSERT_TRUE(PipelineFromJson(PipelineToJson(c.models[0].pipeline), &back).ok());
+    EXPECT_EQ(back.max_pixels, static_cast<uint64_t>(pixels));
+    EXPECT_EQ(back, c.models[0].pipeline);
+  }
+  const std::string range =
+      "config.models[0].pipeline.decode.max_pixels: expected an integer in "
+      "1..1073741824, got ";
+  for (const json& bad : {json(0), json(-1), json(kMaxDecodeMaxPixels + 1),
+                          json(std::numeric_limits<uint64_t>::max()), json(1.5), json("64")}) {
+    EXPECT_THAT(ParseError(ImageConfig({{"decode", {{"format", "jpeg"}, {"max_pixels", bad}}}})),
+                HasSubstr(range + std::string(bad.type_name()) + " " + bad.dump()))
+        << bad.dump();
+  }
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(ImageConfig({{"decode", {{"format", "jpeg"}}}}), "/base", &c).ok());
+  EXPECT_EQ(c.models[0].pipeline.max_pixels, static_cast<uint64_t>(kDefaultDecodeMaxPixels));
+  EXPECT_EQ(kDefaultDecodeMaxPixels, int64_t{64} << 20);
+  // A changed limit is a changed pipeline (a reload restarts the model's workers).
+  PipelineConfig other = c.models[0].pipeline;
+  other.max_pixels = 1;
+  EXPECT_FALSE(other == c.models[0].pipeline);
 }
 
 TEST(PipelineConfigTest, ErrorsNameThePathTheExpectationAndTheValue) {
@@ -156,6 +189,17 @@ TEST(PipelineConfigTest, WorkerArgumentErrorsNameWhatWasExpected) {
                   R"({"decode": "jpeg", "threads": 0, "preprocess": "", "postprocess": ""})", &p)
                   .message(),
               HasSubstr("threads expected in 1..64, got 0"));
+  EXPECT_THAT(
+      PipelineFromJson(R"({"decode": "jpeg", "threads": 2, "preprocess": "", )"
+                       R"("postprocess": "", "max_pixels": 0})",
+                       &p)
+          .message(),
+      HasSubstr("--pipeline: max_pixels: expected an integer in 1..1073741824, got number 0"));
+  // Without max_pixels (a supervisor older than the key): the default.
+  ASSERT_TRUE(PipelineFromJson(
+                  R"({"decode": "jpeg", "threads": 2, "preprocess": "", "postprocess": ""})", &p)
+                  .ok());
+  EXPECT_EQ(p.max_pixels, static_cast<uint64_t>(kDefaultDecodeMaxPixels));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 //   slot_codec_fuzzer  tests/fuzz/slot_codec_regressions/ (when there is one),
 //                      tests/fuzz/slot_codec_corpus/
 //   v2_http_fuzzer     tests/fuzz/v2_regressions/ (when there is one), tests/fuzz/v2_corpus/
+//   jpeg_fuzzer        tests/fuzz/jpeg_regressions/, tests/fuzz/jpeg_corpus/
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <iterator>
 #include <string>
 
+#include "jpeg_fuzz_input.h"
 #include "protocol_fuzz_input.h"
 #include "slot_codec_fuzz_input.h"
 #include "v2_http_fuzz_input.h"
@@ -63,6 +65,16 @@ TEST(FuzzRegressionTest, V2HttpRegressionsStayFixed) {
 
 TEST(FuzzRegressionTest, V2HttpSeedCorpusPasses) {
   EXPECT_GT(ReplayFolder(TORCHFARM_SOURCE_DIR "/tests/fuzz/v2_corpus", RunV2HttpInput), 10);
+}
+
+// Every seed (good JPEGs of every layout, truncated ones, each bad kind) decodes or is refused,
+// and after each the reference JPEGs still decode to the same pixels.
+TEST(FuzzRegressionTest, JpegSeedCorpusPasses) {
+  EXPECT_GT(ReplayFolder(TORCHFARM_SOURCE_DIR "/tests/fuzz/jpeg_corpus", RunJpegInput), 20);
+}
+
+TEST(FuzzRegressionTest, JpegRegressionsStayFixed) {
+  EXPECT_GT(ReplayFolder(TORCHFARM_SOURCE_DIR "/tests/fuzz/jpeg_regressions", RunJpegInput), 0);
 }
 
 }  // namespace

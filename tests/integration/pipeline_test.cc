@@ -4,7 +4,11 @@
 //   - outputs allclose to decode + pre + model + post in PyTorch on the same bytes
 //     (pipeline_reference.py; skipped when python3-torch is absent);
 //   - a corrupt JPEG among 8 requests: 7 answers, 1 INVALID_ARGUMENT naming the item;
-//   - stage times in the reply's timing_us and in stats.
+//   - stage times in the reply's timing_us and in stats;
+//   - recovery, with overlap on (the default) and off: every kind of bad item (bad_jpegs.h), alone,
+//     among good items of its request and among pipelined good requests, fails only its request
+//     with INVALID_ARGUMENT naming the item; then 200 good requests on the same worker are all
+//     answered with the values they had before (the decoder once kept a failed header's state).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -18,8 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "bad_jpegs.h"
 #include "common/bytes_items.h"
 #include "common/npy.h"
+#include "common/pipeline_config.h"
 #include "farm_fixture.h"
 #include "jpeg_writer.h"
 #include "torchfarm/client.h"
@@ -47,17 +53,19 @@ std::string WriteJpeg(int width, int height, unsigned seed) {
   return EncodeJpeg(pixels, width, height);
 }
 
-json ImageModel() {
-  return {{"name", "img"},
-          {"path", ModelDir() + "/convnet.pt"},
-          {"inputs", json::array({{{"dtype", "bytes"}, {"shape", {-1}}}})},
-          {"max_batch_size", 8},
-          {"max_queue_delay_us", 20'000},
-          {"pipeline",
-           {{"decode", {{"format", "jpeg"}, {"threads", 2}}},
-            {"preprocess", ModelDir() + "/jpeg_pre.pt"},
-            {"postprocess", ModelDir() + "/topk_post.pt"}}},
-          {"instances", json::array({{{"device", "cpu"}, {"count", 1}}})}};
+json ImageModel(bool overlap = true) {
+  json model = {{"name", "img"},
+                {"path", ModelDir() + "/convnet.pt"},
+                {"inputs", json::array({{{"dtype", "bytes"}, {"shape", {-1}}}})},
+                {"max_batch_size", 8},
+                {"max_queue_delay_us", 20'000},
+                {"pipeline",
+                 {{"decode", {{"format", "jpeg"}, {"threads", 2}}},
+                  {"preprocess", ModelDir() + "/jpeg_pre.pt"},
+                  {"postprocess", ModelDir() + "/topk_post.pt"}}},
+                {"instances", json::array({{{"device", "cpu"}, {"count", 1}}})}};
+  if (!overlap) model["pipeline"]["overlap"] = false;  // else the documented default (true)
+  return model;
 }
 
 TensorView ItemsView(const std::string& items, int64_t count) {
@@ -188,6 +196,117 @@ TEST(PipelineTest, AnItemOverMaxItemBytesIsRefusedAtIntake) {
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
   EXPECT_THAT(s.message(), HasSubstr("(limits.max_item_bytes)"));
 }
+
+// What a good request answered before any bad item: its two outputs' bytes.
+struct GoodAnswer {
+  std::string values;   // float32 [1, 3]
+  std::string classes;  // int64 [1, 3]
+};
+
+void ExpectSameAnswer(const InferResult& result, const GoodAnswer& want, const std::string& what) {
+  ASSERT_EQ(result.outputs.size(), 2u) << what;
+  EXPECT_EQ(result.outputs[1].data, want.classes) << what << ": other top-3 classes";
+  const std::vector<float> got = Floats(result.outputs[0].data), expected = Floats(want.values);
+  ASSERT_EQ(got.size(), expected.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    // Batched with other requests: the same arithmetic up to the order of a few float sums.
+    EXPECT_NEAR(got[i], expected[i], 1e-6 + 1e-5 * std::abs(expected[i])) << what << " value " << i;
+  }
+}
+
+class PipelineRecoveryTest : public ::testing::TestWithParam<bool> {
+ protected:
+  // Sends `items[k]` (one encoded request frame each) pipelined, at most kWindow outstanding, and
+  // returns each request's status and result in send order.
+  static void SendAll(Client& client, const std::vector<const std::string*>& items,
+                      std::vector<Status>* statuses, std::vector<InferResult>* results) {
+    constexpr size_t kWindow = 48;  // under limits.max_queued_per_client (256)
+    statuses->assign(items.size(), Internal("no reply"));
+    results->assign(items.size(), InferResult{});
+    std::vector<uint64_t> ids(items.size());
+    size_t sent = 0, received = 0;
+    while (received < items.size()) {
+      while (sent < items.size() && sent - received < kWindow) {
+        ASSERT_TRUE(
+            client.Send("img", {ItemsView(*items[sent], 1)}, InferOptions{}, &ids[sent]).ok());
+        ++sent;
+      }
+      uint64_t id = 0;
+      InferResult result;
+      Status s = client.Receive(&result, &id, 30'000);
+      const auto index =
+          static_cast<size_t>(std::find(ids.begin(), ids.begin() + sent, id) - ids.begin());
+      ASSERT_LT(index, sent) << "a reply to no request of this test: " << s.ToString();
+      (*statuses)[index] = s;
+      (*results)[index] = std::move(result);
+      ++received;
+    }
+  }
+};
+
+TEST_P(PipelineRecoveryTest, EveryBadItemFailsOnlyItsRequestAndTwoHundredGoodOnesFollow) {
+  Farm farm(json::array({ImageModel(/*overlap=*/GetParam())}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  const std::vector<pid_t> workers = farm.WorkerPids();
+  Client client(farm.endpoint(), 30'000);
+  const std::vector<std::string> goods = MixedJpegs();
+  std::vector<std::string> good_frames(goods.size());
+  std::vector<GoodAnswer> want(goods.size());
+  for (size_t k = 0; k < goods.size(); ++k) {
+    AppendBytesItem(goods[k], &good_frames[k]);
+    InferResult result;
+    Status s = client.Infer("img", {ItemsView(good_frames[k], 1)}, &result);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_EQ(result.outputs.size(), 2u);
+    want[k] = GoodAnswer{result.outputs[0].data, result.outputs[1].data};
+  }
+  for (const BadJpeg& bad : BadJpegs(kDefaultDecodeMaxPixels)) {
+    SCOPED_TRACE(bad.name);
+    std::string alone, among;
+    AppendBytesItem(bad.bytes, &alone);
+    for (const std::string* item : {&goods[0], &bad.bytes, &goods[1]}) {
+      AppendBytesItem(*item, &among);
+    }
+    InferResult result;
+    Status s = client.Infer("img", {ItemsView(alone, 1)}, &result);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_THAT(s.message(), HasSubstr("inputs[0] item 0: " + bad.says));
+    s = client.Infer("img", {ItemsView(among, 3)}, &result);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_THAT(s.message(), HasSubstr("inputs[0] item 1: " + bad.says));
+    // Pipelined: the bad request third, batched with good ones (maybe the prefetched batch); then
+    // 200 good requests, every pool thread decoding some.
+    std::vector<const std::string*> items;
+    for (size_t k = 0; k < 203; ++k) {
+      items.push_back(k == 2 ? &alone : &good_frames[k % goods.size()]);
+    }
+    std::vector<Status> statuses;
+    std::vector<InferResult> results;
+    SendAll(client, items, &statuses, &results);
+    EXPECT_EQ(statuses[2].code(), StatusCode::kInvalidArgument) << statuses[2].ToString();
+    EXPECT_THAT(statuses[2].message(), HasSubstr("inputs[0] item 0: " + bad.says));
+    int failed = 0;
+    for (size_t k = 0; k < items.size(); ++k) {
+      if (k == 2) continue;
+      if (!statuses[k].ok()) {
+        if (++failed <= 3) ADD_FAILURE() << "good request " << k << ": " << statuses[k].ToString();
+        continue;
+      }
+      ExpectSameAnswer(results[k], want[k % goods.size()], "good request " + std::to_string(k));
+    }
+    EXPECT_EQ(failed, 0) << "good requests failed after a " << bad.name << " item";
+  }
+  EXPECT_EQ(farm.WorkerPids(), workers) << "the worker was restarted";
+  const json stats = farm.Admin("stats");
+  ASSERT_FALSE(stats.is_null());
+  EXPECT_EQ(stats["workers"][0]["restarts"], 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Overlap, PipelineRecoveryTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "OverlapOn" : "OverlapOff";
+                         });
 
 }  // namespace
 }  // namespace torchfarm::testing
