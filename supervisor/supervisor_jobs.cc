@@ -77,6 +77,15 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
     Dispatcher::UpdateDispatchLead(model);
   }
   if (metrics_) metrics_->Batch(model.config.name, model.config.version, batch.rows);
+  if (!failure.ok() && failure.code() == StatusCode::kInvalidArgument &&
+      batch.requests.size() > 1) {
+    // One request's input failed the whole batch (more than ipc::kMaxRowErrors bad items, items
+    // that do not stack, a model that throws on it): each request runs again alone, so only the
+    // one at fault fails and its batch-mates, other clients' requests among them, succeed.
+    for (auto& r : batch.requests) r.batchable = false;
+    model.queue.PushFront(std::move(batch.requests));
+    return;
+  }
   if (!failure.ok()) {
     for (auto& r : batch.requests) {
       dispatcher_.Fail(model, r, failure);

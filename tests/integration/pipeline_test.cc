@@ -184,6 +184,44 @@ TEST(PipelineTest, ACorruptJpegAmongEightRequestsFailsOnlyItsOwn) {
   EXPECT_THAT(text, HasSubstr("\"preprocess\""));
 }
 
+// A request with more bad items than a reply slot reports (ipc::kMaxRowErrors) fails the whole
+// batch on the worker: the supervisor runs each request of that batch again alone, so only the
+// request at fault fails and the good requests batched with it succeed.
+TEST(PipelineTest, ARequestOfManyBadItemsFailsOnlyItselfNotItsBatchMates) {
+  Farm farm(json::array({ImageModel()}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  const std::vector<std::string> jpegs = MixedJpegs();
+  const std::string corrupt = jpegs[0].substr(0, 2) + std::string(300, '\x5a');
+  std::string bad;
+  for (int k = 0; k < 6; ++k) AppendBytesItem(k == 2 ? jpegs[1] : corrupt, &bad);
+  Client client(farm.endpoint(), 30'000);
+  uint64_t bad_id = 0;
+  ASSERT_TRUE(client.Send("img", {ItemsView(bad, 6)}, InferOptions{}, &bad_id).ok());
+  std::vector<std::string> good(3);
+  std::vector<uint64_t> good_ids(3);
+  for (size_t k = 0; k < good.size(); ++k) {
+    AppendBytesItem(jpegs[k + 2], &good[k]);
+    ASSERT_TRUE(client.Send("img", {ItemsView(good[k], 1)}, InferOptions{}, &good_ids[k]).ok());
+  }
+  int ok = 0;
+  for (size_t n = 0; n < 1 + good.size(); ++n) {
+    uint64_t id = 0;
+    InferResult result;
+    Status s = client.Receive(&result, &id, 30'000);
+    if (id == bad_id) {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+      EXPECT_THAT(s.message(), HasSubstr("JPEG"));
+    } else {
+      ASSERT_NE(std::find(good_ids.begin(), good_ids.end(), id), good_ids.end()) << s.ToString();
+      EXPECT_TRUE(s.ok()) << "a good request batched with the bad one: " << s.ToString();
+      ok += s.ok() ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(ok, 3);
+  EXPECT_EQ(farm.Admin("stats")["workers"][0]["restarts"], 0);
+}
+
 TEST(PipelineTest, AnItemOverMaxItemBytesIsRefusedAtIntake) {
   Farm farm(json::array({ImageModel()}), {{"limits", {{"max_item_bytes", 1000}}}});
   ASSERT_TRUE(farm.Start());
