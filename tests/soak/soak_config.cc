@@ -18,7 +18,8 @@ json ModelDraw::ConfigJson() const {
   json extra = {{"max_inflight_per_worker", max_inflight_per_worker},
                 {"max_batch_size", max_batch_size},
                 {"max_queue_delay_us", max_queue_delay_us},
-                {"priority_levels", priority_levels}};
+                {"priority_levels", priority_levels},
+                {"fair_queueing", fair_queueing}};
   if (ring_slots > 0) extra["ring_slots"] = ring_slots;
   if (!preferred_batch_sizes.empty()) extra["preferred_batch_sizes"] = preferred_batch_sizes;
   json instance = {{"device", "cpu"}, {"count", workers}, {"spares", spares}};
@@ -71,6 +72,7 @@ ModelDraw DrawModel(std::mt19937_64& rng, const std::string& name, int64_t colum
         std::unique(m.preferred_batch_sizes.begin(), m.preferred_batch_sizes.end()),
         m.preferred_batch_sizes.end());
   }
+  m.fair_queueing = Chance(rng, 70);
   return m;
 }
 

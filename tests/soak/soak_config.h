@@ -28,6 +28,7 @@ struct ModelDraw {
   int max_queue_delay_us = 0;       // 0..2000
   int priority_levels = 1;          // 1..3
   std::vector<int> preferred_batch_sizes;  // empty: unset
+  bool fair_queueing = true;                // true (the default) or false; drawn last
 
   // The "models[]" entry of the config.
   nlohmann::json ConfigJson() const;
