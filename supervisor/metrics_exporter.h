@@ -22,6 +22,11 @@
 //   torchfarm_worker_rss_bytes{worker,model,version}         gauge
 //   torchfarm_gpu_fallback{worker,model,version}             gauge, 1 when serving on CPU after a
 //                                                            GPU failure
+//   torchfarm_zygote_ready{role}                             gauge, 1 while that zygote (primary,
+//                                                            standby) can fork workers
+//   torchfarm_zygote_restarts_total{role}                    counter, zygote processes started
+//                                                            again after one ended
+//   torchfarm_zygote_launches_total{role}                    counter, workers forked
 #pragma once
 
 #include <map>
@@ -76,6 +81,8 @@ class MetricsExporter {
   void WorkerStageSeconds(int worker, const std::string& model, const std::string& version,
                           double h2d, double compute, double d2h);
   void MpsActive(bool active);
+  // A zygote place's state and its counters so far (zygote_pool.h); the counters only grow.
+  void Zygote(const std::string& role, bool ready, uint64_t restarts, uint64_t launches);
   // For metric families kept by other components (resource_metrics.h).
   prometheus::Registry& registry() { return *registry_; }
 
@@ -99,6 +106,9 @@ class MetricsExporter {
   prometheus::Family<prometheus::Gauge>* gpu_memory_;
   prometheus::Family<prometheus::Gauge>* stage_seconds_;
   prometheus::Family<prometheus::Gauge>* mps_;
+  prometheus::Family<prometheus::Gauge>* zygote_ready_;
+  prometheus::Family<prometheus::Counter>* zygote_restarts_;
+  prometheus::Family<prometheus::Counter>* zygote_launches_;
   std::map<std::pair<std::string, std::string>, std::unique_ptr<ModelHandles>>
       models_;  // (model, version)
 };
