@@ -30,7 +30,6 @@ Status LaunchProgram(const std::string& program, const std::vector<std::string>&
                      const std::vector<FdMapping>& fds, pid_t* pid,
                      const std::vector<std::string>& extra_env = {});
 
-
 // Exit description for logs: "exit code 3" or "killed by SIGSEGV".
 std::string DescribeWaitStatus(int wait_status);
 

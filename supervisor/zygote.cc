@@ -33,7 +33,7 @@ bool IsReadyMessage(const std::string& payload) {
 
 }  // namespace
 
-void Zygote::TransitionTo(ZygoteState to, TimePoint now, const std::string& why) {
+void Zygote::TransitionTo(ZygoteState to, TimePoint now, const std::string& why, bool expected) {
   if (!ZygoteTransitionAllowed(state_, to)) {
     // A supervisor bug, never a user's doing: say so loudly and keep the old state.
     TF_LOG(kError) << "refused zygote state change" << Kv("role", ZygoteRoleName(role_))
@@ -41,8 +41,9 @@ void Zygote::TransitionTo(ZygoteState to, TimePoint now, const std::string& why)
                    << Kv("to", ZygoteStateName(to)) << Kv("why", why);
     return;
   }
-  const bool trouble = to == ZygoteState::kStopping ||
-                       (to == ZygoteState::kDown && state_ != ZygoteState::kStopping);
+  const bool trouble =
+      !expected && (to == ZygoteState::kStopping ||
+                    (to == ZygoteState::kDown && state_ != ZygoteState::kStopping));
   TF_LOG_AT(trouble ? LogLevel::kWarn : LogLevel::kInfo)
       << "zygote state" << Kv("role", ZygoteRoleName(role_)) << Kv("pid", pid_)
       << Kv("from", ZygoteStateName(state_)) << Kv("to", ZygoteStateName(to)) << Kv("why", why);
@@ -73,8 +74,7 @@ Status Zygote::Started(pid_t pid, UniqueFd channel, const char* how, TimePoint n
   channel_ = std::move(channel);
   started_by_ = how;
   kill_sent_ = false;
-  reached_ready_ = false;
-  last_exit_.clear();
+  reached_ready_ = false;  // last_exit_ stays: how the previous process ended
   const bool forked = started_by_ == "fork";
   ready_deadline_ = now + (forked ? kZygoteForkReadyTimeout : kZygoteExecReadyTimeout);
   TransitionTo(ZygoteState::kStarting, now, why);
@@ -114,8 +114,8 @@ Status Zygote::ForkFrom(Zygote& parent, TimePoint now, const std::string& why) {
     // way if need be. A refused fork or no socket: back off.
     const bool parent_lost = !s.ok() && parent.state() != ZygoteState::kReady;
     const std::string error = s.ok() ? answer.value("error", answer.dump()) : s.message();
-    NoteStartFailure(parent_lost, now, std::string("fork from the ") + ZygoteRoleName(parent.role()),
-                     error);
+    NoteStartFailure(parent_lost, now,
+                     std::string("fork from the ") + ZygoteRoleName(parent.role()), error);
     return s.ok() ? Unavailable("zygote: " + error) : s;
   }
   return Started(pid, std::move(ours), "fork", now, why);
@@ -123,7 +123,8 @@ Status Zygote::ForkFrom(Zygote& parent, TimePoint now, const std::string& why) {
 
 void Zygote::Poll(TimePoint now) {
   if (state_ == ZygoteState::kStopping && !kill_sent_ && now >= stop_deadline_) {
-    Stop(now, "still running " + std::to_string(kStopGrace.count()) + " ms after its channel closed");
+    Stop(now,
+         "still running " + std::to_string(kStopGrace.count()) + " ms after its channel closed");
   }
   if (state_ != ZygoteState::kStarting) return;
   std::string payload;
@@ -224,12 +225,12 @@ bool Zygote::OnExit(pid_t pid, int wait_status, TimePoint now) {
   return true;
 }
 
-void Zygote::Stop(TimePoint now, const std::string& why) {
+void Zygote::Stop(TimePoint now, const std::string& why, bool expected) {
   channel_.Reset();  // the zygote reads end of file and exits
   if (pid_ <= 0 || kill_sent_) return;
   ::kill(pid_, SIGKILL);  // reaped through SIGCHLD like any child; OnExit frees the place
   kill_sent_ = true;
-  TransitionTo(ZygoteState::kStopping, now, why);
+  TransitionTo(ZygoteState::kStopping, now, why, expected);
 }
 
 TimePoint Zygote::next_deadline() const {
@@ -247,9 +248,9 @@ nlohmann::json Zygote::ToJson(TimePoint now) const {
           {"launches", launches_},
           {"restarts", restarts_},
           {"last_exit", last_exit_},
-          {"next_start_in_s",
-           state_ == ZygoteState::kDown && restart_at_ > now ? ToMicros(restart_at_ - now) / 1e6
-                                                            : 0.0}};
+          {"next_start_in_s", state_ == ZygoteState::kDown && restart_at_ > now
+                                  ? ToMicros(restart_at_ - now) / 1e6
+                                  : 0.0}};
 }
 
 }  // namespace torchfarm

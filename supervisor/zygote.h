@@ -44,7 +44,7 @@ class Zygote {
   static constexpr Millis kStopGrace{5'000};
 
   explicit Zygote(ZygoteRole role) : role_(role) {}
-  ~Zygote() { Stop(TimePoint{}, "destroyed"); }
+  ~Zygote() { Stop(TimePoint{}, "destroyed", true); }
   Zygote(const Zygote&) = delete;
   Zygote& operator=(const Zygote&) = delete;
 
@@ -65,8 +65,9 @@ class Zygote {
                 const std::vector<std::string>& env, TimePoint now, pid_t* pid);
   // A child exited: true when it was this place's zygote (-> kDown, restart_at decided).
   bool OnExit(pid_t pid, int wait_status, TimePoint now);
-  // Closes the channel (the zygote exits) and SIGKILLs it; no wait (-> kStopping).
-  void Stop(TimePoint now, const std::string& why);
+  // Closes the channel (the zygote exits) and SIGKILLs it; no wait (-> kStopping). `expected`
+  // (the farm stops) logs at info, anything else at warn.
+  void Stop(TimePoint now, const std::string& why, bool expected = false);
 
   ZygoteRole role() const { return role_; }
   ZygoteState state() const { return state_; }
@@ -87,7 +88,7 @@ class Zygote {
   // One request and its answer; on failure the zygote is given up (-> kStopping).
   Status Exchange(const std::string& message, const std::vector<int>& fds, TimePoint now,
                   nlohmann::json* answer);
-  void TransitionTo(ZygoteState to, TimePoint now, const std::string& why);
+  void TransitionTo(ZygoteState to, TimePoint now, const std::string& why, bool expected = false);
   void NoteStartFailure(bool parent_lost, TimePoint now, const std::string& what,
                         const std::string& error);
   // The channel failed on the zygote's side (end of file): -> kStopping without a kill.
@@ -98,8 +99,8 @@ class Zygote {
   TimePoint state_since_{};
   pid_t pid_ = -1;
   UniqueFd channel_;
-  std::string started_by_;    // "exec" or "fork"
-  bool kill_sent_ = false;    // this process was SIGKILLed by the supervisor
+  std::string started_by_;      // "exec" or "fork"
+  bool kill_sent_ = false;      // this process was SIGKILLed by the supervisor
   bool reached_ready_ = false;  // this process said it can fork
   TimePoint ready_deadline_ = TimePoint::max();
   TimePoint stop_deadline_ = TimePoint::max();

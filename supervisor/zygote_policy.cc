@@ -15,7 +15,11 @@ namespace {
 bool KilledBySender(int wait_status) {
   if (!WIFSIGNALED(wait_status)) return false;
   switch (WTERMSIG(wait_status)) {
-    case SIGKILL: case SIGTERM: case SIGINT: case SIGHUP: case SIGQUIT:
+    case SIGKILL:
+    case SIGTERM:
+    case SIGINT:
+    case SIGHUP:
+    case SIGQUIT:
       return true;
     default:
       return false;
@@ -34,10 +38,14 @@ const char* ZygoteRoleName(ZygoteRole role) {
 
 const char* ZygoteStateName(ZygoteState state) {
   switch (state) {
-    case ZygoteState::kDown: return "down";
-    case ZygoteState::kStarting: return "starting";
-    case ZygoteState::kReady: return "ready";
-    case ZygoteState::kStopping: return "stopping";
+    case ZygoteState::kDown:
+      return "down";
+    case ZygoteState::kStarting:
+      return "starting";
+    case ZygoteState::kReady:
+      return "ready";
+    case ZygoteState::kStopping:
+      return "stopping";
   }
   return "unknown";
 }
@@ -45,10 +53,14 @@ const char* ZygoteStateName(ZygoteState state) {
 bool ZygoteTransitionAllowed(ZygoteState from, ZygoteState to) {
   if (from == to) return true;
   switch (to) {
-    case ZygoteState::kStarting: return from == ZygoteState::kDown;
-    case ZygoteState::kReady: return from == ZygoteState::kStarting;
-    case ZygoteState::kStopping: return from == ZygoteState::kStarting || from == ZygoteState::kReady;
-    case ZygoteState::kDown: return true;  // a reaped exit, from any state that had a process
+    case ZygoteState::kStarting:
+      return from == ZygoteState::kDown;
+    case ZygoteState::kReady:
+      return from == ZygoteState::kStarting;
+    case ZygoteState::kStopping:
+      return from == ZygoteState::kStarting || from == ZygoteState::kReady;
+    case ZygoteState::kDown:
+      return true;  // a reaped exit, from any state that had a process
   }
   return false;
 }
@@ -65,7 +77,8 @@ ZygoteRestart DecideZygoteRestart(const ZygoteExitFacts& exit, Millis backoff, T
                 Ms(kZygoteInitialBackoff)};
   }
   if (from_outside) {
-    return {now + backoff, backoff, "not ready yet, " + cause + " from outside: after " + Ms(backoff)};
+    return {now + backoff, backoff,
+            "not ready yet, " + cause + " from outside: after " + Ms(backoff)};
   }
   return {now + backoff, Doubled(backoff),
           "died before ready (" + cause + (exit.killed_by_us ? ", not ready in time" : "") +
@@ -80,8 +93,8 @@ ZygoteRestart DecideZygoteStartFailure(bool parent_lost, Millis backoff, TimePoi
 
 ZygoteStartPlan PlanZygoteStart(ZygoteRole role, TimePoint now, TimePoint restart_at,
                                 ZygoteState other) {
-  const char* other_name = ZygoteRoleName(role == ZygoteRole::kPrimary ? ZygoteRole::kStandby
-                                                                       : ZygoteRole::kPrimary);
+  const char* other_name =
+      ZygoteRoleName(role == ZygoteRole::kPrimary ? ZygoteRole::kStandby : ZygoteRole::kPrimary);
   if (now < restart_at) return {ZygoteStartHow::kWait, "backing off"};
   if (other == ZygoteState::kReady) {
     return {ZygoteStartHow::kFork, std::string("forked from the ready ") + other_name};
@@ -93,8 +106,8 @@ ZygoteStartPlan PlanZygoteStart(ZygoteRole role, TimePoint now, TimePoint restar
   if (other == ZygoteState::kStarting) {
     return {ZygoteStartHow::kWait, std::string("the ") + other_name + " is starting"};
   }
-  return {ZygoteStartHow::kExec, std::string("no zygote to fork from (the ") + other_name +
-                                     " is " + ZygoteStateName(other) + "): exec"};
+  return {ZygoteStartHow::kExec, std::string("no zygote to fork from (the ") + other_name + " is " +
+                                     ZygoteStateName(other) + "): exec"};
 }
 
 }  // namespace torchfarm

@@ -5,7 +5,8 @@
 // The rules (docs/operations.md, "Warm spares and worker start-up"):
 //   Restart timing, after a zygote's exit (DecideZygoteRestart):
 //     it was ready and was killed from outside (SIGKILL, SIGTERM, SIGINT, SIGHUP, SIGQUIT that the
-//       supervisor did not send: an operator, the OOM killer, a chaos test)   at once; backoff reset
+//       supervisor did not send: an operator, the OOM killer, a chaos test)   at once; backoff
+//       reset
 //     it was ready and ended otherwise (a crash, or the supervisor killed it because it stopped
 //       answering)                                                 after kInitialBackoff; reset
 //     it died before ready, killed from outside                    after the current backoff

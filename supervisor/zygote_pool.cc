@@ -40,7 +40,8 @@ Status ZygotePool::Start(const std::string& worker_binary, Millis wait_ready,
 
 void ZygotePool::StartIfDue(Zygote& place, Zygote& other, TimePoint now) {
   if (place.state() != ZygoteState::kDown) return;
-  const ZygoteStartPlan plan = PlanZygoteStart(place.role(), now, place.restart_at(), other.state());
+  const ZygoteStartPlan plan =
+      PlanZygoteStart(place.role(), now, place.restart_at(), other.state());
   if (plan.how == ZygoteStartHow::kFork) {
     (void)place.ForkFrom(other, now, plan.why);  // a failure is logged and its retry scheduled
   } else if (plan.how == ZygoteStartHow::kExec) {
@@ -78,8 +79,8 @@ bool ZygotePool::OnExit(pid_t pid, int wait_status, TimePoint now) {
 }
 
 void ZygotePool::Stop(TimePoint now) {
-  primary_.Stop(now, "the farm stops");
-  standby_.Stop(now, "the farm stops");
+  primary_.Stop(now, "the farm stops", true);
+  standby_.Stop(now, "the farm stops", true);
 }
 
 std::vector<int> ZygotePool::StartingChannels() const {

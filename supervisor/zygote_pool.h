@@ -30,7 +30,8 @@
 //   both killed at once                       workers exec while the primary execs (~1 s); the
 //                                             standby forks from it once it is ready
 //   a zygote stopped (SIGSTOP) or stuck       the launch times out (kAnswerTimeout), the zygote is
-//                                             killed and replaced after 1 s; launches go to the other
+//                                             killed and replaced after 1 s; launches go to the
+//                                             other
 //   the replacement killed while it starts    its place backs off without doubling (an outside
 //                                             kill says nothing about the zygote) and tries again
 #pragma once

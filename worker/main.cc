@@ -52,7 +52,8 @@ class StopSignalFd {
 void NameForkedWorker(int argc, char** argv, const std::vector<std::string>& worker_argv) {
   std::vector<std::string> words = {torchfarm::ipc::kWorkerProgramName};
   auto id = std::find(worker_argv.begin(), worker_argv.end(), "--worker-id");
-  if (id != worker_argv.end() && id + 1 != worker_argv.end()) words.push_back("worker=" + *(id + 1));
+  if (id != worker_argv.end() && id + 1 != worker_argv.end())
+    words.push_back("worker=" + *(id + 1));
   torchfarm::worker::RewriteCommandLine(argc, argv, words);
   torchfarm::worker::SetProcessName(torchfarm::ipc::kWorkerProgramName);
 }

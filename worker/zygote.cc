@@ -55,8 +55,9 @@ void AwaitSupervisorAsParent(pid_t intermediate, pid_t supervisor) {
     ::usleep(100);
   }
   if (::getppid() != supervisor) {
-    std::fprintf(stderr, "torchfarm-worker: zygote child not re-parented to the supervisor "
-                         "(pid %d, parent now %d)\n",
+    std::fprintf(stderr,
+                 "torchfarm-worker: zygote child not re-parented to the supervisor "
+                 "(pid %d, parent now %d)\n",
                  static_cast<int>(supervisor), static_cast<int>(::getppid()));
     std::_Exit(ipc::kExitSupervisorLost);
   }
@@ -118,8 +119,8 @@ void Answer(int channel, const json& message) {
   ipc::SendPacket(channel, message.dump());  // a lost answer: the supervisor's wait times out
 }
 
-Status CheckRequest(const Status& received, const std::string& payload,
-                    const std::vector<int>& fds, ipc::ZygoteLaunch* request) {
+Status CheckRequest(const Status& received, const std::string& payload, const std::vector<int>& fds,
+                    ipc::ZygoteLaunch* request) {
   Status s = received;
   if (s.ok()) s = ipc::DecodeZygoteLaunch(payload, request);
   if (s.ok()) s = CheckSingleThreaded();
@@ -217,7 +218,8 @@ bool RunZygote(int channel, ipc::ZygoteLaunch* launch, int* exit_code) {
     if (child > 0) {
       Answer(channel, {{"type", "launched"}, {"pid", child}});
     } else {
-      Answer(channel, {{"type", "failed"}, {"error", std::string("fork: ") + std::strerror(error)}});
+      Answer(channel,
+             {{"type", "failed"}, {"error", std::string("fork: ") + std::strerror(error)}});
     }
   }
 }

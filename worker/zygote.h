@@ -14,9 +14,9 @@
 namespace torchfarm::worker {
 
 // In the zygote (and in each zygote it forks): loops until the channel closes, then returns false
-// with *exit_code set. In each worker child: returns true with *launch holding its request, its descriptors already at their
-// targets, every other descriptor closed, its environment applied and its parent the supervisor;
-// main then runs the worker with launch->argv.
+// with *exit_code set. In each worker child: returns true with *launch holding its request, its
+// descriptors already at their targets, every other descriptor closed, its environment applied and
+// its parent the supervisor; main then runs the worker with launch->argv.
 bool RunZygote(int channel, ipc::ZygoteLaunch* launch, int* exit_code);
 
 }  // namespace torchfarm::worker

@@ -148,7 +148,9 @@ std::string Comm(pid_t pid) {
 
 bool IsZygote(pid_t pid) { return Comm(pid) == "torchfarm-zygot"; }  // 15 bytes of the name
 
-int ZygoteRestarts(const json& stats) { return stats["supervisor"]["zygote"]["restarts"].get<int>(); }
+int ZygoteRestarts(const json& stats) {
+  return stats["supervisor"]["zygote"]["restarts"].get<int>();
+}
 
 bool BothZygotesReady(const json& stats) {
   if (!stats.is_object()) return false;
@@ -248,18 +250,20 @@ void KillStorm(int spares, StormTargets targets) {
   if (targets == StormTargets::kEveryChild) {
     EXPECT_GE(zygote_kills, 5) << "a random child is a zygote about half the time";
     EXPECT_GE(ZygoteRestarts(stats), zygote_kills) << stats["supervisor"].dump();
-    EXPECT_GE(storm_rps / steady_rps, 0.25) << "the zygote must not be the single point of slowness";
+    EXPECT_GE(storm_rps / steady_rps, 0.25)
+        << "the zygote must not be the single point of slowness";
   }
   const json promotions = stats["models"][0]["spare_promotions"];
   if (spares > 0) EXPECT_GE(promotions.get<int>(), 1) << "the spare stood in";
-  std::printf("[ measure ] kill storm (default restart policy, 2 workers + %d spare, kills of %s): "
-              "%d kills (%d of zygotes), %d worker restarts, %d zygote restarts, %d promotions, "
-              "%d requests ok, %d errors of %d; throughput %.0f req/s vs %.0f steady = %.2f; all "
-              "ready %lld ms after the storm\n",
-              spares, targets == StormTargets::kEveryChild ? "every child" : "serving workers",
-              kills, zygote_kills, restarts, ZygoteRestarts(stats), promotions.get<int>(),
-              storm.ok.load(), storm.errors.load(), storm.sent.load(), storm_rps, steady_rps,
-              storm_rps / steady_rps, static_cast<long long>(back_ms));
+  std::printf(
+      "[ measure ] kill storm (default restart policy, 2 workers + %d spare, kills of %s): "
+      "%d kills (%d of zygotes), %d worker restarts, %d zygote restarts, %d promotions, "
+      "%d requests ok, %d errors of %d; throughput %.0f req/s vs %.0f steady = %.2f; all "
+      "ready %lld ms after the storm\n",
+      spares, targets == StormTargets::kEveryChild ? "every child" : "serving workers", kills,
+      zygote_kills, restarts, ZygoteRestarts(stats), promotions.get<int>(), storm.ok.load(),
+      storm.errors.load(), storm.sent.load(), storm_rps, steady_rps, storm_rps / steady_rps,
+      static_cast<long long>(back_ms));
   EXPECT_EQ(farm.Stop(), 0);
 }
 
@@ -317,9 +321,10 @@ TEST(Chaos, KillTheZygotes20TimesIn10sUnderLoad) {
   }
   EXPECT_EQ(stats["workers"][0]["state"], "ready") << stats.dump();
   EXPECT_EQ(stats["workers"][0]["start"]["via"], "zygote") << stats.dump();
-  std::printf("[ measure ] %d zygote kills in 10 s: %d zygote restarts, %d requests ok, %d errors "
-              "of %d\n",
-              kills, ZygoteRestarts(stats), load.ok.load(), load.errors.load(), load.sent.load());
+  std::printf(
+      "[ measure ] %d zygote kills in 10 s: %d zygote restarts, %d requests ok, %d errors "
+      "of %d\n",
+      kills, ZygoteRestarts(stats), load.ok.load(), load.errors.load(), load.sent.load());
   EXPECT_EQ(farm.Stop(), 0);
 }
 

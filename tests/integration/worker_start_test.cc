@@ -277,7 +277,8 @@ TEST(WorkerStart, ReplacementsForkFromTheOtherZygoteAndExecOnlyWhileBothAreDown)
   });
   const auto back_ms =
       std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - killed_at).count();
-  EXPECT_EQ(stats["workers"][0]["start"]["via"], "zygote") << "the standby forked it: " << stats.dump();
+  EXPECT_EQ(stats["workers"][0]["start"]["via"], "zygote")
+      << "the standby forked it: " << stats.dump();
   EXPECT_EQ(Place(stats, "primary")["started_by"], "fork") << stats.dump();
   EXPECT_EQ(Place(stats, "primary")["restarts"], 1);
   EXPECT_EQ(Place(stats, "primary")["last_exit"], "killed by SIGKILL");
@@ -292,7 +293,8 @@ TEST(WorkerStart, ReplacementsForkFromTheOtherZygoteAndExecOnlyWhileBothAreDown)
   stats = WaitStats(farm, [&](const json& s) {
     return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != second;
   });
-  EXPECT_EQ(stats["workers"][0]["start"]["via"], "exec") << "both zygotes were down: " << stats.dump();
+  EXPECT_EQ(stats["workers"][0]["start"]["via"], "exec")
+      << "both zygotes were down: " << stats.dump();
   stats = WaitStats(farm, [&](const json& s) {
     return BothReady(s) && Place(s, "primary")["pid"] != zygotes[0] &&
            Place(s, "standby")["pid"] != zygotes[1];
@@ -327,9 +329,8 @@ TEST(WorkerStart, AStoppedZygoteIsGivenUpAndTheWorkerForksFromTheOther) {
     return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != worker;
   });
   EXPECT_EQ(stats["workers"][0]["start"]["via"], "zygote") << stats.dump();
-  stats = WaitStats(farm, [&](const json& s) {
-    return BothReady(s) && Place(s, "primary")["pid"] != zygote;
-  });
+  stats = WaitStats(
+      farm, [&](const json& s) { return BothReady(s) && Place(s, "primary")["pid"] != zygote; });
   EXPECT_TRUE(BothReady(stats)) << "the stuck zygote was replaced: " << stats.dump();
   EXPECT_EQ(Place(stats, "primary")["last_exit"], "killed by SIGKILL") << stats.dump();
   ExpectServesCorrectly(farm);

@@ -38,7 +38,8 @@ TEST_F(ZygotePolicyTest, AReadyZygoteKilledFromOutsideRestartsAtOnceAndResetsThe
 }
 
 TEST_F(ZygotePolicyTest, AReadyZygoteThatCrashedOrWasKilledAsStuckWaitsTheInitialBackoff) {
-  for (const ZygoteExitFacts& f : {Exit(kSegfault, true), Exit(kExit1, true), Exit(kKilled, true, true)}) {
+  for (const ZygoteExitFacts& f :
+       {Exit(kSegfault, true), Exit(kExit1, true), Exit(kKilled, true, true)}) {
     ZygoteRestart r = DecideZygoteRestart(f, Millis(8'000), clock_.Now());
     EXPECT_EQ(r.at, clock_.Now() + kZygoteInitialBackoff) << r.why;
     EXPECT_EQ(r.next_backoff, kZygoteInitialBackoff) << "never doubles for one that was ready";
