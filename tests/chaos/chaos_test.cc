@@ -1,6 +1,7 @@
 // Fault tolerance under load, with the real binaries: every accepted request gets exactly one
-// answer, and every answer is correct, while workers are SIGKILLed, SIGSTOPped, poisoned, lose
-// their (fake) GPU, and while the supervisor itself is killed or stopped.
+// answer, and every answer is correct, while workers and the zygotes are SIGKILLed, workers
+// SIGSTOPped, poisoned, lose their (fake) GPU, and while the supervisor itself is killed or
+// stopped.
 #include <ATen/Parallel.h>
 #include <signal.h>
 #include <sys/wait.h>

@@ -1,7 +1,7 @@
 // How fast a farm gets a worker back, with the real binaries and the documented defaults: a warm
-// spare takes a dead worker's place at once, replacement workers fork from the zygote (and exec
-// while it is down), and the adaptive idle poll sleeps when the farm is idle and never holds up
-// a stop (issue 19).
+// spare takes a dead worker's place at once, replacement workers fork from one of the two zygotes
+// (exec only while both are down; a killed zygote is forked again from the other, issue 27), and
+// the adaptive idle poll sleeps when the farm is idle and never holds up a stop (issue 19).
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -337,6 +338,46 @@ TEST(WorkerStart, AStoppedZygoteIsGivenUpAndTheWorkerForksFromTheOther) {
   // Only the relaunched worker runs: a child forked by the stuck zygote, if any, is gone.
   EXPECT_EQ(farm.WorkerPids().size(), 1u);
   ::kill(zygote, SIGCONT);
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+// Worker processes whose parent is `supervisor` (by their process name, /proc/PID/comm).
+int WorkerChildren(pid_t supervisor) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = std::stoi(name);
+    n += ParentOf(pid) == supervisor && Comm(pid) == "torchfarm-worke";
+  }
+  return n;
+}
+
+// The launch goes out to a zygote that dies before it answers: the launch fails with
+// DeadlineExceeded (its descriptors may be a worker's: no exec with them), the slot relaunches
+// with new ones from the other zygote, and the dead one is replaced.
+TEST(WorkerStart, AZygoteKilledMidLaunchLeavesOneWorkerForkedFromTheOther) {
+  Farm farm(Identity({{"device", "cpu"}, {"count", 1}}), kDefaults);
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  json stats = WaitStats(farm, BothReady, 10'000);
+  ASSERT_TRUE(BothReady(stats)) << stats.dump();
+  const pid_t zygote = Place(stats, "primary")["pid"].get<pid_t>();
+  const pid_t worker = stats["workers"][0]["pid"].get<pid_t>();
+  ASSERT_EQ(::kill(zygote, SIGSTOP), 0);  // the relaunch's request waits in its channel...
+  ASSERT_EQ(::kill(worker, SIGKILL), 0);
+  std::this_thread::sleep_for(Ms(500));  // the slot backs off ~100 ms, then waits up to 1 s
+  ASSERT_EQ(::kill(zygote, SIGKILL), 0);  // ...and the zygote dies before it answers
+  stats = WaitStats(farm, [&](const json& s) {
+    return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != worker && BothReady(s) &&
+           Place(s, "primary")["pid"] != zygote;
+  });
+  EXPECT_EQ(stats["workers"][0]["state"], "ready") << stats.dump();
+  EXPECT_EQ(stats["workers"][0]["start"]["via"], "zygote") << stats.dump();
+  EXPECT_EQ(Place(stats, "primary")["restarts"], 1) << stats.dump();
+  EXPECT_EQ(Place(stats, "primary")["last_exit"], "killed by SIGKILL");
+  EXPECT_EQ(WorkerChildren(farm.pid()), 1) << "one worker process, no orphan: " << stats.dump();
+  ExpectServesCorrectly(farm);
   EXPECT_EQ(farm.Stop(), 0);
 }
 
