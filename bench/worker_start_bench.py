@@ -9,8 +9,8 @@ worker back and what the adaptive idle poll costs.
                         steady state just before, with 0 and 1 warm spares; then (issue 27) the
                         same storm over every child of the supervisor, the zygotes included, and
                         over the zygotes alone (no spare)
-  4. zygote memory      RSS, PSS and private (USS) bytes of the primary zygote (exec'd), the standby
-                        (forked from it) and a worker, from /proc/PID/smaps_rollup
+  4. zygote memory      RSS, PSS, private (USS) and page-table bytes of the primary zygote (exec'd),
+                        the standby (forked from it) and a worker (/proc/PID/smaps_rollup, status)
   3. idle poll          identity c=1 p50 against the bare ZeroMQ echo (default settings; no
                         queue delay, so nothing waits for company), and
                         c=64 throughput with the default (adaptive, idle_spin_us 300) against
@@ -135,7 +135,21 @@ def children_of(parent):
     return pids
 
 
-def is_zygote(pid):
+def zygote_places(stats):
+    """stats supervisor.zygote.zygotes[]; [] from a supervisor that has one zygote (before issue 27)."""
+    return ((stats or {}).get("supervisor", {}).get("zygote") or {}).get("zygotes", [])
+
+
+def zygote_pids(stats):
+    """Every zygote pid the stats name (a supervisor before issue 27 names its one zygote)."""
+    zygote = ((stats or {}).get("supervisor", {}).get("zygote") or {})
+    return {z["pid"] for z in zygote.get("zygotes", [])} | {zygote.get("pid", -1)}
+
+
+def is_zygote(pid, known=()):
+    """By its name (torchfarm-zygote, issue 27), or as one the stats named."""
+    if pid in known:
+        return True
     try:
         with open("/proc/%d/comm" % pid) as f:
             return f.read().strip() == "torchfarm-zygot"
@@ -144,19 +158,22 @@ def is_zygote(pid):
 
 
 def storm_victims(farm, targets):
-    """Pids a storm tick may kill: serving workers, every child, or the zygotes."""
+    """(pids a storm tick may kill: serving workers, every child, or the zygotes; zygote pids)."""
+    s = farm.stats() or {"workers": []}
+    known = zygote_pids(s)
     if targets == "serving":
-        s = farm.stats() or {"workers": []}
-        return [w["pid"] for w in s["workers"] if w["role"] == "serving" and w["pid"] > 0]
+        return [w["pid"] for w in s["workers"] if w["role"] == "serving" and w["pid"] > 0], known
     children = children_of(farm.proc.pid)
-    return children if targets == "children" else [p for p in children if is_zygote(p)]
+    if targets == "children":
+        return children, known
+    return [p for p in children if is_zygote(p, known)], known
 
 
 def kill_storm(args, tmp, spares, targets="serving"):
     with Farm(args.bin_dir, tmp, "storm-%s-%d" % (targets, spares),
               identity(args.model_dir, 2, spares)) as farm:
         farm.wait(lambda s: s["models"][0]["spares_ready"] == spares, 60)
-        farm.wait(lambda s: all(z["state"] == "ready" for z in s["supervisor"]["zygote"]["zygotes"]), 60)
+        farm.wait(lambda s: all(z["state"] == "ready" for z in zygote_places(s)), 60)
         steady = load(args.bin_dir, farm.endpoint, 16, 5)
         stop = threading.Event()
         kills = {"all": 0, "zygotes": 0}
@@ -167,10 +184,10 @@ def kill_storm(args, tmp, spares, targets="serving"):
             end = time.time() + 10
             while time.time() < end and not stop.is_set():
                 time.sleep(0.2)
-                victims = storm_victims(farm, targets)
+                victims, known = storm_victims(farm, targets)
                 if victims:
                     victim = rng.choice(victims)
-                    zygote = is_zygote(victim)
+                    zygote = is_zygote(victim, known)
                     try:
                         os.kill(victim, signal.SIGKILL)
                         kills["all"] += 1
@@ -200,15 +217,19 @@ def smaps_rollup(pid):
             parts = line.split()
             if len(parts) >= 3 and parts[2] == "kB":
                 values[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmPTE:"):
+                values["VmPTE"] = int(line.split()[1]) * 1024
     return {"rss": values.get("Rss", 0), "pss": values.get("Pss", 0),
-            "uss": values.get("Private_Clean", 0) + values.get("Private_Dirty", 0)}
+            "uss": values.get("Private_Clean", 0) + values.get("Private_Dirty", 0),
+            "page_tables": values.get("VmPTE", 0)}
 
 
 def zygote_memory(args, tmp):
     with Farm(args.bin_dir, tmp, "memory", identity(args.model_dir, 1)) as farm:
-        s = farm.wait(lambda s: all(z["state"] == "ready"
-                                    for z in s["supervisor"]["zygote"]["zygotes"]), 60)
-        out = {z["role"]: smaps_rollup(z["pid"]) for z in s["supervisor"]["zygote"]["zygotes"]}
+        s = farm.wait(lambda s: all(z["state"] == "ready" for z in zygote_places(s)), 60)
+        out = {z["role"]: smaps_rollup(z["pid"]) for z in zygote_places(s)}
         out["worker"] = smaps_rollup(s["workers"][0]["pid"])
     return out
 
@@ -285,10 +306,10 @@ def main():
                             p["c64_default_vs_spin_off"]))
         if "memory" in figures:
             m = result["memory"] = zygote_memory(args, tmp)
-            for role in ("primary", "standby", "worker"):
-                print("  %s: RSS %.1f MiB, PSS %.1f MiB, private %.1f MiB"
+            for role in [r for r in ("primary", "standby", "worker") if r in m]:
+                print("  %s: RSS %.1f MiB, PSS %.1f MiB, private %.1f MiB, page tables %.1f MiB"
                       % (role, m[role]["rss"] / 2**20, m[role]["pss"] / 2**20,
-                         m[role]["uss"] / 2**20))
+                         m[role]["uss"] / 2**20, m[role]["page_tables"] / 2**20))
         rounds.append(result)
         sys.stdout.flush()
     if args.json:

@@ -211,10 +211,14 @@ Status Zygote::Launch(const std::vector<std::string>& argv, const std::vector<Fd
 
 bool Zygote::OnExit(pid_t pid, int wait_status, TimePoint now) {
   if (pid <= 0 || pid != pid_) return false;
+  // Its ready message may be waiting in the channel still: the SIGCHLD is handled before the
+  // loop's zygote duty reads it, and a zygote that was ready is judged as one.
+  Poll(now);
   ZygoteExitFacts facts;
   facts.wait_status = wait_status;
   facts.was_ready = reached_ready_;
   facts.killed_by_us = kill_sent_;
+  facts.forked = started_by_ == "fork";
   const ZygoteRestart next = DecideZygoteRestart(facts, backoff_, now);
   restart_at_ = next.at;
   backoff_ = next.next_backoff;

@@ -76,6 +76,9 @@ ZygoteRestart DecideZygoteRestart(const ZygoteExitFacts& exit, Millis backoff, T
             "a ready zygote " + cause + (exit.killed_by_us ? " (stuck)" : "") + ": after " +
                 Ms(kZygoteInitialBackoff)};
   }
+  if (from_outside && exit.forked) {
+    return {now, backoff, "forked, not ready yet, " + cause + " from outside: at once"};
+  }
   if (from_outside) {
     return {now + backoff, backoff,
             "not ready yet, " + cause + " from outside: after " + Ms(backoff)};

@@ -9,7 +9,9 @@
 //       reset
 //     it was ready and ended otherwise (a crash, or the supervisor killed it because it stopped
 //       answering)                                                 after kInitialBackoff; reset
-//     it died before ready, killed from outside                    after the current backoff
+//     it died before ready, killed from outside: forked             at once (a fork costs
+//                                                                  milliseconds)
+//                                                exec'd             after the current backoff
 //     it died before ready on its own, or was killed for not getting ready in time
 //                                                                  after the current backoff,
 //                                                                  which then doubles (to kMax)
@@ -49,6 +51,7 @@ struct ZygoteExitFacts {
   int wait_status = 0;
   bool was_ready = false;     // this process said it can fork
   bool killed_by_us = false;  // the supervisor sent the SIGKILL (stuck, not ready in time)
+  bool forked = false;        // it was forked from the other zygote (not exec'd)
 };
 
 struct ZygoteRestart {

@@ -366,11 +366,11 @@ TEST(WorkerStart, AZygoteKilledMidLaunchLeavesOneWorkerForkedFromTheOther) {
   const pid_t worker = stats["workers"][0]["pid"].get<pid_t>();
   ASSERT_EQ(::kill(zygote, SIGSTOP), 0);  // the relaunch's request waits in its channel...
   ASSERT_EQ(::kill(worker, SIGKILL), 0);
-  std::this_thread::sleep_for(Ms(500));  // the slot backs off ~100 ms, then waits up to 1 s
+  std::this_thread::sleep_for(Ms(500));   // the slot backs off ~100 ms, then waits up to 1 s
   ASSERT_EQ(::kill(zygote, SIGKILL), 0);  // ...and the zygote dies before it answers
   stats = WaitStats(farm, [&](const json& s) {
-    return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != worker && BothReady(s) &&
-           Place(s, "primary")["pid"] != zygote;
+    return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != worker &&
+           BothReady(s) && Place(s, "primary")["pid"] != zygote;
   });
   EXPECT_EQ(stats["workers"][0]["state"], "ready") << stats.dump();
   EXPECT_EQ(stats["workers"][0]["start"]["via"], "zygote") << stats.dump();

@@ -53,6 +53,17 @@ TEST_F(ZygotePolicyTest, OneKilledFromOutsideBeforeReadyWaitsTheBackoffWithoutDo
   ZygoteRestart r = DecideZygoteRestart(Exit(kKilled, false), Millis(2'000), clock_.Now());
   EXPECT_EQ(r.at, clock_.Now() + Millis(2'000));
   EXPECT_EQ(r.next_backoff, Millis(2'000)) << r.why;
+  // A forked one is started again at once: a fork costs milliseconds, and a storm of kills
+  // must not keep the place empty.
+  ZygoteExitFacts forked = Exit(kKilled, false);
+  forked.forked = true;
+  r = DecideZygoteRestart(forked, Millis(2'000), clock_.Now());
+  EXPECT_EQ(r.at, clock_.Now()) << r.why;
+  EXPECT_EQ(r.next_backoff, Millis(2'000));
+  forked.wait_status = kSegfault;  // its own crash still backs off, doubling
+  r = DecideZygoteRestart(forked, Millis(2'000), clock_.Now());
+  EXPECT_EQ(r.at, clock_.Now() + Millis(2'000));
+  EXPECT_EQ(r.next_backoff, Millis(4'000));
 }
 
 TEST_F(ZygotePolicyTest, OneDyingBeforeReadyOnItsOwnDoublesTheBackoffUpToTheCap) {
