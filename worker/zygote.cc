@@ -203,6 +203,8 @@ bool RunZygote(int channel, ipc::ZygoteLaunch* launch, int* exit_code) {
     int error = 0;
     const pid_t child = ForkGrandchild(&error);
     if (child == 0) {
+      // A worker goes by its own name from its first instruction on (ps, a storm's victim list).
+      if (!request.zygote) SetProcessName(ipc::kWorkerProgramName);
       AwaitSupervisorAsParent(::getppid(), request.supervisor);
       if (request.zygote) {
         BecomeZygote(channel, fds[0], request.supervisor);

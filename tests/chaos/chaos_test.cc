@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -147,7 +148,19 @@ std::string Comm(pid_t pid) {
   return name;
 }
 
-bool IsZygote(pid_t pid) { return Comm(pid) == "torchfarm-zygot"; }  // 15 bytes of the name
+// The zygotes' pids from the stats (by name alone, a worker just forked that has not renamed
+// itself yet would pass for one).
+std::set<pid_t> ZygotePids(const Farm& farm) {
+  std::set<pid_t> pids;
+  json stats = farm.Admin("stats");
+  if (!stats.is_object()) return pids;
+  for (const auto& z : stats["supervisor"]["zygote"]["zygotes"]) {
+    if (z["pid"].get<int>() > 0 && Comm(z["pid"].get<pid_t>()) == "torchfarm-zygot") {
+      pids.insert(z["pid"].get<pid_t>());
+    }
+  }
+  return pids;
+}
 
 int ZygoteRestarts(const json& stats) {
   return stats["supervisor"]["zygote"]["restarts"].get<int>();
@@ -215,7 +228,7 @@ void KillStorm(int spares, StormTargets targets) {
         targets == StormTargets::kServingWorkers ? ServingPids(farm) : ChildrenOf(farm.pid());
     if (alive.empty()) continue;
     const pid_t victim = alive[rng() % alive.size()];
-    const bool zygote = IsZygote(victim);
+    const bool zygote = ZygotePids(farm).count(victim) > 0;
     if (::kill(victim, SIGKILL) == 0) {
       ++kills;
       zygote_kills += zygote;
@@ -294,10 +307,8 @@ TEST(Chaos, KillTheZygotes20TimesIn10sUnderLoad) {
   for (auto start = std::chrono::steady_clock::now();
        std::chrono::steady_clock::now() - start < Ms(10'000);) {
     std::this_thread::sleep_for(Ms(500));
-    std::vector<pid_t> zygotes;
-    for (pid_t pid : ChildrenOf(farm.pid())) {
-      if (IsZygote(pid)) zygotes.push_back(pid);
-    }
+    const std::set<pid_t> known = ZygotePids(farm);
+    const std::vector<pid_t> zygotes(known.begin(), known.end());
     if (!zygotes.empty() && ::kill(zygotes[rng() % zygotes.size()], SIGKILL) == 0) ++kills;
   }
   const bool back = farm.WaitReady(-1, 10'000) && WaitBothZygotesReady(farm, 10'000);
