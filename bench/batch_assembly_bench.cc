@@ -61,14 +61,20 @@ void BM_BatchAssembly(benchmark::State& state) {
 }
 BENCHMARK(BM_BatchAssembly)->Arg(1)->Arg(8)->Arg(32)->Arg(64);
 
-// The queue alone: Push + TakeBatch, no copy.
+// The queue alone: Push + TakeBatch, no copy. Args: batch size, fair_queueing (0/1), clients the
+// requests come from (fair queueing's cost is a hash lookup per push and take, and an ordered
+// insert when several clients interleave).
 void BM_ModelQueuePushTake(benchmark::State& state) {
   const int64_t batch_size = state.range(0);
   BatchingPolicy policy;
   policy.max_batch_size = batch_size;
+  policy.fair_queueing = state.range(1) != 0;
   ModelQueue queue(policy);
   std::vector<PendingRequest> requests;
-  for (int i = 0; i < batch_size; ++i) requests.push_back(MakeRequest(i));
+  for (int i = 0; i < batch_size; ++i) {
+    requests.push_back(MakeRequest(i));
+    requests.back().client = "client-" + std::to_string(i % state.range(2));
+  }
   const TimePoint now = Clock::now();
   for (auto _ : state) {
     for (auto& r : requests) queue.Push(r);
@@ -76,7 +82,13 @@ void BM_ModelQueuePushTake(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * batch_size);
 }
-BENCHMARK(BM_ModelQueuePushTake)->Arg(1)->Arg(64);
+BENCHMARK(BM_ModelQueuePushTake)
+    ->Args({1, 0, 1})
+    ->Args({1, 1, 1})
+    ->Args({64, 0, 1})
+    ->Args({64, 1, 1})
+    ->Args({64, 0, 64})
+    ->Args({64, 1, 64});
 
 }  // namespace
 }  // namespace torchfarm

@@ -77,8 +77,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5)
     args = parser.parse_args()
-    args.bin_dir = os.path.join(args.build_dir, "bin")
-    args.model_dir = os.path.join(args.build_dir, "bench-models")
+    args.bin_dir = os.path.abspath(os.path.join(args.build_dir, "bin"))
+    args.model_dir = os.path.abspath(os.path.join(args.build_dir, "bench-models"))
     subprocess.run([os.path.join(args.bin_dir, "torchfarm-mkmodel"), "--all", args.model_dir],
                    check=True, capture_output=True)
     with tempfile.TemporaryDirectory(prefix="torchfarm-fair-") as tmp:

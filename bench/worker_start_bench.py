@@ -6,7 +6,11 @@ worker back and what the adaptive idle poll costs.
                         worker_launch "zygote" (default) vs "exec"; median of --kills restarts
   2. kill storm         16 clients on identity (2 workers, default restart policy); one serving
                         worker SIGKILLed every 200 ms for 10 s: throughput against the same farm's
-                        steady state just before, with 0 and 1 warm spares
+                        steady state just before, with 0 and 1 warm spares; then (issue 27) the
+                        same storm over every child of the supervisor, the zygotes included, and
+                        over the zygotes alone (no spare)
+  4. zygote memory      RSS, PSS, private (USS) and page-table bytes of the primary zygote (exec'd),
+                        the standby (forked from it) and a worker (/proc/PID/smaps_rollup, status)
   3. idle poll          identity c=1 p50 against the bare ZeroMQ echo (default settings; no
                         queue delay, so nothing waits for company), and
                         c=64 throughput with the default (adaptive, idle_spin_us 300) against
@@ -14,6 +18,7 @@ worker back and what the adaptive idle poll costs.
 
 Run from the repository root after a build:
   /usr/bin/python3 bench/worker_start_bench.py --build-dir build [--rounds 2] [--json out.json]
+      [--figures start,storm,poll,memory]
 Prints one table per figure; the targets are those of issue 19 (docs/benchmarks.md).
 """
 import argparse
@@ -114,12 +119,64 @@ def replacement_start(args, tmp, launch):
     return {"median_ms": statistics.median(times), "all_ms": times}
 
 
-def kill_storm(args, tmp, spares):
-    with Farm(args.bin_dir, tmp, "storm-%d" % spares, identity(args.model_dir, 2, spares)) as farm:
+def children_of(parent):
+    """Live children of `parent` from /proc (what `ps --ppid` lists)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == parent and fields[0] != "Z":
+            pids.append(int(name))
+    return pids
+
+
+def zygote_places(stats):
+    """stats supervisor.zygote.zygotes[]; [] from a supervisor that has one zygote (before issue 27)."""
+    return ((stats or {}).get("supervisor", {}).get("zygote") or {}).get("zygotes", [])
+
+
+def zygote_pids(stats):
+    """Every zygote pid the stats name (a supervisor before issue 27 names its one zygote)."""
+    zygote = ((stats or {}).get("supervisor", {}).get("zygote") or {})
+    return {z["pid"] for z in zygote.get("zygotes", [])} | {zygote.get("pid", -1)}
+
+
+def is_zygote(pid, known=()):
+    """By its name (torchfarm-zygote, issue 27), or as one the stats named."""
+    if pid in known:
+        return True
+    try:
+        with open("/proc/%d/comm" % pid) as f:
+            return f.read().strip() == "torchfarm-zygot"
+    except OSError:
+        return False
+
+
+def storm_victims(farm, targets):
+    """(pids a storm tick may kill: serving workers, every child, or the zygotes; zygote pids)."""
+    s = farm.stats() or {"workers": []}
+    known = zygote_pids(s)
+    if targets == "serving":
+        return [w["pid"] for w in s["workers"] if w["role"] == "serving" and w["pid"] > 0], known
+    children = children_of(farm.proc.pid)
+    if targets == "children":
+        return children, known
+    return [p for p in children if is_zygote(p, known)], known
+
+
+def kill_storm(args, tmp, spares, targets="serving"):
+    with Farm(args.bin_dir, tmp, "storm-%s-%d" % (targets, spares),
+              identity(args.model_dir, 2, spares)) as farm:
         farm.wait(lambda s: s["models"][0]["spares_ready"] == spares, 60)
+        farm.wait(lambda s: all(z["state"] == "ready" for z in zygote_places(s)), 60)
         steady = load(args.bin_dir, farm.endpoint, 16, 5)
         stop = threading.Event()
-        kills = [0]
+        kills = {"all": 0, "zygotes": 0}
 
         def killer():
             rng = random.Random(7)
@@ -127,13 +184,14 @@ def kill_storm(args, tmp, spares):
             end = time.time() + 10
             while time.time() < end and not stop.is_set():
                 time.sleep(0.2)
-                s = farm.stats() or {"workers": []}
-                serving = [w["pid"] for w in s["workers"]
-                           if w["role"] == "serving" and w["pid"] > 0]
-                if serving:
+                victims, known = storm_victims(farm, targets)
+                if victims:
+                    victim = rng.choice(victims)
+                    zygote = is_zygote(victim, known)
                     try:
-                        os.kill(rng.choice(serving), signal.SIGKILL)
-                        kills[0] += 1
+                        os.kill(victim, signal.SIGKILL)
+                        kills["all"] += 1
+                        kills["zygotes"] += zygote
                     except ProcessLookupError:
                         pass
 
@@ -142,10 +200,38 @@ def kill_storm(args, tmp, spares):
         storm = load(args.bin_dir, farm.endpoint, 16, 10)
         stop.set()
         t.join()
-        promotions = farm.stats()["models"][0]["spare_promotions"]
-    return {"steady_rps": steady["rps"], "storm_rps": storm["rps"],
-            "ratio": storm["rps"] / steady["rps"], "kills": kills[0], "promotions": promotions,
-            "errors": storm["errors"]}
+        s = farm.stats()
+        promotions = s["models"][0]["spare_promotions"]
+        zygote_restarts = s["supervisor"]["zygote"]["restarts"]
+    return {"targets": targets, "steady_rps": steady["rps"], "storm_rps": storm["rps"],
+            "ratio": storm["rps"] / steady["rps"], "kills": kills["all"],
+            "zygote_kills": kills["zygotes"], "zygote_restarts": zygote_restarts,
+            "promotions": promotions, "errors": storm["errors"]}
+
+
+def smaps_rollup(pid):
+    """RSS, PSS and private (USS) bytes of one process."""
+    values = {}
+    with open("/proc/%d/smaps_rollup" % pid) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 3 and parts[2] == "kB":
+                values[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmPTE:"):
+                values["VmPTE"] = int(line.split()[1]) * 1024
+    return {"rss": values.get("Rss", 0), "pss": values.get("Pss", 0),
+            "uss": values.get("Private_Clean", 0) + values.get("Private_Dirty", 0),
+            "page_tables": values.get("VmPTE", 0)}
+
+
+def zygote_memory(args, tmp):
+    with Farm(args.bin_dir, tmp, "memory", identity(args.model_dir, 1)) as farm:
+        s = farm.wait(lambda s: all(z["state"] == "ready" for z in zygote_places(s)), 60)
+        out = {z["role"]: smaps_rollup(z["pid"]) for z in zygote_places(s)}
+        out["worker"] = smaps_rollup(s["workers"][0]["pid"])
+    return out
 
 
 def idle_poll(args, tmp):
@@ -177,6 +263,8 @@ def main():
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=4)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--figures", default="start,storm,poll,memory",
+                        help="comma-separated: start, storm, poll, memory")
     args = parser.parse_args()
     args.bin_dir = os.path.abspath(os.path.join(args.build_dir, "bin"))
     tmp = tempfile.mkdtemp(prefix="tf-start-", dir="/tmp")
@@ -186,31 +274,43 @@ def main():
         args.model_dir = os.path.join(tmp, "models")
         subprocess.run([os.path.join(args.bin_dir, "torchfarm-mkmodel"), "--all", args.model_dir],
                        check=True, capture_output=True)
+    figures = set(args.figures.split(","))
     rounds = []
     for r in range(args.rounds):
-        result = {"start_zygote": replacement_start(args, tmp, "zygote"),
-                  "start_exec": replacement_start(args, tmp, "exec"),
-                  "storm_0": kill_storm(args, tmp, 0),
-                  "storm_1": kill_storm(args, tmp, 1),
-                  "poll": idle_poll(args, tmp)}
-        rounds.append(result)
-        z, e = result["start_zygote"], result["start_exec"]
+        result = {}
         print("round %d" % (r + 1))
-        print("  replacement launch->ready (median of %d): zygote %.0f ms, exec %.0f ms (%.1fx); "
-              "target <= 300 ms" % (args.kills, z["median_ms"], e["median_ms"],
-                                    e["median_ms"] / z["median_ms"]))
-        for spares in (0, 1):
-            s = result["storm_%d" % spares]
-            print("  kill storm, %d spare: %.0f req/s vs %.0f steady = %.2f (%d kills, %d "
-                  "promotions, %d errors); target >= 0.50 with one spare"
-                  % (spares, s["storm_rps"], s["steady_rps"], s["ratio"], s["kills"],
-                     s["promotions"], s["errors"]))
-        p = result["poll"]
-        print("  identity c=1 p50: default %.1f us vs echo %.1f us = %.2fx (spin off %.1f us); "
-              "target <= 1.3x" % (p["default"]["c1_p50_us"], p["echo_c1_p50_us"],
-                                  p["c1_p50_vs_echo"], p["spin_off"]["c1_p50_us"]))
-        print("  identity c=64: default %.0f req/s vs spin off %.0f req/s = %.3f; target >= 0.95"
-              % (p["default"]["c64_rps"], p["spin_off"]["c64_rps"], p["c64_default_vs_spin_off"]))
+        if "start" in figures:
+            z = result["start_zygote"] = replacement_start(args, tmp, "zygote")
+            e = result["start_exec"] = replacement_start(args, tmp, "exec")
+            print("  replacement launch->ready (median of %d): zygote %.0f ms, exec %.0f ms "
+                  "(%.1fx); target <= 300 ms" % (args.kills, z["median_ms"], e["median_ms"],
+                                                 e["median_ms"] / z["median_ms"]))
+        if "storm" in figures:
+            for key, spares, targets in (("storm_0", 0, "serving"), ("storm_1", 1, "serving"),
+                                         ("storm_children", 0, "children"),
+                                         ("storm_zygotes", 0, "zygotes")):
+                s = result[key] = kill_storm(args, tmp, spares, targets)
+                print("  kill storm of %s, %d spare: %.0f req/s vs %.0f steady = %.2f (%d kills, "
+                      "%d of zygotes, %d zygote restarts, %d promotions, %d errors); target >= "
+                      "0.50" % (targets, spares, s["storm_rps"], s["steady_rps"], s["ratio"],
+                                s["kills"], s["zygote_kills"], s["zygote_restarts"],
+                                s["promotions"], s["errors"]))
+                sys.stdout.flush()
+        if "poll" in figures:
+            p = result["poll"] = idle_poll(args, tmp)
+            print("  identity c=1 p50: default %.1f us vs echo %.1f us = %.2fx (spin off %.1f us); "
+                  "target <= 1.3x" % (p["default"]["c1_p50_us"], p["echo_c1_p50_us"],
+                                      p["c1_p50_vs_echo"], p["spin_off"]["c1_p50_us"]))
+            print("  identity c=64: default %.0f req/s vs spin off %.0f req/s = %.3f; target >= "
+                  "0.95" % (p["default"]["c64_rps"], p["spin_off"]["c64_rps"],
+                            p["c64_default_vs_spin_off"]))
+        if "memory" in figures:
+            m = result["memory"] = zygote_memory(args, tmp)
+            for role in [r for r in ("primary", "standby", "worker") if r in m]:
+                print("  %s: RSS %.1f MiB, PSS %.1f MiB, private %.1f MiB, page tables %.1f MiB"
+                      % (role, m[role]["rss"] / 2**20, m[role]["pss"] / 2**20,
+                         m[role]["uss"] / 2**20, m[role]["page_tables"] / 2**20))
+        rounds.append(result)
         sys.stdout.flush()
     if args.json:
         with open(args.json, "w") as f:

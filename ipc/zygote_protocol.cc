@@ -14,6 +14,7 @@ namespace torchfarm::ipc {
 using nlohmann::json;
 
 std::string EncodeZygoteLaunch(const ZygoteLaunch& launch) {
+  if (launch.zygote) return json{{"type", "fork_zygote"}, {"supervisor", launch.supervisor}}.dump();
   return json{{"type", "launch"},
               {"argv", launch.argv},
               {"env", launch.env},
@@ -24,14 +25,19 @@ std::string EncodeZygoteLaunch(const ZygoteLaunch& launch) {
 
 Status DecodeZygoteLaunch(const std::string& text, ZygoteLaunch* out) {
   json j = json::parse(text, nullptr, false);
-  if (!j.is_object() || j.value("type", "") != "launch") {
-    return InvalidArgument("zygote: expected a launch message, got '" + text.substr(0, 80) + "'");
+  const std::string type = j.is_object() ? j.value("type", "") : "";
+  if (type != "launch" && type != "fork_zygote") {
+    return InvalidArgument("zygote: expected a launch or fork_zygote message, got '" +
+                           text.substr(0, 80) + "'");
   }
+  *out = ZygoteLaunch{};
+  out->zygote = type == "fork_zygote";
   try {
+    out->supervisor = j.at("supervisor").get<pid_t>();
+    if (out->zygote) return Status::Ok();
     out->argv = j.at("argv").get<std::vector<std::string>>();
     out->env = j.at("env").get<std::vector<std::string>>();
     out->targets = j.at("targets").get<std::vector<int>>();
-    out->supervisor = j.at("supervisor").get<pid_t>();
   } catch (const json::exception& e) {
     return InvalidArgument(std::string("zygote: malformed launch message: ") + e.what());
   }
@@ -57,7 +63,9 @@ Status SendPacket(int socket, const std::string& payload, const std::vector<int>
   }
   for (;;) {
     if (::sendmsg(socket, &message, MSG_NOSIGNAL) >= 0) return Status::Ok();
-    if (errno != EINTR) return Unavailable(std::string("zygote: send: ") + std::strerror(errno));
+    if (errno == EINTR) continue;
+    const std::string error = std::string("zygote: send: ") + std::strerror(errno);
+    return errno == EPIPE || errno == ECONNRESET ? Unavailable(error) : Internal(error);
   }
 }
 
@@ -67,8 +75,11 @@ Status ReceivePacket(int socket, int timeout_ms, std::string* payload, std::vect
   do {
     ready = ::poll(&p, 1, timeout_ms);
   } while (ready < 0 && errno == EINTR);
-  if (ready == 0) return Unavailable("zygote: no answer within " + std::to_string(timeout_ms) + " ms");
-  if (ready < 0) return Unavailable(std::string("zygote: poll: ") + std::strerror(errno));
+  if (ready == 0) {
+    return Status(StatusCode::kDeadlineExceeded,
+                  "zygote: no answer within " + std::to_string(timeout_ms) + " ms");
+  }
+  if (ready < 0) return Internal(std::string("zygote: poll: ") + std::strerror(errno));
   payload->assign(kZygoteMaxMessageBytes, '\0');
   iovec io{payload->data(), payload->size()};
   msghdr message{};
@@ -92,10 +103,12 @@ Status ReceivePacket(int socket, int timeout_ms, std::string* payload, std::vect
     }
   }
   if (n <= 0) {
+    const int error = errno;
     for (int fd : *fds) ::close(fd);
     fds->clear();
-    return Unavailable(n == 0 ? std::string("zygote: peer closed the channel")
-                              : std::string("zygote: receive: ") + std::strerror(errno));
+    if (n == 0) return Unavailable("zygote: peer closed the channel");
+    const std::string text = std::string("zygote: receive: ") + std::strerror(error);
+    return error == ECONNRESET ? Unavailable(text) : Internal(text);
   }
   if (message.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
     for (int fd : *fds) ::close(fd);

@@ -99,6 +99,18 @@ MetricsExporter::MetricsExporter() : registry_(std::make_shared<prometheus::Regi
                         .Name("torchfarm_replies_undeliverable_total")
                         .Help("Replies libzmq could not take: the client was gone, or its pipe full")
                         .Register(*registry_);
+  zygote_ready_ = &prometheus::BuildGauge()
+                       .Name("torchfarm_zygote_ready")
+                       .Help("1 while the worker zygote (role primary or standby) can fork workers")
+                       .Register(*registry_);
+  zygote_restarts_ = &prometheus::BuildCounter()
+                          .Name("torchfarm_zygote_restarts_total")
+                          .Help("Worker zygote processes started again after one ended, by role")
+                          .Register(*registry_);
+  zygote_launches_ = &prometheus::BuildCounter()
+                          .Name("torchfarm_zygote_launches_total")
+                          .Help("Workers forked from a zygote, by the zygote's role")
+                          .Register(*registry_);
 }
 
 MetricsExporter::~MetricsExporter() = default;
@@ -227,6 +239,18 @@ void MetricsExporter::MpsActive(bool active) { mps_->Add({}).Set(active ? 1 : 0)
 
 void MetricsExporter::ReplyUndeliverable(const char* reason) {
   undeliverable_->Add({{"reason", reason}}).Increment();
+}
+
+void MetricsExporter::Zygote(const std::string& role, bool ready, uint64_t restarts,
+                             uint64_t launches) {
+  zygote_ready_->Add({{"role", role}}).Set(ready ? 1 : 0);
+  // The place counts; the counters catch up with it.
+  for (auto [family, total] :
+       {std::pair{zygote_restarts_, restarts}, std::pair{zygote_launches_, launches}}) {
+    prometheus::Counter& counter = family->Add({{"role", role}});
+    const double behind = static_cast<double>(total) - counter.Value();
+    if (behind > 0) counter.Increment(behind);
+  }
 }
 
 }  // namespace torchfarm

@@ -24,6 +24,11 @@
 //                                                            GPU failure
 //   torchfarm_replies_undeliverable_total{reason}            counter, reason = gone|full: replies
 //                                                            the job socket could not take
+//   torchfarm_zygote_ready{role}                             gauge, 1 while that zygote (primary,
+//                                                            standby) can fork workers
+//   torchfarm_zygote_restarts_total{role}                    counter, zygote processes started
+//                                                            again after one ended
+//   torchfarm_zygote_launches_total{role}                    counter, workers forked
 #pragma once
 
 #include <map>
@@ -80,6 +85,8 @@ class MetricsExporter {
   void MpsActive(bool active);
   // A reply the job socket could not take; `reason` "gone" (disconnected) or "full" (its pipe).
   void ReplyUndeliverable(const char* reason);
+  // A zygote place's state and its counters so far (zygote_pool.h); the counters only grow.
+  void Zygote(const std::string& role, bool ready, uint64_t restarts, uint64_t launches);
   // For metric families kept by other components (resource_metrics.h).
   prometheus::Registry& registry() { return *registry_; }
 
@@ -104,6 +111,9 @@ class MetricsExporter {
   prometheus::Family<prometheus::Gauge>* stage_seconds_;
   prometheus::Family<prometheus::Gauge>* mps_;
   prometheus::Family<prometheus::Counter>* undeliverable_;
+  prometheus::Family<prometheus::Gauge>* zygote_ready_;
+  prometheus::Family<prometheus::Counter>* zygote_restarts_;
+  prometheus::Family<prometheus::Counter>* zygote_launches_;
   std::map<std::pair<std::string, std::string>, std::unique_ptr<ModelHandles>>
       models_;  // (model, version)
 };

@@ -46,6 +46,13 @@ void CloseFds(unsigned first, unsigned last, unsigned fallback_limit) {
 
 Status LaunchProcess(const std::vector<std::string>& argv, const std::vector<FdMapping>& fds,
                      pid_t* pid, const std::vector<std::string>& extra_env) {
+  if (argv.empty()) return InvalidArgument("launch: empty argv");
+  return LaunchProgram(argv[0], argv, fds, pid, extra_env);
+}
+
+Status LaunchProgram(const std::string& program, const std::vector<std::string>& argv,
+                     const std::vector<FdMapping>& fds, pid_t* pid,
+                     const std::vector<std::string>& extra_env) {
   // Everything the child needs is prepared here: after fork only async-signal-safe calls run.
   std::vector<char*> raw;
   raw.reserve(argv.size() + 1);
@@ -95,9 +102,9 @@ Status LaunchProcess(const std::vector<std::string>& argv, const std::vector<FdM
     }
     CloseFds(next, UINT_MAX, fallback_limit);
     if (env.empty()) {
-      ::execv(raw[0], raw.data());
+      ::execv(program.c_str(), raw.data());
     } else {
-      ::execve(raw[0], raw.data(), raw_env.data());
+      ::execve(program.c_str(), raw.data(), raw_env.data());
     }
     const char msg[] = "torchfarm: exec of worker binary failed\n";
     ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);

@@ -25,7 +25,10 @@ struct FdMapping {
 // `extra_env` ("NAME=VALUE") replaces or adds to the supervisor's environment in the child.
 Status LaunchProcess(const std::vector<std::string>& argv, const std::vector<FdMapping>& fds,
                      pid_t* pid, const std::vector<std::string>& extra_env = {});
-
+// The same, exec'ing `program` with `argv` (whose argv[0], what ps shows, may differ from it).
+Status LaunchProgram(const std::string& program, const std::vector<std::string>& argv,
+                     const std::vector<FdMapping>& fds, pid_t* pid,
+                     const std::vector<std::string>& extra_env = {});
 
 // Exit description for logs: "exit code 3" or "killed by SIGSEGV".
 std::string DescribeWaitStatus(int wait_status);

@@ -145,8 +145,8 @@ Status Supervisor::Start() {
   if (config_.worker_launch == "zygote") {
     // Waiting here, before any worker exists, lets the first workers fork too (their start is
     // what the wait costs); a zygote slower than this is used once it is ready.
-    if (Status z = zygote_.Start(launch.worker_binary, kZygoteStartWait); z.ok()) {
-      launch.zygote = &zygote_;
+    if (Status z = zygotes_.Start(launch.worker_binary, kZygoteStartWait, clock_); z.ok()) {
+      launch.zygote = &zygotes_;
     } else {
       TF_LOG(kWarn) << "no worker zygote; workers start by exec" << Kv("error", z.message());
     }
@@ -191,6 +191,8 @@ int Supervisor::Run() {
     if (curve_.started()) items.push_back({curve_.socket_handle(), 0, ZMQ_POLLIN, 0});
     const size_t monitor_item = items.size();
     if (connections_.socket_handle()) items.push_back({connections_.socket_handle(), 0, ZMQ_POLLIN, 0});
+    // A starting zygote's ready message only wakes the loop; the "zygotes" duty reads it.
+    for (int fd : zygotes_.StartingChannels()) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
     Guarded("timer", [&] { timer_.ArmAt(NextWakeUp()); });
     bool polled = false;
     Guarded("poll", [&] {
@@ -233,6 +235,10 @@ int Supervisor::Run() {
     }
     Guarded("deadlines", [&] { dispatcher_.ExpireDeadlines(); });
     Guarded("liveness", [&] { workers_.KillUnresponsive(hang_limit_); });
+    // Before the restarts: a worker due now forks from a zygote that just became ready.
+    Guarded("zygotes", [&] {
+      if (!stopping_workers_) zygotes_.Maintain(clock_.Now());
+    });
     Guarded("restarts", [&] {
       // A draining farm still replaces dead workers: the queue it promised to finish needs them.
       if (!stopping_workers_) workers_.LaunchDue();
@@ -270,6 +276,7 @@ TimePoint Supervisor::NextWakeUp() const {
     if (auto due = model.queue.NextDue()) next = std::min(next, *due);
   }
   next = std::min(next, workers_.NextDeadline(hang_limit_, stopping_workers_));
+  if (!stopping_workers_) next = std::min(next, zygotes_.NextDeadline(now));
   return std::max(next, now);
 }
 
@@ -343,7 +350,7 @@ void Supervisor::CleanUp() {
   // The drain answered every front-end request; the front ends get a moment to pass the last
   // answers on before their threads stop.
   if (frontend_) frontend_->Stop(Millis(1'000));
-  zygote_.Stop();
+  zygotes_.Stop(clock_.Now());
   // Batches still held by workers (only after a forced stop) are answered, never dropped.
   for (auto& slot : workers_) {
     if (slot->pid() > 0) {

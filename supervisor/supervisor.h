@@ -63,6 +63,7 @@
 #include "supervisor/signal_fd.h"
 #include "supervisor/worker_pool.h"
 #include "supervisor/worker_slot.h"
+#include "supervisor/zygote_pool.h"
 
 namespace torchfarm {
 
@@ -241,7 +242,8 @@ class Supervisor {
   TimePoint next_watch_{};
   FileWatch file_watch_;  // watch mode's stamps of the config and model files
   std::map<pid_t, ProcessSample> process_samples_;
-  Zygote zygote_;  // forks workers (config worker_launch "zygote"); before workers_: outlives them
+  // Fork workers (config worker_launch "zygote"); before workers_: outlives them.
+  ZygotePool zygotes_;
   WorkerPool workers_;
   WorkerPool::HangLimit hang_limit_;  // a slot's model's hang_timeout_ms
   Dispatcher dispatcher_{models_, workers_, replies_, clock_};  // queues to workers, requeue, deadlines

@@ -166,17 +166,19 @@ json Supervisor::StatsJson() {
     if (slot->retiring() && slot->state() == SlotState::kStopped) continue;
     workers.push_back(WorkerJson(*slot, now));
   }
+  json zygote = zygotes_.ToJson(now);
+  for (auto& place : zygote["zygotes"]) {
+    // A standby forked from the primary shares most of these pages with it (copy-on-write).
+    auto sample = SampleProcess(place["pid"].get<pid_t>(), now);
+    place["rss_bytes"] = sample ? json(sample->rss_bytes) : json(nullptr);
+  }
   json supervisor = {{"pid", ::getpid()},
                      {"uptime_s", ToMicros(now - started_) / 1e6},
                      {"version", kVersion},
                      {"config", config_.source_path},
                      {"draining", draining_},
                      {"worker_launch", config_.worker_launch},
-                     {"zygote",
-                      {{"pid", zygote_.pid()},
-                       {"ready", zygote_.Ready()},
-                       {"launches", zygote_.launches()},
-                       {"restarts", zygote_.restarts()}}}};
+                     {"zygote", std::move(zygote)}};
   if (auto self = SampleProcess(::getpid(), now)) {
     // RSS counts the worker segments' pages this process touched; the private part is RssAnon.
     supervisor["rss_bytes"] = self->rss_bytes;

@@ -329,7 +329,11 @@ void Supervisor::Housekeeping() {
   next_housekeeping_ = now + std::chrono::seconds(1);
   if (client_shm_) client_shm_->ExpireIdle(now);
   if (metrics_) metrics_->MpsActive(mps_.active());
-  if (!stopping_workers_ && !draining_) zygote_.Maintain(now);
+  if (metrics_ && zygotes_.enabled()) {
+    for (const Zygote* z : {&zygotes_.primary(), &zygotes_.standby()}) {
+      metrics_->Zygote(ZygoteRoleName(z->role()), z->ready(), z->restarts(), z->launches());
+    }
+  }
   connections_.Report(now);
   if (resource_metrics_) resource_metrics_->Export(Resources());
   WatchFiles(now);

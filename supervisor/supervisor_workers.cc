@@ -49,7 +49,7 @@ void ReadTelemetry(const json& message, DeviceTelemetry* t) {
 }  // namespace
 
 void Supervisor::OnChildExit(pid_t pid, int wait_status, TimePoint death) {
-  if (zygote_.OnExit(pid, wait_status, clock_.Now())) return;
+  if (zygotes_.OnExit(pid, wait_status, clock_.Now())) return;
   WorkerSlot* slot = workers_.FindByPid(pid);
   if (!slot) return;  // not a worker (an MPS control helper, a stale pid)
   bool expected = stopping_workers_ || slot->state() == SlotState::kStopping;

@@ -159,7 +159,7 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
     // A launch with its own environment (an MPS client) execs: libraries that read their
     // settings when loaded, and /proc/PID/environ that operators read, see only an exec's.
     if (context.zygote && env.empty() && context.zygote->Ready()) {
-      s = context.zygote->Launch(argv, fds, env, &pid_);
+      s = context.zygote->Launch(argv, fds, env, now, &pid_);
       if (s.ok()) start_times_.via = "zygote";
     }
     // Not after a launch whose outcome is unknown: a forked worker may hold these descriptors.

@@ -48,8 +48,8 @@
 #include "supervisor/pending_request.h"
 #include "supervisor/pinned_response_ring.h"
 #include "supervisor/restart_policy.h"
-#include "supervisor/zygote.h"
 #include "supervisor/shm_budget.h"
+#include "supervisor/zygote_pool.h"
 
 namespace torchfarm {
 
@@ -80,8 +80,8 @@ struct LaunchContext {
   PinnedRingKeeper* response_rings = nullptr;
   // Added to the environment of workers on a cuda:N device (MPS pipe directory, thread share).
   std::vector<std::string> gpu_env;
-  // Forks workers when ready (config worker_launch "zygote"); null or not ready: exec.
-  Zygote* zygote = nullptr;
+  // Forks workers when one is ready (config worker_launch "zygote"); null or none ready: exec.
+  ZygotePool* zygote = nullptr;
   // Each segment's bytes are reserved here first (limits.max_shm_bytes); null: no cap.
   ShmBudget* shm_budget = nullptr;
 };

@@ -20,6 +20,24 @@ std::string SupervisorLine(const json& stats) {
          (FlagField(stats, {"supervisor", "draining"}) ? "  DRAINING" : "");
 }
 
+// "zygotes  primary ready pid 4010 (exec, 12 launches, 1 restarts)  standby ...", or "" when the
+// supervisor has none (worker_launch "exec", or one that predates them).
+std::string ZygoteLine(const json& stats) {
+  const json* zygote = FindField(stats, {"supervisor", "zygote"});
+  if (zygote == nullptr) return "";
+  const json& places = ArrayField(*zygote, "zygotes");
+  if (places.empty()) return "";
+  std::string line = "zygotes";
+  for (const auto& z : places) {
+    const auto pid = NumberField(z, {"pid"});
+    line += "  " + TextField(z, {"role"}) + " " + TextField(z, {"state"}) + " pid " +
+            (pid && *pid > 0 ? FormatCount(pid) : std::string(kMissing)) + " (" +
+            TextField(z, {"started_by"}) + ", " + FormatCount(NumberField(z, {"launches"})) +
+            " launches, " + FormatCount(NumberField(z, {"restarts"})) + " restarts)";
+  }
+  return line;
+}
+
 std::vector<std::string> ModelTable(const json& models) {
   TextTable table({{"MODEL", kLeft},
                    {"STATE", kLeft},
@@ -142,7 +160,9 @@ std::string DeviceText(const json& worker, bool compact) {
 }
 
 std::vector<std::string> RenderStatsTable(const json& stats) {
-  std::vector<std::string> lines = {SupervisorLine(stats), ""};
+  std::vector<std::string> lines = {SupervisorLine(stats)};
+  if (std::string zygotes = ZygoteLine(stats); !zygotes.empty()) lines.push_back(zygotes);
+  lines.emplace_back();
   for (auto& line : ModelTable(ArrayField(stats, "models"))) lines.push_back(std::move(line));
   lines.emplace_back();
   for (auto& line : WorkerTable(ArrayField(stats, "workers"))) lines.push_back(std::move(line));

@@ -1,11 +1,12 @@
 // torchfarm-worker: one process serving one TorchScript model, started by torchfarm-supervisor
-// with the arguments of ipc::WorkerLaunchArgs, by exec or forked from the zygote
-// (`torchfarm-worker --zygote FD`, ipc/zygote_protocol.h). Exit codes: ipc/control_protocol.h (kExit*), plus
-// worker::kExitComputeFailed.
+// with the arguments of ipc::WorkerLaunchArgs, by exec or forked from a zygote (this binary
+// exec'd as `torchfarm-zygote --zygote FD`, ipc/zygote_protocol.h). Exit codes:
+// ipc/control_protocol.h (kExit*), plus worker::kExitComputeFailed.
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "ipc/control_protocol.h"
+#include "worker/process_title.h"
 #include "worker/worker.h"
 #include "worker/zygote.h"
 
@@ -45,6 +47,16 @@ class StopSignalFd {
  private:
   int fd_ = -1;
 };
+
+// "torchfarm-worker worker=N" over the inherited "torchfarm-zygote --zygote 3" (the same room).
+void NameForkedWorker(int argc, char** argv, const std::vector<std::string>& worker_argv) {
+  std::vector<std::string> words = {torchfarm::ipc::kWorkerProgramName};
+  auto id = std::find(worker_argv.begin(), worker_argv.end(), "--worker-id");
+  if (id != worker_argv.end() && id + 1 != worker_argv.end())
+    words.push_back("worker=" + *(id + 1));
+  torchfarm::worker::RewriteCommandLine(argc, argv, words);
+  torchfarm::worker::SetProcessName(torchfarm::ipc::kWorkerProgramName);
+}
 
 }  // namespace
 
@@ -105,7 +117,9 @@ int main(int argc, char** argv) {
     if (!torchfarm::worker::RunZygote(static_cast<int>(channel), &launch, &exit_code)) {
       return exit_code;
     }
-    // A worker child: its own argv, as if exec'd with it.
+    // A worker child: named as a worker for ps (it inherited the zygote's command line and
+    // name), and its own argv, as if exec'd with it.
+    NameForkedWorker(argc, argv, launch.argv);
     std::vector<char*> child_argv;
     for (std::string& arg : launch.argv) child_argv.push_back(arg.data());
     child_argv.push_back(nullptr);

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ipc/control_protocol.h"
+#include "worker/process_title.h"
 
 namespace torchfarm::worker {
 namespace {
@@ -36,20 +37,34 @@ void CloseRange(unsigned first, unsigned last) {
   for (unsigned fd = first; fd <= last && fd < 65'536; ++fd) ::close(static_cast<int>(fd));
 }
 
-// In the worker child, before main runs the worker: see zygote_protocol.h.
-void PrepareWorkerChild(pid_t intermediate, const ipc::ZygoteLaunch& launch,
-                        const std::vector<int>& fds) {
-  // The intermediate child exits right after forking us; until it has, our parent is not yet
-  // the supervisor, and PR_SET_PDEATHSIG would watch the wrong process.
+// Closes every descriptor but those in `keep`.
+void CloseAllBut(std::vector<unsigned> keep) {
+  std::sort(keep.begin(), keep.end());
+  unsigned next = 0;
+  for (unsigned fd : keep) {
+    if (fd > next) CloseRange(next, fd - 1);
+    next = fd + 1;
+  }
+  CloseRange(next, UINT_MAX);
+}
+
+// In the grandchild: the intermediate child exits right after forking us; until it has, our
+// parent is not yet the supervisor, and PR_SET_PDEATHSIG would watch the wrong process.
+void AwaitSupervisorAsParent(pid_t intermediate, pid_t supervisor) {
   for (int waited = 0; ::getppid() == intermediate && waited < kReparentWaitMs * 10; ++waited) {
     ::usleep(100);
   }
-  if (::getppid() != launch.supervisor) {
-    std::fprintf(stderr, "torchfarm-worker: zygote child not re-parented to the supervisor "
-                         "(pid %d, parent now %d)\n",
-                 static_cast<int>(launch.supervisor), static_cast<int>(::getppid()));
+  if (::getppid() != supervisor) {
+    std::fprintf(stderr,
+                 "torchfarm-worker: zygote child not re-parented to the supervisor "
+                 "(pid %d, parent now %d)\n",
+                 static_cast<int>(supervisor), static_cast<int>(::getppid()));
     std::_Exit(ipc::kExitSupervisorLost);
   }
+}
+
+// In the worker child, before main runs the worker: see zygote_protocol.h.
+void PrepareWorkerChild(const ipc::ZygoteLaunch& launch, const std::vector<int>& fds) {
   // The zygote ignores the terminal's and the service manager's stop signals; a worker must not.
   ::signal(SIGPIPE, SIG_DFL);
   ::signal(SIGTERM, SIG_DFL);
@@ -64,18 +79,25 @@ void PrepareWorkerChild(pid_t intermediate, const ipc::ZygoteLaunch& launch,
     if (moved[i] < 0 || ::dup2(moved[i], target) < 0) std::_Exit(ipc::kExitBadArguments);
     keep.push_back(static_cast<unsigned>(target));
   }
-  std::sort(keep.begin(), keep.end());
-  unsigned next = 0;
-  for (unsigned fd : keep) {
-    if (fd > next) CloseRange(next, fd - 1);
-    next = fd + 1;
-  }
-  CloseRange(next, UINT_MAX);
+  CloseAllBut(std::move(keep));
   for (const std::string& entry : launch.env) {
     const size_t eq = entry.find('=');
     if (eq == std::string::npos || eq == 0) continue;
     ::setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), 1);
   }
+}
+
+// In a zygote forked from a zygote: the new channel takes the old one's number (closing the
+// parent's channel, which this process must never answer on), and nothing else stays open.
+void BecomeZygote(int channel, int new_channel, pid_t supervisor) {
+  if (::dup2(new_channel, channel) < 0) std::_Exit(ipc::kExitBadArguments);
+  ::close(new_channel);
+  ::fcntl(channel, F_SETFD, FD_CLOEXEC);
+  CloseAllBut({STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO, static_cast<unsigned>(channel)});
+  // PR_SET_PDEATHSIG is not inherited across fork; it watches the supervisor now that it is our
+  // parent, and if the supervisor died before the call, we were re-parented again.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != supervisor) std::_Exit(ipc::kExitSupervisorLost);
 }
 
 // fork copies only the calling thread: a zygote with another thread (a BLAS pool some LibTorch
@@ -88,13 +110,64 @@ Status CheckSingleThreaded() {
   }
   if (threads > 1) {
     return Internal("zygote: " + std::to_string(threads) +
-                              " threads; forking would copy one (workers start by exec)");
+                    " threads; forking would copy one (workers start by exec)");
   }
   return Status::Ok();
 }
 
 void Answer(int channel, const json& message) {
   ipc::SendPacket(channel, message.dump());  // a lost answer: the supervisor's wait times out
+}
+
+Status CheckRequest(const Status& received, const std::string& payload, const std::vector<int>& fds,
+                    ipc::ZygoteLaunch* request) {
+  Status s = received;
+  if (s.ok()) s = ipc::DecodeZygoteLaunch(payload, request);
+  if (s.ok()) s = CheckSingleThreaded();
+  const size_t wanted = request->zygote ? 1 : request->targets.size();
+  if (s.ok() && wanted != fds.size()) {
+    s = InvalidArgument("zygote: " + std::to_string(fds.size()) + " descriptors for " +
+                        std::to_string(wanted) + " targets");
+  }
+  return s;
+}
+
+// Forks the process a request asks for as a grandchild, so that it is re-parented to the
+// supervisor. Returns 0 in the grandchild; in the zygote, its pid, or -1 with *error set.
+pid_t ForkGrandchild(int* error) {
+  int pid_pipe[2];
+  if (::pipe2(pid_pipe, O_CLOEXEC) != 0) {
+    *error = errno;
+    return -1;
+  }
+  const pid_t intermediate = ::fork();
+  if (intermediate == 0) {
+    ::close(pid_pipe[0]);
+    const pid_t grandchild = ::fork();
+    if (grandchild == 0) {
+      ::close(pid_pipe[1]);
+      return 0;
+    }
+    const int result[2] = {static_cast<int>(grandchild), errno};
+    ssize_t ignored = ::write(pid_pipe[1], result, sizeof(result));
+    (void)ignored;
+    std::_Exit(0);
+  }
+  *error = errno;
+  ::close(pid_pipe[1]);
+  int result[2] = {-1, *error};
+  if (intermediate > 0) {
+    ssize_t n;
+    do {
+      n = ::read(pid_pipe[0], result, sizeof(result));
+    } while (n < 0 && errno == EINTR);
+    if (n != sizeof(result)) result[0] = -1;
+    int status = 0;
+    ::waitpid(intermediate, &status, 0);
+  }
+  ::close(pid_pipe[0]);
+  *error = result[1];
+  return result[0] > 0 ? result[0] : -1;
 }
 
 }  // namespace
@@ -106,6 +179,7 @@ bool RunZygote(int channel, ipc::ZygoteLaunch* launch, int* exit_code) {
     *exit_code = ipc::kExitSupervisorLost;
     return false;
   }
+  SetProcessName(ipc::kZygoteProgramName);
   ::fcntl(channel, F_SETFD, FD_CLOEXEC);
   // A Ctrl-C or a service manager's SIGTERM to the process group stops the supervisor, which
   // stops this one by closing the channel (or by dying: PR_SET_PDEATHSIG).
@@ -115,63 +189,39 @@ bool RunZygote(int channel, ipc::ZygoteLaunch* launch, int* exit_code) {
   for (;;) {
     std::string payload;
     std::vector<int> fds;
-    Status s = ipc::ReceivePacket(channel, -1, &payload, &fds);
-    if (s.code() == StatusCode::kUnavailable) {
+    Status received = ipc::ReceivePacket(channel, -1, &payload, &fds);
+    if (!received.ok() && received.code() != StatusCode::kInvalidArgument) {
       *exit_code = ipc::kExitOk;
       return false;  // the supervisor closed the channel (or stops): nothing more to launch
     }
     ipc::ZygoteLaunch request;
-    if (s.ok()) s = ipc::DecodeZygoteLaunch(payload, &request);
-    if (s.ok()) s = CheckSingleThreaded();
-    if (s.ok() && request.targets.size() != fds.size()) {
-      s = InvalidArgument("zygote: " + std::to_string(fds.size()) + " descriptors for " +
-                          std::to_string(request.targets.size()) + " targets");
-    }
-    if (!s.ok()) {
+    if (Status s = CheckRequest(received, payload, fds, &request); !s.ok()) {
       CloseAll(fds);
       Answer(channel, {{"type", "failed"}, {"error", s.message()}});
       continue;
     }
-    int pid_pipe[2];
-    if (::pipe2(pid_pipe, O_CLOEXEC) != 0) {
-      CloseAll(fds);
-      Answer(channel, {{"type", "failed"}, {"error", std::string("pipe: ") + std::strerror(errno)}});
-      continue;
-    }
-    const pid_t intermediate = ::fork();
-    if (intermediate == 0) {
-      ::close(pid_pipe[0]);
-      const pid_t worker = ::fork();
-      if (worker == 0) {
-        ::close(pid_pipe[1]);
-        ::close(channel);
-        PrepareWorkerChild(::getppid(), request, fds);
-        *launch = std::move(request);
-        return true;
+    int error = 0;
+    const pid_t child = ForkGrandchild(&error);
+    if (child == 0) {
+      // A worker goes by its own name from its first instruction on (ps, a storm's victim list).
+      if (!request.zygote) SetProcessName(ipc::kWorkerProgramName);
+      AwaitSupervisorAsParent(::getppid(), request.supervisor);
+      if (request.zygote) {
+        BecomeZygote(channel, fds[0], request.supervisor);
+        Answer(channel, {{"type", "zygote_ready"}, {"pid", ::getpid()}});
+        continue;  // a zygote now, serving its own channel
       }
-      const int result[2] = {static_cast<int>(worker), errno};
-      ssize_t ignored = ::write(pid_pipe[1], result, sizeof(result));
-      (void)ignored;
-      std::_Exit(0);
+      ::close(channel);
+      PrepareWorkerChild(request, fds);
+      *launch = std::move(request);
+      return true;
     }
-    const int fork_errno = errno;
-    ::close(pid_pipe[1]);
     CloseAll(fds);  // the child has its copies
-    int result[2] = {-1, fork_errno};
-    if (intermediate > 0) {
-      ssize_t n;
-      do {
-        n = ::read(pid_pipe[0], result, sizeof(result));
-      } while (n < 0 && errno == EINTR);
-      if (n != sizeof(result)) result[0] = -1;
-      int status = 0;
-      ::waitpid(intermediate, &status, 0);
-    }
-    ::close(pid_pipe[0]);
-    if (result[0] > 0) {
-      Answer(channel, {{"type", "launched"}, {"pid", result[0]}});
+    if (child > 0) {
+      Answer(channel, {{"type", "launched"}, {"pid", child}});
     } else {
-      Answer(channel, {{"type", "failed"}, {"error", std::string("fork: ") + std::strerror(result[1])}});
+      Answer(channel,
+             {{"type", "failed"}, {"error", std::string("fork: ") + std::strerror(error)}});
     }
   }
 }

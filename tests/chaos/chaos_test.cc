@@ -1,6 +1,7 @@
 // Fault tolerance under load, with the real binaries: every accepted request gets exactly one
-// answer, and every answer is correct, while workers are SIGKILLed, SIGSTOPped, poisoned, lose
-// their (fake) GPU, and while the supervisor itself is killed or stopped.
+// answer, and every answer is correct, while workers and the zygotes are SIGKILLed, workers
+// SIGSTOPped, poisoned, lose their (fake) GPU, and while the supervisor itself is killed or
+// stopped.
 #include <ATen/Parallel.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,9 +11,12 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -116,12 +120,79 @@ std::vector<pid_t> ServingPids(const Farm& farm) {
   return pids;
 }
 
+// Every process whose parent is `parent`, from /proc (what `ps --ppid` shows): workers, forked
+// or exec'd, and the zygotes.
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line) || line.rfind(')') == std::string::npos) continue;
+    // "pid (comm) state ppid ...": the name may hold spaces and parentheses.
+    std::istringstream rest(line.substr(line.rfind(')') + 1));
+    std::string state;
+    pid_t ppid = -1;
+    rest >> state >> ppid;
+    if (ppid == parent && state != "Z") pids.push_back(std::stoi(name));
+  }
+  return pids;
+}
+
+// /proc/PID/comm without its newline ("" once the process is gone).
+std::string Comm(pid_t pid) {
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(comm, name);
+  return name;
+}
+
+// The zygotes' pids from the stats (by name alone, a worker just forked that has not renamed
+// itself yet would pass for one).
+std::set<pid_t> ZygotePids(const Farm& farm) {
+  std::set<pid_t> pids;
+  json stats = farm.Admin("stats");
+  if (!stats.is_object()) return pids;
+  for (const auto& z : stats["supervisor"]["zygote"]["zygotes"]) {
+    if (z["pid"].get<int>() > 0 && Comm(z["pid"].get<pid_t>()) == "torchfarm-zygot") {
+      pids.insert(z["pid"].get<pid_t>());
+    }
+  }
+  return pids;
+}
+
+int ZygoteRestarts(const json& stats) {
+  return stats["supervisor"]["zygote"]["restarts"].get<int>();
+}
+
+bool BothZygotesReady(const json& stats) {
+  if (!stats.is_object()) return false;
+  const json& places = stats["supervisor"]["zygote"]["zygotes"];
+  return places.size() == 2 && places[0]["state"] == "ready" && places[1]["state"] == "ready";
+}
+
+bool WaitBothZygotesReady(const Farm& farm, int timeout_ms) {
+  for (auto start = std::chrono::steady_clock::now();
+       std::chrono::steady_clock::now() - start < Ms(timeout_ms);
+       std::this_thread::sleep_for(Ms(20))) {
+    if (BothZygotesReady(farm.Admin("stats"))) return true;
+  }
+  return false;
+}
+
+enum class StormTargets { kServingWorkers, kEveryChild };
+
 // Issue 15, case 1 (and issue 19 with a warm spare): with the DEFAULT restart policy and
 // max_retries, a storm of kills from outside (one serving worker SIGKILLed every 200 ms for 10 s,
 // 16 clients) never turns the farm off: nothing lost, nothing wrong, errors (requests unlucky
 // enough to be on a killed worker more than max_retries times) at most 0.5%, and every worker
 // ready again within 10 s of the storm. Prints the storm's throughput against steady state.
-void KillStorm(int spares) {
+// Issue 27: with kEveryChild the kills hit any child of the supervisor (`ps --ppid`), the
+// zygotes included; the storm must then keep at least a quarter of the steady throughput (the
+// target is half, docs/benchmarks.md has the measured figure; a farm whose zygote is the weak
+// point kept 1-7%), and both zygotes are ready again within 10 s.
+void KillStorm(int spares, StormTargets targets) {
   json extra = {{"heartbeat_ms", 1000}};  // the documented default (the fixture's is faster)
   json instances = json::array({{{"device", "cpu"}, {"count", 2}, {"spares", spares}}});
   Farm farm(json::array({Model("identity", "identity.pt", {-1, 64},
@@ -134,6 +205,7 @@ void KillStorm(int spares) {
     if (farm.Admin("stats")["models"][0]["spares_ready"] == spares) break;
     std::this_thread::sleep_for(Ms(100));
   }
+  ASSERT_TRUE(WaitBothZygotesReady(farm, 10'000)) << farm.Admin("stats").dump();
 
   // Steady state first, for the throughput ratio.
   LoadResult steady;
@@ -148,20 +220,28 @@ void KillStorm(int spares) {
   stop = false;
   std::thread storm_load([&] { RunIdentityClients(farm.endpoint(), 16, stop, storm); });
   std::mt19937 rng(7);
-  int kills = 0;
+  int kills = 0, zygote_kills = 0;
   auto start = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - start < Ms(10'000)) {
     std::this_thread::sleep_for(Ms(200));
-    std::vector<pid_t> alive = ServingPids(farm);
+    std::vector<pid_t> alive =
+        targets == StormTargets::kServingWorkers ? ServingPids(farm) : ChildrenOf(farm.pid());
     if (alive.empty()) continue;
-    if (::kill(alive[rng() % alive.size()], SIGKILL) == 0) ++kills;
+    const pid_t victim = alive[rng() % alive.size()];
+    const bool zygote = ZygotePids(farm).count(victim) > 0;
+    if (::kill(victim, SIGKILL) == 0) {
+      ++kills;
+      zygote_kills += zygote;
+    }
   }
   auto storm_end = std::chrono::steady_clock::now();
+  const int ok_in_storm = storm.ok.load();
   const bool back = farm.WaitReady(-1, 10'000);
   auto back_ms = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - storm_end).count();
+  const bool zygotes_back = WaitBothZygotesReady(farm, 10'000);
   stop = true;
   storm_load.join();
-  const double storm_rps = storm.ok / 10.0;
+  const double storm_rps = ok_in_storm / 10.0;
 
   EXPECT_GE(kills, 10) << "a kill whenever a worker is alive; backoff keeps them away part of the time";
   EXPECT_EQ(storm.lost.load(), 0);
@@ -173,27 +253,92 @@ void KillStorm(int spares) {
     EXPECT_EQ(code, "INTERNAL") << count << " x " << code << "; first: " << storm.first_error;
   }
   EXPECT_TRUE(back) << "every worker ready within 10 s of the storm: " << farm.Admin("stats").dump();
+  EXPECT_TRUE(zygotes_back) << "both zygotes ready within 10 s: " << farm.Admin("stats").dump();
   json stats = farm.Admin("stats");
   int restarts = 0;
   for (const auto& w : stats["workers"]) {
     restarts += w["restarts"].get<int>();
     EXPECT_NE(w["state"], "failed") << w.dump();
   }
-  EXPECT_GE(restarts, kills - 2);
+  EXPECT_GE(restarts, kills - zygote_kills - 2);
+  if (targets == StormTargets::kEveryChild) {
+    EXPECT_GE(zygote_kills, 5) << "a random child is a zygote about half the time";
+    EXPECT_GE(ZygoteRestarts(stats), zygote_kills) << stats["supervisor"].dump();
+    EXPECT_GE(storm_rps / steady_rps, 0.25)
+        << "the zygote must not be the single point of slowness";
+  }
   const json promotions = stats["models"][0]["spare_promotions"];
   if (spares > 0) EXPECT_GE(promotions.get<int>(), 1) << "the spare stood in";
-  std::printf("[ measure ] kill storm (default restart policy, 2 workers + %d spare): %d kills, %d "
-              "restarts, %d promotions, %d requests ok, %d errors of %d; throughput %.0f req/s vs "
-              "%.0f steady = %.2f; all ready %lld ms after the storm\n",
-              spares, kills, restarts, promotions.get<int>(), storm.ok.load(), storm.errors.load(),
-              storm.sent.load(), storm_rps, steady_rps, storm_rps / steady_rps,
-              static_cast<long long>(back_ms));
+  std::printf(
+      "[ measure ] kill storm (default restart policy, 2 workers + %d spare, kills of %s): "
+      "%d kills (%d of zygotes), %d worker restarts, %d zygote restarts, %d promotions, "
+      "%d requests ok, %d errors of %d; throughput %.0f req/s vs %.0f steady = %.2f; all "
+      "ready %lld ms after the storm\n",
+      spares, targets == StormTargets::kEveryChild ? "every child" : "serving workers", kills,
+      zygote_kills, restarts, ZygoteRestarts(stats), promotions.get<int>(), storm.ok.load(),
+      storm.errors.load(), storm.sent.load(), storm_rps, steady_rps, storm_rps / steady_rps,
+      static_cast<long long>(back_ms));
   EXPECT_EQ(farm.Stop(), 0);
 }
 
-TEST(Chaos, KillAWorkerEvery200msFor10sLosesAndDuplicatesNothing) { KillStorm(0); }
+TEST(Chaos, KillAWorkerEvery200msFor10sLosesAndDuplicatesNothing) {
+  KillStorm(0, StormTargets::kServingWorkers);
+}
 
-TEST(Chaos, KillStormWithAWarmSpareLosesNothing) { KillStorm(1); }
+TEST(Chaos, KillStormWithAWarmSpareLosesNothing) { KillStorm(1, StormTargets::kServingWorkers); }
+
+// Issue 27: the same storm over every child of the supervisor, the zygotes included.
+TEST(Chaos, KillAnyChildEvery200msFor10sKeepsServing) { KillStorm(0, StormTargets::kEveryChild); }
+
+// Issue 27: only the zygotes, 20 kills in 10 s under 16 clients. Serving never notices; each kill
+// is a restart in the stats, both zygotes are back within 10 s, and a worker killed afterwards
+// forks from one again.
+TEST(Chaos, KillTheZygotes20TimesIn10sUnderLoad) {
+  Farm farm(json::array({Model("identity", "identity.pt", {-1, 64}, {{"max_batch_size", 8}})}),
+            {{"heartbeat_ms", nullptr}});
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  ASSERT_TRUE(WaitBothZygotesReady(farm, 10'000)) << farm.Admin("stats").dump();
+  LoadResult load;
+  std::atomic<bool> stop{false};
+  std::thread clients([&] { RunIdentityClients(farm.endpoint(), 16, stop, load); });
+  std::mt19937 rng(27);
+  int kills = 0;
+  for (auto start = std::chrono::steady_clock::now();
+       std::chrono::steady_clock::now() - start < Ms(10'000);) {
+    std::this_thread::sleep_for(Ms(500));
+    const std::set<pid_t> known = ZygotePids(farm);
+    const std::vector<pid_t> zygotes(known.begin(), known.end());
+    if (!zygotes.empty() && ::kill(zygotes[rng() % zygotes.size()], SIGKILL) == 0) ++kills;
+  }
+  const bool back = farm.WaitReady(-1, 10'000) && WaitBothZygotesReady(farm, 10'000);
+  stop = true;
+  clients.join();
+  json stats = farm.Admin("stats");
+  EXPECT_GE(kills, 18) << "a ready zygote is back within milliseconds of each kill";
+  EXPECT_TRUE(back) << stats.dump();
+  EXPECT_GE(ZygoteRestarts(stats), kills) << stats["supervisor"].dump();
+  EXPECT_EQ(load.lost.load(), 0);
+  EXPECT_EQ(load.wrong.load(), 0);
+  EXPECT_EQ(load.duplicates.load(), 0);
+  EXPECT_EQ(load.ok.load() + load.errors.load(), load.sent.load());
+  EXPECT_LE(load.errors.load(), load.sent.load() / 200) << load.first_error;
+  // Workers still fork: the replacement of a killed worker comes from a zygote.
+  const pid_t worker = stats["workers"][0]["pid"].get<pid_t>();
+  ASSERT_EQ(::kill(worker, SIGKILL), 0);
+  for (int waited = 0; waited < 200; ++waited) {
+    stats = farm.Admin("stats");
+    if (stats["workers"][0]["state"] == "ready" && stats["workers"][0]["pid"] != worker) break;
+    std::this_thread::sleep_for(Ms(50));
+  }
+  EXPECT_EQ(stats["workers"][0]["state"], "ready") << stats.dump();
+  EXPECT_EQ(stats["workers"][0]["start"]["via"], "zygote") << stats.dump();
+  std::printf(
+      "[ measure ] %d zygote kills in 10 s: %d zygote restarts, %d requests ok, %d errors "
+      "of %d\n",
+      kills, ZygoteRestarts(stats), load.ok.load(), load.errors.load(), load.sent.load());
+  EXPECT_EQ(farm.Stop(), 0);
+}
 
 TEST(Chaos, StoppedWorkerIsDetectedAsHungAndItsJobsCompleteElsewhere) {
   Farm farm(json::array({Model("identity", "identity.pt", {-1, 64})}));

@@ -464,13 +464,21 @@ TEST(Operations, PrometheusMetricsMoveWithTraffic) {
   EXPECT_NE(first.find("torchfarm_gpu_fallback{"), std::string::npos);
   EXPECT_NE(first.find("torchfarm_worker_stage_seconds{"), std::string::npos);
   EXPECT_EQ(MetricValue(first, "torchfarm_mps_active"), 0) << "no GPU instances: MPS off";
+  // Both zygotes ready; the two workers forked from the primary.
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_zygote_ready{role="primary"})"), 1);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_zygote_ready{role="standby"})"), 1);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_zygote_launches_total{role="primary"})"), 2);
+  EXPECT_EQ(MetricValue(first, R"(torchfarm_zygote_restarts_total{role="primary"})"), 0);
   for (int i = 0; i < 10; ++i) ASSERT_TRUE(Send(client, "identity", 16).ok());
   ::kill(farm.WorkerPids()[0], SIGKILL);
+  ::kill(farm.Admin("stats")["supervisor"]["zygote"]["zygotes"][1]["pid"].get<pid_t>(), SIGKILL);
   EXPECT_TRUE(farm.WaitReady(-1, 20'000));
   std::this_thread::sleep_for(Ms(1200));
   std::string second = HttpGet(port, "/metrics");
   EXPECT_EQ(MetricValue(second, R"(torchfarm_requests_total{model="identity",protocol="zmq",status="OK",version="1"})"), 35);
   EXPECT_EQ(MetricValue(second, R"(torchfarm_worker_restarts_total{model="identity",version="1"})"), 1);
+  EXPECT_EQ(MetricValue(second, R"(torchfarm_zygote_restarts_total{role="standby"})"), 1);
+  EXPECT_EQ(MetricValue(second, R"(torchfarm_zygote_ready{role="standby"})"), 1);
   EXPECT_EQ(farm.Stop(), 0);
 }
 

@@ -1,7 +1,7 @@
 // How fast a farm gets a worker back, with the real binaries and the documented defaults: a warm
-// spare takes a dead worker's place at once, replacement workers fork from the zygote (and exec
-// while it is down), and the adaptive idle poll sleeps when the farm is idle and never holds up
-// a stop (issue 19).
+// spare takes a dead worker's place at once, replacement workers fork from one of the two zygotes
+// (exec only while both are down; a killed zygote is forked again from the other, issue 27), and
+// the adaptive idle poll sleeps when the farm is idle and never holds up a stop (issue 19).
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -189,66 +190,194 @@ TEST(WorkerStart, ASpareTakesTheDeadWorkersPlaceAtOnceAndAnswersCorrectly) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
-TEST(WorkerStart, ReplacementsForkFromTheZygoteAndExecWhileItIsDown) {
+// /proc/PID/cmdline as words (NUL-separated, empty ones dropped), /proc/PID/comm, PPid.
+std::vector<std::string> CommandLine(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  std::vector<std::string> words;
+  for (std::string word; std::getline(in, word, '\0');) {
+    if (!word.empty()) words.push_back(word);
+  }
+  return words;
+}
+
+std::string Comm(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
+pid_t ParentOf(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("PPid:", 0) == 0) return std::stoi(line.substr(5));
+  }
+  return -1;
+}
+
+const json& Place(const json& stats, const char* role) {
+  for (const json& z : stats["supervisor"]["zygote"]["zygotes"]) {
+    if (z["role"] == role) return z;
+  }
+  static const json kNone;
+  return kNone;
+}
+
+bool BothReady(const json& s) {
+  return Place(s, "primary")["state"] == "ready" && Place(s, "standby")["state"] == "ready";
+}
+
+TEST(WorkerStart, ZygotesAndForkedWorkersShowWhatTheyAreInPs) {
   Farm farm(Identity({{"device", "cpu"}, {"count", 1}}), kDefaults);
   ASSERT_TRUE(farm.Start());
   ASSERT_TRUE(farm.WaitReady()) << farm.error();
-  json stats = Stats(farm);
-  const json zygote = stats["supervisor"]["zygote"];
-  ASSERT_TRUE(zygote["ready"].get<bool>()) << stats.dump();
-  const pid_t zygote_pid = zygote["pid"].get<pid_t>();
+  json stats = WaitStats(farm, BothReady, 10'000);
+  ASSERT_TRUE(BothReady(stats)) << stats.dump();
+  const json& primary = Place(stats, "primary");
+  const json& standby = Place(stats, "standby");
+  EXPECT_EQ(primary["started_by"], "exec");
+  EXPECT_EQ(standby["started_by"], "fork") << "the standby forks from the primary";
+  EXPECT_EQ(stats["supervisor"]["zygote"]["pid"], primary["pid"]) << "launches go to the primary";
+  for (const json* z : {&primary, &standby}) {
+    const pid_t pid = (*z)["pid"].get<pid_t>();
+    EXPECT_EQ(CommandLine(pid), (std::vector<std::string>{"torchfarm-zygote", "--zygote", "3"}));
+    EXPECT_EQ(Comm(pid), "torchfarm-zygot");
+    EXPECT_EQ(ParentOf(pid), farm.pid()) << "a forked zygote is the supervisor's child too";
+    EXPECT_GT((*z)["rss_bytes"].get<int64_t>(), 0);
+  }
+  const json worker = stats["workers"][0];
+  ASSERT_EQ(worker["start"]["via"], "zygote");
+  const pid_t worker_pid = worker["pid"].get<pid_t>();
+  EXPECT_EQ(CommandLine(worker_pid), (std::vector<std::string>{"torchfarm-worker", "worker=0"}));
+  EXPECT_EQ(Comm(worker_pid), "torchfarm-worke");
+  EXPECT_EQ(ParentOf(worker_pid), farm.pid());
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+TEST(WorkerStart, ReplacementsForkFromTheOtherZygoteAndExecOnlyWhileBothAreDown) {
+  Farm farm(Identity({{"device", "cpu"}, {"count", 1}}), kDefaults);
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  json stats = WaitStats(farm, BothReady, 10'000);
+  ASSERT_TRUE(BothReady(stats)) << stats.dump();
+  const pid_t primary = Place(stats, "primary")["pid"].get<pid_t>();
   json worker = stats["workers"][0];
   EXPECT_EQ(worker["start"]["via"], "zygote");
   for (const char* phase : {"launch_to_hello_ms", "hello_to_ready_ms", "load_ms", "launch_to_ready_ms"}) {
     EXPECT_TRUE(worker["start"][phase].is_number()) << phase << " " << worker.dump();
   }
-  // A forked worker is the supervisor's child, as an exec'd one is.
-  std::ifstream status("/proc/" + std::to_string(worker["pid"].get<int>()) + "/status");
-  std::string line, parent;
-  while (std::getline(status, line)) {
-    if (line.rfind("PPid:", 0) == 0) parent = line.substr(5);
-  }
-  EXPECT_EQ(std::stoi(parent), farm.pid());
 
-  ASSERT_EQ(::kill(zygote_pid, SIGKILL), 0);
+  // The primary and the worker at once: the worker forks from the standby, and the primary is
+  // forked again from the standby at once (a ready zygote killed from outside: no backoff).
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(primary, SIGKILL), 0);
   ASSERT_EQ(::kill(worker["pid"].get<pid_t>(), SIGKILL), 0);
   stats = WaitStats(farm, [&](const json& s) {
-    return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != worker["pid"];
+    return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != worker["pid"] &&
+           BothReady(s) && Place(s, "primary")["pid"] != primary;
   });
-  EXPECT_EQ(stats["workers"][0]["start"]["via"], "exec") << "the zygote was down: " << stats.dump();
-  // The zygote comes back by itself, and the next replacement forks from it again.
-  stats = WaitStats(farm, [&](const json& s) {
-    return s["supervisor"]["zygote"]["ready"] == true && s["supervisor"]["zygote"]["pid"] != zygote_pid;
-  });
-  ASSERT_EQ(stats["supervisor"]["zygote"]["restarts"], 1) << stats.dump();
+  const auto back_ms =
+      std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_EQ(stats["workers"][0]["start"]["via"], "zygote")
+      << "the standby forked it: " << stats.dump();
+  EXPECT_EQ(Place(stats, "primary")["started_by"], "fork") << stats.dump();
+  EXPECT_EQ(Place(stats, "primary")["restarts"], 1);
+  EXPECT_EQ(Place(stats, "primary")["last_exit"], "killed by SIGKILL");
+  EXPECT_LT(back_ms, 5'000) << "no backoff for a ready zygote killed from outside";
+
+  // Both zygotes and the worker at once: the worker execs (the last resort), the primary execs,
+  // the standby forks from it once it is ready, and the next replacement forks again.
+  const pid_t zygotes[] = {Place(stats, "primary")["pid"].get<pid_t>(),
+                           Place(stats, "standby")["pid"].get<pid_t>()};
   const pid_t second = stats["workers"][0]["pid"].get<pid_t>();
-  ASSERT_EQ(::kill(second, SIGKILL), 0);
+  for (pid_t pid : {zygotes[0], zygotes[1], second}) ASSERT_EQ(::kill(pid, SIGKILL), 0);
   stats = WaitStats(farm, [&](const json& s) {
     return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != second;
+  });
+  EXPECT_EQ(stats["workers"][0]["start"]["via"], "exec")
+      << "both zygotes were down: " << stats.dump();
+  stats = WaitStats(farm, [&](const json& s) {
+    return BothReady(s) && Place(s, "primary")["pid"] != zygotes[0] &&
+           Place(s, "standby")["pid"] != zygotes[1];
+  });
+  ASSERT_TRUE(BothReady(stats)) << stats.dump();
+  EXPECT_EQ(Place(stats, "primary")["started_by"], "exec");
+  EXPECT_EQ(Place(stats, "standby")["started_by"], "fork");
+  EXPECT_EQ(stats["supervisor"]["zygote"]["restarts"], 3) << stats.dump();
+  const pid_t third = stats["workers"][0]["pid"].get<pid_t>();
+  ASSERT_EQ(::kill(third, SIGKILL), 0);
+  stats = WaitStats(farm, [&](const json& s) {
+    return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != third;
   });
   EXPECT_EQ(stats["workers"][0]["start"]["via"], "zygote") << stats.dump();
   ExpectServesCorrectly(farm);
   EXPECT_EQ(farm.Stop(), 0);
 }
 
-TEST(WorkerStart, AStoppedZygoteIsGivenUpAndTheWorkerComesBackByExec) {
+TEST(WorkerStart, AStoppedZygoteIsGivenUpAndTheWorkerForksFromTheOther) {
   Farm farm(Identity({{"device", "cpu"}, {"count", 1}}), kDefaults);
   ASSERT_TRUE(farm.Start());
   ASSERT_TRUE(farm.WaitReady()) << farm.error();
-  json stats = Stats(farm);
-  const pid_t zygote = stats["supervisor"]["zygote"]["pid"].get<pid_t>();
+  json stats = WaitStats(farm, BothReady, 10'000);
+  ASSERT_TRUE(BothReady(stats)) << stats.dump();
+  const pid_t zygote = Place(stats, "primary")["pid"].get<pid_t>();
   const pid_t worker = stats["workers"][0]["pid"].get<pid_t>();
   ASSERT_EQ(::kill(zygote, SIGSTOP), 0);  // alive, but never answers
   ASSERT_EQ(::kill(worker, SIGKILL), 0);
+  // The launch to the stopped primary times out (DeadlineExceeded: its descriptors may be a
+  // worker's), the slot backs off and relaunches, and the standby forks it.
   stats = WaitStats(farm, [&](const json& s) {
     return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != worker;
   });
-  EXPECT_EQ(stats["workers"][0]["start"]["via"], "exec") << stats.dump();
-  EXPECT_NE(stats["supervisor"]["zygote"]["pid"], zygote) << "the stuck zygote was replaced";
+  EXPECT_EQ(stats["workers"][0]["start"]["via"], "zygote") << stats.dump();
+  stats = WaitStats(
+      farm, [&](const json& s) { return BothReady(s) && Place(s, "primary")["pid"] != zygote; });
+  EXPECT_TRUE(BothReady(stats)) << "the stuck zygote was replaced: " << stats.dump();
+  EXPECT_EQ(Place(stats, "primary")["last_exit"], "killed by SIGKILL") << stats.dump();
   ExpectServesCorrectly(farm);
   // Only the relaunched worker runs: a child forked by the stuck zygote, if any, is gone.
   EXPECT_EQ(farm.WorkerPids().size(), 1u);
   ::kill(zygote, SIGCONT);
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+// Worker processes whose parent is `supervisor` (by their process name, /proc/PID/comm).
+int WorkerChildren(pid_t supervisor) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = std::stoi(name);
+    n += ParentOf(pid) == supervisor && Comm(pid) == "torchfarm-worke";
+  }
+  return n;
+}
+
+// The launch goes out to a zygote that dies before it answers: the launch fails with
+// DeadlineExceeded (its descriptors may be a worker's: no exec with them), the slot relaunches
+// with new ones from the other zygote, and the dead one is replaced.
+TEST(WorkerStart, AZygoteKilledMidLaunchLeavesOneWorkerForkedFromTheOther) {
+  Farm farm(Identity({{"device", "cpu"}, {"count", 1}}), kDefaults);
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  json stats = WaitStats(farm, BothReady, 10'000);
+  ASSERT_TRUE(BothReady(stats)) << stats.dump();
+  const pid_t zygote = Place(stats, "primary")["pid"].get<pid_t>();
+  const pid_t worker = stats["workers"][0]["pid"].get<pid_t>();
+  ASSERT_EQ(::kill(zygote, SIGSTOP), 0);  // the relaunch's request waits in its channel...
+  ASSERT_EQ(::kill(worker, SIGKILL), 0);
+  std::this_thread::sleep_for(Ms(500));   // the slot backs off ~100 ms, then waits up to 1 s
+  ASSERT_EQ(::kill(zygote, SIGKILL), 0);  // ...and the zygote dies before it answers
+  stats = WaitStats(farm, [&](const json& s) {
+    return s["workers"][0]["state"] == "ready" && s["workers"][0]["pid"] != worker &&
+           BothReady(s) && Place(s, "primary")["pid"] != zygote;
+  });
+  EXPECT_EQ(stats["workers"][0]["state"], "ready") << stats.dump();
+  EXPECT_EQ(stats["workers"][0]["start"]["via"], "zygote") << stats.dump();
+  EXPECT_EQ(Place(stats, "primary")["restarts"], 1) << stats.dump();
+  EXPECT_EQ(Place(stats, "primary")["last_exit"], "killed by SIGKILL");
+  EXPECT_EQ(WorkerChildren(farm.pid()), 1) << "one worker process, no orphan: " << stats.dump();
+  ExpectServesCorrectly(farm);
   EXPECT_EQ(farm.Stop(), 0);
 }
 
@@ -319,6 +448,7 @@ TEST(WorkerStart, ExecLaunchStillServes) {
   json stats = Stats(farm);
   EXPECT_EQ(stats["workers"][0]["start"]["via"], "exec");
   EXPECT_EQ(stats["supervisor"]["zygote"]["pid"], -1);
+  EXPECT_TRUE(stats["supervisor"]["zygote"]["zygotes"].empty()) << stats.dump();
   ExpectServesCorrectly(farm);
   EXPECT_EQ(farm.Stop(), 0);
 }

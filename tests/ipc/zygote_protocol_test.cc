@@ -24,6 +24,21 @@ TEST(ZygoteProtocol, LaunchRoundTrips) {
   EXPECT_EQ(back.supervisor, 1234);
 }
 
+TEST(ZygoteProtocol, ForkZygoteRoundTrips) {
+  ZygoteLaunch request;
+  request.zygote = true;
+  request.supervisor = 4321;
+  const std::string text = EncodeZygoteLaunch(request);
+  EXPECT_NE(text.find("fork_zygote"), std::string::npos) << text;
+  ZygoteLaunch back;
+  back.argv = {"left over"};
+  ASSERT_TRUE(DecodeZygoteLaunch(text, &back).ok());
+  EXPECT_TRUE(back.zygote);
+  EXPECT_EQ(back.supervisor, 4321);
+  EXPECT_TRUE(back.argv.empty() && back.env.empty() && back.targets.empty());
+  EXPECT_FALSE(DecodeZygoteLaunch(R"({"type":"fork_zygote"})", &back).ok()) << "no supervisor";
+}
+
 TEST(ZygoteProtocol, MalformedLaunchesAreRefusedWithTheReason) {
   ZygoteLaunch out;
   for (const char* bad : {"", "{", "[]", R"({"type":"launch"})", R"({"type":"other"})",
@@ -52,13 +67,16 @@ TEST(ZygoteProtocol, PacketsCarryDescriptors) {
   ASSERT_EQ(::read(pipe_fds[0], &c, 1), 1);
   EXPECT_EQ(c, 'x');
   for (int fd : {fds[0], pipe_fds[0], pipe_fds[1]}) ::close(fd);
-  // No packet: a timeout; a closed peer: Unavailable.
+  // No packet: DeadlineExceeded (alive but silent); a closed peer: Unavailable, for a receive
+  // and a send alike.
   Status s = ReceivePacket(pair[1], 10, &payload, &fds);
-  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.message();
   ::close(pair[0]);
   s = ReceivePacket(pair[1], 1000, &payload, &fds);
   EXPECT_EQ(s.code(), StatusCode::kUnavailable);
   EXPECT_NE(s.message().find("closed"), std::string::npos) << s.message();
+  s = SendPacket(pair[1], "late");
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.message();
   ::close(pair[1]);
   std::vector<int> too_many(kZygoteMaxFds + 1, 0);
   EXPECT_FALSE(SendPacket(-1, "x", too_many).ok());

@@ -215,6 +215,32 @@ TEST(StatsTableTest, HasEveryColumnAndValue) {
   EXPECT_EQ(LineStartingWith(lines, "0 ").back(), '-');
 }
 
+TEST(StatsTableTest, ZygotesGetALineWithStatePidLaunchesAndRestarts) {
+  json stats = FullStats();
+  EXPECT_THAT(Joined(RenderStatsTable(stats)), Not(HasSubstr("zygotes")))
+      << "none in the stats (worker_launch exec, an older supervisor): no line";
+  stats["supervisor"]["zygote"] = {{"pid", 4010},
+                                   {"ready", true},
+                                   {"zygotes",
+                                    {{{"role", "primary"},
+                                      {"state", "ready"},
+                                      {"pid", 4010},
+                                      {"started_by", "exec"},
+                                      {"launches", 12},
+                                      {"restarts", 1}},
+                                     {{"role", "standby"},
+                                      {"state", "down"},
+                                      {"pid", -1},
+                                      {"started_by", "fork"},
+                                      {"launches", 0},
+                                      {"restarts", 3}}}}};
+  auto lines = RenderStatsTable(stats);
+  EXPECT_EQ(lines[1],
+            "zygotes  primary ready pid 4010 (exec, 12 launches, 1 restarts)  standby "
+            "down pid - (fork, 0 launches, 3 restarts)");
+  EXPECT_EQ(lines[2], "");
+}
+
 TEST(StatsTableTest, GpuWorkersGetADeviceTable) {
   json stats = FullStats();
   EXPECT_EQ(Joined(RenderStatsTable(stats)).find("PRECISION"), std::string::npos)
