@@ -66,9 +66,22 @@ void ModelQueue::Removed(Level& level, const PendingRequest& request) {
   --size_;
   if (!policy_.fair_queueing) return;
   auto it = level.clients.find(request.client);
-  // Forgetting an idle client loses at most its last request's rows of credit, and keeps the
-  // table as small as the set of clients with requests queued.
-  if (it != level.clients.end() && --it->second.queued == 0) level.clients.erase(it);
+  if (it == level.clients.end()) return;
+  --it->second.queued;
+  // A client's finish tag outlives its queued requests until the virtual time passes it: a
+  // closed-loop client that forgot it would get the virtual time again each time, ahead of a
+  // pipelining client's whole backlog. Forgotten once passed (PruneShares).
+  if (it->second.queued == 0 && it->second.finish <= level.virtual_time) level.clients.erase(it);
+}
+
+void ModelQueue::PruneShares(Level& level) {
+  for (auto it = level.clients.begin(); it != level.clients.end();) {
+    if (it->second.queued == 0 && it->second.finish <= level.virtual_time) {
+      it = level.clients.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 bool ModelQueue::Push(PendingRequest& request) {
@@ -82,8 +95,7 @@ bool ModelQueue::Push(PendingRequest& request) {
     return true;
   }
   ClientShare& share = level.clients[request.client];
-  const int64_t tag = share.queued > 0 ? std::max(level.virtual_time, share.finish)
-                                       : level.virtual_time;
+  const int64_t tag = std::max(level.virtual_time, share.finish);
   share.finish = tag + std::max<int64_t>(1, request.rows);
   request.fair_tag = tag;
   Added(level, request);
@@ -128,9 +140,18 @@ size_t ModelQueue::ScanWindow() const {
                           kScanWindowFactor * static_cast<size_t>(policy_.max_batch_size));
 }
 
+TimePoint ModelQueue::OldestInWindow(const std::deque<PendingRequest>& level) const {
+  TimePoint oldest = level.front().received;
+  const size_t window = std::min(level.size(), ScanWindow());
+  for (size_t i = 1; i < window; ++i) oldest = std::min(oldest, level[i].received);
+  return oldest;
+}
+
 size_t ModelQueue::clients() const {
   size_t n = 0;
-  for (const auto& level : levels_) n += level.clients.size();
+  for (const auto& level : levels_) {
+    for (const auto& [client, share] : level.clients) n += share.queued > 0;
+  }
   return n;
 }
 
@@ -179,10 +200,9 @@ std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap
   const PendingRequest& head = level->front();
   bool alone = !head.batchable || head.rows >= max_rows;
   bool full = rows >= max_rows;
-  // With fair queueing the head may be a newcomer: the oldest request of the batch counts.
-  TimePoint oldest = head.received;
-  for (size_t index : picked) oldest = std::min(oldest, (*level)[index].received);
-  bool waited = now - oldest >= Micros(policy_.max_queue_delay_us);
+  // With fair queueing the head may be a newcomer: the oldest request it could be batched with
+  // counts, the same one NextDue waits for (so a due wake-up always finds a batch).
+  bool waited = now - OldestInWindow(*level) >= Micros(policy_.max_queue_delay_us);
   // A deadline that waiting for company would miss makes the batch due now.
   bool urgent = !deadlines_.empty() && now >= *deadlines_.begin() - dispatch_lead_;
   // The rest of a due batch that a cap split goes as soon as a worker can take it.
@@ -200,6 +220,12 @@ std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap
   split_rows_left_ = rest_of_split ? std::max<int64_t>(0, split_rows_left_ - rows)
                                    : due_rows - rows;
   level_state->virtual_time = std::max(level_state->virtual_time, head.fair_tag);
+  // Idle clients whose finish the virtual time passed: swept now and then, so the table stays
+  // about as large as the set of recently active clients.
+  if (policy_.fair_queueing && ++takes_since_prune_ >= kPruneEvery) {
+    takes_since_prune_ = 0;
+    PruneShares(*level_state);
+  }
   std::vector<PendingRequest> batch;
   batch.reserve(picked.size());
   for (size_t index : picked) {
@@ -216,12 +242,7 @@ std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap
 std::optional<TimePoint> ModelQueue::NextDue() const {
   const Level* level = HighestLevel();
   if (!level) return std::nullopt;
-  // The oldest request a batch from the head could take (the scan window of Candidates).
-  const auto& queue = level->requests;
-  TimePoint oldest = queue.front().received;
-  const size_t window = std::min(queue.size(), ScanWindow());
-  for (size_t i = 1; i < window; ++i) oldest = std::min(oldest, queue[i].received);
-  TimePoint due = oldest + Micros(policy_.max_queue_delay_us);
+  TimePoint due = OldestInWindow(level->requests) + Micros(policy_.max_queue_delay_us);
   if (!deadlines_.empty()) due = std::min(due, *deadlines_.begin() - dispatch_lead_);
   return due;
 }

@@ -6,9 +6,10 @@
 // supervisor's loop thread.
 //
 // Fairness between clients (fair_queueing, the default): a level is ordered by start-time fair
-// queueing. Each request gets a tag, the level's virtual time when it arrived or, if its client
-// still has requests queued, the end of that client's last one, whichever is later; a request
-// ends `rows` after its tag. The level is kept in tag order and the virtual time moves to the tag
+// queueing. Each request gets a tag, the later of the level's virtual time when it arrived and
+// the end of its client's previous request (kept until the virtual time passes it, so a client
+// that sends one request at a time is not ahead of everyone each time); a request ends `rows`
+// after its tag. The level is kept in tag order and the virtual time moves to the tag
 // of each batch's head. So a client with a backlog of N rows is served one turn in each
 // round-robin round (weighted by rows), and a newly arriving light client is next after the
 // requests already due in the current round, never behind another client's backlog. Batches
@@ -115,6 +116,10 @@ class ModelQueue {
                                  int64_t* rows) const;
   // How far past the head a batch looks for compatible requests.
   size_t ScanWindow() const;
+  // The oldest request within the scan window: what the batch delay is counted from.
+  TimePoint OldestInWindow(const std::deque<PendingRequest>& level) const;
+  // Forgets idle clients whose finish tag the level's virtual time has passed.
+  void PruneShares(Level& level);
   size_t PreferredPrefix(const std::deque<PendingRequest>& level,
                          const std::vector<size_t>& picked) const;
 
@@ -125,6 +130,8 @@ class ModelQueue {
   // Every finite deadline queued, so the earliest is exact after any removal.
   std::multiset<TimePoint> deadlines_;
   Clock::duration dispatch_lead_ = Millis(1);
+  static constexpr int kPruneEvery = 64;  // batches taken between sweeps of idle shares
+  int takes_since_prune_ = 0;
   // Rows of the last due batch a row cap left in the queue: they are due too.
   int64_t split_rows_left_ = 0;
 };

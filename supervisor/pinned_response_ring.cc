@@ -142,10 +142,29 @@ bool PinnedResponseRing::DetachStuck(TimePoint now, Clock::duration limit) {
 
 bool PinnedResponseRing::Reattach(DetachedRange& range) {
   // The private copy goes; the alias shows the shared pages again, so later frames there pin.
-  if (::mremap(segment_->base() + range.offset, 0, range.length, MREMAP_MAYMOVE | MREMAP_FIXED,
-               alias_ + range.offset) != MAP_FAILED) {
-    return true;
+  // Slots are not page-aligned: a boundary page may also belong to another detached range whose
+  // message is still unread, and stays private until that range goes too.
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  auto shared_elsewhere = [&](uint64_t at) {
+    for (const DetachedRange& other : detached_) {
+      if (&other != &range && at >= other.offset && at < other.offset + other.length) return true;
+    }
+    return false;
+  };
+  bool ok = true;
+  const uint64_t end = range.offset + range.length;
+  for (uint64_t run = range.offset; run < end;) {
+    if (shared_elsewhere(run)) {
+      run += page;
+      continue;
+    }
+    uint64_t run_end = run + page;
+    while (run_end < end && !shared_elsewhere(run_end)) run_end += page;
+    ok = ok && ::mremap(segment_->base() + run, 0, run_end - run, MREMAP_MAYMOVE | MREMAP_FIXED,
+                        alias_ + run) != MAP_FAILED;
+    run = run_end;
   }
+  if (ok) return true;
   // The copy stays mapped there; frames overlapping it are copied from now on.
   TF_LOG(kWarn) << "cannot map a detached reply's pages back" << Kv("error", std::strerror(errno));
   range.permanent = true;

@@ -6,7 +6,8 @@
 // libzmq does not say how full a pipe is, so the reply writer counts it: the header frame of each
 // reply is a message whose free callback (libzmq's I/O thread, once the frame is taken from the
 // pipe for the wire) takes the reply off its client's count. Frames leave a pipe in order, so the
-// count is the replies not yet written to the connection, the one being written included.
+// count is the replies whose header libzmq has not taken yet: at most the reply being written
+// (its data frames) is outside it.
 //
 // Owns: a counter per client routing id (shared with the messages in flight; an entry is
 // forgotten once its client has nothing outstanding). Threads: the loop thread calls everything;

@@ -90,20 +90,25 @@ void ReplyWriter::Send(PendingRequest& request, const std::string& header,
   request.output_region.reset();
   zmq::socket_t& socket =
       request.origin != RequestOrigin::kZmq && frontend_ ? *frontend_ : jobs_;
-  // Read before the envelope goes: sending a zmq message empties it.
-  const std::string client = &socket == &jobs_ ? request.identity.to_string() : std::string();
-  if (!SendEnvelope(socket, request)) return;
-  if (request.has_delimiter) socket.send(zmq::message_t(), zmq::send_flags::sndmore);
-  const zmq::send_flags more = has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none;
+  // Everything that allocates happens before the envelope goes: once its first frame is taken, a
+  // throw would leave the ROUTER mid-message and the next reply's envelope in this one's body.
+  zmq::message_t header_frame;
   if (&socket == &jobs_) {
     uint64_t bytes = header.size();
     if (has_frames) {
       for (const auto& frame : *frames) bytes += frame.size();
     }
-    socket.send(backlog_.TrackedHeader(client, header, bytes), more);
+    // Keyed by the routing id, read before sending empties the message.
+    header_frame = backlog_.TrackedHeader(request.identity.to_string(), header, bytes);
   } else {
-    socket.send(zmq::buffer(header), more);
+    header_frame = zmq::message_t(header.data(), header.size());
   }
+  if (!SendEnvelope(socket, request)) {
+    if (frames) frames->clear();  // pinned frames let go of their slot now, not at the next reply
+    return;
+  }
+  if (request.has_delimiter) socket.send(zmq::message_t(), zmq::send_flags::sndmore);
+  socket.send(header_frame, has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
   if (!has_frames) return;
   for (size_t i = 0; i < frames->size(); ++i) {
     socket.send((*frames)[i],

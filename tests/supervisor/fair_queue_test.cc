@@ -4,6 +4,7 @@
 // delay (less the dispatch lead) makes the batch due.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -162,6 +163,57 @@ TEST(FairQueue, SetPolicyKeepsEveryRequest) {
   std::vector<int> order;
   while (!q.empty()) order.push_back(Tags(q.TakeBatch(clock.Now())).at(0));
   EXPECT_EQ(order, std::vector<int>({0, 1, 2, 3}));
+}
+
+// Three clients that keep one request each queued at all times (closed loops) beside one with a
+// backlog: the backlog is served one turn in four, not starved.
+TEST(FairQueue, ClosedLoopClientsDoNotStarveAPipeliningOne) {
+  FakeTimeSource clock;
+  ModelQueue q(Policy(1, 0));
+  int next_id = 0;
+  for (int i = 0; i < 64; ++i) {
+    auto r = Make("pipelining", 1000 + i, clock.Now());
+    ASSERT_TRUE(q.Push(r));
+  }
+  const std::string loops[] = {"loop0", "loop1", "loop2"};
+  for (const auto& c : loops) {
+    auto r = Make(c, next_id++, clock.Now());
+    ASSERT_TRUE(q.Push(r));
+  }
+  int pipelining_served = 0;
+  for (int turn = 0; turn < 40; ++turn) {
+    auto batch = q.TakeBatch(clock.Now());
+    ASSERT_EQ(batch.size(), 1u);
+    if (batch[0].client == "pipelining") {
+      ++pipelining_served;
+    } else {
+      auto again = Make(batch[0].client, next_id++, clock.Now());  // its next request at once
+      ASSERT_TRUE(q.Push(again));
+    }
+  }
+  EXPECT_GE(pipelining_served, 9) << "one turn in four of 40";
+  EXPECT_LE(pipelining_served, 11);
+}
+
+// Whenever NextDue says a batch is due, TakeBatch gives one (else the loop would spin).
+TEST(FairQueue, ADueWakeUpAlwaysFindsABatch) {
+  FakeTimeSource clock;
+  ModelQueue q(Policy(4, 1000));
+  // An old request of another shape, then a newcomer of another client at the head.
+  auto old_wide = Make("a", 1, clock.Now(), 1);
+  old_wide.inputs = {TensorSpec{DType::kFloat32, {1, 8}}};
+  ASSERT_TRUE(q.Push(old_wide));
+  auto taken = q.TakeBatch(clock.Now());
+  ASSERT_TRUE(taken.empty());
+  clock.Advance(Micros(900));
+  auto fresh = Make("b", 2, clock.Now(), 1);
+  ASSERT_TRUE(q.Push(fresh));
+  for (int step = 0; step < 4 && !q.empty(); ++step) {
+    ASSERT_TRUE(q.NextDue().has_value());
+    clock.Advance(std::max(Clock::duration::zero(), *q.NextDue() - clock.Now()));
+    EXPECT_FALSE(q.TakeBatch(clock.Now()).empty()) << "due at step " << step << " but no batch";
+  }
+  EXPECT_TRUE(q.empty());
 }
 
 TEST(DeadlineDispatch, ADeadlineNearerThanTheDelayMakesTheBatchDue) {

@@ -234,6 +234,52 @@ TEST(PinnedResponseRingTest, AStuckSlotIsDetachedAndTheWorkerReusesIt) {
   EXPECT_EQ(ring->unpopped(), 0u);
 }
 
+// Two readers stop at once with pinned replies in adjacent slots, which share a page (slots are
+// not page-aligned): detaching both and freeing either first leaves the other's bytes intact.
+TEST(PinnedResponseRingTest, AdjacentDetachedSlotsKeepTheirSharedPageUntilBothAreRead) {
+  for (bool first_read_first : {true, false}) {
+    auto segment = MakeSegment(first_read_first ? "detach2a" : "detach2b");
+    PinnedRingKeeper keeper;
+    auto ring = std::make_shared<PinnedResponseRing>(segment);
+    keeper.Add(ring);
+    FakeTimeSource clock;
+    zmq::message_t stuck[2];
+    for (int k = 0; k < 2; ++k) {
+      ASSERT_TRUE(Produce(*segment, static_cast<char>('a' + k)));
+      // Whole slot data, so each frame reaches into the page the two slots share.
+      stuck[k] = ring->PinFrame(ipc::SlotData(ring->Next()), kDataBytes);
+      ring->Finish(clock.Now());
+    }
+    clock.Advance(Millis(51));
+    ASSERT_TRUE(ring->DetachStuck(clock.Now(), Millis(50)));
+    ring->ReleaseFreed();
+    ASSERT_TRUE(ring->DetachStuck(clock.Now(), Millis(50)));
+    ring->ReleaseFreed();
+    ASSERT_EQ(ring->unpopped(), 0u);
+    zmq::message_t& read_now = stuck[first_read_first ? 0 : 1];
+    zmq::message_t& still = stuck[first_read_first ? 1 : 0];
+    const char still_fill = first_read_first ? 'b' : 'a';
+    read_now = zmq::message_t();
+    keeper.ReleaseFreed();
+    EXPECT_EQ(ring->detached(), 1u);
+    // The worker goes round the ring again, overwriting both slots.
+    for (uint32_t i = 0; i < kSlots; ++i) {
+      ASSERT_TRUE(Produce(*segment, 'x'));
+      ASSERT_NE(ring->Next(), nullptr);
+      ring->Finish(clock.Now());
+      ring->ReleaseFreed();
+    }
+    const auto* bytes = static_cast<const uint8_t*>(still.data());
+    for (uint64_t i = 0; i < kDataBytes; ++i) {
+      ASSERT_EQ(bytes[i], still_fill) << "the unread reply changed at byte " << i
+                                      << (first_read_first ? " (first read first)" : "");
+    }
+    still = zmq::message_t();
+    keeper.ReleaseFreed();
+    EXPECT_EQ(ring->detached(), 0u);
+  }
+}
+
 TEST(PinnedResponseRingTest, TheDefaultCapIsAGibibyteOrFourTimesTheLiveSegments) {
   PinnedRingKeeper keeper;
   EXPECT_EQ(keeper.budget().cap_bytes, PinnedRingKeeper::kMinPinnedRetiredBytes);
