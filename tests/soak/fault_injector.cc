@@ -44,6 +44,8 @@ bool FaultInjector::Run(Clock::time_point end) {
       Burst();
     } else if (draw < 88) {
       KillStorm(end);
+    } else if (draw < 93) {
+      KillZygote();
     }  // else: a quiet step
   }
   ResumeStopped(/*all=*/true);
@@ -57,7 +59,8 @@ bool FaultInjector::Run(Clock::time_point end) {
 std::string FaultInjector::Summary() const {
   std::ostringstream out;
   out << "kills=" << kills_ << " stops=" << stops_ << " kill_storms=" << storms_
-      << " non_reading_clients=" << non_reading_clients_ << " bursts=" << bursts_;
+      << " non_reading_clients=" << non_reading_clients_ << " bursts=" << bursts_
+      << " zygote_kills=" << zygote_kills_;
   return out.str();
 }
 
@@ -97,6 +100,23 @@ void FaultInjector::Kill(const Worker& worker, const std::string& why) {
 void FaultInjector::KillOne() {
   Worker worker;
   if (Pick(-1, &worker)) Kill(worker, "");
+}
+
+// SIGKILLs one of the worker zygotes (supervisor/zygote_pool.h): workers launched meanwhile
+// fork from the other one; never a restart of a worker slot, so no budget is counted.
+void FaultInjector::KillZygote() {
+  const json stats = farm_.Admin("stats", 2'000);
+  if (!stats.is_object()) return;
+  std::vector<pid_t> pids;
+  for (const auto& place : stats["supervisor"]["zygote"].value("zygotes", json::array())) {
+    const pid_t pid = place.value("pid", -1);
+    if (pid > 0) pids.push_back(pid);
+  }
+  if (pids.empty()) return;
+  const pid_t pid = pids[static_cast<size_t>(Uniform(rng_, 0, static_cast<int>(pids.size()) - 1))];
+  if (::kill(pid, SIGKILL) != 0) return;
+  ++zygote_kills_;
+  ledger_.Note("SIGKILL zygote pid " + std::to_string(pid));
 }
 
 void FaultInjector::StopOne() {

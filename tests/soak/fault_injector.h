@@ -1,5 +1,6 @@
-// The soak round's fault thread: at random times it SIGKILLs a worker, SIGSTOPs one for 0.2-4 s,
-// kills one slot's worker several times in a row as soon as it is back, starts a client that
+// The soak round's fault thread: at random times it SIGKILLs a worker or a zygote, SIGSTOPs a
+// worker for 0.2-4 s, kills one slot's worker several times in a row as soon as it is back,
+// starts a client that
 // sends and then stops reading (and closes its socket with replies owed), or tells a reading
 // client to send a burst. It checks on every step that the supervisor still runs.
 //
@@ -65,6 +66,7 @@ class FaultInjector {
   void StopOne();
   void KillStorm(Clock::time_point end);
   void StartNonReadingClient();
+  void KillZygote();
   void Burst();
   // Sleeps until `until`, resuming stopped workers on time.
   void SleepUntil(Clock::time_point until);
@@ -80,6 +82,7 @@ class FaultInjector {
   std::vector<std::thread> non_reading_;
   std::atomic<bool> close_non_reading_{false};
   int kills_ = 0, stops_ = 0, storms_ = 0, non_reading_clients_ = 0, bursts_ = 0;
+  int zygote_kills_ = 0;
 };
 
 }  // namespace torchfarm::testing
