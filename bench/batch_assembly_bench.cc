@@ -10,9 +10,9 @@
 #include <string>
 
 #include "ipc/worker_segment.h"
-#include "supervisor/batch_encoder.h"
-#include "supervisor/model_queue.h"
-#include "supervisor/worker_slot.h"
+#include "supervisor/dispatch/model_queue.h"
+#include "supervisor/workers/batch_encoder.h"
+#include "supervisor/workers/worker_slot.h"
 
 namespace torchfarm {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/protocol.h"
-#include "supervisor/job_intake.h"
+#include "supervisor/intake/job_intake.h"
 #include "tools/bench_protocol.h"
 
 namespace torchfarm {

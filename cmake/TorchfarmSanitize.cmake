@@ -24,7 +24,8 @@ if(TORCHFARM_FUZZ)
 endif()
 
 set(TORCHFARM_SANITIZED_TARGETS
-  torchfarm_common torchfarm_jpeg torchfarm_ipc torchfarm_client torchfarm_intake torchfarm_supervisor torchfarm_tools
+  torchfarm_common torchfarm_jpeg torchfarm_ipc torchfarm_client torchfarm_intake torchfarm_loop torchfarm_security torchfarm_workers
+  torchfarm_models torchfarm_admin torchfarm_dispatch torchfarm_supervisor torchfarm_tools
   torchfarm_bench_tools torchfarm-supervisor torchfarm
   common_test common_client_test common_multi_client_test ipc_test slot_codec_test
   supervisor_unit_test

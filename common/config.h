@@ -23,7 +23,8 @@ struct InstanceConfig {
   int count = 1;
   bool count_auto = false;     // "count": "auto": fill the cores the supervisor may use
   // Warm standby workers of this group: started, loaded and warmed up, but sent no batches until
-  // a serving worker of the group dies (supervisor/spare_policy.h). Not counted in `count`. 0..64.
+  // a serving worker of the group dies (supervisor/workers/spare_policy.h). Not counted in `count`.
+  // 0..64.
   int spares = 0;
   int threads = 1;             // intra-op threads of each worker
   std::vector<int> cores;      // optional CPU pinning of each worker of this group
@@ -43,7 +44,8 @@ struct InstanceConfig {
 };
 
 // Model "rollout": how a reload replaces the workers of a changed model, in the manner of a
-// Kubernetes Deployment's rolling update (supervisor/rollout_policy.h). Each 0..64, not both 0.
+// Kubernetes Deployment's rolling update (supervisor/models/rollout_policy.h). Each 0..64, not both
+// 0.
 struct RolloutConfig {
   int max_surge = 1;        // replacements started, and ready, before an old worker is retired
   int max_unavailable = 0;  // ready workers a rollout may take away (> 0: replace in place when
@@ -65,7 +67,7 @@ struct ModelConfig {
   std::vector<std::string> input_names;
   // Config "outputs": what the model returns (-1 for a variable dimension), with names (else
   // OUTPUT__k). Empty when the config declares none; the supervisor then learns them
-  // (supervisor/model_metadata.h). Not checked against what the model returns.
+  // (supervisor/dispatch/model_metadata.h). Not checked against what the model returns.
   std::vector<TensorSpec> outputs;
   std::vector<std::string> output_names;
   std::vector<InstanceConfig> instances;
@@ -80,8 +82,8 @@ struct ModelConfig {
   int max_inflight_per_worker = 2;   // batches a worker may hold in its ring
   int priority_levels = 1;
   // Within a priority level, each client (ZeroMQ routing id or CURVE key; the HTTP/gRPC peer) has
-  // its own share of the queue, served in turn weighted by rows (supervisor/model_queue.h). False:
-  // one FIFO per level, as before.
+  // its own share of the queue, served in turn weighted by rows
+  // (supervisor/dispatch/model_queue.h). False: one FIFO per level, as before.
   bool fair_queueing = true;
   // Shared-memory geometry of each worker of this model.
   uint64_t slot_bytes = 4 << 20;     // tensor bytes one ring slot holds (request or response)
@@ -126,12 +128,12 @@ struct ClientShmConfig {
   bool in_place = true;
 };
 
-// Restart backoff and limits (supervisor/restart_policy.h).
+// Restart backoff and limits (supervisor/workers/restart_policy.h).
 struct RestartConfig {
   int64_t initial_backoff_ms = 100;  // doubled after each failure, plus up to 25% jitter
   int64_t max_backoff_ms = 5'000;
   // Start failures (exits before ready) beyond this many within window_ms mark the slot failed;
-  // kills and crashes after ready never do (supervisor/restart_policy.h).
+  // kills and crashes after ready never do (supervisor/workers/restart_policy.h).
   int max_restarts = 5;
   int64_t window_ms = 60'000;
   int64_t healthy_after_ms = 10'000;  // a worker ready this long resets the backoff
@@ -152,12 +154,13 @@ struct LimitsConfig {
   RequestLimits request;                // header, frames, rank, tensor, request and item bytes
   int64_t max_queued_per_client = 256;  // queued + running requests of one client identity
   // Replies a ZeroMQ client has not taken off the job socket yet (its connection's pipe), by
-  // count and by bytes: past either, its new requests are refused (supervisor/reply_backlog.h).
+  // count and by bytes: past either, its new requests are refused
+  // (supervisor/dispatch/reply_backlog.h).
   int64_t max_unread_replies_per_client = 256;
   int64_t max_unread_reply_bytes_per_client = int64_t{64} << 20;
   // Shared memory the supervisor creates: worker segments and client_shm regions together. A
   // worker launch beyond it backs off and retries; shm_create beyond it is RESOURCE_EXHAUSTED.
-  // 0: the size of /dev/shm (supervisor/shm_budget.h).
+  // 0: the size of /dev/shm (supervisor/intake/shm_budget.h).
   uint64_t max_shm_bytes = 0;
 };
 
@@ -200,8 +203,8 @@ struct FarmConfig {
   int heartbeat_ms = 1000;
   std::string worker_binary;   // default: torchfarm-worker next to the supervisor binary
   // How workers start: "zygote" forks them from a pre-started worker process that has loaded
-  // LibTorch already (supervisor/zygote.h; falls back to exec while it is down), "exec" runs the
-  // worker binary for each one.
+  // LibTorch already (supervisor/workers/zygote.h; falls back to exec while it is down), "exec"
+  // runs the worker binary for each one.
   std::string worker_launch = "zygote";
   std::string metrics_endpoint;  // Prometheus HOST:PORT (/metrics); empty: off
   int max_retries = 2;         // times a request is re-run after the worker running it died

@@ -436,7 +436,7 @@ Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
     out->inputs.push_back(std::move(spec));
   }
   if (auto t = j.find("timeout_ms"); t != j.end() && !t->is_null()) {
-    // Beyond kMaxTimeoutMs (supervisor/job_intake.h) it means no deadline; never negative.
+    // Beyond kMaxTimeoutMs (supervisor/intake/job_intake.h) it means no deadline; never negative.
     if (Status s = IntegerFromJson(*t, "header field 'timeout_ms'", 0, INT64_MAX, &out->timeout_ms);
         !s.ok())
       return s;

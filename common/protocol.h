@@ -57,7 +57,7 @@ struct RequestHeader {
   std::string version;
   std::vector<TensorSpec> inputs;
   // Empty, or one "name" per input (a request names every input or none): the supervisor then
-  // puts the inputs into the model's declared order (supervisor/job_intake.h).
+  // puts the inputs into the model's declared order (supervisor/intake/job_intake.h).
   std::vector<std::string> input_names;
   int64_t timeout_ms = 0;  // 0: no deadline
   int priority = 0;        // 0 is highest, kMaxPriority lowest

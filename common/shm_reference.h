@@ -4,7 +4,7 @@
 //
 // Pure parsing and formatting, shared by the supervisor, the C++ client and the tests. Which
 // regions exist, and whether a reference fits one, is the supervisor's business
-// (supervisor/client_shm_registry.h).
+// (supervisor/intake/client_shm_registry.h).
 #pragma once
 
 #include <cstdint>

@@ -3,9 +3,9 @@
 #include <iostream>
 
 #include "common/config.h"
-#include "common/log.h"
 #include "common/integer_flag.h"
-#include "supervisor/descriptor_limit.h"
+#include "common/log.h"
+#include "supervisor/security/descriptor_limit.h"
 #include "supervisor/supervisor.h"
 
 int main(int argc, char** argv) {

@@ -10,12 +10,12 @@
 #include <filesystem>
 
 #include "common/log.h"
-#include "supervisor/frontend/frontend.h"
 #include "common/protocol.h"
 #include "common/random_hex.h"
 #include "ipc/control_protocol.h"
 #include "ipc/guarded_copy.h"
-#include "supervisor/job_intake.h"
+#include "supervisor/frontend/frontend.h"
+#include "supervisor/intake/job_intake.h"
 #include "supervisor/zmq_util.h"
 
 namespace torchfarm {
@@ -166,8 +166,9 @@ int Supervisor::Run() {
   enum class Source { kResponses, kOutput };
   std::vector<zmq::pollitem_t> items;
   std::vector<std::pair<WorkerSlot*, Source>> owners;
-  constexpr size_t kFixedItems = 6;  // jobs, control, admin, signals, timer, front end
-  while (!done_) {
+  // The fixed poll sources, by name; the workers' doorbells and pipes follow them (owners).
+  enum FixedItem : size_t { kJobs, kControl, kAdmin, kSignals, kTimer, kFrontend, kFixedItems };
+  while (farm_.phase != FarmPhase::kDone) {
     items.clear();
     owners.clear();
     items.push_back({static_cast<void*>(jobs_), 0, ZMQ_POLLIN, 0});
@@ -205,7 +206,7 @@ int Supervisor::Run() {
       for (auto& item : items) item.revents = 0;
       ::usleep(static_cast<useconds_t>(ToMicros(kMaxPollTimeout)));
     }
-    if (items[4].revents & ZMQ_POLLIN) timer_.Acknowledge();
+    if (items[kTimer].revents & ZMQ_POLLIN) timer_.Acknowledge();
     if (zap_item < items.size() && (items[zap_item].revents & ZMQ_POLLIN)) {
       Guarded("zap", [&] { curve_.HandleRequests(); });
     }
@@ -221,33 +222,33 @@ int Supervisor::Run() {
         Guarded("worker output", [&] { HandleWorkerOutput(*owners[i].first); });
       }
     }
-    if (items[3].revents & ZMQ_POLLIN) Guarded("signals", [&] { HandleSignals(); });
+    if (items[kSignals].revents & ZMQ_POLLIN) Guarded("signals", [&] { HandleSignals(); });
     for (size_t i = 0; i < owners.size(); ++i) {
       if (owners[i].second == Source::kResponses && (items[kFixedItems + i].revents & ZMQ_POLLIN)) {
         Guarded("responses", [&] { HandleResponses(*owners[i].first); });
       }
     }
-    if (items[1].revents & ZMQ_POLLIN) Guarded("control", [&] { HandleControl(); });
-    if (items[0].revents & ZMQ_POLLIN) Guarded("jobs", [&] { HandleJobs(); });
-    if (items[5].revents & ZMQ_POLLIN) Guarded("front end", [&] { HandleFrontendJobs(); });
-    if (items[2].revents & ZMQ_POLLIN) {
+    if (items[kControl].revents & ZMQ_POLLIN) Guarded("control", [&] { HandleControl(); });
+    if (items[kJobs].revents & ZMQ_POLLIN) Guarded("jobs", [&] { HandleJobs(); });
+    if (items[kFrontend].revents & ZMQ_POLLIN) Guarded("front end", [&] { HandleFrontendJobs(); });
+    if (items[kAdmin].revents & ZMQ_POLLIN) {
       Guarded("admin", [&] { admin_service_.HandleRequests(admin_); });
     }
     Guarded("deadlines", [&] { dispatcher_.ExpireDeadlines(); });
     Guarded("liveness", [&] { workers_.KillUnresponsive(hang_limit_); });
     // Before the restarts: a worker due now forks from a zygote that just became ready.
     Guarded("zygotes", [&] {
-      if (!stopping_workers_) zygotes_.Maintain(clock_.Now());
+      if (!IsStoppingWorkers(farm_.phase)) zygotes_.Maintain(clock_.Now());
     });
     Guarded("restarts", [&] {
       // A draining farm still replaces dead workers: the queue it promised to finish needs them.
-      if (!stopping_workers_) workers_.LaunchDue();
+      if (!IsStoppingWorkers(farm_.phase)) workers_.LaunchDue();
     });
     Guarded("dispatch", [&] { dispatcher_.DispatchAll(); });
     Guarded("pinned replies", [&] { ReleasePinnedReplies(); });
     Guarded("retire", [&] { RetireIdleSlots(); });
     Guarded("versions", [&] { RetireReplacedVersions(); });
-    Guarded("drain", [&] { DrainStep(); });
+    Guarded("farm phase", [&] { StepFarmPhase(FarmEvent::kTurn); });
     Guarded("housekeeping", [&] { Housekeeping(); });
   }
   CleanUp();
@@ -263,9 +264,7 @@ TimePoint Supervisor::NextWakeUp() const {
   // Zero-copy replies still in libzmq free their slots without waking the loop: look again soon.
   if (response_rings_.HasLivePins()) next = std::min(next, now + kPinnedReplyPoll);
   // An admin drain has no deadline: the farm stays up, not ready.
-  if (draining_ && exit_after_drain_) {
-    next = std::min(next, stopping_workers_ ? stop_deadline_ : drain_deadline_);
-  }
+  if (HasDeadline(farm_.phase)) next = std::min(next, farm_.deadline);
   for (const auto& model : models_) {
     if (auto deadline = model.queue.NextDeadline()) next = std::min(next, *deadline);
     // A batch that comes due while every worker of its model is full cannot go anyway; waking
@@ -275,8 +274,8 @@ TimePoint Supervisor::NextWakeUp() const {
     if (!can_dispatch) continue;
     if (auto due = model.queue.NextDue()) next = std::min(next, *due);
   }
-  next = std::min(next, workers_.NextDeadline(hang_limit_, stopping_workers_));
-  if (!stopping_workers_) next = std::min(next, zygotes_.NextDeadline(now));
+  next = std::min(next, workers_.NextDeadline(hang_limit_, IsStoppingWorkers(farm_.phase)));
+  if (!IsStoppingWorkers(farm_.phase)) next = std::min(next, zygotes_.NextDeadline(now));
   return std::max(next, now);
 }
 
@@ -292,17 +291,10 @@ void Supervisor::HandleSignals() {
         Guarded("child exit", [&] { OnChildExit(pid, status, reported); });
       }
     } else if (signo == SIGTERM || signo == SIGINT) {
-      if (draining_ && exit_after_drain_) {
-        TF_LOG(kWarn) << "second stop signal: skipping the rest of the drain" << Kv("signal", SignalName(signo));
-        drain_deadline_ = clock_.Now();
-      } else {
-        TF_LOG(kInfo) << "stop signal: draining" << Kv("signal", SignalName(signo))
-                      << Kv("drain_timeout_ms", options_.drain_timeout.count());
-        if (!draining_) notifier_.Stopping();
-        draining_ = true;
-        exit_after_drain_ = true;
-        drain_deadline_ = clock_.Now() + options_.drain_timeout;
-      }
+      TF_LOG(kInfo) << "stop signal" << Kv("signal", SignalName(signo))
+                    << Kv("phase", FarmPhaseName(farm_.phase))
+                    << Kv("drain_timeout_ms", options_.drain_timeout.count());
+      StepFarmPhase(FarmEvent::kStopSignal);
     } else if (signo == SIGHUP) {
       TF_LOG(kInfo) << "SIGHUP: reloading the config" << Kv("config", config_.source_path);
       Guarded("reload", [&] { Reload(); });
@@ -311,39 +303,40 @@ void Supervisor::HandleSignals() {
   }
 }
 
-void Supervisor::DrainStep() {
-  if (!draining_ || !exit_after_drain_) return;  // an admin drain keeps the farm up, not ready
-  TimePoint now = clock_.Now();
-  if (!stopping_workers_) {
-    bool idle = true;
-    for (const auto& model : models_) idle = idle && model.queue.empty();
-    for (const auto& slot : workers_) idle = idle && slot->inflight() == 0;
-    if (!idle && now < drain_deadline_) return;
+void Supervisor::StepFarmPhase(FarmEvent event) {
+  const TimePoint now = clock_.Now();
+  FarmObservation seen;
+  if (event == FarmEvent::kTurn && farm_.phase == FarmPhase::kDraining) {
+    seen.idle = std::all_of(models_.begin(), models_.end(),
+                            [](const Model& model) { return model.queue.empty(); }) &&
+                std::all_of(workers_.begin(), workers_.end(),
+                            [](const auto& slot) { return slot->inflight() == 0; });
+  }
+  if (event == FarmEvent::kTurn && farm_.phase == FarmPhase::kStoppingWorkers) {
+    seen.workers_exited = workers_.AllExited();
+  }
+  const FarmStep step = StepFarm(farm_, event, seen, now, {options_.drain_timeout, kStopGrace});
+  if (*step.actions.what) {
+    TF_LOG(kInfo) << step.actions.what << Kv("from", FarmPhaseName(farm_.phase))
+                  << Kv("to", FarmPhaseName(step.next.phase));
+  }
+  farm_ = step.next;
+  if (step.actions.notify_stopping) notifier_.Stopping();
+  if (step.actions.fail_queued) {
     for (auto& model : models_) {
       for (auto& r : model.queue.TakeAll()) {
         dispatcher_.Fail(model, r, Unavailable("the farm shut down before this request could run"));
       }
     }
-    StopWorkers();
-    return;
   }
-  if (workers_.AllExited()) {
-    done_ = true;
-  } else if (now >= stop_deadline_) {
-    workers_.KillAll();
-    stop_deadline_ = now + kStopGrace;
+  if (step.actions.stop_workers) {
+    notifier_.Stopping();
+    for (auto& slot : workers_) {
+      if (slot->pid() > 0) SendStop(*slot);
+      slot->BeginShutdown(now);
+    }
   }
-}
-
-void Supervisor::StopWorkers() {
-  stopping_workers_ = true;
-  notifier_.Stopping();
-  const TimePoint now = clock_.Now();
-  stop_deadline_ = now + kStopGrace;
-  for (auto& slot : workers_) {
-    if (slot->pid() > 0) SendStop(*slot);
-    slot->BeginShutdown(now);
-  }
+  if (step.actions.kill_workers) workers_.KillAll();
 }
 
 void Supervisor::CleanUp() {

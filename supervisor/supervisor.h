@@ -8,14 +8,15 @@
 // budget (limits.max_shm_bytes); docs/operations.md "Limits". Never links LibTorch and never holds
 // a CUDA context.
 //
-// Loop:  poll(job, control, admin, signals, timerfd armed to NextWakeUp, every worker's doorbell)
-//          -> connections_ (the job socket's monitor: connection count, refusals)
-//          -> HandleSignals -> HandleResponses -> HandleControl -> HandleJobs -> HandleFrontendJobs
-//          -> admin_service_
-//          -> HandleWorkerOutput -> dispatcher_.ExpireDeadlines -> workers_.KillUnresponsive ->
-//          workers_.LaunchDue
-//          -> dispatcher_.DispatchAll -> ReleasePinnedReplies -> RetireIdleSlots ->
-//          RetireReplacedVersions -> DrainStep -> Housekeeping (1 s: gauges, sd_notify)
+// Loop (Run(), in this order each turn; supervisor/README.md draws the subsystems):
+//   poll(job, control, admin, signals, timerfd armed to NextWakeUp, front end, every worker's
+//        doorbell and output pipe, ZAP, connection monitor, starting zygotes)
+//   -> zap, connections (security/)      -> worker output (crash messages first)
+//   -> signals (child exits, stop -> FarmPhase, SIGHUP reload) -> responses -> control -> jobs
+//   -> front end -> admin -> deadlines -> liveness -> zygotes -> restarts -> dispatch
+//   -> pinned replies -> retire (idle slots, rollouts advance) -> versions
+//   -> farm phase (loop/farm_phase.h: drain, stop, kill) -> housekeeping (1 s: gauges, sd_notify,
+//      watch mode)
 // each inside its own exception barrier (Guarded): a failing duty is logged, the loop goes on.
 //
 // Every accepted request is answered exactly once: with its result, or with an error code.
@@ -36,34 +37,36 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "supervisor/accept_guard.h"
-#include "supervisor/admin_service.h"
-#include "supervisor/client_quota.h"
-#include "supervisor/client_shm_registry.h"
-#include "supervisor/connection_monitor.h"
-#include "supervisor/curve_authenticator.h"
-#include "supervisor/dispatcher.h"
-#include "supervisor/file_watch.h"
-#include "supervisor/served_model.h"
-#include "supervisor/ipc_endpoint_file.h"
-#include "supervisor/metrics_exporter.h"
-#include "supervisor/model_queue.h"
-#include "supervisor/model_stats.h"
-#include "supervisor/mps_controller.h"
-#include "supervisor/process_stats.h"
-#include "supervisor/reload_plan.h"
-#include "supervisor/rollout_policy.h"
-#include "supervisor/reply_writer.h"
-#include "supervisor/resource_errors.h"
-#include "supervisor/resource_metrics.h"
-#include "supervisor/run_dir_lock.h"
-#include "supervisor/service_notifier.h"
-#include "supervisor/shm_budget.h"
-#include "supervisor/loop_timer.h"
-#include "supervisor/signal_fd.h"
-#include "supervisor/worker_pool.h"
-#include "supervisor/worker_slot.h"
-#include "supervisor/zygote_pool.h"
+#include "supervisor/admin/admin_service.h"
+#include "supervisor/admin/metrics_exporter.h"
+#include "supervisor/admin/process_stats.h"
+#include "supervisor/admin/resource_metrics.h"
+#include "supervisor/dispatch/dispatcher.h"
+#include "supervisor/dispatch/model_queue.h"
+#include "supervisor/dispatch/model_stats.h"
+#include "supervisor/dispatch/reply_writer.h"
+#include "supervisor/intake/client_quota.h"
+#include "supervisor/intake/client_shm_registry.h"
+#include "supervisor/intake/shm_budget.h"
+#include "supervisor/loop/farm_phase.h"
+#include "supervisor/loop/ipc_endpoint_file.h"
+#include "supervisor/loop/loop_timer.h"
+#include "supervisor/loop/resource_errors.h"
+#include "supervisor/loop/run_dir_lock.h"
+#include "supervisor/loop/service_notifier.h"
+#include "supervisor/loop/signal_fd.h"
+#include "supervisor/models/file_watch.h"
+#include "supervisor/models/reload_plan.h"
+#include "supervisor/models/rollout_policy.h"
+#include "supervisor/models/scale_result.h"
+#include "supervisor/models/served_model.h"
+#include "supervisor/security/accept_guard.h"
+#include "supervisor/security/connection_monitor.h"
+#include "supervisor/security/curve_authenticator.h"
+#include "supervisor/workers/mps_controller.h"
+#include "supervisor/workers/worker_pool.h"
+#include "supervisor/workers/worker_slot.h"
+#include "supervisor/workers/zygote_pool.h"
 
 namespace torchfarm {
 
@@ -112,7 +115,8 @@ class Supervisor {
   // Versions a reload dropped while another version of their model was still loading: removed
   // once one is ready (supervisor_versions.cc).
   void RetireReplacedVersions();
-  void DrainStep();
+  // Moves the farm's phase by one StepFarm and carries out its actions (drain, stop, kill).
+  void StepFarmPhase(FarmEvent event);
   void Housekeeping();
 
   // Helpers.
@@ -141,7 +145,7 @@ class Supervisor {
   nlohmann::json Drain();
   nlohmann::json RestartWorker(int worker_id);
   // `version` empty: the model's default version.
-  nlohmann::json Scale(const std::string& model, int count, const std::string& version = {});
+  ScaleResult Scale(const std::string& model, int count, const std::string& version = {});
   nlohmann::json Reload();
   // Run-time load / unload and watch mode (supervisor_lifecycle.cc).
   // {"model": NAME} loads the config file's entry NAME; {"model", "config": {...}} that entry.
@@ -191,7 +195,6 @@ class Supervisor {
   bool ServedVersionLoaded(size_t served) const;
   // The versions of `name` clients may name, ascending.
   std::vector<std::string> ServedVersions(const std::string& name) const;
-  void StopWorkers();
   void CleanUp();
   // Resource limits (supervisor_resources.cc): max_connections and limits.max_shm_bytes as the
   // config gives or derives them, at start and after a reload; their stats and metrics.
@@ -249,12 +252,7 @@ class Supervisor {
   Dispatcher dispatcher_{models_, workers_, replies_, clock_};  // queues to workers, requeue, deadlines
 
   uint64_t next_rollout_id_ = 1;
-  bool draining_ = false;
-  bool exit_after_drain_ = true;  // false for an admin drain: stay up, not ready
-  bool stopping_workers_ = false;
-  bool done_ = false;
-  TimePoint drain_deadline_{};
-  TimePoint stop_deadline_{};
+  FarmState farm_;  // serving, drained, draining, stopping workers, done (loop/farm_phase.h)
 };
 
 // Each loop duty runs inside this barrier: a failing duty is logged and the loop goes on.

@@ -33,7 +33,9 @@ void Supervisor::RegisterAdminCommands() {
   admin_service_.Register(
       "scale", {Field{"model", true}, Field{"count", false, 0, kMaxWorkersPerModel}},
       [this](const json& request) {
-        return Scale(request["model"].get<std::string>(), request["count"].get<int>());
+        const ScaleResult scaled =
+            Scale(request["model"].get<std::string>(), request["count"].get<int>());
+        return scaled.ok() ? AdminOk(scaled.Describe()) : AdminError(scaled.Describe());
       });
   admin_service_.Register("models", {}, [this](const json&) { return ModelsJson(); });
   admin_service_.Register("load", {Field{"model", true}},
@@ -58,7 +60,10 @@ json Supervisor::HealthJson() const {
                       {"spares_ready", ReadySpares(model)},
                       {"ready", ready > 0}});
   }
-  return {{"live", true}, {"ready", all_ready && !draining_}, {"draining", draining_}, {"models", models}};
+  return {{"live", true},
+          {"ready", all_ready && !IsDraining(farm_.phase)},
+          {"draining", IsDraining(farm_.phase)},
+          {"models", models}};
 }
 
 // The worker's own account of its device; stage times as means per batch of its current process.
@@ -176,7 +181,7 @@ json Supervisor::StatsJson() {
                      {"uptime_s", ToMicros(now - started_) / 1e6},
                      {"version", kVersion},
                      {"config", config_.source_path},
-                     {"draining", draining_},
+                     {"draining", IsDraining(farm_.phase)},
                      {"worker_launch", config_.worker_launch},
                      {"zygote", std::move(zygote)}};
   if (auto self = SampleProcess(::getpid(), now)) {

@@ -10,19 +10,12 @@
 #include "common/log.h"
 #include "common/worker_count.h"
 #include "ipc/control_protocol.h"
-#include "supervisor/reload_plan.h"
+#include "supervisor/models/reload_plan.h"
 #include "supervisor/supervisor.h"
 
 namespace torchfarm {
 
 using nlohmann::json;
-
-namespace {
-
-json Ok(const std::string& message) { return {{"ok", true}, {"message", message}}; }
-json Error(const std::string& message) { return {{"ok", false}, {"error", message}}; }
-
-}  // namespace
 
 void Supervisor::RebuildServedModels() {
   served_configs_.clear();
@@ -46,42 +39,44 @@ void Supervisor::RetireSlot(WorkerSlot& slot, const std::string& why) {
 }
 
 json Supervisor::Drain() {
-  if (draining_) return Ok("already draining");
-  draining_ = true;
-  exit_after_drain_ = false;
-  notifier_.Stopping();
+  if (IsDraining(farm_.phase)) return AdminOk("already draining");
+  StepFarmPhase(FarmEvent::kAdminDrain);
   size_t queued = 0;
   for (const auto& model : models_) queued += model.queue.size();
   TF_LOG(kInfo) << "drain requested over the admin socket" << Kv("queued", queued);
-  return Ok("draining: " + std::to_string(queued) +
-            " queued request(s) will finish; new requests get UNAVAILABLE; health is not ready");
+  return AdminOk(
+      "draining: " + std::to_string(queued) +
+      " queued request(s) will finish; new requests get UNAVAILABLE; health is not ready");
 }
 
 json Supervisor::RestartWorker(int worker_id) {
   if (worker_id < 0 || worker_id >= static_cast<int>(workers_.size()) ||
       workers_[worker_id]->retiring()) {
-    return Error("no worker " + std::to_string(worker_id) + " (see torchfarm stats)");
+    return AdminError("no worker " + std::to_string(worker_id) + " (see torchfarm stats)");
   }
   WorkerSlot& slot = *workers_[worker_id];
   if (slot.state() != SlotState::kReady && slot.state() != SlotState::kStarting) {
-    return Error("worker " + std::to_string(worker_id) + " is " + SlotStateName(slot.state()) +
-                 "; only a starting or ready worker can be restarted");
+    return AdminError("worker " + std::to_string(worker_id) + " is " + SlotStateName(slot.state()) +
+                      "; only a starting or ready worker can be restarted");
   }
   slot.BeginGracefulRestart("restart requested over the admin socket");
-  return Ok("worker " + std::to_string(worker_id) + " will be replaced after its " +
-            std::to_string(slot.inflight()) + " batch(es) in flight");
+  return AdminOk("worker " + std::to_string(worker_id) + " will be replaced after its " +
+                 std::to_string(slot.inflight()) + " batch(es) in flight");
 }
 
-json Supervisor::Scale(const std::string& name, int count, const std::string& version) {
+ScaleResult Supervisor::Scale(const std::string& name, int count, const std::string& version) {
   // The one bound of config, reload and admin alike (common/worker_count.h).
-  if (Status s = CheckWorkerCount(count, "scale.count"); !s.ok()) return Error(s.message());
+  if (Status s = CheckWorkerCount(count, "scale.count"); !s.ok()) return {s, name};
   Model* model = FindModel(name, version);
   if (!model) {
-    return Error("no model '" + name + "'" + (version.empty() ? "" : " version '" + version + "'"));
+    return {
+        NotFound("no model '" + name + "'" + (version.empty() ? "" : " version '" + version + "'")),
+        name};
   }
   if (model->rollout.state == RolloutState::kRolling) {
-    return Error("model '" + name + "' is being rolled out (rollout " +
-                 std::to_string(model->rollout.id) + "); scale it once that is over");
+    return {Unavailable("model '" + name + "' is being rolled out (rollout " +
+                        std::to_string(model->rollout.id) + "); scale it once that is over"),
+            name};
   }
   std::vector<size_t> live;
   for (size_t i : model->slots) {
@@ -101,8 +96,7 @@ json Supervisor::Scale(const std::string& name, int count, const std::string& ve
   // Remove the youngest workers first: the older ones are warm.
   for (int n = before; n > count; --n) RetireSlot(*workers_[live[static_cast<size_t>(n - 1)]], "scaled down");
   TF_LOG(kInfo) << "scaled" << Kv("model", name) << Kv("from", before) << Kv("to", count);
-  return Ok("model '" + name + "': " + std::to_string(before) + " -> " + std::to_string(count) +
-            " worker(s)");
+  return {Status::Ok(), name, before, count};
 }
 
 void Supervisor::AddModel(const ModelConfig& config, FileIdentity file) {
@@ -118,7 +112,7 @@ json Supervisor::Reload() {
   Status s = LoadConfigFile(config_.source_path, &fresh);
   if (!s.ok()) {
     TF_LOG(kError) << "reload refused; keeping the running config" << Kv("error", s.message());
-    return Error("reload refused, the running config stays: " + s.message());
+    return AdminError("reload refused, the running config stays: " + s.message());
   }
   notifier_.Reloading();
   // A reload reads each model file of the fresh config once, whole, to hash it (file_identity.h).
@@ -187,7 +181,7 @@ json Supervisor::Reload() {
   std::string summary;
   for (const auto& n : notes) summary += (summary.empty() ? "" : "; ") + n;
   TF_LOG(kInfo) << "config reloaded" << Kv("changes", summary);
-  json reply = Ok("reloaded: " + summary);
+  json reply = AdminOk("reloaded: " + summary);
   reply["rollouts"] = std::move(rollouts);  // the rolling replacements this reload started
   return reply;
 }
@@ -215,7 +209,7 @@ std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update, const FileId
   std::string scaled;
   // Fewer workers: the youngest go first, before the rest is rolled.
   if (wanted_count < LiveWorkers(*existing)) {
-    scaled = Scale(m.name, wanted_count, m.version).value("message", "");
+    scaled = Scale(m.name, wanted_count, m.version).Describe();
   }
   existing = FindModel(m.name, m.version);
   std::vector<size_t> outdated;
@@ -235,7 +229,7 @@ std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update, const FileId
     replacements.push_back(instance);
   }
   if (wanted_count > LiveWorkers(*existing)) {
-    scaled = Scale(m.name, wanted_count, m.version).value("message", "");
+    scaled = Scale(m.name, wanted_count, m.version).Describe();
   }
   existing = FindModel(m.name, m.version);
   std::string rolled;
@@ -266,12 +260,12 @@ std::string Supervisor::ReplaceAllAtOnce(Model& model, const ModelUpdate& update
     slot.BeginGracefulRestart("config reloaded: ring geometry or inputs changed");
     ++replaced;
   }
-  json scaled = Scale(m.name, static_cast<int>(wanted.size()), m.version);
+  const ScaleResult scaled = Scale(m.name, static_cast<int>(wanted.size()), m.version);
   return m.name +
          (replaced > 0 ? " (" + std::to_string(replaced) +
                              " worker(s) replaced at once (ring or inputs changed))"
                        : "") +
-         ": " + scaled.value("message", std::string());
+         ": " + scaled.Describe();
 }
 
 int Supervisor::ReadyWorkers(const Model& model) const {
@@ -292,7 +286,7 @@ void Supervisor::RetireIdleSlots() {
   }
   for (size_t m = 0; m < models_.size(); ++m) {
     Model& model = models_[m];
-    if (!stopping_workers_) Guarded("rollout", [&] { AdvanceRollout(model); });
+    if (!IsStoppingWorkers(farm_.phase)) Guarded("rollout", [&] { AdvanceRollout(model); });
     if (model.removed && model.queue.empty()) {
       for (size_t i : model.slots) {
         if (!workers_[i]->retiring()) RetireSlot(*workers_[i], "model unloaded or removed by reload");
@@ -374,8 +368,8 @@ void Supervisor::Housekeeping() {
     status << model.config.name << " " << ready << "/" << model.slots.size() << " ready, queue "
            << model.queue.size() << "; ";
   }
-  if (all_ready && !draining_) notifier_.Ready();
-  status << static_cast<int64_t>(rps) << " req/s" << (draining_ ? "; draining" : "");
+  if (all_ready && !IsDraining(farm_.phase)) notifier_.Ready();
+  status << static_cast<int64_t>(rps) << " req/s" << (IsDraining(farm_.phase) ? "; draining" : "");
   notifier_.Status(status.str());
 }
 

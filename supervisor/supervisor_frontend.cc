@@ -8,8 +8,8 @@
 #include "common/log.h"
 #include "common/model_versions.h"
 #include "common/protocol.h"
+#include "supervisor/dispatch/model_metadata.h"
 #include "supervisor/frontend/frontend.h"
-#include "supervisor/model_metadata.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/zmq_util.h"
 
@@ -73,7 +73,7 @@ json Supervisor::FrontendMetaJson() const {
       return m.value("name", "") == config.name && m.value("version", "") == config.version;
     });
     if (it == models.end()) continue;
-    const bool ready = it->value("ready", false) && !draining_;
+    const bool ready = it->value("ready", false) && !IsDraining(farm_.phase);
     it->update(ModelMetadataJson(model, ready, ServedVersions(config.name)));
     size_t chosen = 0;
     const bool is_default = SelectServedVersion(

@@ -10,11 +10,11 @@
 #include "common/protocol.h"
 #include "ipc/control_protocol.h"
 #include "ipc/guarded_copy.h"
-#include "supervisor/batch_encoder.h"
-#include "supervisor/job_intake.h"
-#include "supervisor/metrics_exporter.h"
-#include "supervisor/model_metadata.h"
+#include "supervisor/admin/metrics_exporter.h"
+#include "supervisor/dispatch/model_metadata.h"
+#include "supervisor/intake/job_intake.h"
 #include "supervisor/supervisor.h"
+#include "supervisor/workers/batch_encoder.h"
 #include "supervisor/zmq_util.h"
 
 namespace torchfarm {
@@ -178,7 +178,8 @@ void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames, RequestOrigin or
   Model* model = served < served_index_.size() ? &models_[served_index_[served]] : nullptr;
   if (s.ok()) s = replies_.CheckUnread(request);
   if (s.ok()) s = replies_.AcquireQuota(request, frames[payload], curve_.started());
-  if (s.ok() && draining_) s = Unavailable("the farm is draining and accepts no new requests");
+  if (s.ok() && IsDraining(farm_.phase))
+    s = Unavailable("the farm is draining and accepts no new requests");
   if (s.ok() && !ModelAvailable(*model)) {
     FailModelIfNoWorkers(*model);
     std::string reason;
@@ -214,8 +215,9 @@ void Supervisor::RunShmCommand(PendingRequest& request, const ShmCommand& comman
     return;
   }
   CreatedRegion created;
-  Status s = draining_ ? Unavailable("the farm is draining and accepts no new requests")
-                       : client_shm_->Create(command.bytes, client, clock_.Now(), &created);
+  Status s = IsDraining(farm_.phase)
+                 ? Unavailable("the farm is draining and accepts no new requests")
+                 : client_shm_->Create(command.bytes, client, clock_.Now(), &created);
   replies_.Send(request,
         s.ok() ? MakeShmCreatedReply(request.id, created.token, created.name, created.bytes)
                : MakeErrorReply(request.id, s),

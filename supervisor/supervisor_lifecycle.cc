@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "common/log.h"
-#include "supervisor/model_lifecycle.h"
+#include "supervisor/models/model_lifecycle.h"
 #include "supervisor/supervisor.h"
 
 namespace torchfarm {
@@ -14,9 +14,6 @@ namespace torchfarm {
 using nlohmann::json;
 
 namespace {
-
-json Ok(const std::string& message) { return {{"ok", true}, {"message", message}}; }
-json Error(const std::string& message) { return {{"ok", false}, {"error", message}}; }
 
 std::string Names(const std::vector<ModelConfig>& models) {
   std::string names;
@@ -33,38 +30,39 @@ json Supervisor::Load(const json& request) {
   const std::string& file = config_.source_path;
   if (auto entry = request.find("config"); entry != request.end()) {
     if (!entry->is_object()) {
-      return Error("load.config: expected a model entry object, got " +
-                   std::string(entry->type_name()) + " " + entry->dump());
+      return AdminError("load.config: expected a model entry object, got " +
+                        std::string(entry->type_name()) + " " + entry->dump());
     }
     json with_name = *entry;
     if (!with_name.contains("name")) with_name["name"] = name;
     const std::string base = std::filesystem::path(file).parent_path().string();
     Status s = ParseModelConfig(with_name, "load.config", base, &configs);
-    if (!s.ok()) return Error(s.message());
+    if (!s.ok()) return AdminError(s.message());
     if (!configs.empty() && configs[0].name != name) {
-      return Error("load.config.name: expected \"" + name + "\" (the model field), got \"" +
-                   configs[0].name + "\"");
+      return AdminError("load.config.name: expected \"" + name + "\" (the model field), got \"" +
+                        configs[0].name + "\"");
     }
   } else {
     FarmConfig fresh;
     Status s = LoadConfigFile(file, &fresh);
-    if (!s.ok()) return Error("load refused: " + s.message());
+    if (!s.ok()) return AdminError("load refused: " + s.message());
     for (const ModelConfig& m : fresh.models) {
       if (m.name == name) configs.push_back(m);
     }
     if (configs.empty()) {
-      return Error(file + ": models has no entry named '" + name + "' (it has: " +
-                   Names(fresh.models) + "); pass the entry with --config-json");
+      return AdminError(file + ": models has no entry named '" + name + "' (it has: " +
+                        Names(fresh.models) + "); pass the entry with --config-json");
     }
   }
-  if (FindModel(name)) return Error("model '" + name + "' is already loaded; use reload to change it");
-  if (draining_) return Error("the farm is draining; it loads no model");
+  if (FindModel(name))
+    return AdminError("model '" + name + "' is already loaded; use reload to change it");
+  if (IsDraining(farm_.phase)) return AdminError("the farm is draining; it loads no model");
   std::vector<FileIdentity> identities;
   for (const ModelConfig& config : configs) {
     identities.push_back(ReadFileIdentity(config.path));
     if (!identities.back().error.empty()) {
-      return Error("model '" + name + "' version " + config.version + ": " +
-                   identities.back().error);
+      return AdminError("model '" + name + "' version " + config.version + ": " +
+                        identities.back().error);
     }
   }
   const size_t first_new = workers_.size();
@@ -74,15 +72,15 @@ json Supervisor::Load(const json& request) {
   const size_t started = workers_.size() - first_new;
   TF_LOG(kInfo) << "model loaded over the admin socket" << Kv("model", name)
                 << Kv("versions", configs.size()) << Kv("workers", started);
-  json reply = Ok("loading " + name + ": " + std::to_string(started) +
-                  " worker(s) starting; served once one is ready");
+  json reply = AdminOk("loading " + name + ": " + std::to_string(started) +
+                       " worker(s) starting; served once one is ready");
   reply["model"] = name;
   return reply;
 }
 
 json Supervisor::Unload(const std::string& name) {
   if (!FindModel(name)) {
-    return Error("no model '" + name + "' is loaded (loaded: " + Names(served_configs_) + ")");
+    return AdminError("no model '" + name + "' is loaded (loaded: " + Names(served_configs_) + ")");
   }
   size_t queued = 0, workers = 0;
   for (auto& model : models_) {  // every version of it
@@ -94,9 +92,9 @@ json Supervisor::Unload(const std::string& name) {
   RebuildServedModels();
   TF_LOG(kInfo) << "unloading model over the admin socket" << Kv("model", name)
                 << Kv("queued", queued) << Kv("workers", workers);
-  json reply = Ok("unloading " + name + ": new requests get NOT_FOUND; its " +
-                  std::to_string(queued) + " queued request(s) and the batches in " +
-                  "flight finish, then its " + std::to_string(workers) + " worker(s) stop");
+  json reply = AdminOk("unloading " + name + ": new requests get NOT_FOUND; its " +
+                       std::to_string(queued) + " queued request(s) and the batches in " +
+                       "flight finish, then its " + std::to_string(workers) + " worker(s) stop");
   reply["model"] = name;
   return reply;
 }
@@ -153,7 +151,7 @@ void Supervisor::WatchFiles(TimePoint now) {
   std::vector<std::string> paths = {config_.source_path};
   for (size_t i : served_index_) paths.push_back(models_[i].config.path);
   const std::vector<std::string> changed = file_watch_.Scan(paths);
-  if (changed.empty() || draining_) return;
+  if (changed.empty() || IsDraining(farm_.phase)) return;
   std::string what;
   for (const auto& line : changed) what += (what.empty() ? "" : "; ") + line;
   TF_LOG(kInfo) << "watched files changed; reloading (model_repository_poll_s)"

@@ -5,9 +5,9 @@
 #include <limits>
 
 #include "common/log.h"
-#include "supervisor/descriptor_limit.h"
-#include "supervisor/process_stats.h"
-#include "supervisor/reload_plan.h"
+#include "supervisor/admin/process_stats.h"
+#include "supervisor/models/reload_plan.h"
+#include "supervisor/security/descriptor_limit.h"
 #include "supervisor/supervisor.h"
 
 namespace torchfarm {

@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "common/log.h"
-#include "supervisor/spare_policy.h"
 #include "supervisor/supervisor.h"
+#include "supervisor/workers/spare_policy.h"
 
 namespace torchfarm {
 
@@ -27,7 +27,7 @@ void Supervisor::AddSpares(size_t model_index) {
 }
 
 void Supervisor::PromoteSpares(Model& model, std::optional<TimePoint> death) {
-  if (model.spares.empty() || stopping_workers_ || model.removed ||
+  if (model.spares.empty() || IsStoppingWorkers(farm_.phase) || model.removed ||
       model.rollout.state == RolloutState::kRolling) {
     return;  // a rollout owns its slots' roles until it is over
   }

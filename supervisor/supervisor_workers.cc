@@ -10,8 +10,8 @@
 #include "common/log.h"
 #include "common/protocol.h"
 #include "ipc/control_protocol.h"
-#include "supervisor/job_intake.h"
-#include "supervisor/model_metadata.h"
+#include "supervisor/dispatch/model_metadata.h"
+#include "supervisor/intake/job_intake.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/zmq_util.h"
 
@@ -52,13 +52,14 @@ void Supervisor::OnChildExit(pid_t pid, int wait_status, TimePoint death) {
   if (zygotes_.OnExit(pid, wait_status, clock_.Now())) return;
   WorkerSlot* slot = workers_.FindByPid(pid);
   if (!slot) return;  // not a worker (an MPS control helper, a stale pid)
-  bool expected = stopping_workers_ || slot->state() == SlotState::kStopping;
+  bool expected = IsStoppingWorkers(farm_.phase) || slot->state() == SlotState::kStopping;
   HandleWorkerOutput(*slot);  // what it printed last (a crash message) comes first
   // Batches it finished before it died are answered, not re-run: only what is left in the ring
   // was running or waiting when it died.
   Guarded("responses of an exited worker", [&] { HandleResponses(*slot); });
   const int running = slot->running_batches();
-  auto orphans = slot->OnExit(wait_status, clock_.Now(), options_.restart, stopping_workers_);
+  auto orphans =
+      slot->OnExit(wait_status, clock_.Now(), options_.restart, IsStoppingWorkers(farm_.phase));
   // Before the orphans go back to the queue: a ready spare takes the dead worker's place, so the
   // loop's next dispatch sends them to it (a graceful restart's slot is starting again too).
   PromoteSpares(models_[slot->model_index()], death);
@@ -69,7 +70,7 @@ void Supervisor::OnChildExit(pid_t pid, int wait_status, TimePoint death) {
   // The oldest batches were running (one on a CPU, one per stream on a GPU); the ones behind
   // them in the ring never started. Requeue in reverse so the queue keeps their order.
   for (size_t i = orphans.size(); i-- > 0;) {
-    if (stopping_workers_) {
+    if (IsStoppingWorkers(farm_.phase)) {
       // The farm is stopping: nothing will run these again.
       for (auto& r : orphans[i].requests) {
         dispatcher_.Fail(models_[slot->model_index()], r,

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   cmake g++ make pkg-config
   ccache                 # compiler cache; CMake uses it when present (cmake/TorchfarmBuildSpeed.cmake)
+  clang-format-14        # tools/check-format.sh (.ci/run): changed C++ lines follow .clang-format
   libtorch-dev
   libturbojpeg0-dev      # JPEG decode stage of the worker pipeline (worker/image_decoder.h)
   libopenblas0-openmp    # without it Debian's libtorch runs on the reference BLAS (~17x slower)

@@ -1,7 +1,7 @@
 // The zygote side of ipc/zygote_protocol.h: a torchfarm-worker started with `--zygote FD` (argv[0]
 // torchfarm-zygote, so ps tells it from a worker) serves launch and fork_zygote requests until the
 // supervisor closes the channel (or dies: PR_SET_PDEATHSIG). A zygote forked by fork_zygote runs
-// this same loop, on its own channel, in its own process (supervisor/zygote_pool.h).
+// this same loop, on its own channel, in its own process (supervisor/workers/zygote_pool.h).
 //
 // Owns nothing LibTorch: by the time main calls RunZygote the process has already paid for
 // loading and initialising LibTorch, which is the point. It must stay single-threaded, and never

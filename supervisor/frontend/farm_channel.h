@@ -15,8 +15,8 @@
 //           "meta": {"id": N} or {"id": N, "model": NAME}.
 // Replies (loop -> DEALER): [header][data frames...], exactly as the job socket's replies. A
 // "meta" reply is {"id": N, "status": "ok", "live": true, "ready": bool, "draining": bool,
-// "models": [ModelMetadataJson...]} (supervisor/model_metadata.h); its FarmReply has the whole
-// object in header.raw and no outputs.
+// "models": [ModelMetadataJson...]} (supervisor/dispatch/model_metadata.h); its FarmReply has the
+// whole object in header.raw and no outputs.
 //
 // Thread rules: Call may be used from the channel's own thread (HTTP sessions on its io_context);
 // Post hands work to that thread from any other (gRPC's threads). `done` always runs on the

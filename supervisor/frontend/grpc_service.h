@@ -42,8 +42,8 @@ void V2ResponseToProto(const V2InferResponse& response, inference::ModelInferRes
 Status FindModelInMeta(const nlohmann::json& meta, const std::string& name,
                        const std::string& version, const nlohmann::json** out);
 
-// ModelMetadataJson (supervisor/model_metadata.h) -> ModelMetadataResponse. INTERNAL when the
-// entry is malformed.
+// ModelMetadataJson (supervisor/dispatch/model_metadata.h) -> ModelMetadataResponse. INTERNAL when
+// the entry is malformed.
 Status ModelMetadataFromJson(const nlohmann::json& model, inference::ModelMetadataResponse* out);
 
 // ServerMetadataResponse: name "torchfarm", the build's version, no extensions.

@@ -7,7 +7,7 @@
 
 #include "common/protocol.h"
 #include "ipc/shm_layout.h"
-#include "supervisor/job_intake.h"
+#include "supervisor/intake/job_intake.h"
 
 namespace torchfarm::fuzz {
 

@@ -19,7 +19,7 @@
 #include <gtest/gtest.h>
 #include <zmq.hpp>
 
-#include "supervisor/run_dir_lock.h"
+#include "supervisor/loop/run_dir_lock.h"
 
 namespace torchfarm::testing {
 

@@ -1,7 +1,7 @@
-// Zero-copy replies (supervisor/pinned_response_ring.h): large outputs leave the supervisor as zmq
-// messages pointing into the worker's response slot. These tests hold the real binaries to what
-// that must not break: every byte of every reply, other clients while one client stops reading,
-// and a worker SIGKILLed while replies still point into its segment.
+// Zero-copy replies (supervisor/workers/pinned_response_ring.h): large outputs leave the supervisor
+// as zmq messages pointing into the worker's response slot. These tests hold the real binaries to
+// what that must not break: every byte of every reply, other clients while one client stops
+// reading, and a worker SIGKILLed while replies still point into its segment.
 #include <signal.h>
 #include <unistd.h>
 

@@ -23,7 +23,7 @@
 
 #include "../integration/farm_fixture.h"
 #include "netns_topology.h"
-#include "supervisor/run_dir_lock.h"
+#include "supervisor/loop/run_dir_lock.h"
 #include "torchfarm/multi_client.h"
 
 namespace torchfarm::testing {

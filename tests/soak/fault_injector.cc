@@ -102,7 +102,7 @@ void FaultInjector::KillOne() {
   if (Pick(-1, &worker)) Kill(worker, "");
 }
 
-// SIGKILLs one of the worker zygotes (supervisor/zygote_pool.h): workers launched meanwhile
+// SIGKILLs one of the worker zygotes (supervisor/workers/zygote_pool.h): workers launched meanwhile
 // fork from the other one; never a restart of a worker slot, so no budget is counted.
 void FaultInjector::KillZygote() {
   const json stats = farm_.Admin("stats", 2'000);

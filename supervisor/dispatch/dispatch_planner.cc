@@ -1,0 +1,71 @@
+#include "supervisor/dispatch/dispatch_planner.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace torchfarm {
+
+void BatchCostModel::Observe(int64_t rows, double compute_us) {
+  const double x = static_cast<double>(std::max<int64_t>(rows, 1));
+  const double w = samples_ == 0 ? 1.0 : weight_;
+  mean_rows_ += w * (x - mean_rows_);
+  mean_us_ += w * (compute_us - mean_us_);
+  mean_rows2_ += w * (x * x - mean_rows2_);
+  mean_rows_us_ += w * (x * compute_us - mean_rows_us_);
+  ++samples_;
+}
+
+double BatchCostModel::per_row_us() const {
+  if (samples_ == 0) return 0;
+  const double variance = mean_rows2_ - mean_rows_ * mean_rows_;
+  if (variance > 0.25) {
+    const double slope = (mean_rows_us_ - mean_rows_ * mean_us_) / variance;
+    // A negative intercept (noise) means no measurable fixed part: fall back to the ratio.
+    if (slope >= 0 && mean_us_ - slope * mean_rows_ >= 0) return slope;
+  }
+  return mean_us_ / mean_rows_;  // one batch size seen so far: all cost counts as per row
+}
+
+double BatchCostModel::fixed_us() const {
+  if (samples_ == 0) return 0;
+  return std::max(0.0, mean_us_ - per_row_us() * mean_rows_);
+}
+
+double BatchCostModel::BatchUs(int64_t rows) const {
+  if (samples_ == 0) return 0;
+  return fixed_us() + per_row_us() * static_cast<double>(rows);
+}
+
+int64_t PlanBatchRows(const SplitInputs& in) {
+  const int64_t whole = std::max<int64_t>(1, std::min(in.queued_rows, in.max_batch_rows));
+  if (in.chosen >= in.workers.size() || in.per_row_us <= 0 || in.queued_rows <= 1) return whole;
+  // Start times of a batch on each accepting worker, lowest first.
+  std::vector<double> bases;
+  for (const WorkerLoad& w : in.workers) {
+    if (w.can_accept) bases.push_back(w.backlog_us + in.fixed_us);
+  }
+  if (bases.size() < 2) return whole;
+  std::sort(bases.begin(), bases.end());
+  // Water-filling: the k cheapest workers share the rows so that they all finish at `level`.
+  const double work = static_cast<double>(in.queued_rows) * in.per_row_us;
+  double level = 0, sum = 0;
+  size_t used = 0;
+  for (size_t k = 1; k <= bases.size(); ++k) {
+    sum += bases[k - 1];
+    level = (work + sum) / static_cast<double>(k);
+    used = k;
+    if (k == bases.size() || level <= bases[k]) break;
+  }
+  const double chosen_base = in.workers[in.chosen].backlog_us + in.fixed_us;
+  const double share = (level - chosen_base) / in.per_row_us;
+  if (share <= 0) return 1;  // the chosen worker is already past the level: the least it can take
+  const int64_t rows = std::clamp<int64_t>(std::llround(share), 1, whole);
+  if (in.queued_rows > in.max_batch_rows) return rows;  // more than one batch anyway
+  // One batch on the chosen worker against the split, whose later batches also wait for the
+  // supervisor to dispatch them.
+  const double one_batch = chosen_base + in.per_row_us * static_cast<double>(whole);
+  const double split = level + in.dispatch_us * static_cast<double>(used - 1);
+  return split < one_batch ? rows : whole;
+}
+
+}  // namespace torchfarm

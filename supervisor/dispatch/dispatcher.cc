@@ -1,0 +1,188 @@
+#include "supervisor/dispatch/dispatcher.h"
+
+#include <algorithm>
+#include <map>
+
+#include "common/log.h"
+#include "supervisor/intake/job_intake.h"
+
+namespace torchfarm {
+
+void Dispatcher::Fail(ServedModel& model, PendingRequest& request, const Status& status) {
+  model.stats.RecordError(clock_.Now());
+  if (metrics_)
+    metrics_->RequestDone(model.config.name, model.config.version, status.code(), request.origin);
+  replies_.SendError(request, status);
+}
+
+void Dispatcher::ApplyQueueWait(const ModelConfig& config, PendingRequest* request) {
+  if (config.max_queue_wait_ms <= 0) return;
+  const TimePoint limit = request->received + Millis(config.max_queue_wait_ms);
+  if (limit < request->deadline) {
+    request->deadline = limit;
+    request->deadline_is_queue_wait = true;
+  }
+}
+
+void Dispatcher::ExpireDeadlines() {
+  TimePoint now = clock_.Now();
+  for (auto& model : models_) {
+    for (auto& r : model.queue.TakeExpired(now)) {
+      const std::string waited = std::to_string(ToMicros(now - r.received) / 1000) + " ms";
+      if (r.deadline_is_queue_wait) {
+        Fail(model, r, Unavailable("no worker of model '" + model.config.name +
+                                          "' took this request within max_queue_wait_ms (" +
+                                          std::to_string(model.config.max_queue_wait_ms) +
+                                          " ms); " + WorkerSummary(model)));
+      } else {
+        Fail(model, r, Status(StatusCode::kDeadlineExceeded,
+                                     "timeout_ms expired after " + waited +
+                                         " in the queue of model '" + model.config.name + "'"));
+      }
+    }
+  }
+}
+
+Status Dispatcher::CheckDeadline(const ServedModel& model, const PendingRequest& request,
+                                 TimePoint now) const {
+  if (request.deadline == TimePoint::max() || request.deadline_is_queue_wait ||
+      !model.cost.known()) {
+    return Status::Ok();
+  }
+  const double running_us = model.cost.BatchUs(model.config.max_batch_size);
+  double earliest_free_us = -1;
+  for (size_t i : model.slots) {
+    const WorkerSlot& slot = *workers_[i];
+    if (slot.state() != SlotState::kReady) continue;
+    const double free_us = std::max(0.0, Backlog(model, slot) - running_us);
+    if (earliest_free_us < 0 || free_us < earliest_free_us) earliest_free_us = free_us;
+  }
+  if (earliest_free_us < 0) return Status::Ok();  // no serving worker: max_queue_wait_ms rules
+  const TimePoint start = now + Micros(static_cast<int64_t>(earliest_free_us));
+  if (start <= request.deadline) return Status::Ok();
+  return Status(StatusCode::kDeadlineExceeded,
+                "timeout_ms of " + std::to_string(ToMicros(request.deadline - request.received) / 1000) +
+                    " ms cannot be met: every worker of model '" + model.config.name +
+                    "' is busy for at least " +
+                    std::to_string(static_cast<int64_t>(earliest_free_us / 1000)) +
+                    " ms more (measured batch cost); refused at once instead of left to expire");
+}
+
+void Dispatcher::UpdateDispatchLead(ServedModel& model) {
+  // Before the first measurement, a millisecond: enough for the loop to wake and hand it over.
+  constexpr int64_t kMinLeadUs = 1'000;
+  const int64_t batch_us =
+      model.cost.known() ? static_cast<int64_t>(model.cost.BatchUs(model.config.max_batch_size))
+                         : 0;
+  model.queue.set_dispatch_lead(Micros(std::max(kMinLeadUs, batch_us)));
+}
+
+std::string Dispatcher::WorkerSummary(const ServedModel& model) const {
+  std::map<std::string, int> states;
+  for (size_t i : model.slots) ++states[SlotStateName(workers_[i]->state())];
+  std::string out;
+  for (const auto& [state, count] : states) {
+    out += (out.empty() ? "" : ", ") + std::to_string(count) + " " + state;
+  }
+  return "workers: " + (out.empty() ? std::string("none") : out);
+}
+
+WorkerSlot* Dispatcher::PickSlot(const ServedModel& model) {
+  WorkerSlot* best = nullptr;
+  double best_backlog = 0;
+  for (size_t i : model.slots) {
+    WorkerSlot* slot = workers_[i];
+    if (!slot->CanAccept()) continue;
+    double backlog = Backlog(model, *slot);
+    if (!best || backlog < best_backlog) {
+      best = slot;
+      best_backlog = backlog;
+    }
+  }
+  return best;
+}
+
+double Dispatcher::Backlog(const ServedModel& model, const WorkerSlot& slot) const {
+  // Before the first measurement every row costs the same.
+  return model.cost.known() ? model.cost.fixed_us() * static_cast<double>(slot.inflight()) +
+                                  model.cost.per_row_us() * static_cast<double>(slot.inflight_rows())
+                            : static_cast<double>(slot.inflight_rows());
+}
+
+int64_t Dispatcher::BatchRowsFor(const ServedModel& model, const WorkerSlot& chosen) const {
+  SplitInputs in;
+  in.queued_rows = model.queue.queued_rows();
+  in.max_batch_rows = model.config.max_batch_size;
+  in.fixed_us = model.cost.known() ? model.cost.fixed_us() : 0;
+  in.per_row_us = model.cost.known() ? model.cost.per_row_us() : 1;
+  in.dispatch_us = dispatch_us_;
+  for (size_t i : model.slots) {
+    const WorkerSlot& slot = *workers_[i];
+    if (&slot == &chosen) in.chosen = in.workers.size();
+    in.workers.push_back({Backlog(model, slot), slot.CanAccept()});
+  }
+  return PlanBatchRows(in);
+}
+
+void Dispatcher::DispatchAll() {
+  for (auto& model : models_) {
+    while (!model.queue.empty()) {
+      WorkerSlot* slot = PickSlot(model);
+      if (!slot) break;
+      const TimePoint now = clock_.Now();
+      // Work-conserving: a due queue is split over the workers that can take it when that
+      // finishes it sooner (supervisor/dispatch/dispatch_planner.h).
+      std::vector<PendingRequest> requests = model.queue.TakeBatch(now, BatchRowsFor(model, *slot));
+      if (requests.empty()) break;
+      FailShrunkRegions(model, &requests);
+      if (requests.empty()) continue;
+      InflightBatch batch;
+      batch.batch_id = next_batch_id_++;
+      for (const auto& r : requests) batch.rows += r.rows;
+      batch.requests = std::move(requests);
+      batch.dispatched = now;
+      if (!slot->Dispatch(batch, options_.shm_in_place)) {
+        TF_LOG(kError) << "worker ring refused a batch it had room for; requeued"
+                       << Kv("worker", slot->id()) << Kv("batch", batch.batch_id);
+        model.queue.PushFront(std::move(batch.requests));
+        break;
+      }
+      if (slot->last_dispatch_in_place()) ++shm_in_place_batches_;
+      dispatch_us_ += 0.05 * (static_cast<double>(ToMicros(clock_.Now() - now)) - dispatch_us_);
+    }
+  }
+}
+
+void Dispatcher::FailShrunkRegions(ServedModel& model, std::vector<PendingRequest>* requests) {
+  auto shrunk = [&](PendingRequest& r) {
+    if (r.input_regions.empty() && !r.output_region) return false;
+    Status s = CheckRegionsIntact(r);
+    if (s.ok()) return false;
+    Fail(model, r, s);
+    return true;
+  };
+  requests->erase(std::remove_if(requests->begin(), requests->end(), shrunk), requests->end());
+}
+
+void Dispatcher::Requeue(InflightBatch& batch, size_t model_index, const std::string& cause,
+                         bool was_running) {
+  ServedModel& model = models_[model_index];
+  std::vector<PendingRequest> retry;
+  for (auto& r : batch.requests) {
+    if (was_running) {
+      // Each request of a batch that killed its worker runs alone from now on, so a poison
+      // request fails by itself and its batch-mates succeed.
+      ++r.attempts;
+      r.batchable = false;
+    }
+    if (r.attempts > options_.max_retries) {
+      Fail(model, r, Internal("worker crashed while running this request (" + cause + "); tried " +
+                             std::to_string(r.attempts) + " times"));
+    } else {
+      retry.push_back(std::move(r));
+    }
+  }
+  model.queue.PushFront(std::move(retry));
+}
+
+}  // namespace torchfarm

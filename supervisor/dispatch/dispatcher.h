@@ -1,0 +1,85 @@
+// Turns queued requests into batches on workers, and takes back what a dead worker held.
+//
+// Owns: the dispatch policy (the least-loaded worker that can accept; work-conserving batch sizes
+// from the planner, supervisor/dispatch/dispatch_planner.h), requeueing after a worker died
+// (attempts counted, the requests of a batch that was running retried alone so a poison request
+// fails by itself after max_retries), queue deadlines (a client's timeout_ms: DEADLINE_EXCEEDED;
+// the model's max_queue_wait_ms: UNAVAILABLE naming the workers' states), and answering a request
+// with an error against its model's counters. Works on the Supervisor's models and worker pool
+// and answers through its ReplyWriter. Runs on the supervisor's loop thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "supervisor/admin/metrics_exporter.h"
+#include "supervisor/dispatch/reply_writer.h"
+#include "supervisor/models/served_model.h"
+#include "supervisor/workers/worker_pool.h"
+
+namespace torchfarm {
+
+class Dispatcher {
+ public:
+  struct Options {
+    int max_retries = 2;        // times one request may be requeued after its worker died
+    bool shm_in_place = true;   // client_shm.in_place, and regions owner-only (no ipc_group)
+  };
+
+  Dispatcher(std::vector<ServedModel>& models, WorkerPool& workers, ReplyWriter& replies,
+             const TimeSource& clock)
+      : models_(models), workers_(workers), replies_(replies), clock_(clock) {}
+
+  void set_options(Options options) { options_ = options; }
+  void set_metrics(MetricsExporter* metrics) { metrics_ = metrics; }
+
+  // Sends every due batch to a worker that can take it.
+  void DispatchAll();
+  // Puts back the requests of a batch its worker held when it died. `was_running`: the batch was
+  // on the device, so each of its requests counts an attempt and runs alone from now on.
+  void Requeue(InflightBatch& batch, size_t model_index, const std::string& cause,
+               bool was_running);
+  // Answers the queued requests whose deadline passed.
+  void ExpireDeadlines();
+  // DEADLINE_EXCEEDED when `request`'s timeout_ms cannot be met even if a worker took it next:
+  // every serving worker of `model` is busy past its deadline by the measured batch cost (a lower
+  // bound: the batch running on each may end at once). OK when it might be served in time, and
+  // before the model's cost is known.
+  Status CheckDeadline(const ServedModel& model, const PendingRequest& request,
+                       TimePoint now) const;
+  // Keeps the queue's dispatch lead at the model's measured batch time, so a batch with a
+  // deadline in it leaves while it can still be served (supervisor/dispatch/model_queue.h).
+  static void UpdateDispatchLead(ServedModel& model);
+  // Answers an accepted request with an error and counts it against its model.
+  void Fail(ServedModel& model, PendingRequest& request, const Status& status);
+  // "workers: 1 ready, 1 restarting": what an UNAVAILABLE answer tells the client.
+  std::string WorkerSummary(const ServedModel& model) const;
+  // Caps a request's time in the queue at the model's max_queue_wait_ms.
+  static void ApplyQueueWait(const ModelConfig& config, PendingRequest* request);
+
+  uint64_t in_place_batches() const { return shm_in_place_batches_; }
+
+ private:
+  WorkerSlot* PickSlot(const ServedModel& model);
+  // Estimated cost of the batches `slot` holds, in the model's measured microseconds.
+  double Backlog(const ServedModel& model, const WorkerSlot& slot) const;
+  // Rows the next batch for `chosen` may take (dispatch_planner.h).
+  int64_t BatchRowsFor(const ServedModel& model, const WorkerSlot& chosen) const;
+  // Answers (with the reason) and removes the requests whose client truncated a region they use.
+  void FailShrunkRegions(ServedModel& model, std::vector<PendingRequest>* requests);
+
+  std::vector<ServedModel>& models_;
+  WorkerPool& workers_;
+  ReplyWriter& replies_;
+  const TimeSource& clock_;
+  MetricsExporter* metrics_ = nullptr;
+  Options options_;
+  uint64_t next_batch_id_ = 1;
+  double dispatch_us_ = 0;  // moving average of the supervisor's own work per batch dispatched
+  uint64_t shm_in_place_batches_ = 0;  // handed to workers naming client regions (no ring copy)
+};
+
+}  // namespace torchfarm

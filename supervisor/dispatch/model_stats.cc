@@ -1,0 +1,100 @@
+#include "supervisor/dispatch/model_stats.h"
+
+#include <algorithm>
+
+namespace torchfarm {
+
+using nlohmann::json;
+
+void WindowedHistogram::Rotate(TimePoint now) const {
+  if (rotated_ == TimePoint{}) rotated_ = now;
+  if (now - rotated_ < kRotation) return;
+  // Two rotations without traffic leave nothing recent.
+  previous_ = now - rotated_ < 2 * kRotation ? current_ : LatencyHistogram();
+  current_.Reset();
+  rotated_ = now;
+}
+
+void WindowedHistogram::Record(int64_t micros, TimePoint now) {
+  Rotate(now);
+  current_.Record(micros);
+}
+
+LatencyHistogram WindowedHistogram::Snapshot(TimePoint now) const {
+  Rotate(now);
+  LatencyHistogram merged = current_;
+  merged.Merge(previous_);
+  return merged;
+}
+
+void ModelStats::CountCompletion(TimePoint now) {
+  int64_t second = std::chrono::duration_cast<std::chrono::seconds>(now - started_).count();
+  size_t index = static_cast<size_t>(second) % kSeconds;
+  if (second_of_[index] != second) {
+    second_of_[index] = second;
+    completed_[index] = 0;
+  }
+  ++completed_[index];
+}
+
+void ModelStats::RecordOk(int64_t queue_us, int64_t compute_us, int64_t total_us, TimePoint now) {
+  ++requests_;
+  queue_.Record(queue_us, now);
+  compute_.Record(compute_us, now);
+  total_.Record(total_us, now);
+  CountCompletion(now);
+}
+
+void ModelStats::RecordError(TimePoint now) {
+  ++errors_;
+  CountCompletion(now);
+}
+
+void ModelStats::RecordBatch(int64_t rows) {
+  ++batches_;
+  rows_ += static_cast<uint64_t>(std::max<int64_t>(0, rows));
+}
+
+double ModelStats::ThroughputOver(TimePoint now, int seconds) const {
+  int64_t current = std::chrono::duration_cast<std::chrono::seconds>(now - started_).count();
+  // Whole seconds only: the current one is still being counted.
+  int64_t span = std::min<int64_t>(seconds, current);
+  if (span <= 0) return 0.0;
+  uint64_t sum = 0;
+  for (int64_t s = current - span; s < current; ++s) {
+    size_t index = static_cast<size_t>(s) % kSeconds;
+    if (second_of_[index] == s) sum += completed_[index];
+  }
+  return static_cast<double>(sum) / static_cast<double>(span);
+}
+
+void ModelStats::RecordStages(const StageTimes& times, TimePoint now) {
+  has_stages_ = true;
+  if (times.decode_us >= 0) decode_.Record(times.decode_us, now);
+  if (times.preprocess_us >= 0) preprocess_.Record(times.preprocess_us, now);
+  if (times.postprocess_us >= 0) postprocess_.Record(times.postprocess_us, now);
+}
+
+json ModelStats::ToJson(TimePoint now) const {
+  auto stage = [&](const WindowedHistogram& h) {
+    LatencyHistogram snapshot = h.Snapshot(now);
+    return json{{"p50", snapshot.Percentile(50)}, {"p99", snapshot.Percentile(99)},
+                {"count", snapshot.count()}};
+  };
+  json latency = {{"queue", stage(queue_)}, {"compute", stage(compute_)}, {"total", stage(total_)}};
+  if (has_stages_) {
+    latency["decode"] = stage(decode_);
+    latency["preprocess"] = stage(preprocess_);
+    latency["postprocess"] = stage(postprocess_);
+  }
+  return {{"requests", requests_},
+          {"errors", errors_},
+          {"rejected", rejected_},
+          {"batches", batches_},
+          {"mean_batch_size", mean_batch_size()},
+          {"latency_us", latency},
+          {"throughput_rps_1s", ThroughputOver(now, 1)},
+          {"throughput_rps_60s", ThroughputOver(now, 60)}};
+}
+
+}  // namespace torchfarm

@@ -1,0 +1,62 @@
+#include "supervisor/dispatch/reply_backlog.h"
+
+namespace torchfarm {
+
+struct ReplyBacklog::Block {
+  std::shared_ptr<Counter> counter;
+  int64_t bytes = 0;
+  std::string text;
+};
+
+void ReplyBacklog::Free(void* /*data*/, void* hint) {
+  // libzmq's I/O thread (or the loop thread, for a message that was never queued).
+  auto* block = static_cast<Block*>(hint);
+  block->counter->replies.fetch_sub(1, std::memory_order_relaxed);
+  block->counter->bytes.fetch_sub(block->bytes, std::memory_order_relaxed);
+  delete block;  // the shared_ptr's count is atomic: the loop may be sweeping meanwhile
+}
+
+zmq::message_t ReplyBacklog::TrackedHeader(const std::string& client, const std::string& header,
+                                           uint64_t reply_bytes) {
+  std::shared_ptr<Counter>& counter = clients_[client];
+  if (!counter) counter = std::make_shared<Counter>();
+  auto block = std::make_unique<Block>();
+  block->counter = counter;
+  block->bytes = static_cast<int64_t>(reply_bytes);
+  block->text = header;
+  counter->replies.fetch_add(1, std::memory_order_relaxed);
+  counter->bytes.fetch_add(block->bytes, std::memory_order_relaxed);
+  Block* raw = block.release();
+  // From here the message owns the block: its destructor or libzmq runs Free exactly once.
+  return zmq::message_t(raw->text.data(), raw->text.size(), &Free, raw);
+}
+
+ReplyBacklog::Counts ReplyBacklog::Of(const std::string& client) const {
+  auto it = clients_.find(client);
+  if (it == clients_.end()) return {};
+  return {it->second->replies.load(std::memory_order_relaxed),
+          it->second->bytes.load(std::memory_order_relaxed)};
+}
+
+ReplyBacklog::Counts ReplyBacklog::Total() const {
+  Counts total;
+  for (const auto& [client, counter] : clients_) {
+    total.replies += counter->replies.load(std::memory_order_relaxed);
+    total.bytes += counter->bytes.load(std::memory_order_relaxed);
+  }
+  return total;
+}
+
+size_t ReplyBacklog::Sweep() {
+  for (auto it = clients_.begin(); it != clients_.end();) {
+    // Only blocks add references, and only this thread makes blocks: one reference left is ours.
+    if (it->second.use_count() == 1) {
+      it = clients_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return clients_.size();
+}
+
+}  // namespace torchfarm

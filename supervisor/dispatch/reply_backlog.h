@@ -1,0 +1,57 @@
+// How many replies each ZeroMQ client has not taken off the job socket yet, and how many bytes.
+//
+// A ROUTER socket queues replies to each peer in a pipe of its own; a client that stops reading
+// fills its pipe and then its connection's kernel buffers, and everything in the pipe stays in
+// the supervisor's memory (or pins a worker's response slot,
+// supervisor/workers/pinned_response_ring.h). libzmq does not say how full a pipe is, so the reply
+// writer counts it: the header frame of each reply is a message whose free callback (libzmq's I/O
+// thread, once the frame is taken from the pipe for the wire) takes the reply off its client's
+// count. Frames leave a pipe in order, so the count is the replies whose header libzmq has not
+// taken yet: at most the reply being written (its data frames) is outside it.
+//
+// Owns: a counter per client routing id (shared with the messages in flight; an entry is
+// forgotten once its client has nothing outstanding). Threads: the loop thread calls everything;
+// libzmq's I/O threads run the free callback (two atomic subtractions and a delete).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include <zmq.hpp>
+
+namespace torchfarm {
+
+class ReplyBacklog {
+ public:
+  struct Counts {
+    int64_t replies = 0;
+    int64_t bytes = 0;
+  };
+
+  // The header frame of a reply of `reply_bytes` in all to the client with routing id `client`,
+  // counted against that client until libzmq frees it (sent, or dropped unsent).
+  zmq::message_t TrackedHeader(const std::string& client, const std::string& header,
+                               uint64_t reply_bytes);
+  // What `client` has not taken yet.
+  Counts Of(const std::string& client) const;
+  // What every client has not taken yet, together.
+  Counts Total() const;
+  // Forgets clients with nothing outstanding; returns how many clients remain.
+  size_t Sweep();
+  size_t clients() const { return clients_.size(); }
+
+ private:
+  struct Counter {
+    std::atomic<int64_t> replies{0};
+    std::atomic<int64_t> bytes{0};
+  };
+  struct Block;  // one tracked header: its bytes and its counter (reply_backlog.cc)
+  static void Free(void* data, void* hint);
+
+  std::unordered_map<std::string, std::shared_ptr<Counter>> clients_;
+};
+
+}  // namespace torchfarm

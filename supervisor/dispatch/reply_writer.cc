@@ -1,0 +1,166 @@
+#include "supervisor/dispatch/reply_writer.h"
+
+#include <cerrno>
+
+#include "common/log.h"
+#include "common/shm_reference.h"
+#include "ipc/guarded_copy.h"
+#include "supervisor/intake/job_intake.h"
+
+namespace torchfarm {
+
+namespace {
+const std::vector<std::string> kNoNames;
+}  // namespace
+
+Status ReplyWriter::AcquireQuota(PendingRequest& request, zmq::message_t& header_frame,
+                                 bool per_key) {
+  if (request.origin == RequestOrigin::kZmq) {
+    request.client = ClientKey(request.identity, header_frame, per_key);
+  }
+  if (!quota_.TryAcquire(request.client)) {
+    return ResourceExhausted(
+        "this client already has " + std::to_string(quota_.held(request.client)) +
+        " requests queued or running, the most one client may have "
+        "(limits.max_queued_per_client); wait for replies before sending more");
+  }
+  request.quota_held = true;
+  return Status::Ok();
+}
+
+Status ReplyWriter::CheckUnread(const PendingRequest& request) const {
+  if (request.origin != RequestOrigin::kZmq) return Status::Ok();
+  const ReplyBacklog::Counts unread = backlog_.Of(request.identity.to_string());
+  if (unread.replies < max_unread_replies_ && unread.bytes < max_unread_bytes_) {
+    return Status::Ok();
+  }
+  return ResourceExhausted(
+      "this client has " + std::to_string(unread.replies) + " replies (" +
+      std::to_string(unread.bytes) + " bytes) it has not read yet; the most is " +
+      std::to_string(max_unread_replies_) + " replies or " + std::to_string(max_unread_bytes_) +
+      " bytes (limits.max_unread_replies_per_client, max_unread_reply_bytes_per_client): read "
+      "replies before sending more");
+}
+
+void ReplyWriter::CountUndeliverable(const PendingRequest& request, int error) {
+  const bool gone = error == EHOSTUNREACH;
+  ++(gone ? undeliverable_.gone : undeliverable_.full);
+  if (undeliverable_hook_) undeliverable_hook_(gone ? "gone" : "full");
+  // One line a second at most: a client that vanished with many replies due is one event.
+  ++unlogged_undeliverable_;
+  const TimePoint now = Clock::now();
+  if (now - last_undeliverable_log_ < Millis(1'000)) return;
+  TF_LOG(kWarn) << (gone ? "replies to clients that disconnected were not delivered"
+                         : "replies to clients whose pipe is full were not delivered")
+                << Kv("replies", unlogged_undeliverable_) << Kv("last_id", request.id.dump())
+                << Kv("protocol", std::string(RequestOriginName(request.origin)));
+  last_undeliverable_log_ = now;
+  unlogged_undeliverable_ = 0;
+}
+
+bool ReplyWriter::SendEnvelope(zmq::socket_t& socket, PendingRequest& request) {
+  if (&socket != &jobs_) {
+    socket.send(request.identity, zmq::send_flags::sndmore);
+    return true;
+  }
+  // ROUTER_MANDATORY decides on the first frame: unknown peer (EHOSTUNREACH) or a full pipe
+  // (EAGAIN); once it is taken, the rest of the message is too.
+  try {
+    if (socket.send(request.identity, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      return true;
+    }
+    CountUndeliverable(request, EAGAIN);
+  } catch (const zmq::error_t& e) {
+    CountUndeliverable(request, e.num());
+  }
+  return false;
+}
+
+void ReplyWriter::Send(PendingRequest& request, const std::string& header,
+                       std::vector<zmq::message_t>* frames) {
+  const bool has_frames = frames && !frames->empty();
+  if (request.quota_held) {
+    quota_.Release(request.client);
+    request.quota_held = false;
+  }
+  // The request is done with its client regions: let go of them before the client can see the
+  // reply, so a region released meanwhile has lost its name by then (the frames over it first).
+  request.frames.clear();
+  request.input_regions.clear();
+  request.output_region.reset();
+  zmq::socket_t& socket =
+      request.origin != RequestOrigin::kZmq && frontend_ ? *frontend_ : jobs_;
+  // Everything that allocates happens before the envelope goes: once its first frame is taken, a
+  // throw would leave the ROUTER mid-message and the next reply's envelope in this one's body.
+  zmq::message_t header_frame;
+  if (&socket == &jobs_) {
+    uint64_t bytes = header.size();
+    if (has_frames) {
+      for (const auto& frame : *frames) bytes += frame.size();
+    }
+    // Keyed by the routing id, read before sending empties the message.
+    header_frame = backlog_.TrackedHeader(request.identity.to_string(), header, bytes);
+  } else {
+    header_frame = zmq::message_t(header.data(), header.size());
+  }
+  if (!SendEnvelope(socket, request)) {
+    if (frames) frames->clear();  // pinned frames let go of their slot now, not at the next reply
+    return;
+  }
+  if (request.has_delimiter) socket.send(zmq::message_t(), zmq::send_flags::sndmore);
+  socket.send(header_frame, has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  if (!has_frames) return;
+  for (size_t i = 0; i < frames->size(); ++i) {
+    socket.send((*frames)[i],
+                i + 1 < frames->size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+}
+
+void ReplyWriter::SendError(PendingRequest& request, const Status& status) {
+  Send(request, MakeErrorReply(request.id, status), nullptr);
+}
+
+Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
+  const std::vector<std::string>& names = share.output_names ? *share.output_names : kNoNames;
+  std::vector<std::pair<const uint8_t*, uint64_t>> slices;  // this request's bytes per output
+  for (size_t i = 0; i < share.outputs.size(); ++i) {
+    slices.push_back(share.view->OutputRows(i, share.first_row, request.rows));
+    if (share.batched) share.outputs[i].shape[0] = request.rows;
+  }
+  frames_.clear();
+  if (request.output_shm.used()) {
+    // In place, ReadResponse checked the worker put the outputs at these offsets.
+    Status placed = PlaceOutputs(share.outputs, request.output_shm, &shm_offsets_);
+    if (placed.ok() && !share.outputs_in_place) placed = CheckRegionsIntact(request);
+    for (size_t i = 0; placed.ok() && !share.outputs_in_place && i < slices.size(); ++i) {
+      if (!ipc::GuardedCopy(request.output_region->data() + shm_offsets_[i], slices[i].first,
+                            slices[i].second)) {
+        placed = InvalidArgument("output_shm: the region shrank while output " +
+                                 std::to_string(i) + " was written into it");
+      }
+    }
+    if (!placed.ok()) return placed;
+    const std::string region = request.output_shm.region;
+    Send(request,
+         MakeOkReply(request.id, share.outputs, names, share.timing, share.worker_id, region,
+                     &shm_offsets_),
+         &frames_);
+    return Status::Ok();
+  }
+  // A client with replies still in its pipe may not be reading: a pinned slot would wait on it,
+  // and the worker with it. Its replies are copied, which frees the slot at once.
+  const bool reading = request.origin != RequestOrigin::kZmq ||
+                       backlog_.Of(request.identity.to_string()).replies == 0;
+  for (const auto& [bytes, length] : slices) {
+    if (share.may_pin && reading && length >= kZeroCopyMinBytes) {
+      frames_.push_back(share.ring->PinFrame(bytes, length));
+    } else {
+      frames_.emplace_back(bytes, length);
+    }
+  }
+  Send(request, MakeOkReply(request.id, share.outputs, names, share.timing, share.worker_id),
+       &frames_);
+  return Status::Ok();
+}
+
+}  // namespace torchfarm

@@ -1,0 +1,59 @@
+// One accepted client request while the supervisor holds it: queued, or in flight on a worker.
+//
+// Owns: the client's routing envelope and the received tensor frames (zero-copy zmq messages, so
+// the only copy of the bytes is the one into the ring slot). An input from a client shared-memory
+// region is a frame that points into the region, which the request keeps mapped until it is
+// answered, as it does the region its outputs go to. Lives on the supervisor's loop thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "common/clock.h"
+#include "common/shm_reference.h"
+#include "common/tensor_spec.h"
+#include "ipc/shared_region.h"
+#include "supervisor/intake/request_origin.h"
+
+namespace torchfarm {
+
+struct PendingRequest {
+  zmq::message_t identity;     // ROUTER routing id of the client (or of a front-end channel)
+  RequestOrigin origin = RequestOrigin::kZmq;  // the socket the reply goes back on
+  bool has_delimiter = false;  // REQ clients put an empty frame before the header; echo it
+  nlohmann::json id;
+  std::vector<TensorSpec> inputs;
+  std::vector<zmq::message_t> frames;  // one per input
+  // Empty, or one entry per input: where an input in a client region lies (unused: a frame), and
+  // the region itself (null for frames), which its frame points into.
+  std::vector<ShmRef> input_shm;
+  std::vector<std::shared_ptr<ipc::SharedRegion>> input_regions;
+  ShmRef output_shm;  // used(): the outputs go to this range of output_region, not to frames
+  std::shared_ptr<ipc::SharedRegion> output_region;
+  int64_t rows = 1;         // dim 0 shared by every input; what batching counts
+  bool batchable = true;    // false when inputs disagree on dim 0 or a scalar is involved
+  uint64_t slot_bytes = 0;  // bytes this request takes in a ring slot (64-byte aligned tensors)
+  TimePoint received{};
+  TimePoint deadline = TimePoint::max();
+  bool deadline_is_queue_wait = false;  // `deadline` is max_queue_wait_ms, not the client's timeout
+  int priority = 0;
+  // Fair queueing (supervisor/dispatch/model_queue.h): the virtual time, in rows served by the
+  // request's priority level, at which this request's turn starts. Set by ModelQueue::Push.
+  int64_t fair_tag = 0;
+  int attempts = 0;  // times this request was handed to a worker that then died
+  // What limits.max_queued_per_client counts by: ClientKey for the job socket, the front end's
+  // "http <peer>" / "grpc <peer>" for the others.
+  std::string client;
+  bool quota_held = false;  // counted in the supervisor's ClientQuota until answered
+};
+
+// True when `a` and `b` may share a batch: same number of inputs, and for each input the same
+// dtype and the same shape after dim 0.
+bool BatchCompatible(const PendingRequest& a, const PendingRequest& b);
+
+}  // namespace torchfarm

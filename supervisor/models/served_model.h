@@ -1,0 +1,48 @@
+// One model as the supervisor serves it: its config, the queue of its accepted requests, its
+// counters, the worker slots that run it and the measured cost of its batches. Plain state, owned
+// by the Supervisor (one per model, in config order, never erased: a reload marks a dropped
+// model `removed`); the Dispatcher, the admin service and reload work on it. Loop thread only.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/config.h"
+#include "supervisor/dispatch/dispatch_planner.h"
+#include "supervisor/dispatch/model_queue.h"
+#include "supervisor/dispatch/model_stats.h"
+#include "supervisor/models/file_identity.h"
+#include "supervisor/models/model_rollout.h"
+
+namespace torchfarm {
+
+struct ServedModel {
+  ModelConfig config;
+  ModelQueue queue;
+  ModelStats stats;
+  std::vector<size_t> slots;  // indices into the WorkerPool (retired slots are removed)
+  bool removed = false;       // dropped by a reload: serves its queue, accepts nothing new
+  BatchCostModel cost;        // a batch's compute time against its rows (dispatch_planner.h)
+  // The model file as it was when the workers running `config` were planned (file_identity.h):
+  // a reload compares it with the file now to notice a file rewritten in place.
+  FileIdentity file{};
+  // The last rolling replacement of its workers (model_rollout.h).
+  ModelRollout rollout{};
+  // What the model returns, as learned from a worker's warm-up report or the first batch answered
+  // (model_metadata.h, LearnOutputs); dim 0 is -1 when the model batches. Learned for the model
+  // file at `outputs_learned_for` (empty: not yet); a reload to another path learns anew.
+  std::vector<TensorSpec> learned_outputs{};
+  std::string outputs_learned_for{};
+  // Dropped by a reload while a newer version of the same name was not loaded yet: still served
+  // (pinned requests, and unpinned ones while it is the latest loaded) until another version of
+  // its name has a ready worker; then `removed` (Supervisor::RetireReplacedVersions).
+  bool retire_when_replaced = false;
+  // Warm standby workers (spare_policy.h): indices into the WorkerPool, sent no batches. A
+  // promotion swaps an entry of `slots` with one of `spares`.
+  std::vector<size_t> spares{};
+  uint64_t spare_promotions{0};
+};
+
+}  // namespace torchfarm

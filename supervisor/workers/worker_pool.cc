@@ -1,0 +1,116 @@
+#include "supervisor/workers/worker_pool.h"
+
+#include <signal.h>
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "ipc/control_protocol.h"
+#include "supervisor/loop/resource_errors.h"
+
+namespace torchfarm {
+
+void WorkerPool::Configure(LaunchContext context, RestartPolicy policy) {
+  context_ = std::move(context);
+  policy_ = std::move(policy);
+}
+
+size_t WorkerPool::Add(const ModelConfig& model, const InstanceConfig& instance,
+                       size_t model_index) {
+  slots_.push_back(
+      std::make_unique<WorkerSlot>(static_cast<int>(slots_.size()), model, instance, model_index));
+  return slots_.size() - 1;
+}
+
+void WorkerPool::Launch(WorkerSlot& slot) {
+  if (launches_this_turn_ >= kMaxLaunchesPerTurn &&
+      (slot.state() == SlotState::kStopped || slot.state() == SlotState::kBackoff)) {
+    slot.DeferLaunch(clock_.Now(), "launch paced: " + std::to_string(kMaxLaunchesPerTurn) +
+                                       " launches this loop turn already");
+    return;
+  }
+  ++launches_this_turn_;
+  Status s = slot.Launch(context_, clock_.Now(), policy_);
+  if (!s.ok()) {
+    // The slot backs off and tries again: fork or descriptors running out is the machine's
+    // state, not a reason to stop serving for good.
+    TF_LOG(kError) << "cannot launch worker; will retry" << Kv("worker", slot.id())
+                   << Kv("model", slot.model_name()) << Kv("error", s.message());
+    ResourceErrors::Instance().Note("worker launch", s.message(), clock_.Now());
+  }
+}
+
+void WorkerPool::LaunchDue() {
+  launches_this_turn_ = 0;
+  const TimePoint now = clock_.Now();
+  for (auto& slot : slots_) {
+    if (launches_this_turn_ >= kMaxLaunchesPerTurn) break;  // the rest stay due: next turn
+    if (slot->RestartDue(now)) Launch(*slot);
+  }
+}
+
+Clock::duration WorkerPool::HeartbeatLimit(const WorkerSlot& slot) {
+  // The interval the process was launched with: a reload changes only the next launch's.
+  return slot.heartbeat() * ipc::kLivenessHeartbeats;
+}
+
+void WorkerPool::KillUnresponsive(const HangLimit& hang_limit) {
+  const TimePoint now = clock_.Now();
+  for (auto& slot : slots_) {
+    std::string why;
+    const Millis hang = hang_limit(*slot);
+    if (slot->LivenessExpired(now, HeartbeatLimit(*slot))) {
+      why = "no heartbeat for " + std::to_string(ToMicros(now - slot->last_heard()) / 1000) + " ms";
+    } else if (slot->HangExpired(now, hang)) {
+      why = "batch ran longer than hang_timeout_ms (" + std::to_string(hang.count()) + " ms)";
+    } else if (slot->StopExpired(now)) {
+      why = "did not stop within " + std::to_string(WorkerSlot::kStopGrace.count()) +
+            " ms of being asked";
+    } else {
+      continue;
+    }
+    TF_LOG(kWarn) << "worker unresponsive; killing it" << Kv("worker", slot->id())
+                  << Kv("pid", slot->pid()) << Kv("why", why);
+    slot->NoteKill("worker hung: " + why);
+    ::kill(slot->pid(), SIGKILL);
+    slot->OnKillSent(now);  // one kill per silence; the exit arrives through SIGCHLD
+  }
+}
+
+TimePoint WorkerPool::NextDeadline(const HangLimit& hang_limit, bool restarts_paused) const {
+  TimePoint next = TimePoint::max();
+  for (const auto& slot : slots_) {
+    // Paused restarts (a draining farm) would wake the loop for nothing, over and over.
+    if (restarts_paused && slot->pid() <= 0) continue;
+    next = std::min(next, slot->NextDeadline(HeartbeatLimit(*slot), hang_limit(*slot)));
+  }
+  return next;
+}
+
+WorkerSlot* WorkerPool::FindByPid(pid_t pid) {
+  for (auto& slot : slots_) {
+    if (slot->pid() == pid) return slot.get();
+  }
+  return nullptr;
+}
+
+WorkerSlot* WorkerPool::FindByRoutingId(const std::string& routing_id) {
+  for (auto& slot : slots_) {
+    if (slot->pid() > 0 && ipc::WorkerRoutingId(slot->id(), slot->generation()) == routing_id) {
+      return slot.get();
+    }
+  }
+  return nullptr;
+}
+
+bool WorkerPool::AllExited() const {
+  return std::all_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->pid() <= 0; });
+}
+
+void WorkerPool::KillAll() {
+  for (auto& slot : slots_) {
+    if (slot->pid() > 0) ::kill(slot->pid(), SIGKILL);
+  }
+}
+
+}  // namespace torchfarm

@@ -1,0 +1,83 @@
+// Work-conserving batch sizing (supervisor/dispatch/dispatch_planner.h) as pure functions.
+#include "supervisor/dispatch/dispatch_planner.h"
+
+#include <gtest/gtest.h>
+
+namespace torchfarm {
+namespace {
+
+SplitInputs Idle(int workers, int64_t queued, int64_t max_batch, double fixed, double per_row) {
+  SplitInputs in;
+  in.queued_rows = queued;
+  in.max_batch_rows = max_batch;
+  in.fixed_us = fixed;
+  in.per_row_us = per_row;
+  in.workers.assign(static_cast<size_t>(workers), WorkerLoad{0, true});
+  return in;
+}
+
+TEST(DispatchPlannerTest, TwoIdleWorkersSplitAQueueOfSixteen) {
+  // Issue 15, case 5: 16 clients, max_batch_size 16, two idle workers: 8 rows each.
+  EXPECT_EQ(PlanBatchRows(Idle(2, 16, 16, 50, 10)), 8);
+  EXPECT_EQ(PlanBatchRows(Idle(3, 16, 16, 50, 10)), 5);
+  EXPECT_EQ(PlanBatchRows(Idle(4, 16, 32, 0, 1)), 4);
+}
+
+TEST(DispatchPlannerTest, OneAcceptingWorkerTakesTheWholeQueue) {
+  SplitInputs in = Idle(2, 16, 16, 50, 10);
+  in.workers[1].can_accept = false;
+  EXPECT_EQ(PlanBatchRows(in), 16);
+  EXPECT_EQ(PlanBatchRows(Idle(1, 40, 16, 50, 10)), 16) << "never more than max_batch_size";
+}
+
+TEST(DispatchPlannerTest, ABusyWorkerGetsLessOrNothing) {
+  SplitInputs in = Idle(2, 16, 16, 0, 10);
+  in.workers[1].backlog_us = 80;  // 8 rows' worth already queued there
+  EXPECT_EQ(PlanBatchRows(in), 12) << "water-filling: 12 + 0 here, 4 + 8 there";
+  in.workers[1].backlog_us = 1000;
+  EXPECT_EQ(PlanBatchRows(in), 16) << "the other worker is far behind: one batch here";
+}
+
+TEST(DispatchPlannerTest, TheChosenWorkerPastTheLevelTakesOneRow) {
+  SplitInputs in = Idle(2, 4, 16, 0, 10);
+  in.workers[0].backlog_us = 500;
+  in.chosen = 0;
+  EXPECT_EQ(PlanBatchRows(in), 1);
+}
+
+TEST(DispatchPlannerTest, WhenDispatchCostsMoreThanTheSplitSavesOneBatchGoes) {
+  SplitInputs in = Idle(2, 4, 16, 10, 1);  // splitting saves 2 us of compute
+  in.dispatch_us = 50;                      // and costs 50 us of supervisor work
+  EXPECT_EQ(PlanBatchRows(in), 4);
+  in.dispatch_us = 0.5;
+  EXPECT_EQ(PlanBatchRows(in), 2);
+}
+
+TEST(DispatchPlannerTest, FreeRowsOrASingleRowNeverSplit) {
+  EXPECT_EQ(PlanBatchRows(Idle(2, 16, 16, 50, 0)), 16) << "nothing to gain per row";
+  EXPECT_EQ(PlanBatchRows(Idle(2, 1, 16, 50, 10)), 1);
+  EXPECT_EQ(PlanBatchRows(Idle(2, 0, 16, 50, 10)), 1) << "at least one row";
+}
+
+TEST(BatchCostModelTest, FitsFixedAndPerRowCost) {
+  BatchCostModel cost(0.2);
+  EXPECT_FALSE(cost.known());
+  EXPECT_EQ(cost.BatchUs(8), 0);
+  for (int i = 0; i < 200; ++i) {
+    cost.Observe(4, 100 + 4 * 10);
+    cost.Observe(16, 100 + 16 * 10);
+  }
+  EXPECT_NEAR(cost.per_row_us(), 10, 0.5);
+  EXPECT_NEAR(cost.fixed_us(), 100, 5);
+  EXPECT_NEAR(cost.BatchUs(8), 180, 5);
+}
+
+TEST(BatchCostModelTest, OneBatchSizeCountsEverythingPerRow) {
+  BatchCostModel cost;
+  for (int i = 0; i < 10; ++i) cost.Observe(16, 320);
+  EXPECT_NEAR(cost.per_row_us(), 20, 1e-9);
+  EXPECT_NEAR(cost.fixed_us(), 0, 1e-9);
+}
+
+}  // namespace
+}  // namespace torchfarm

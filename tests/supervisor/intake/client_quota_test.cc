@@ -1,0 +1,42 @@
+// ClientQuota: one client cannot hold more than its share; others are unaffected; released
+// entries disappear so the map stays as small as the supervisor's request count.
+#include "supervisor/intake/client_quota.h"
+
+#include <gtest/gtest.h>
+
+namespace torchfarm {
+namespace {
+
+TEST(ClientQuotaTest, OneClientIsCappedOthersAreNot) {
+  ClientQuota quota(3);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(quota.TryAcquire("noisy"));
+  EXPECT_FALSE(quota.TryAcquire("noisy"));
+  EXPECT_EQ(quota.held("noisy"), 3);
+  EXPECT_TRUE(quota.TryAcquire("quiet"));
+  quota.Release("noisy");
+  EXPECT_TRUE(quota.TryAcquire("noisy"));
+  EXPECT_FALSE(quota.TryAcquire("noisy"));
+}
+
+TEST(ClientQuotaTest, ReleasedClientsAreForgotten) {
+  ClientQuota quota(2);
+  for (int i = 0; i < 1000; ++i) {
+    std::string client = "c" + std::to_string(i);
+    ASSERT_TRUE(quota.TryAcquire(client));
+    quota.Release(client);
+  }
+  EXPECT_EQ(quota.clients(), 0u);
+  quota.Release("never-seen");  // harmless
+  EXPECT_EQ(quota.clients(), 0u);
+}
+
+TEST(ClientQuotaTest, KeyIsTheRoutingIdWithoutCurve) {
+  zmq::message_t identity(std::string("\0abc", 4));
+  zmq::message_t payload(std::string("{}"));
+  EXPECT_EQ(ClientKey(identity, payload, false), std::string("\0abc", 4));
+  // No ZAP User-Id on a locally built message: the routing id is the fallback.
+  EXPECT_EQ(ClientKey(identity, payload, true), std::string("\0abc", 4));
+}
+
+}  // namespace
+}  // namespace torchfarm
