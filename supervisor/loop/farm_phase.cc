@@ -4,11 +4,16 @@ namespace torchfarm {
 
 const char* FarmPhaseName(FarmPhase phase) {
   switch (phase) {
-    case FarmPhase::kServing: return "serving";
-    case FarmPhase::kAdminDrained: return "drained";
-    case FarmPhase::kDraining: return "draining";
-    case FarmPhase::kStoppingWorkers: return "stopping workers";
-    case FarmPhase::kDone: return "done";
+    case FarmPhase::kServing:
+      return "serving";
+    case FarmPhase::kAdminDrained:
+      return "drained";
+    case FarmPhase::kDraining:
+      return "draining";
+    case FarmPhase::kStoppingWorkers:
+      return "stopping workers";
+    case FarmPhase::kDone:
+      return "done";
   }
   return "unknown";
 }

@@ -46,8 +46,8 @@ struct FarmObservation {
 };
 
 struct FarmTimeouts {
-  Millis drain{30'000};       // drain_timeout_ms
-  Millis stop_grace{5'000};   // after "stop", before SIGKILL
+  Millis drain{30'000};      // drain_timeout_ms
+  Millis stop_grace{5'000};  // after "stop", before SIGKILL
 };
 
 // What the loop carries out after a step, in this order.
