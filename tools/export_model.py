@@ -6,7 +6,7 @@ never with Debian's /usr/bin/python3 (torch 1.13 has no torch.export):
 
     .venv/bin/python tools/export_model.py --out models/py [--models mlp,transformer]
         [--formats torchscript,aoti] [--max-batch 256] [--fixed-batch 4] [--reference 1,3,17]
-        [--hostile]
+        [--hostile] [--skip-existing]
 
 For each model NAME it writes
     NAME.pt            TorchScript (traced, or scripted for the transformer), frozen
@@ -139,7 +139,10 @@ def write_aoti(torch, module, example, path, max_batch, in_shape, out_shape):
         dynamic = ({0: torch.export.Dim("batch", min=1, max=max_batch)},)
         batch = f"1..{max_batch}"
     metadata = package_metadata(torch, in_shape, out_shape, batch)
-    with torch.no_grad():
+    # backed_size_oblivious: without it torch.export specializes sizes 0 and 1, so a Dim(min=1)
+    # compiles as ">= 2" and the package refuses batch 1 ("dim value is too small at 0").
+    import torch.fx.experimental._config as fx_config
+    with torch.no_grad(), fx_config.patch(backed_size_oblivious=max_batch > 0):
         program = torch.export.export(module, (example,), dynamic_shapes=dynamic)
         # The archive's top folder is named after the file: write it under its final name.
         with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(path))) as tmp:
@@ -192,6 +195,8 @@ def main():
                         help="also write NAME_bN.pt2 compiled for batch N only (0: not)")
     parser.add_argument("--reference", default="",
                         help="row counts to write eager reference inputs/outputs for, e.g. 1,3,17")
+    parser.add_argument("--skip-existing", action="store_true",
+                        help="keep model files that exist already (ctest's fixture reruns)")
     parser.add_argument("--hostile", action="store_true",
                         help="also write mlp_wrong_name.pt2 and mlp_cuda.pt2 (needs mlp, aoti)")
     args = parser.parse_args()
@@ -227,22 +232,23 @@ def main():
             json.dump({"inputs": [{"dtype": "float32", "shape": [-1] + in_shape}],
                        "outputs": [{"dtype": "float32", "shape": [-1] + out_shape}]}, f)
         os.replace(base + ".json.tmp", base + ".json")
-        if "torchscript" in formats:
+        if "torchscript" in formats and not (args.skip_existing and os.path.exists(base + ".pt")):
             start = time.monotonic()
             write_torchscript(torch, name, module, example, base + ".pt")
             print(f"export_model: {base}.pt ({time.monotonic() - start:.1f} s)")
-        if "aoti" in formats:
+        if "aoti" in formats and not (args.skip_existing and os.path.exists(base + ".pt2")):
             start = time.monotonic()
             write_aoti(torch, module, example, base + ".pt2", args.max_batch, in_shape, out_shape)
             print(f"export_model: {base}.pt2 batch 1..{args.max_batch} "
                   f"({time.monotonic() - start:.1f} s)")
-            if args.fixed_batch:
-                fixed = f"{base}_b{args.fixed_batch}.pt2"
-                start = time.monotonic()
-                write_aoti(torch, module, torch.randn(args.fixed_batch, *in_shape), fixed, 0,
-                           in_shape, out_shape)
-                print(f"export_model: {fixed} batch {args.fixed_batch} only "
-                      f"({time.monotonic() - start:.1f} s)")
+        fixed = f"{base}_b{args.fixed_batch}.pt2"
+        if "aoti" in formats and args.fixed_batch and not (args.skip_existing and
+                                                            os.path.exists(fixed)):
+            start = time.monotonic()
+            write_aoti(torch, module, torch.randn(args.fixed_batch, *in_shape), fixed, 0,
+                       in_shape, out_shape)
+            print(f"export_model: {fixed} batch {args.fixed_batch} only "
+                  f"({time.monotonic() - start:.1f} s)")
         generator = torch.Generator().manual_seed(1234)
         for rows in references:
             x = torch.randn(rows, *in_shape, generator=generator)
