@@ -49,10 +49,6 @@ std::vector<std::string> WorkerLaunchArgs::ToArgv(const std::string& worker_bina
                                    "--precision", precision,
                                    "--streams", std::to_string(streams),
                                    "--idle-spin-us", std::to_string(idle_spin_us)};
-  if (model_format != "auto") {
-    argv.push_back("--model-format");
-    argv.push_back(model_format);
-  }
   if (cudnn_benchmark) argv.push_back("--cudnn-benchmark");
   if (!pin_memory) argv.push_back("--no-pin-memory");
   if (!warmup.empty()) {
@@ -80,8 +76,6 @@ Status WorkerLaunchArgs::Parse(int argc, char** argv, WorkerLaunchArgs* out) {
   app.add_option("--generation", a.generation)->required();
   app.add_option("--model-name", a.model_name)->required();
   app.add_option("--model-path", a.model_path)->required();
-  app.add_option("--model-format", a.model_format)
-      ->check(CLI::IsMember({"auto", "torchscript", "aoti"}));
   app.add_option("--device", a.device);
   app.add_option("--threads", a.threads)->check(CLI::PositiveNumber);
   app.add_option("--cores", cores);
