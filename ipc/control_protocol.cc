@@ -33,6 +33,7 @@ bool ReadyOutputsFromMessage(const nlohmann::json& message, std::vector<TensorSp
 std::string WorkerLaunchArgs::RoutingId() const { return WorkerRoutingId(worker_id, generation); }
 
 std::vector<std::string> WorkerLaunchArgs::ToArgv(const std::string& worker_binary) const {
+  // clang-format off: flag and value in pairs
   std::vector<std::string> argv = {worker_binary,
                                    "--worker-id", std::to_string(worker_id),
                                    "--generation", std::to_string(generation),
@@ -49,6 +50,7 @@ std::vector<std::string> WorkerLaunchArgs::ToArgv(const std::string& worker_bina
                                    "--precision", precision,
                                    "--streams", std::to_string(streams),
                                    "--idle-spin-us", std::to_string(idle_spin_us)};
+  // clang-format on
   if (cudnn_benchmark) argv.push_back("--cudnn-benchmark");
   if (!pin_memory) argv.push_back("--no-pin-memory");
   if (!warmup.empty()) {
