@@ -51,6 +51,10 @@ std::vector<std::string> WorkerLaunchArgs::ToArgv(const std::string& worker_bina
                                    "--streams", std::to_string(streams),
                                    "--idle-spin-us", std::to_string(idle_spin_us)};
   // clang-format on
+  if (model_format != "auto") {
+    argv.push_back("--model-format");
+    argv.push_back(model_format);
+  }
   if (cudnn_benchmark) argv.push_back("--cudnn-benchmark");
   if (!pin_memory) argv.push_back("--no-pin-memory");
   if (!warmup.empty()) {
@@ -78,6 +82,8 @@ Status WorkerLaunchArgs::Parse(int argc, char** argv, WorkerLaunchArgs* out) {
   app.add_option("--generation", a.generation)->required();
   app.add_option("--model-name", a.model_name)->required();
   app.add_option("--model-path", a.model_path)->required();
+  app.add_option("--model-format", a.model_format)
+      ->check(CLI::IsMember({"auto", "torchscript", "aoti"}));
   app.add_option("--device", a.device);
   app.add_option("--threads", a.threads)->check(CLI::PositiveNumber);
   app.add_option("--cores", cores);

@@ -62,6 +62,9 @@ struct WorkerLaunchArgs {
   int generation = 0;
   std::string model_name;
   std::string model_path;
+  // worker/model_runner.h: "auto" (by the path: .pt2 is an AOTInductor package), "torchscript",
+  // "aoti"; on the command line only when not "auto".
+  std::string model_format = "auto";
   std::string device = "cpu";
   int threads = 1;
   std::vector<int> cores;  // empty: no pinning

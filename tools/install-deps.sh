@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
-# Installs every Debian package torchfarm needs to build, test and run. Idempotent: packages that
-# are already installed are skipped, and apt is not touched at all when nothing is missing.
+# Installs every Debian package torchfarm needs to build, test and run, then the Python
+# environment .venv/ at the project root (issue 29): pyenv's Python 3.11 with the pinned PyTorch
+# whose LibTorch the default build links (cmake/TorchfarmTorch.cmake), torchvision, numpy, pyzmq
+# and the project's Python client (clients/python, editable). Idempotent: packages that are already
+# installed are skipped, apt is not touched when nothing is missing, and pip is not run when .venv
+# already holds the pinned versions (a second run takes about a second).
+#
+# Two Pythons, kept apart: .venv is made from pyenv's python3.11 ($TORCHFARM_VENV_PYTHON to pick
+# another CPython >= 3.10 that is not Debian's), never from Debian's /usr/bin/python3, which keeps
+# python3-torch 1.13 for the Debian build (-DTORCHFARM_TORCH=debian) and tools that say they use it.
+#   --no-venv  Debian packages only (a -DTORCHFARM_TORCH=debian build needs no .venv)
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   cmake g++ make pkg-config
@@ -31,11 +41,13 @@ packages=(
 #   --fuzz   clang and libFuzzer's runtime for `make fuzz` (about 200 MB)
 #   --models Debian's PyTorch and torchvision for `make models-real` (tools/export_image_models.py)
 #            and the PyTorch reference of tests/integration/pipeline_test (skipped without it)
+with_venv=1
 for arg in "$@"; do
   case "$arg" in
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
     --models) packages+=(python3-torch python3-torchvision) ;;
-    *) echo "install-deps: unknown option '$arg' (known: --fuzz, --models)" >&2; exit 2 ;;
+    --no-venv) with_venv=0 ;;
+    *) echo "install-deps: unknown option '$arg' (known: --fuzz, --models, --no-venv)" >&2; exit 2 ;;
   esac
 done
 
@@ -49,20 +61,80 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
+install_debian_packages() {
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#packages[@]} packages present"
+    return
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  # Refresh the lists only when they are missing or older than a day.
+  if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null | head -n 1)" ]; then
+    $sudo apt-get update -q
+  fi
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
 
-echo "install-deps: installing ${missing[*]}"
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  sudo="sudo"
-fi
-export DEBIAN_FRONTEND=noninteractive
-# Refresh the lists only when they are missing or older than a day.
-if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null | head -n 1)" ]; then
-  $sudo apt-get update -q
-fi
-$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+# The pins of .venv: torch 2.15.0 is the newest that installs here (/work/shared/MACHINE.md); on
+# x86_64 Linux PyPI's wheel is a CUDA build (~5.4 GB with its nvidia-* wheels) that also runs on a
+# machine without a GPU. torchvision 0.29.2 is the release made for it.
+venv_pins=(torch==2.15.0 torchvision==0.29.2 numpy==2.4.6 pyzmq==27.3.0)
+
+# Prints the first pin .venv does not satisfy (or the client package), nothing when all hold.
+venv_unmet_pin() {
+  [ -x .venv/bin/python ] || { echo "no .venv/bin/python"; return; }
+  .venv/bin/python - "${venv_pins[@]}" <<'PY' 2>/dev/null || echo "unreadable .venv"
+import sys
+from importlib import metadata
+for pin in sys.argv[1:]:
+    name, want = pin.split("==")
+    try:
+        have = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        have = None
+    if have is None or have.split("+")[0] != want:
+        print(f"{name}: want {want}, have {have}")
+        sys.exit(0)
+try:
+    metadata.version("torchfarm")
+except metadata.PackageNotFoundError:
+    print("torchfarm client: not installed")
+PY
+}
+
+install_venv() {
+  local unmet
+  unmet=$(venv_unmet_pin)
+  if [ -z "$unmet" ]; then
+    echo "install-deps: .venv holds ${venv_pins[*]} and the torchfarm client"
+    return
+  fi
+  local python="${TORCHFARM_VENV_PYTHON:-}"
+  if [ -z "$python" ]; then
+    python=$(pyenv which python3.11 2>/dev/null || true)
+  fi
+  if [ -z "$python" ] || [ ! -x "$python" ]; then
+    echo "install-deps: need pyenv's python3.11 for .venv (or TORCHFARM_VENV_PYTHON=<CPython >= 3.10>)" >&2
+    exit 1
+  fi
+  case "$(readlink -f "$python")" in
+    /usr/bin/*) echo "install-deps: $python is Debian's Python; .venv needs pyenv's (Debian's keeps torch 1.13)" >&2; exit 1 ;;
+  esac
+  echo "install-deps: .venv: $unmet; installing with $python"
+  [ -x .venv/bin/python ] || "$python" -m venv .venv
+  .venv/bin/python -m pip install -q "${venv_pins[@]}"
+  .venv/bin/python -m pip install -q --no-deps -e clients/python
+  unmet=$(venv_unmet_pin)
+  if [ -n "$unmet" ]; then
+    echo "install-deps: .venv still not as pinned after pip: $unmet" >&2
+    exit 1
+  fi
+}
+
+install_debian_packages
+if [ "$with_venv" = 1 ]; then install_venv; fi

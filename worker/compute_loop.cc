@@ -189,10 +189,9 @@ bool ComputeLoop::LoadModel() {
       ReportLoad(std::move(report));
       return false;
     }
-    module_ = torch::jit::load(config_.model_path, device_);
-    module_.eval();
-    if (!module_.find_method("forward")) {
-      report.error = "the module has no forward() method";
+    const ModelRunnerOptions options{config_.model_path, config_.model_format, device_};
+    if (Status opened = OpenModelRunner(options, &model_); !opened.ok()) {
+      report.error = opened.message();
     } else if (Status status = ConvertPrecision(); !status.ok()) {
       report.error = status.message();
     } else if (config_.pipeline.enabled()) {
@@ -226,7 +225,8 @@ bool ComputeLoop::LoadModel() {
   }
   report.state = LoadState::kLoaded;
   report.load_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  TF_LOG(kInfo) << "model loaded" << Kv("path", config_.model_path) << Kv("device", config_.device)
+  TF_LOG(kInfo) << "model loaded" << Kv("path", config_.model_path)
+                << Kv("format", model_->Describe()) << Kv("device", config_.device)
                 << Kv("threads", config_.threads) << Kv("precision", config_.precision)
                 << Kv("lanes", accelerator_->lanes()) << Kv("load_ms", report.load_ms)
                 << Kv("warmup_ms", report.warmup_ms);
@@ -267,7 +267,7 @@ Status ComputeLoop::ConvertPrecision() {
   }
   precision_ = *type;
   if (precision_ == c10::kFloat) return Status::Ok();
-  CastFloatingState(module_, precision_);
+  if (Status status = model_->ConvertPrecision(precision_); !status.ok()) return status;
   // The conversions ran on the default stream; the lanes' streams do not wait for it.
   accelerator_->Synchronize();
   return Status::Ok();
@@ -288,7 +288,10 @@ Status ComputeLoop::RunWarmup(LoadReport* report) {
             torch::zeros(spec.shape, at::TensorOptions().dtype(ToScalarType(spec.dtype)));
         inputs.emplace_back(PrepareInput(host));
       }
-      const c10::IValue output = module_.forward(inputs);
+      if (Status fits = model_->CheckInputs(inputs); !fits.ok()) {
+        return InvalidArgument("warm-up with inputs [" + shapes + "]: " + fits.message());
+      }
+      const c10::IValue output = model_->Forward(inputs);
       accelerator_->Mark(0, Stage::kComputed);
       accelerator_->Wait(0);
       std::vector<at::Tensor> tensors;
@@ -552,10 +555,12 @@ Status ComputeLoop::RunModel(const std::vector<c10::IValue>& inputs, bool run_mo
 
 Status ComputeLoop::ForwardOnce(const std::vector<c10::IValue>& inputs, FaultKind fault,
                                 std::vector<at::Tensor>* outputs, std::string* device_error) {
+  // A batch the model cannot take is the request's error (INVALID_ARGUMENT), not a device's.
+  if (Status fits = model_->CheckInputs(inputs); !fits.ok()) return fits;
   c10::IValue output;
   try {
     TriggerFault(fault);
-    output = module_.forward(inputs);
+    output = model_->Forward(inputs);
   } catch (const c10::Error& e) {
     *device_error = ErrorText(e);
     return Internal("forward failed: " + ForwardErrorText(*device_error));

@@ -1,7 +1,8 @@
-// The worker's compute thread: loads one TorchScript model and answers every request slot of the
+// The worker's compute thread: loads one model (TorchScript or an AOTInductor package, through
+// worker/model_runner.h) and answers every request slot of the
 // worker's shared-memory segment with a response slot, in ring order.
 //
-// Owns: the std::thread it starts (joined in Stop*/the destructor), the loaded torch::jit::Module
+// Owns: the std::thread it starts (joined in Stop*/the destructor), the loaded ModelRunner
 // and the Accelerator (both touched by that thread only), the batch counters, and an eventfd that
 // it rings when the model load finished (either way) and when the thread is about to return.
 //
@@ -50,12 +51,14 @@
 #include "worker/accelerator.h"
 #include "worker/adaptive_spin.h"
 #include "worker/fault_injection.h"
+#include "worker/model_runner.h"
 #include "worker/pipeline_stages.h"
 
 namespace torchfarm::worker {
 
 struct ComputeLoopConfig {
   std::string model_path;
+  std::string model_format = "auto";  // worker/model_runner.h: auto, torchscript, aoti
   std::string device = "cpu";  // "cpu", "cuda", "cuda:1", as at::Device parses it
   int threads = 1;             // intra-op threads
   std::vector<int> cores;      // CPU affinity of the compute thread; empty: not pinned
@@ -221,7 +224,7 @@ class ComputeLoop {
   ipc::Doorbell events_;
 
   // Compute thread only.
-  torch::jit::Module module_;
+  std::unique_ptr<ModelRunner> model_;
   std::unique_ptr<PipelineStages> pipeline_;  // null without a "pipeline"
   c10::Device device_{c10::kCPU};
   std::unique_ptr<Accelerator> accelerator_;

@@ -79,6 +79,7 @@ bool Worker::Setup(int* exit_code) {
   response_doorbell_ = ipc::Doorbell::Adopt(args_.response_doorbell_fd);
   ComputeLoopConfig config;
   config.model_path = args_.model_path;
+  config.model_format = args_.model_format;
   config.device = args_.device;
   config.threads = args_.threads;
   config.cores = args_.cores;

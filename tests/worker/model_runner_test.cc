@@ -1,0 +1,202 @@
+// worker/model_runner.h against real files written by .venv's torch (tools/export_model.py, ctest
+// fixture venv_models): an AOTInductor mlp with a dynamic batch and one compiled for 4 rows, a
+// TorchScript nn.TransformerEncoder saved by torch 2.15, each against the eager reference the
+// export wrote; and hostile packages (not a zip, truncated, no "model" inside, compiled for cuda,
+// compiled by another torch), each refused with what was expected and what the file holds. A
+// -DTORCHFARM_TORCH=debian build has no such files: there .pt2 must be refused with the reason.
+#include "worker/model_runner.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/npy.h"
+#include "worker/torch_compat.h"
+
+namespace torchfarm::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kDir = TORCHFARM_PY_MODEL_DIR;
+
+at::Tensor ReadTensor(const std::string& path) {
+  TensorSpec spec;
+  std::string data;
+  Status status = ReadNpy(path, &spec, &data);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  at::Tensor t = at::empty(spec.shape, at::kFloat);
+  EXPECT_EQ(data.size(), static_cast<size_t>(t.numel()) * 4);
+  std::memcpy(t.data_ptr(), data.data(), std::min(data.size(), static_cast<size_t>(t.numel()) * 4));
+  return t;
+}
+
+Status Open(const std::string& path, std::unique_ptr<ModelRunner>* out,
+            const std::string& format = "auto") {
+  return OpenModelRunner({path, format, c10::Device(c10::kCPU)}, out);
+}
+
+at::Tensor Forward1(ModelRunner& runner, const at::Tensor& x) {
+  InferenceModeGuard guard;
+  return runner.Forward({x}).toTensor();
+}
+
+std::string WriteFile(const std::string& name, const std::string& bytes) {
+  const std::string path = (fs::temp_directory_path() / name).string();
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+bool VenvBuild() { return TORCHFARM_VENV_MODELS != 0; }
+
+#define SKIP_WITHOUT_VENV()                                                                \
+  if (!VenvBuild())                                                                        \
+  GTEST_SKIP() << "built with -DTORCHFARM_TORCH=debian: no .venv models (export_model.py " \
+                  "needs torch.export); the default build runs this"
+
+TEST(ModelRunner, FormatFollowsThePathUnlessSaid) {
+  ModelFormat format;
+  ASSERT_TRUE(ResolveModelFormat("/m/a.pt2", "auto", &format).ok());
+  EXPECT_EQ(format, ModelFormat::kAoti);
+  ASSERT_TRUE(ResolveModelFormat("/m/a.pt", "", &format).ok());
+  EXPECT_EQ(format, ModelFormat::kTorchScript);
+  ASSERT_TRUE(ResolveModelFormat("/m/a.bin", "aoti", &format).ok());
+  EXPECT_EQ(format, ModelFormat::kAoti);
+  ASSERT_TRUE(ResolveModelFormat("/m/a.pt2", "torchscript", &format).ok());
+  EXPECT_EQ(format, ModelFormat::kTorchScript);
+  Status bad = ResolveModelFormat("/m/a.pt2", "onnx", &format);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("expected auto, torchscript or aoti, got 'onnx'"),
+            std::string::npos);
+}
+
+TEST(ModelRunner, DebianBuildRefusesPackagesWithTheReason) {
+  if (VenvBuild()) GTEST_SKIP() << "this LibTorch has the AOTInductor loader (see the tests below)";
+  const std::string path = WriteFile("torchfarm-any.pt2", "PK\3\4 whatever");
+  std::unique_ptr<ModelRunner> runner;
+  Status status = Open(path, &runner);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("need a worker built against LibTorch >= 2.6"), std::string::npos)
+      << status.message();
+  fs::remove(path);
+}
+
+TEST(ModelRunner, AotiDynamicBatchEqualsEagerAt1_3And17Rows) {
+  SKIP_WITHOUT_VENV();
+  std::unique_ptr<ModelRunner> runner;
+  Status status = Open(kDir + "/mlp.pt2", &runner);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(runner->format(), ModelFormat::kAoti);
+  EXPECT_EQ(runner->Describe(), "aoti batch 1..256, compiled by torch 2.15.0");
+  ASSERT_EQ(runner->declared_inputs().size(), 1u);
+  EXPECT_EQ(runner->declared_inputs()[0].shape, (std::vector<int64_t>{-1, 256}));
+  EXPECT_EQ(runner->declared_outputs()[0].shape, (std::vector<int64_t>{-1, 128}));
+  for (int rows : {1, 3, 17}) {
+    const std::string ref = kDir + "/mlp.ref" + std::to_string(rows);
+    at::Tensor x = ReadTensor(ref + ".in.npy");
+    at::Tensor want = ReadTensor(ref + ".out.npy");
+    ASSERT_TRUE(runner->CheckInputs({x}).ok());
+    at::Tensor got = Forward1(*runner, x);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-5))
+        << rows << " rows: max diff " << (got - want).abs().max().item<float>();
+  }
+  // The rows its torch.export.Dim allows, and no more.
+  Status big = runner->CheckInputs({at::zeros({257, 256})});
+  EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(big.message().find("takes 1..256 rows"), std::string::npos) << big.message();
+  // fp16 is not something a compiled package can switch to.
+  Status half = runner->ConvertPrecision(c10::kHalf);
+  EXPECT_EQ(half.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(half.message().find("expected fp32, got Half"), std::string::npos) << half.message();
+}
+
+TEST(ModelRunner, AotiFixedBatchServesThatBatchOnly) {
+  SKIP_WITHOUT_VENV();
+  std::unique_ptr<ModelRunner> runner;
+  ASSERT_TRUE(Open(kDir + "/mlp_b4.pt2", &runner).ok());
+  EXPECT_EQ(runner->Describe(), "aoti batch 4 only, compiled by torch 2.15.0");
+  Status three = runner->CheckInputs({ReadTensor(kDir + "/mlp.ref3.in.npy")});
+  EXPECT_EQ(three.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(three.message().find("compiled for a fixed batch of 4 rows and serves that batch only; "
+                                 "got 3 rows"),
+            std::string::npos)
+      << three.message();
+  at::Tensor x = ReadTensor(kDir + "/mlp.ref4.in.npy");
+  ASSERT_TRUE(runner->CheckInputs({x}).ok());
+  EXPECT_TRUE(
+      at::allclose(Forward1(*runner, x), ReadTensor(kDir + "/mlp.ref4.out.npy"), 1e-4, 1e-5));
+}
+
+TEST(ModelRunner, TorchScriptTransformerSavedByTorch2EqualsEager) {
+  SKIP_WITHOUT_VENV();
+  std::unique_ptr<ModelRunner> runner;
+  Status status = Open(kDir + "/transformer.pt", &runner);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(runner->format(), ModelFormat::kTorchScript);
+  at::Tensor x = ReadTensor(kDir + "/transformer.ref2.in.npy");
+  at::Tensor want = ReadTensor(kDir + "/transformer.ref2.out.npy");
+  at::Tensor got = Forward1(*runner, x);
+  EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-4))
+      << "max diff " << (got - want).abs().max().item<float>();
+}
+
+TEST(ModelRunner, HostilePackagesAreRefusedWithTheReason) {
+  SKIP_WITHOUT_VENV();
+  const std::string good = ReadBytes(kDir + "/mlp.pt2");
+  ASSERT_GT(good.size(), 1000u);
+  struct Case {
+    std::string path;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {WriteFile("torchfarm-text.pt2", "this is not a package"),
+       "not an AOTInductor package: expected a zip archive (first bytes 50 4b 3 4), got first "
+       "bytes 74 68 69 73"},
+      {WriteFile("torchfarm-empty.pt2", ""), "got an empty file"},
+      {WriteFile("torchfarm-half.pt2", good.substr(0, good.size() / 2)),
+       "cannot read the package's metadata"},
+      {WriteFile("torchfarm-head.pt2", good.substr(0, 64)), "cannot read the package's metadata"},
+      {kDir + "/mlp_wrong_name.pt2", "with a model named 'model'"},
+      {kDir + "/mlp_cuda.pt2",
+       "the package was compiled for device 'cuda' and this worker runs on "
+       "'cpu'"},
+      {kDir + "/mlp_old_torch.pt2",
+       "the package was compiled by torch 2.9.0 and this worker runs LibTorch 2.15"},
+      {kDir + "/no-such-file.pt2", "cannot open the package file"},
+  };
+  for (const Case& c : cases) {
+    std::unique_ptr<ModelRunner> runner;
+    Status status = Open(c.path, &runner);
+    EXPECT_FALSE(status.ok()) << c.path;
+    EXPECT_NE(status.message().find(c.expected), std::string::npos)
+        << c.path << ": " << status.message();
+    EXPECT_EQ(runner, nullptr);
+  }
+  // After all that, the good package still loads and runs in the same process.
+  std::unique_ptr<ModelRunner> runner;
+  ASSERT_TRUE(Open(kDir + "/mlp.pt2", &runner).ok());
+  at::Tensor x = ReadTensor(kDir + "/mlp.ref1.in.npy");
+  EXPECT_TRUE(
+      at::allclose(Forward1(*runner, x), ReadTensor(kDir + "/mlp.ref1.out.npy"), 1e-4, 1e-5));
+  for (const std::string name : {"text", "empty", "half", "head"})
+    fs::remove(fs::temp_directory_path() / ("torchfarm-" + name + ".pt2"));
+}
+
+TEST(ModelRunner, TorchScriptLoaderSaysWhatIsWrongWithAPackageNamedAsTorchScript) {
+  SKIP_WITHOUT_VENV();
+  std::unique_ptr<ModelRunner> runner;
+  Status status = Open(kDir + "/mlp.pt2", &runner, "torchscript");
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(status.message().empty());
+}
+
+}  // namespace
+}  // namespace torchfarm::worker

@@ -1,0 +1,53 @@
+// The TorchScript ModelRunner (worker/model_runner.h): torch::jit::load onto the worker's device,
+// eval(), forward() through the interpreter. A TorchScript archive saved by an older torch loads
+// in a newer LibTorch (1.13's in 2.15); one saved by a newer torch may use operators an older
+// LibTorch lacks, which torch::jit::load reports ("Unknown builtin op: ...").
+#include <torch/script.h>
+
+#include "worker/model_runner.h"
+#include "worker/torch_compat.h"
+
+namespace torchfarm::worker {
+namespace {
+
+class TorchScriptModelRunner final : public ModelRunner {
+ public:
+  explicit TorchScriptModelRunner(torch::jit::Module module) : module_(std::move(module)) {}
+
+  ModelFormat format() const override { return ModelFormat::kTorchScript; }
+
+  Status ConvertPrecision(c10::ScalarType type) override {
+    if (type != c10::kFloat) CastFloatingState(module_, type);
+    return Status::Ok();
+  }
+
+  // The interpreter checks what forward() does with its inputs, per batch.
+  Status CheckInputs(const std::vector<c10::IValue>&) const override { return Status::Ok(); }
+
+  c10::IValue Forward(const std::vector<c10::IValue>& inputs) override {
+    return module_.forward(inputs);
+  }
+
+  std::string Describe() const override { return "torchscript"; }
+
+ private:
+  torch::jit::Module module_;
+};
+
+}  // namespace
+
+Status OpenTorchScriptRunner(const ModelRunnerOptions& options, std::unique_ptr<ModelRunner>* out) {
+  try {
+    torch::jit::Module module = torch::jit::load(options.path, options.device);
+    module.eval();
+    if (!module.find_method("forward")) {
+      return InvalidArgument("the module has no forward() method");
+    }
+    *out = std::make_unique<TorchScriptModelRunner>(std::move(module));
+  } catch (const c10::Error& e) {
+    return InvalidArgument(ErrorText(e));
+  }
+  return Status::Ok();
+}
+
+}  // namespace torchfarm::worker
