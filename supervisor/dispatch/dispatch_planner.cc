@@ -5,18 +5,43 @@
 
 namespace torchfarm {
 
+void BatchCostModel::Update(double rows, double us, double weight) {
+  mean_rows_ += weight * (rows - mean_rows_);
+  mean_us_ += weight * (us - mean_us_);
+  mean_rows2_ += weight * (rows * rows - mean_rows2_);
+  mean_rows_us_ += weight * (rows * us - mean_rows_us_);
+}
+
+void BatchCostModel::FitWarmup() {
+  double per_row[kWarmupSamples];
+  for (int i = 0; i < kWarmupSamples; ++i) per_row[i] = warmup_[i].us / warmup_[i].rows;
+  std::nth_element(per_row, per_row + kWarmupSamples / 2, per_row + kWarmupSamples);
+  const double limit = kOutlierFactor * per_row[kWarmupSamples / 2];
+  // An equal-weight mean of the samples kept: the median one always is.
+  int kept = 0;
+  for (const Sample& s : warmup_) {
+    if (s.us / s.rows > limit) continue;
+    ++kept;
+    Update(s.rows, s.us, 1.0 / kept);
+  }
+}
+
 void BatchCostModel::Observe(int64_t rows, double compute_us) {
   const double x = static_cast<double>(std::max<int64_t>(rows, 1));
-  const double w = samples_ == 0 ? 1.0 : weight_;
-  mean_rows_ += w * (x - mean_rows_);
-  mean_us_ += w * (compute_us - mean_us_);
-  mean_rows2_ += w * (x * x - mean_rows2_);
-  mean_rows_us_ += w * (x * compute_us - mean_rows_us_);
+  const double us = std::max(0.0, compute_us);
+  if (samples_ < kWarmupSamples) {
+    warmup_[samples_++] = {x, us};
+    if (samples_ == kWarmupSamples) FitWarmup();
+    return;
+  }
+  // Winsorised: a stall counts as a batch kOutlierFactor times slower than expected, no more.
+  const double expected = BatchUs(rows);
+  Update(x, expected > 0 ? std::min(us, kOutlierFactor * expected) : us, weight_);
   ++samples_;
 }
 
 double BatchCostModel::per_row_us() const {
-  if (samples_ == 0) return 0;
+  if (!known()) return 0;
   const double variance = mean_rows2_ - mean_rows_ * mean_rows_;
   if (variance > 0.25) {
     const double slope = (mean_rows_us_ - mean_rows_ * mean_us_) / variance;
@@ -27,12 +52,12 @@ double BatchCostModel::per_row_us() const {
 }
 
 double BatchCostModel::fixed_us() const {
-  if (samples_ == 0) return 0;
+  if (!known()) return 0;
   return std::max(0.0, mean_us_ - per_row_us() * mean_rows_);
 }
 
 double BatchCostModel::BatchUs(int64_t rows) const {
-  if (samples_ == 0) return 0;
+  if (!known()) return 0;
   return fixed_us() + per_row_us() * static_cast<double>(rows);
 }
 

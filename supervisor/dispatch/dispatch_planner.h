@@ -22,22 +22,42 @@
 namespace torchfarm {
 
 // Fits batch_us = fixed_us + per_row_us * rows from observed batches.
+//
+// Robust to stalls: a batch whose worker was descheduled, SIGSTOPped or paging reports a compute
+// time hundreds of times its real cost, and one such sample must not make the early deadline
+// refusal (dispatcher.h CheckDeadline) or the dispatch lead believe the model is that slow.
+//   - The first kWarmupSamples batches are held and fitted together once all are in, leaving out
+//     those whose cost per row is over kOutlierFactor times the median of them (a stalled first
+//     batch). Until then known() is false and callers fall back to their no-cost behaviour.
+//   - After that a sample counts at most kOutlierFactor times the current estimate for its rows,
+//     so one stall moves the estimate by at most weight * (kOutlierFactor - 1), while a real
+//     slowdown still raises it by that much per batch (doubling in ~5 batches at the default).
 class BatchCostModel {
  public:
+  static constexpr int kWarmupSamples = 5;
+  static constexpr double kOutlierFactor = 4;
+
   // `weight` of the newest sample in the running means (0 < weight <= 1).
   BatchCostModel() = default;
   explicit BatchCostModel(double weight) : weight_(weight) {}
 
   void Observe(int64_t rows, double compute_us);
-  bool known() const { return samples_ > 0; }
+  bool known() const { return samples_ >= kWarmupSamples; }
   double fixed_us() const;
   double per_row_us() const;
-  // Cost of a batch of `rows`; 0 before the first observation.
+  // Cost of a batch of `rows`; 0 before known().
   double BatchUs(int64_t rows) const;
 
  private:
+  struct Sample {
+    double rows = 0, us = 0;
+  };
+  void Update(double rows, double us, double weight);
+  void FitWarmup();
+
   double weight_ = 0.05;
   int64_t samples_ = 0;
+  Sample warmup_[kWarmupSamples];
   double mean_rows_ = 0, mean_us_ = 0, mean_rows2_ = 0, mean_rows_us_ = 0;
 };
 

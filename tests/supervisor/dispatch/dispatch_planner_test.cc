@@ -79,5 +79,54 @@ TEST(BatchCostModelTest, OneBatchSizeCountsEverythingPerRow) {
   EXPECT_NEAR(cost.fixed_us(), 0, 1e-9);
 }
 
+TEST(BatchCostModelTest, UnknownUntilTheWarmupSamplesAreIn) {
+  BatchCostModel cost;
+  for (int i = 1; i < BatchCostModel::kWarmupSamples; ++i) {
+    cost.Observe(1, 100);
+    EXPECT_FALSE(cost.known()) << i << " samples";
+    EXPECT_EQ(cost.BatchUs(1), 0);
+  }
+  cost.Observe(1, 100);
+  EXPECT_TRUE(cost.known());
+  EXPECT_NEAR(cost.BatchUs(1), 100, 1e-9);
+}
+
+// The soak's case (seed 17742363996994788091): the first batch a worker ran was SIGSTOPped for
+// most of a second; its cost must not become the model's, or early refusal turns requests away.
+TEST(BatchCostModelTest, AStalledBatchAmongTheFirstIsLeftOut) {
+  BatchCostModel cost;
+  cost.Observe(1, 900'000);
+  for (int i = 1; i < BatchCostModel::kWarmupSamples; ++i) cost.Observe(2, 2 * 100);
+  ASSERT_TRUE(cost.known());
+  EXPECT_NEAR(cost.BatchUs(4), 400, 1e-6);
+}
+
+TEST(BatchCostModelTest, AStallAfterWarmupMovesTheEstimateByABoundedStep) {
+  BatchCostModel cost;  // default weight 0.05
+  for (int i = 0; i < 50; ++i) cost.Observe(4, 400);
+  cost.Observe(4, 924'000);
+  EXPECT_LE(cost.BatchUs(4), 400 * (1 + 0.05 * (BatchCostModel::kOutlierFactor - 1)) + 1e-6);
+  for (int i = 0; i < 100; ++i) cost.Observe(4, 400);
+  EXPECT_NEAR(cost.BatchUs(4), 400, 1);
+}
+
+TEST(BatchCostModelTest, ARealSlowdownIsStillFollowed) {
+  BatchCostModel cost;
+  for (int i = 0; i < 50; ++i) cost.Observe(8, 800);
+  for (int i = 0; i < 150; ++i) cost.Observe(8, 8'000);  // e.g. another tenant took the cores
+  EXPECT_NEAR(cost.BatchUs(8), 8'000, 100);
+}
+
+TEST(BatchCostModelTest, HalfTheWarmupStalledKeepsTheMedianSide) {
+  BatchCostModel cost;
+  // Two of five stalled: the median is a real batch, so both stalls are left out.
+  cost.Observe(1, 500'000);
+  cost.Observe(1, 50);
+  cost.Observe(1, 700'000);
+  cost.Observe(1, 50);
+  cost.Observe(1, 50);
+  EXPECT_NEAR(cost.BatchUs(1), 50, 1e-9);
+}
+
 }  // namespace
 }  // namespace torchfarm
