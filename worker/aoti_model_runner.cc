@@ -8,9 +8,11 @@
 // then the loader unpacks it into /tmp/aotinductor_XXXXXX and dlopens it there.
 //
 // Per batch: CheckInputs holds the batch to the rows the package was compiled for (a fixed-batch
-// package takes that batch only); the package's own input checks are switched on too
-// (AOTI_RUNTIME_CHECK_INPUTS=1, read by the generated code), so a package without torchfarm
-// metadata still refuses a wrong shape instead of reading past its input.
+// package takes that batch only) and each input to the dtype and non-batch dimensions its
+// metadata records, so a wrong tensor is the request's INVALID_ARGUMENT with both shapes, never a
+// read past the input. The package's own input checks are switched on too
+// (AOTI_RUNTIME_CHECK_INPUTS=1, read by the generated code; the worker's main() sets it before any
+// thread starts), so a package without torchfarm metadata still refuses a wrong shape.
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/version.h>
 
@@ -75,13 +77,22 @@ class AotiModelRunner final : public ModelRunner {
                                "tensors, got " +
                                IValueKind(inputs[i]));
       }
-      const at::Tensor& tensor = inputs[i].toTensor();
-      if (tensor.dim() == 0) continue;
-      if (Status status = CheckAotiRows(info_, tensor.size(0)); !status.ok()) return status;
     }
     if (!info_.inputs.empty() && inputs.size() != info_.inputs.size()) {
       return InvalidArgument("the package takes " + std::to_string(info_.inputs.size()) +
                              " inputs, got " + std::to_string(inputs.size()));
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const at::Tensor& tensor = inputs[i].toTensor();
+      if (tensor.dim() == 0) continue;
+      if (Status status = CheckAotiRows(info_, tensor.size(0)); !status.ok()) return status;
+      const std::optional<DType> dtype = FromScalarType(tensor.scalar_type());
+      if (!dtype) {
+        return InvalidArgument("input " + std::to_string(i) + ": unsupported dtype " +
+                               ScalarTypeName(tensor.scalar_type()));
+      }
+      if (Status status = CheckAotiInput(info_, i, *dtype, tensor.sizes().vec()); !status.ok())
+        return status;
     }
     return Status::Ok();
   }
@@ -115,8 +126,13 @@ class AotiModelRunner final : public ModelRunner {
 
 Status OpenAotiRunner(const ModelRunnerOptions& options, std::unique_ptr<ModelRunner>* out) {
   if (Status status = CheckZipArchive(options.path); !status.ok()) return status;
-  // Before the first package runs: the generated code reads the variable once.
-  ::setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", /*overwrite=*/0);
+  // Before the first package runs: the generated code reads the variable once. The worker's
+  // main() set it before starting threads; this covers in-process users (tests, tools), which
+  // load models before they start any.
+  if (const char* check = std::getenv("AOTI_RUNTIME_CHECK_INPUTS");
+      check == nullptr || std::string(check) != "1") {
+    ::setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", /*overwrite=*/1);
+  }
   std::unordered_map<std::string, std::string> metadata;
   try {
     metadata = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(

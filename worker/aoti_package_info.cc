@@ -61,8 +61,11 @@ Status ParseSpecs(const std::string& key, const std::string& text, std::vector<T
     const std::string where = key + "[" + std::to_string(i) + "]";
     if (!entry.is_object() || !entry.contains("dtype") || !entry["dtype"].is_string() ||
         !entry.contains("shape") || !entry["shape"].is_array()) {
-      return InvalidArgument(where + ": expected {\"dtype\": string, \"shape\": [ints]}, got " +
-                             entry.dump().substr(0, 200));
+      // The type, not entry.dump(): dump() recurses, and the metadata is the package's to choose
+      // (a 100k-deep [[[...]]] would overflow the compute thread's stack).
+      return InvalidArgument(
+          where + ": expected {\"dtype\": string, \"shape\": [ints]}, got " +
+          std::string(entry.is_object() ? "an object without them" : entry.type_name()));
     }
     std::optional<DType> dtype = ParseDType(entry["dtype"].get<std::string>());
     if (!dtype) {
@@ -77,7 +80,8 @@ Status ParseSpecs(const std::string& key, const std::string& text, std::vector<T
     for (const nlohmann::json& dim : entry["shape"]) {
       if (!dim.is_number_integer() || dim.get<int64_t>() < -1) {
         return InvalidArgument(where + ".shape: expected integers >= -1, got " +
-                               entry["shape"].dump());
+                               (dim.is_number_integer() ? std::to_string(dim.get<int64_t>())
+                                                        : std::string(dim.type_name())));
       }
       spec.shape.push_back(dim.get<int64_t>());
     }
@@ -192,6 +196,25 @@ Status CheckAotiRows(const AotiPackageInfo& info, int64_t rows) {
                          std::to_string(info.max_rows) +
                          " rows (its torch.export.Dim range); got " + std::to_string(rows) +
                          " rows");
+}
+
+Status CheckAotiInput(const AotiPackageInfo& info, size_t index, DType dtype,
+                      const std::vector<int64_t>& shape) {
+  if (index >= info.inputs.size()) return Status::Ok();  // the count is checked by the caller
+  const TensorSpec& spec = info.inputs[index];
+  const std::string where = "input " + std::to_string(index);
+  if (dtype != spec.dtype) {
+    return InvalidArgument(where + ": the package was compiled for " +
+                           std::string(DTypeName(spec.dtype)) + ", got " +
+                           std::string(DTypeName(dtype)));
+  }
+  bool fits = shape.size() == spec.shape.size();
+  for (size_t d = 1; fits && d < shape.size(); ++d) {
+    fits = spec.shape[d] == -1 || spec.shape[d] == shape[d];
+  }
+  if (fits) return Status::Ok();
+  return InvalidArgument(where + ": the package was compiled for shape " +
+                         ShapeToString(spec.shape) + " (-1: any), got " + ShapeToString(shape));
 }
 
 }  // namespace torchfarm::worker

@@ -58,4 +58,11 @@ std::set<std::string> ParseCpuFlags(const std::string& cpuinfo);
 // (and, for a fixed-batch package, that it was compiled for that batch only) otherwise.
 Status CheckAotiRows(const AotiPackageInfo& info, int64_t rows);
 
+// Input `index` of a batch has the dtype, rank and non-batch dimensions the package's
+// torchfarm_inputs record (-1: any); InvalidArgument naming both otherwise. OK when the package
+// records no inputs: its generated code checks them (AOTI_RUNTIME_CHECK_INPUTS), though with a
+// vaguer message.
+Status CheckAotiInput(const AotiPackageInfo& info, size_t index, DType dtype,
+                      const std::vector<int64_t>& shape);
+
 }  // namespace torchfarm::worker

@@ -104,6 +104,10 @@ static int RunWorker(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
+  // AOTInductor packages check their inputs' shapes themselves when this is set; it is read once
+  // by each package's code, and set here, before any thread (a zygote's children inherit it),
+  // because setenv races with getenv on other threads (worker/aoti_model_runner.cc).
+  ::setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", /*overwrite=*/1);
   if (argc == 3 && std::strcmp(argv[1], torchfarm::ipc::kZygoteFlag) == 0) {
     char* end = nullptr;
     const long channel = std::strtol(argv[2], &end, 10);

@@ -142,5 +142,43 @@ TEST(AotiPackageInfo, CpuFlagsFromCpuinfo) {
   EXPECT_TRUE(ParseCpuFlags("garbage without flags").empty());
 }
 
+// The metadata is the package's to choose: nesting deep enough to overflow a recursive dump() of
+// it is refused with its type, in either place a spec can hold it.
+TEST(AotiPackageInfo, DeeplyNestedSpecsAreRefusedWithoutRecursion) {
+  const std::string deep = std::string(200'000, '[') + std::string(200'000, ']');
+  for (const std::string& bad :
+       {"[" + deep + "]", R"([{"dtype": "float32", "shape": [-1, )" + deep + "]}]"}) {
+    auto metadata = GoodMetadata();
+    metadata["torchfarm_inputs"] = bad;
+    AotiPackageInfo info;
+    Status status = ParseAotiPackageInfo(metadata, &info);
+    ASSERT_FALSE(status.ok());
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("got array"), std::string::npos) << status.message();
+  }
+  AotiPackageInfo info;
+  EXPECT_TRUE(ParseAotiPackageInfo(GoodMetadata(), &info).ok()) << "the next good one still parses";
+}
+
+TEST(AotiPackageInfo, InputsAreHeldToTheRecordedDtypeAndShape) {
+  AotiPackageInfo info;
+  ASSERT_TRUE(ParseAotiPackageInfo(GoodMetadata(), &info).ok());
+  EXPECT_TRUE(CheckAotiInput(info, 0, DType::kFloat32, {3, 256}).ok());
+  EXPECT_TRUE(CheckAotiInput(info, 0, DType::kFloat32, {256, 256}).ok()) << "-1: any batch";
+  Status narrow = CheckAotiInput(info, 0, DType::kFloat32, {3, 10});
+  EXPECT_EQ(narrow.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(narrow.message().find("compiled for shape [-1, 256] (-1: any), got [3, 10]"),
+            std::string::npos)
+      << narrow.message();
+  Status rank = CheckAotiInput(info, 0, DType::kFloat32, {3, 256, 1});
+  EXPECT_EQ(rank.code(), StatusCode::kInvalidArgument);
+  Status dtype = CheckAotiInput(info, 0, DType::kInt64, {3, 256});
+  EXPECT_EQ(dtype.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(dtype.message().find("compiled for float32, got int64"), std::string::npos)
+      << dtype.message();
+  AotiPackageInfo bare;  // no torchfarm_inputs: the package's own checks decide
+  EXPECT_TRUE(CheckAotiInput(bare, 0, DType::kInt64, {3, 10}).ok());
+}
+
 }  // namespace
 }  // namespace torchfarm::worker

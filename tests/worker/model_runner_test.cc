@@ -112,6 +112,21 @@ TEST(ModelRunner, AotiDynamicBatchEqualsEagerAt1_3And17Rows) {
   Status big = runner->CheckInputs({at::zeros({257, 256})});
   EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(big.message().find("takes 1..256 rows"), std::string::npos) << big.message();
+  // A narrower row or another dtype is the request's error, never a read past the input; the
+  // next good batch still runs.
+  Status narrow = runner->CheckInputs({at::zeros({3, 10})});
+  EXPECT_EQ(narrow.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(narrow.message().find("compiled for shape [-1, 256] (-1: any), got [3, 10]"),
+            std::string::npos)
+      << narrow.message();
+  Status ints = runner->CheckInputs({at::zeros({3, 256}, at::kLong)});
+  EXPECT_EQ(ints.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ints.message().find("compiled for float32, got int64"), std::string::npos)
+      << ints.message();
+  const at::Tensor good = ReadTensor(kDir + "/mlp.ref3.in.npy");
+  ASSERT_TRUE(runner->CheckInputs({good}).ok());
+  EXPECT_TRUE(
+      at::allclose(Forward1(*runner, good), ReadTensor(kDir + "/mlp.ref3.out.npy"), 1e-4, 1e-5));
   // fp16 is not something a compiled package can switch to.
   Status half = runner->ConvertPrecision(c10::kHalf);
   EXPECT_EQ(half.code(), StatusCode::kInvalidArgument);
