@@ -61,6 +61,9 @@ struct ModelConfig {
   // folder, or "1" for an entry that lists none. (name, version) is unique in FarmConfig::models.
   std::string version = "1";
   std::string path;  // absolute after parsing
+  // How the worker loads `path` (worker/model_runner.h): "auto" (a .pt2 file is an AOTInductor
+  // package, anything else TorchScript), "torchscript" or "aoti".
+  std::string format = "auto";
   std::vector<TensorSpec> inputs;
   // One per input after parsing: its config "name", else INPUT__k (common/tensor_names.h). A
   // ModelConfig built in code may leave it short; input_name() fills the defaults.

@@ -184,13 +184,29 @@ Status ParseRollout(const json& j, const std::string& where, RolloutConfig* out)
 Status ParseModel(const json& j, const std::string& where, const std::string& base_dir,
                   bool path_required, ModelConfig* out) {
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
-  Status s =
-      CheckKeys(j, where,
-                {"name", "path", "inputs", "outputs", "instances", "max_batch_size",
-                 "max_queue_delay_us", "preferred_batch_sizes", "max_queue_size",
-                 "max_queue_wait_ms", "max_inflight_per_worker", "priority_levels", "fair_queueing", "slot_bytes",
-                 "ring_slots", "hang_timeout_ms", "warmup", "versions", "version_policy",
-                 "rollout", "pipeline"});
+  Status s = CheckKeys(j, where,
+                       {"name",
+                        "path",
+                        "format",
+                        "inputs",
+                        "outputs",
+                        "instances",
+                        "max_batch_size",
+                        "max_queue_delay_us",
+                        "preferred_batch_sizes",
+                        "max_queue_size",
+                        "max_queue_wait_ms",
+                        "max_inflight_per_worker",
+                        "priority_levels",
+                        "fair_queueing",
+                        "slot_bytes",
+                        "ring_slots",
+                        "hang_timeout_ms",
+                        "warmup",
+                        "versions",
+                        "version_policy",
+                        "rollout",
+                        "pipeline"});
   if (!s.ok()) return s;
   ModelConfig m;
   if (s = GetString(j, "name", where, true, &m.name); !s.ok()) return s;
@@ -199,6 +215,12 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
                            m.name + "\"");
   }
   if (s = GetString(j, "path", where, path_required, &m.path); !s.ok()) return s;
+  if (s = GetString(j, "format", where, false, &m.format); !s.ok()) return s;
+  if (m.format != "auto" && m.format != "torchscript" && m.format != "aoti") {
+    return InvalidArgument(where +
+                           ".format: expected \"auto\", \"torchscript\" or \"aoti\", got \"" +
+                           m.format + "\"");
+  }
   if (!m.path.empty()) {
     std::filesystem::path p(m.path);
     if (p.is_relative()) p = std::filesystem::path(base_dir) / p;

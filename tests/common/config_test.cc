@@ -87,6 +87,26 @@ TEST(ConfigTest, RelativePathsResolveAgainstBaseDir) {
   EXPECT_EQ(c.models[1].path, "/opt/m.pt");
 }
 
+TEST(ConfigTest, FormatIsAutoTorchscriptOrAoti) {
+  json j = MinimalConfig();
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  EXPECT_EQ(c.models[0].format, "auto");
+  for (const char* format : {"auto", "torchscript", "aoti"}) {
+    j["models"][0]["format"] = format;
+    ASSERT_TRUE(ParseConfig(j, "/base", &c).ok()) << format;
+    EXPECT_EQ(c.models[0].format, format);
+  }
+  j["models"][0]["format"] = "onnx";
+  EXPECT_EQ(
+      ParseError(j),
+      "config.models[0].format: expected \"auto\", \"torchscript\" or \"aoti\", got \"onnx\"");
+  for (json wrong : {json(1), json(true), json(nullptr), json::array()}) {
+    j["models"][0]["format"] = wrong;
+    EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].format")) << wrong.dump();
+  }
+}
+
 TEST(ConfigTest, FairQueueingIsABoolean) {
   json j = MinimalConfig();
   j["models"][0]["fair_queueing"] = false;
