@@ -25,7 +25,9 @@ json ModelDraw::ConfigJson() const {
   json instance = {{"device", "cpu"}, {"count", workers}, {"spares", spares}};
   if (idle_spin_us >= 0) instance["idle_spin_us"] = idle_spin_us;
   extra["instances"] = json::array({instance});
-  return ModelEntry(name, name + ".pt", {-1, columns}, workers, extra);
+  json entry = ModelEntry(name, name + ".pt", {-1, columns}, workers, extra);
+  if (!aoti_package.empty()) entry["path"] = aoti_package;
+  return entry;
 }
 
 json RoundConfig::ModelsJson() const {
@@ -39,6 +41,7 @@ json RoundConfig::ToJson() const {
   for (const auto& m : models) {
     json entry = m.ConfigJson();
     entry.erase("path");
+    if (!m.aoti_package.empty()) entry["format"] = "aoti";
     entries.push_back(std::move(entry));
   }
   return {{"round_seed", seed},       {"load_ms", load_ms},
@@ -78,7 +81,7 @@ ModelDraw DrawModel(std::mt19937_64& rng, const std::string& name, int64_t colum
 
 }  // namespace
 
-RoundConfig DrawRound(uint64_t seed, int round) {
+RoundConfig DrawRound(uint64_t seed, int round, const std::string& aoti_mlp) {
   std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
                     static_cast<uint32_t>(round)};
   std::mt19937_64 rng(seq);
@@ -96,6 +99,8 @@ RoundConfig DrawRound(uint64_t seed, int round) {
   c.clients = Uniform(rng, 2, 8);
   c.pipeline_depth = Uniform(rng, 1, 16);
   c.deadline_percent = Uniform(rng, 0, 30);
+  const bool as_package = Chance(rng, 50);
+  if (as_package && !aoti_mlp.empty() && c.models.size() > 1) c.models[1].aoti_package = aoti_mlp;
   return c;
 }
 

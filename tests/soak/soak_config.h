@@ -29,6 +29,9 @@ struct ModelDraw {
   int priority_levels = 1;          // 1..3
   std::vector<int> preferred_batch_sizes;  // empty: unset
   bool fair_queueing = true;                // true (the default) or false; drawn last
+  // mlp only: served as this AOTInductor package (the same weights as mkmodel's mlp.pt, from
+  // tools/export_model.py) instead of the TorchScript file; empty: mlp.pt.
+  std::string aoti_package;
 
   // The "models[]" entry of the config.
   nlohmann::json ConfigJson() const;
@@ -56,6 +59,9 @@ bool Chance(std::mt19937_64& rng, int percent);
 
 // Round `round` of run `seed`, independent of how many rounds ran before it. load_ms is drawn
 // in 5..12 s; the caller may shorten it to fit the time left.
-RoundConfig DrawRound(uint64_t seed, int round);
+// `aoti_mlp`: the AOTInductor mlp package a venv build has (empty in a Debian build); a round that
+// serves mlp serves it as that package half the time (drawn after everything else, so a seed
+// draws the same settings in both builds).
+RoundConfig DrawRound(uint64_t seed, int round, const std::string& aoti_mlp = "");
 
 }  // namespace torchfarm::testing

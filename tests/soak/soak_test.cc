@@ -7,7 +7,8 @@
 // Invariants of every round, checked by value:
 //   - the supervisor never dies, and SIGTERM at the end stops it with exit code 0;
 //   - every request of a reading client gets exactly one reply (counted by request id);
-//   - an ok reply holds the expected output (identity: the input; mlp: an in-process forward);
+//   - an ok reply holds the expected output (identity: the input; mlp: an in-process forward of
+//     mlp.pt, which the AOTInductor mlp a round may serve instead must match too);
 //   - an error reply carries UNAVAILABLE, INTERNAL or RESOURCE_EXHAUSTED, and those stay under
 //     1% of the requests; DEADLINE_EXCEEDED only for a request with a deadline, never before it;
 //   - within 10 s after the faults stop, every model has all its workers ready.
@@ -52,6 +53,16 @@ std::optional<uint64_t> EnvNumber(const char* name) {
   const char* text = std::getenv(name);
   if (!text || !*text) return std::nullopt;
   return std::strtoull(text, nullptr, 10);
+}
+
+// The AOTInductor mlp (tools/export_model.py, ctest fixture venv_models) in a build against
+// .venv's torch; empty in a Debian build, whose rounds serve mlp.pt only.
+std::string AotiMlpPackage() {
+#ifdef TORCHFARM_SOAK_AOTI_MLP
+  return TORCHFARM_SOAK_AOTI_MLP;
+#else
+  return "";
+#endif
 }
 
 uint64_t RunSeed() {
@@ -174,7 +185,7 @@ TEST(Soak, RandomConfigsUnderFaultsKeepEveryInvariant) {
                                                         Clock::now() - start).count());
     const bool first = round == (only_round ? static_cast<int>(*only_round) : 0);
     if (!first && (only_round || left_ms < kMinRoundMs)) break;
-    RoundConfig config = DrawRound(seed, round);
+    RoundConfig config = DrawRound(seed, round, AotiMlpPackage());
     config.load_ms = std::max(kMinRoundMs - kRoundOverheadMs,
                               std::min(config.load_ms, left_ms - kRoundOverheadMs));
     SoakRound(seed, round, config, mlp);
