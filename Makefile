@@ -11,7 +11,7 @@ PREFIX ?= /usr/local
 CTEST_ARGS ?=
 
 .PHONY: all deps configure build models models-real run-images run test test-unit test-integration test-soak bench clean install \
-        test-asan fuzz
+        test-asan fuzz test-debian
 
 all: build
 
@@ -69,6 +69,17 @@ install: build
 
 clean:
 	rm -rf $(BUILD_DIR) models
+
+# The worker on Debian's LibTorch 1.13 (-DTORCHFARM_TORCH=debian, C++17) in build-debian: the
+# worker, torchfarm-mkmodel and the worker's tests (the compute loop, the model runner's refusal
+# of .pt2 packages, mkmodel's models), so the old path keeps building and serving (issue 29).
+DEBIAN_DIR ?= build-debian
+DEBIAN_TESTS = worker_compute_test worker_mkmodel_test model_runner_test aoti_package_info_test
+test-debian: deps
+	cmake -S . -B $(DEBIAN_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DTORCHFARM_TORCH=debian
+	cmake --build $(DEBIAN_DIR) -j $(JOBS) --target torchfarm-worker torchfarm-mkmodel $(DEBIAN_TESTS)
+	cd $(DEBIAN_DIR) && ctest --output-on-failure --timeout 900 \
+	  -R '^($(subst $(eval) ,|,$(strip $(DEBIAN_TESTS))))$$' $(CTEST_ARGS)
 
 # Security checks (docs/security.md); not part of make test.
 #   make test-asan  ASan+UBSan build of the non-LibTorch parts in build-asan; runs their unit tests

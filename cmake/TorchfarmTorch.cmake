@@ -3,9 +3,7 @@
 # TORCH_INCLUDE_DIRS, TORCH_INSTALL_PREFIX, TORCH_CXX_FLAGS and Torch_VERSION, plus
 # TORCHFARM_HAVE_AOTI (LibTorch has torch::inductor::AOTIModelPackageLoader).
 #
-# Default: debian until the full suite and CI have run on the venv build (issue 29: the switch of
-# the default is the last step; -DTORCHFARM_TORCH=venv builds it today).
-# TORCHFARM_TORCH=venv: pip's PyTorch in the project's .venv (tools/install-deps.sh), or
+# TORCHFARM_TORCH=venv (the default): pip's PyTorch in the project's .venv (tools/install-deps.sh), or
 #   the site-packages/torch folder named by TORCHFARM_TORCH_DIR. find_package(Torch) on that wheel
 #   fails (its Caffe2 config wants a CUDA toolkit: /work/shared/MACHINE.md), so this file makes an
 #   imported target by hand: the wheel's headers, libtorch.so, libtorch_cpu.so, libc10.so, the C++
@@ -16,7 +14,7 @@
 #   TORCHFARM_WITH_CUDA is OFF and cuda:N is refused as in the Debian build.
 # TORCHFARM_TORCH=debian: Debian's libtorch-dev 1.13 through find_package(Torch), as before.
 # TORCHFARM_TORCH=find: find_package(Torch) on CMAKE_PREFIX_PATH (a LibTorch zip, a source build).
-set(TORCHFARM_TORCH debian CACHE STRING "LibTorch to build against: venv, debian or find")
+set(TORCHFARM_TORCH venv CACHE STRING "LibTorch to build against: venv, debian or find")
 set_property(CACHE TORCHFARM_TORCH PROPERTY STRINGS venv debian find)
 set(TORCHFARM_TORCH_DIR "" CACHE PATH
     "site-packages/torch of TORCHFARM_TORCH=venv (empty: .venv's, found with the venv's python)")
