@@ -131,19 +131,34 @@ def package_metadata(torch, in_shape, out_shape, batch):
     }
 
 
-def write_aoti(torch, module, example, path, max_batch, in_shape, out_shape):
-    """Compiles `module` into an AOTInductor package; max_batch 0: the example's batch only."""
+def export_program(torch, module, example, max_batch, min_batch):
+    import torch.fx.experimental._config as fx_config
     dynamic = None
-    batch = str(example.shape[0])
     if max_batch > 0:
-        dynamic = ({0: torch.export.Dim("batch", min=1, max=max_batch)},)
-        batch = f"1..{max_batch}"
-    metadata = package_metadata(torch, in_shape, out_shape, batch)
+        dynamic = ({0: torch.export.Dim("batch", min=min_batch, max=max_batch)},)
     # backed_size_oblivious: without it torch.export specializes sizes 0 and 1, so a Dim(min=1)
     # compiles as ">= 2" and the package refuses batch 1 ("dim value is too small at 0").
-    import torch.fx.experimental._config as fx_config
     with torch.no_grad(), fx_config.patch(backed_size_oblivious=max_batch > 0):
-        program = torch.export.export(module, (example,), dynamic_shapes=dynamic)
+        return torch.export.export(module, (example,), dynamic_shapes=dynamic)
+
+
+def write_aoti(torch, module, example, path, max_batch, in_shape, out_shape):
+    """Compiles `module` into an AOTInductor package; max_batch 0: the example's batch only.
+
+    A model whose export cannot keep batch 1 dynamic (nn.TransformerEncoder's attention guards
+    batch != 1) is compiled for 2..max_batch; the worker pads a 1-row batch to 2 and cuts the
+    output back (worker/aoti_package_info.h, AotiRunRows)."""
+    min_batch = 1
+    try:
+        program = export_program(torch, module, example, max_batch, min_batch)
+    except Exception as e:  # torch's UserError: Constraints violated (batch)
+        if max_batch == 0 or "!= 1" not in str(e):
+            raise
+        min_batch = 2
+        program = export_program(torch, module, example, max_batch, min_batch)
+    batch = f"{min_batch}..{max_batch}" if max_batch > 0 else str(example.shape[0])
+    metadata = package_metadata(torch, in_shape, out_shape, batch)
+    with torch.no_grad():
         # The archive's top folder is named after the file: write it under its final name.
         with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(path))) as tmp:
             staged = os.path.join(tmp, os.path.basename(path))
@@ -151,6 +166,7 @@ def write_aoti(torch, module, example, path, max_batch, in_shape, out_shape):
                 program, package_path=staged,
                 inductor_configs={"aot_inductor.metadata": metadata})
             os.replace(staged, path)
+    return batch
 
 
 def rewrite_package(src, dst, rename=None, metadata_patch=None):
@@ -238,8 +254,9 @@ def main():
             print(f"export_model: {base}.pt ({time.monotonic() - start:.1f} s)")
         if "aoti" in formats and not (args.skip_existing and os.path.exists(base + ".pt2")):
             start = time.monotonic()
-            write_aoti(torch, module, example, base + ".pt2", args.max_batch, in_shape, out_shape)
-            print(f"export_model: {base}.pt2 batch 1..{args.max_batch} "
+            batch = write_aoti(torch, module, example, base + ".pt2", args.max_batch, in_shape,
+                               out_shape)
+            print(f"export_model: {base}.pt2 batch {batch} "
                   f"({time.monotonic() - start:.1f} s)")
         fixed = f"{base}_b{args.fixed_batch}.pt2"
         if "aoti" in formats and args.fixed_batch and not (args.skip_existing and

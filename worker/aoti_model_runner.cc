@@ -101,8 +101,25 @@ class AotiModelRunner final : public ModelRunner {
     std::vector<at::Tensor> tensors;
     tensors.reserve(inputs.size());
     // The generated code reads the inputs as laid out (it checks strides): contiguous ones.
-    for (const c10::IValue& input : inputs) tensors.push_back(input.toTensor().contiguous());
+    int64_t rows = -1, padded = -1;
+    for (const c10::IValue& input : inputs) {
+      at::Tensor tensor = input.toTensor().contiguous();
+      if (tensor.dim() > 0 && AotiRunRows(info_, tensor.size(0)) > tensor.size(0)) {
+        // Below the package's range: zero rows up to its minimum (CheckAotiRows).
+        rows = tensor.size(0);
+        padded = AotiRunRows(info_, rows);
+        std::vector<int64_t> shape = tensor.sizes().vec();
+        shape[0] = padded - rows;
+        tensor = at::cat({tensor, at::zeros(shape, tensor.options())});
+      }
+      tensors.push_back(std::move(tensor));
+    }
     std::vector<at::Tensor> outputs = loader_->run(tensors);
+    if (rows >= 0) {
+      for (at::Tensor& out : outputs) {
+        if (out.dim() > 0 && out.size(0) == padded) out = out.narrow(0, 0, rows);
+      }
+    }
     if (outputs.size() == 1) return c10::IValue(std::move(outputs[0]));
     std::vector<c10::IValue> elements(outputs.begin(), outputs.end());
     return c10::ivalue::Tuple::create(std::move(elements));

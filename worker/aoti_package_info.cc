@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <sstream>
@@ -184,8 +185,14 @@ Status CheckAotiPackageFits(const AotiPackageInfo& info, const std::string& devi
   return Status::Ok();
 }
 
+int64_t AotiRunRows(const AotiPackageInfo& info, int64_t rows) {
+  if (info.max_rows == 0 || info.fixed_batch() || rows < 1) return rows;
+  return std::max(rows, info.min_rows);
+}
+
 Status CheckAotiRows(const AotiPackageInfo& info, int64_t rows) {
-  if (info.max_rows == 0 || (rows >= info.min_rows && rows <= info.max_rows)) return Status::Ok();
+  const int64_t run = AotiRunRows(info, rows);
+  if (info.max_rows == 0 || (run >= info.min_rows && run <= info.max_rows)) return Status::Ok();
   if (info.fixed_batch()) {
     return InvalidArgument("this AOTInductor package was compiled for a fixed batch of " +
                            std::to_string(info.max_rows) +

@@ -56,7 +56,12 @@ std::set<std::string> ParseCpuFlags(const std::string& cpuinfo);
 
 // A batch of `rows` rows fits the package's recorded batch range; InvalidArgument naming the range
 // (and, for a fixed-batch package, that it was compiled for that batch only) otherwise.
+// A dynamic range that starts above 1 row (torch.export could not keep batch 1 dynamic, e.g. an
+// nn.TransformerEncoder: export_model.py then compiles 2..N) takes fewer rows padded with zeros
+// up to min_rows; their outputs are cut back. A fixed-batch package is never padded.
 Status CheckAotiRows(const AotiPackageInfo& info, int64_t rows);
+// The rows a batch of `rows` runs as: min_rows for a smaller batch of a dynamic range, else rows.
+int64_t AotiRunRows(const AotiPackageInfo& info, int64_t rows);
 
 // Input `index` of a batch has the dtype, rank and non-batch dimensions the package's
 // torchfarm_inputs record (-1: any); InvalidArgument naming both otherwise. OK when the package

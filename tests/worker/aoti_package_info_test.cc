@@ -129,6 +129,23 @@ TEST(AotiPackageInfo, DynamicRangeRefusesRowsOutsideIt) {
   EXPECT_NE(big.message().find("takes 1..256 rows"), std::string::npos);
 }
 
+// A range from 2 (export_model.py's transformer): 1 row runs padded to 2; a fixed batch never pads.
+TEST(AotiPackageInfo, RowsBelowADynamicRangeArePaddedFixedBatchesAreNot) {
+  auto metadata = GoodMetadata();
+  metadata["torchfarm_batch"] = "2..256";
+  AotiPackageInfo info;
+  ASSERT_TRUE(ParseAotiPackageInfo(metadata, &info).ok());
+  EXPECT_TRUE(CheckAotiRows(info, 1).ok());
+  EXPECT_EQ(AotiRunRows(info, 1), 2);
+  EXPECT_EQ(AotiRunRows(info, 2), 2);
+  EXPECT_EQ(AotiRunRows(info, 200), 200);
+  EXPECT_FALSE(CheckAotiRows(info, 257).ok());
+  metadata["torchfarm_batch"] = "4";
+  ASSERT_TRUE(ParseAotiPackageInfo(metadata, &info).ok());
+  EXPECT_EQ(AotiRunRows(info, 3), 3);
+  EXPECT_FALSE(CheckAotiRows(info, 3).ok());
+}
+
 TEST(AotiPackageInfo, CpuFlagsFromCpuinfo) {
   const std::string cpuinfo =
       "processor\t: 0\nmodel name\t: X\nflags\t\t: fpu sse2 avx2 avx512f amx_tile\n\n"
