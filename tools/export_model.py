@@ -166,7 +166,28 @@ def write_aoti(torch, module, example, path, max_batch, in_shape, out_shape):
                 program, package_path=staged,
                 inductor_configs={"aot_inductor.metadata": metadata})
             os.replace(staged, path)
+    if max_batch > 0 and min_batch == 1 and not runs_one_row(torch, path, in_shape):
+        # Inductor may specialise batch 1 away after export kept it (torchvision's resnet18: the
+        # package answers "dim value is too small at 0, expected it to be >= 2"). Record what the
+        # package takes, so the worker pads a 1-row batch instead of failing it.
+        batch = f"2..{max_batch}"
+        rewrite_package(path, path, metadata_patch={"torchfarm_batch": batch})
     return batch
+
+
+def runs_one_row(torch, path, in_shape):
+    """The package at `path` runs a batch of one row (the range its metadata will claim), with
+    its input checks on as the worker runs it (AOTI_RUNTIME_CHECK_INPUTS=1: those checks may
+    hold the batch to >= 2 where the unchecked kernels would run)."""
+    os.environ["AOTI_RUNTIME_CHECK_INPUTS"] = "1"
+    try:
+        with torch.no_grad():
+            torch._inductor.aoti_load_package(path)(torch.zeros(1, *in_shape))
+        return True
+    except Exception as e:  # the package's own input check: RuntimeError "... too small ..."
+        if "too small" not in str(e):
+            raise
+        return False
 
 
 def rewrite_package(src, dst, rename=None, metadata_patch=None):
