@@ -16,10 +16,12 @@
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <stdexcept>
 
 #include "worker/aoti_package_info.h"
 #include "worker/model_runner.h"
@@ -82,10 +84,21 @@ class AotiModelRunner final : public ModelRunner {
       return InvalidArgument("the package takes " + std::to_string(info_.inputs.size()) +
                              " inputs, got " + std::to_string(inputs.size()));
     }
+    int64_t rows = -1;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const at::Tensor& tensor = inputs[i].toTensor();
-      if (tensor.dim() == 0) continue;
-      if (Status status = CheckAotiRows(info_, tensor.size(0)); !status.ok()) return status;
+      if (tensor.dim() > 0) {
+        if (Status status = CheckAotiRows(info_, tensor.size(0)); !status.ok()) return status;
+        // Padding (AotiRunRows) is defined for a batch, whose inputs share their rows.
+        if (rows >= 0 && tensor.size(0) != rows &&
+            AotiRunRows(info_, std::min(rows, tensor.size(0))) > std::min(rows, tensor.size(0))) {
+          return InvalidArgument("input " + std::to_string(i) + " has " +
+                                 std::to_string(tensor.size(0)) + " rows and an earlier one " +
+                                 std::to_string(rows) + ": a batch below the package's " +
+                                 info_.BatchText() + " rows is padded only when all agree");
+        }
+        rows = tensor.size(0);
+      }
       const std::optional<DType> dtype = FromScalarType(tensor.scalar_type());
       if (!dtype) {
         return InvalidArgument("input " + std::to_string(i) + ": unsupported dtype " +
@@ -116,8 +129,21 @@ class AotiModelRunner final : public ModelRunner {
     }
     std::vector<at::Tensor> outputs = loader_->run(tensors);
     if (rows >= 0) {
-      for (at::Tensor& out : outputs) {
-        if (out.dim() > 0 && out.size(0) == padded) out = out.narrow(0, 0, rows);
+      // Cut back the outputs that are per row: those the metadata records with a variable first
+      // dimension (or, with no outputs recorded, those with `padded` rows).
+      for (size_t k = 0; k < outputs.size(); ++k) {
+        at::Tensor& out = outputs[k];
+        const bool per_row = k < info_.outputs.size() ? !info_.outputs[k].shape.empty() &&
+                                                            info_.outputs[k].shape[0] == -1
+                                                      : out.dim() > 0 && out.size(0) == padded;
+        if (!per_row) continue;
+        if (out.dim() == 0 || out.size(0) != padded) {
+          throw std::runtime_error(
+              "output " + std::to_string(k) + " of a batch padded to " + std::to_string(padded) +
+              " rows has " +
+              (out.dim() == 0 ? std::string("no rows") : std::to_string(out.size(0)) + " rows"));
+        }
+        out = out.narrow(0, 0, rows);
       }
     }
     if (outputs.size() == 1) return c10::IValue(std::move(outputs[0]));

@@ -12,15 +12,25 @@ void BatchCostModel::Update(double rows, double us, double weight) {
   mean_rows_us_ += weight * (rows * us - mean_rows_us_);
 }
 
+double BatchCostModel::Median(double values[kWarmupSamples]) {
+  std::nth_element(values, values + kWarmupSamples / 2, values + kWarmupSamples);
+  return values[kWarmupSamples / 2];
+}
+
 void BatchCostModel::FitWarmup() {
-  double per_row[kWarmupSamples];
-  for (int i = 0; i < kWarmupSamples; ++i) per_row[i] = warmup_[i].us / warmup_[i].rows;
-  std::nth_element(per_row, per_row + kWarmupSamples / 2, per_row + kWarmupSamples);
-  const double limit = kOutlierFactor * per_row[kWarmupSamples / 2];
-  // An equal-weight mean of the samples kept: the median one always is.
+  double per_row[kWarmupSamples], total[kWarmupSamples];
+  for (int i = 0; i < kWarmupSamples; ++i) {
+    per_row[i] = warmup_[i].us / warmup_[i].rows;
+    total[i] = warmup_[i].us;
+  }
+  // A stall is slow both per row and in all: a small batch of a model whose fixed cost dominates
+  // is dear per row but not in all, and a big batch the other way round; both are kept.
+  const double per_row_limit = kOutlierFactor * std::max(Median(per_row), kFloorUs);
+  const double total_limit = kOutlierFactor * std::max(Median(total), kFloorUs);
+  // An equal-weight mean of the samples kept: the one with the median per-row cost always is.
   int kept = 0;
   for (const Sample& s : warmup_) {
-    if (s.us / s.rows > limit) continue;
+    if (s.us / s.rows > per_row_limit && s.us > total_limit) continue;
     ++kept;
     Update(s.rows, s.us, 1.0 / kept);
   }
@@ -34,9 +44,9 @@ void BatchCostModel::Observe(int64_t rows, double compute_us) {
     if (samples_ == kWarmupSamples) FitWarmup();
     return;
   }
-  // Winsorised: a stall counts as a batch kOutlierFactor times slower than expected, no more.
-  const double expected = BatchUs(rows);
-  Update(x, expected > 0 ? std::min(us, kOutlierFactor * expected) : us, weight_);
+  // Winsorised: a stall counts as a batch kOutlierFactor times slower than expected, no more
+  // (the floor keeps a model measured at 0 us, whole microseconds, from taking a stall in full).
+  Update(x, std::min(us, kOutlierFactor * std::max(BatchUs(rows), kFloorUs)), weight_);
   ++samples_;
 }
 

@@ -27,8 +27,9 @@ namespace torchfarm {
 // time hundreds of times its real cost, and one such sample must not make the early deadline
 // refusal (dispatcher.h CheckDeadline) or the dispatch lead believe the model is that slow.
 //   - The first kWarmupSamples batches are held and fitted together once all are in, leaving out
-//     those whose cost per row is over kOutlierFactor times the median of them (a stalled first
-//     batch). Until then known() is false and callers fall back to their no-cost behaviour.
+//     those over kOutlierFactor times the median both per row and in all (a stalled first batch;
+//     a small batch of a fixed-cost model is dear per row only, and kept). Until then known() is
+//     false and callers fall back to their no-cost behaviour.
 //   - After that a sample counts at most kOutlierFactor times the current estimate for its rows,
 //     so one stall moves the estimate by at most weight * (kOutlierFactor - 1), while a real
 //     slowdown still raises it by that much per batch (doubling in ~5 batches at the default).
@@ -36,6 +37,8 @@ class BatchCostModel {
  public:
   static constexpr int kWarmupSamples = 5;
   static constexpr double kOutlierFactor = 4;
+  // Workers report whole microseconds: a model can measure 0; outlier limits start at this.
+  static constexpr double kFloorUs = 1;
 
   // `weight` of the newest sample in the running means (0 < weight <= 1).
   BatchCostModel() = default;
@@ -54,6 +57,7 @@ class BatchCostModel {
   };
   void Update(double rows, double us, double weight);
   void FitWarmup();
+  static double Median(double values[kWarmupSamples]);  // reorders `values`
 
   double weight_ = 0.05;
   int64_t samples_ = 0;

@@ -117,6 +117,23 @@ TEST(BatchCostModelTest, ARealSlowdownIsStillFollowed) {
   EXPECT_NEAR(cost.BatchUs(8), 8'000, 100);
 }
 
+// Review finding: 1-row batches of a model whose fixed cost dominates are dear per row, not
+// stalls; leaving them out would fit no fixed cost at all.
+TEST(BatchCostModelTest, SmallBatchesOfAFixedCostModelAreNotStalls) {
+  BatchCostModel cost;
+  for (int rows : {32, 32, 32, 1, 1}) cost.Observe(rows, 400 + 10 * rows);
+  EXPECT_NEAR(cost.fixed_us(), 400, 1e-6);
+  EXPECT_NEAR(cost.per_row_us(), 10, 1e-6);
+}
+
+// A model measured at 0 us (whole microseconds) still caps a stall.
+TEST(BatchCostModelTest, AZeroCostModelStillCapsAStall) {
+  BatchCostModel cost;
+  for (int i = 0; i < 10; ++i) cost.Observe(1, 0);
+  cost.Observe(1, 900'000);
+  EXPECT_LE(cost.BatchUs(1), 0.05 * BatchCostModel::kOutlierFactor * BatchCostModel::kFloorUs);
+}
+
 TEST(BatchCostModelTest, HalfTheWarmupStalledKeepsTheMedianSide) {
   BatchCostModel cost;
   // Two of five stalled: the median is a real batch, so both stalls are left out.
