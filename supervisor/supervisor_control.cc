@@ -202,6 +202,9 @@ std::string Supervisor::ApplyModelUpdate(const ModelUpdate& update, const FileId
   existing->config = m;
   existing->file = file;
   existing->queue.SetPolicy(BatchingPolicyFor(m));
+  // New workers run another file, format or pipeline: its cost is learnt afresh (the stall cap
+  // would otherwise take ~15-30 batches to believe a much slower model).
+  if (update.replace_workers) existing->cost = BatchCostModel();
   ReconcileSparesAfterReload(*existing, previous_config, update);
   if (update.replace_at_once) return ReplaceAllAtOnce(*existing, update);
   const std::vector<InstanceConfig>& wanted = update.instances;
