@@ -16,7 +16,6 @@
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/version.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -89,9 +88,8 @@ class AotiModelRunner final : public ModelRunner {
       const at::Tensor& tensor = inputs[i].toTensor();
       if (tensor.dim() > 0) {
         if (Status status = CheckAotiRows(info_, tensor.size(0)); !status.ok()) return status;
-        // Padding (AotiRunRows) is defined for a batch, whose inputs share their rows.
-        if (rows >= 0 && tensor.size(0) != rows &&
-            AotiRunRows(info_, std::min(rows, tensor.size(0))) > std::min(rows, tensor.size(0))) {
+        // Padding is defined for a batch, whose inputs share their rows.
+        if (rows >= 0 && tensor.size(0) != rows && (Padded(rows) || Padded(tensor.size(0)))) {
           return InvalidArgument("input " + std::to_string(i) + " has " +
                                  std::to_string(tensor.size(0)) + " rows and an earlier one " +
                                  std::to_string(rows) + ": a batch below the package's " +
@@ -114,21 +112,22 @@ class AotiModelRunner final : public ModelRunner {
     std::vector<at::Tensor> tensors;
     tensors.reserve(inputs.size());
     // The generated code reads the inputs as laid out (it checks strides): contiguous ones.
-    int64_t rows = -1, padded = -1;
+    // CheckInputs passed: when one input is below the package's range, all share its rows.
+    int64_t rows = -1;
     for (const c10::IValue& input : inputs) {
       at::Tensor tensor = input.toTensor().contiguous();
-      if (tensor.dim() > 0 && AotiRunRows(info_, tensor.size(0)) > tensor.size(0)) {
+      if (tensor.dim() > 0 && Padded(tensor.size(0))) {
         // Below the package's range: zero rows up to its minimum (CheckAotiRows).
         rows = tensor.size(0);
-        padded = AotiRunRows(info_, rows);
         std::vector<int64_t> shape = tensor.sizes().vec();
-        shape[0] = padded - rows;
+        shape[0] = AotiRunRows(info_, rows) - rows;
         tensor = at::cat({tensor, at::zeros(shape, tensor.options())});
       }
       tensors.push_back(std::move(tensor));
     }
     std::vector<at::Tensor> outputs = loader_->run(tensors);
     if (rows >= 0) {
+      const int64_t padded = AotiRunRows(info_, rows);
       // Cut back the outputs that are per row: those the metadata records with a variable first
       // dimension (or, with no outputs recorded, those with `padded` rows).
       for (size_t k = 0; k < outputs.size(); ++k) {
@@ -161,6 +160,9 @@ class AotiModelRunner final : public ModelRunner {
   }
 
  private:
+  // A batch of `rows` runs padded with zero rows (AotiRunRows).
+  bool Padded(int64_t rows) const { return AotiRunRows(info_, rows) > rows; }
+
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
   const AotiPackageInfo info_;
 };
