@@ -8,15 +8,19 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <sstream>
 
 #include "common/log.h"
 #include "common/protocol.h"
 #include "common/random_hex.h"
+#include "common/worker_count.h"
 #include "ipc/control_protocol.h"
 #include "ipc/guarded_copy.h"
+#include "supervisor/admin/process_stats.h"
 #include "supervisor/frontend/frontend.h"
-#include "supervisor/intake/job_intake.h"
-#include "supervisor/zmq_util.h"
+#include "supervisor/frontend/frontend_endpoint.h"
+#include "supervisor/security/socket_security.h"
 
 namespace torchfarm {
 
@@ -46,11 +50,17 @@ SupervisorOptions SupervisorOptions::From(const FarmConfig& config, const std::s
   return options;
 }
 
-Supervisor::Supervisor(FarmConfig config, SupervisorOptions options)
-    : config_(std::move(config)), options_(std::move(options)), context_(1),
-      jobs_(context_, zmq::socket_type::router), control_(context_, zmq::socket_type::router),
+Supervisor::Supervisor(FarmConfig config, SupervisorOptions options, SupervisorSeams seams)
+    : config_(std::move(config)),
+      options_(std::move(options)),
+      clock_(seams.clock ? *seams.clock : steady_clock_),
+      launcher_override_(seams.launcher),
+      context_(1),
+      jobs_(context_, zmq::socket_type::router),
+      control_(context_, zmq::socket_type::router),
       admin_(context_, zmq::socket_type::router),
-      frontend_jobs_(context_, zmq::socket_type::router), workers_(clock_),
+      frontend_jobs_(context_, zmq::socket_type::router),
+      workers_(clock_),
       hang_limit_([this](const WorkerSlot& slot) {
         return Millis(models_[slot.model_index()].config.hang_timeout_ms);
       }) {
@@ -61,6 +71,7 @@ Supervisor::~Supervisor() { CleanUp(); }
 
 Status Supervisor::Start() {
   started_ = clock_.Now();
+  status_.set_started(started_);
   ::umask(077);  // ipc socket files and every file in run_dir: owner only
   if (Status s = lock_.Acquire(config_.run_dir); !s.ok()) return s;
   RemoveStaleFiles(config_.run_dir);
@@ -82,23 +93,39 @@ Status Supervisor::Start() {
   launch.heartbeat_ms = config_.heartbeat_ms;
   launch.log_level = options_.log_level;
   launch.response_rings = &response_rings_;
+  launch.shm_budget = &shm_budget_;
   if (::access(launch.worker_binary.c_str(), X_OK) != 0) {
     return NotFound("worker binary '" + launch.worker_binary +
                     "' is missing or not executable (set worker_binary in the config)");
   }
+  if (Status s = BindSockets(launch.control_endpoint); !s.ok()) return s;
+  if (Status s = StartWorkers(std::move(launch)); !s.ok()) return s;
+  if (Status s = StartFrontend(); !s.ok()) return s;
+  TF_LOG(kInfo) << "supervisor serving" << Kv("endpoint", config_.endpoint)
+                << Kv("admin", config_.admin_endpoint) << Kv("workers", workers_.size())
+                << Kv("models", config_.models.size())
+                << Kv("metrics",
+                      config_.metrics_endpoint.empty() ? "off" : config_.metrics_endpoint)
+                << Kv("mps", mps_.state());
+  return Status::Ok();
+}
 
+Status Supervisor::BindSockets(const std::string& control_endpoint) {
   for (auto* socket : {&jobs_, &control_, &admin_}) socket->set(zmq::sockopt::linger, 0);
   jobs_.set(zmq::sockopt::rcvhwm, 100'000);
   jobs_.set(zmq::sockopt::sndhwm, 100'000);
   // A reply libzmq cannot queue fails its send instead of vanishing (reply_writer.h).
   jobs_.set(zmq::sockopt::router_mandatory, 1);
-  if (Status s = SecureSockets(); !s.ok()) return s;
+  quota_.set_max_per_client(config_.limits.max_queued_per_client);
+  replies_.set_unread_limits(config_.limits.max_unread_replies_per_client,
+                             config_.limits.max_unread_reply_bytes_per_client);
+  if (Status s = SecureSockets(config_, context_, jobs_, admin_, curve_); !s.ok()) return s;
+  job_acceptor_.set_curve(curve_.started());
   // Limits first: the job socket accepts from the moment it is bound.
-  ApplyResourceLimits();
-  launch.shm_budget = &shm_budget_;
+  limits_.Apply(config_);
   if (Status s = connections_.Start(context_, jobs_, "torchfarm-job-connections"); !s.ok()) return s;
   const std::pair<zmq::socket_t*, std::string> binds[] = {
-      {&jobs_, config_.endpoint}, {&control_, launch.control_endpoint}, {&admin_, config_.admin_endpoint}};
+      {&jobs_, config_.endpoint}, {&control_, control_endpoint}, {&admin_, config_.admin_endpoint}};
   for (const auto& [socket, endpoint] : binds) {
     if (Status s = CheckIpcEndpointFree(endpoint); !s.ok()) return s;
     try {
@@ -109,11 +136,15 @@ Status Supervisor::Start() {
     ipc_files_.push_back(IpcEndpointFile::Bound(endpoint));
   }
   connections_.HandleEvents();  // the LISTENING event: which descriptor the guard caps
-  if (Status s = ApplyIpcGroup(); !s.ok()) return s;
-  client_shm_ = std::make_unique<ClientShmRegistry>(config_.client_shm, launch.segment_prefix,
-                                                    ipc_gid_);
-  client_shm_->set_budget(&shm_budget_);
+  return ApplyIpcGroup(config_, &ipc_gid_);
+}
 
+Status Supervisor::StartWorkers(LaunchContext launch) {
+  const std::string segment_prefix = launch.segment_prefix;
+  client_shm_ = std::make_unique<ClientShmRegistry>(config_.client_shm, segment_prefix, ipc_gid_);
+  client_shm_->set_budget(&shm_budget_);
+  job_acceptor_.set_client_shm(client_shm_.get());
+  status_.set_client_shm(client_shm_.get());
   if (!config_.metrics_endpoint.empty()) {
     if (Status m = MetricsExporter::Start(config_.metrics_endpoint, &metrics_); !m.ok()) return m;
     resource_metrics_ = std::make_unique<ResourceMetrics>(metrics_->registry());
@@ -121,18 +152,23 @@ Status Supervisor::Start() {
         [metrics = metrics_.get()](const char* reason) { metrics->ReplyUndeliverable(reason); });
   }
   dispatcher_.set_metrics(metrics_.get());
+  responses_.set_metrics(metrics_.get());
+  spares_.set_metrics(metrics_.get());
+  rollouts_.set_metrics(metrics_.get());
+  worker_events_.set_metrics(metrics_.get());
+  job_acceptor_.set_metrics(metrics_.get());
   // In place only while regions are owner-only: a region shared with an ipc_group could be
   // truncated or rewritten by another user while the model reads it (docs/security.md).
-  dispatcher_.set_options({options_.max_retries, config_.client_shm.in_place && config_.ipc_group.empty()});
-  int cores = AvailableCores();
+  dispatcher_.set_options(
+      {options_.max_retries, config_.client_shm.in_place && config_.ipc_group.empty()});
   // Each model file is read once here, to know it again at a reload (file_identity.h).
-  for (const ModelConfig& mc : config_.models) AddModel(mc, ReadFileIdentity(mc.path));
-  RebuildServedModels();
+  for (const ModelConfig& mc : config_.models) model_control_.Add(mc, ReadFileIdentity(mc.path));
+  models_.RebuildServed();
   int cpu_threads = 0;
   for (const auto& slot : workers_) {
     if (slot->device() == "cpu") cpu_threads += slot->instance().threads;
   }
-  if (cpu_threads > cores) {
+  if (const int cores = AvailableCores(); cpu_threads > cores) {
     TF_LOG(kWarn) << "CPU workers' threads exceed the cores this supervisor may use; expect "
                      "oversubscription (set threads, count or cores)"
                   << Kv("threads", cpu_threads) << Kv("cores", cores);
@@ -142,122 +178,191 @@ Status Supervisor::Start() {
   });
   if (Status s = mps_.Start(config_.gpu, config_.run_dir, has_gpu_instances); !s.ok()) return s;
   launch.gpu_env = mps_.WorkerEnvironment();
-  if (config_.worker_launch == "zygote") {
+  ZygotePool* zygotes = nullptr;
+  if (config_.worker_launch == "zygote" && !launcher_override_) {
     // Waiting here, before any worker exists, lets the first workers fork too (their start is
     // what the wait costs); a zygote slower than this is used once it is ready.
     if (Status z = zygotes_.Start(launch.worker_binary, kZygoteStartWait, clock_); z.ok()) {
-      launch.zygote = &zygotes_;
+      zygotes = &zygotes_;
     } else {
       TF_LOG(kWarn) << "no worker zygote; workers start by exec" << Kv("error", z.message());
     }
   }
+  process_launcher_ = std::make_unique<ProcessWorkerLauncher>(zygotes);
+  launch.launcher = launcher_override_ ? launcher_override_ : process_launcher_.get();
   workers_.Configure(std::move(launch), options_.restart);
   for (auto& slot : workers_) workers_.Launch(*slot);
-  if (Status s = StartFrontend(); !s.ok()) return s;
-  TF_LOG(kInfo) << "supervisor serving" << Kv("endpoint", config_.endpoint)
-                << Kv("admin", config_.admin_endpoint) << Kv("workers", workers_.size())
-                << Kv("models", config_.models.size())
-                << Kv("metrics", config_.metrics_endpoint.empty() ? "off" : config_.metrics_endpoint)
-                << Kv("mps", mps_.state());
   return Status::Ok();
 }
 
-int Supervisor::Run() {
-  enum class Source { kResponses, kOutput };
-  std::vector<zmq::pollitem_t> items;
-  std::vector<std::pair<WorkerSlot*, Source>> owners;
-  // The fixed poll sources, by name; the workers' doorbells and pipes follow them (owners).
-  enum FixedItem : size_t { kJobs, kControl, kAdmin, kSignals, kTimer, kFrontend, kFixedItems };
-  while (farm_.phase != FarmPhase::kDone) {
-    items.clear();
-    owners.clear();
-    items.push_back({static_cast<void*>(jobs_), 0, ZMQ_POLLIN, 0});
-    items.push_back({static_cast<void*>(control_), 0, ZMQ_POLLIN, 0});
-    items.push_back({static_cast<void*>(admin_), 0, ZMQ_POLLIN, 0});
-    items.push_back({nullptr, signals_.fd(), ZMQ_POLLIN, 0});
-    items.push_back({nullptr, timer_.fd(), ZMQ_POLLIN, 0});
-    // An unbound socket never becomes readable: polling it always keeps the indices fixed.
-    items.push_back({static_cast<void*>(frontend_jobs_), 0, ZMQ_POLLIN, 0});
-    for (auto& slot : workers_) {
-      if (slot->response_fd() >= 0) {
-        items.push_back({nullptr, slot->response_fd(), ZMQ_POLLIN, 0});
-        owners.emplace_back(slot.get(), Source::kResponses);
-      }
-      if (slot->output_fd() >= 0) {
-        items.push_back({nullptr, slot->output_fd(), ZMQ_POLLIN, 0});
-        owners.emplace_back(slot.get(), Source::kOutput);
-      }
-    }
-    const size_t zap_item = items.size();
-    if (curve_.started()) items.push_back({curve_.socket_handle(), 0, ZMQ_POLLIN, 0});
-    const size_t monitor_item = items.size();
-    if (connections_.socket_handle()) items.push_back({connections_.socket_handle(), 0, ZMQ_POLLIN, 0});
-    // A starting zygote's ready message only wakes the loop; the "zygotes" duty reads it.
-    for (int fd : zygotes_.StartingChannels()) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
-    Guarded("timer", [&] { timer_.ArmAt(NextWakeUp()); });
-    bool polled = false;
-    Guarded("poll", [&] {
-      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
-      polled = true;
-    });
-    if (!polled) {
-      // Nothing is known to be ready; the duties below still run (deadlines, restarts), and the
-      // next turn polls again after the safety-net interval.
-      for (auto& item : items) item.revents = 0;
-      ::usleep(static_cast<useconds_t>(ToMicros(kMaxPollTimeout)));
-    }
-    if (items[kTimer].revents & ZMQ_POLLIN) timer_.Acknowledge();
-    if (zap_item < items.size() && (items[zap_item].revents & ZMQ_POLLIN)) {
-      Guarded("zap", [&] { curve_.HandleRequests(); });
-    }
-    if (monitor_item < items.size() && (items[monitor_item].revents & ZMQ_POLLIN)) {
-      Guarded("connections", [&] { connections_.HandleEvents(); });
-    }
-
-    // Each duty is one delegation inside its own barrier: a bug in one (a malformed control
-    // message, an allocation failure) is logged and the loop carries on serving.
-    for (size_t i = 0; i < owners.size(); ++i) {
-      if (!(items[kFixedItems + i].revents & (ZMQ_POLLIN | ZMQ_POLLERR))) continue;
-      if (owners[i].second == Source::kOutput) {
-        Guarded("worker output", [&] { HandleWorkerOutput(*owners[i].first); });
-      }
-    }
-    if (items[kSignals].revents & ZMQ_POLLIN) Guarded("signals", [&] { HandleSignals(); });
-    for (size_t i = 0; i < owners.size(); ++i) {
-      if (owners[i].second == Source::kResponses && (items[kFixedItems + i].revents & ZMQ_POLLIN)) {
-        Guarded("responses", [&] { HandleResponses(*owners[i].first); });
-      }
-    }
-    if (items[kControl].revents & ZMQ_POLLIN) Guarded("control", [&] { HandleControl(); });
-    if (items[kJobs].revents & ZMQ_POLLIN) Guarded("jobs", [&] { HandleJobs(); });
-    if (items[kFrontend].revents & ZMQ_POLLIN) Guarded("front end", [&] { HandleFrontendJobs(); });
-    if (items[kAdmin].revents & ZMQ_POLLIN) {
-      Guarded("admin", [&] { admin_service_.HandleRequests(admin_); });
-    }
-    Guarded("deadlines", [&] { dispatcher_.ExpireDeadlines(); });
-    Guarded("liveness", [&] { workers_.KillUnresponsive(hang_limit_); });
-    // Before the restarts: a worker due now forks from a zygote that just became ready.
-    Guarded("zygotes", [&] {
-      if (!IsStoppingWorkers(farm_.phase)) zygotes_.Maintain(clock_.Now());
-    });
-    Guarded("restarts", [&] {
-      // A draining farm still replaces dead workers: the queue it promised to finish needs them.
-      if (!IsStoppingWorkers(farm_.phase)) workers_.LaunchDue();
-    });
-    Guarded("dispatch", [&] { dispatcher_.DispatchAll(); });
-    Guarded("pinned replies", [&] { ReleasePinnedReplies(); });
-    Guarded("retire", [&] { RetireIdleSlots(); });
-    Guarded("versions", [&] { RetireReplacedVersions(); });
-    Guarded("farm phase", [&] { StepFarmPhase(FarmEvent::kTurn); });
-    Guarded("housekeeping", [&] { Housekeeping(); });
+Status Supervisor::StartFrontend() {
+  if (!config_.frontend.enabled()) return Status::Ok();
+  try {
+    frontend_jobs_.set(zmq::sockopt::linger, 0);
+    frontend_jobs_.set(zmq::sockopt::sndhwm, 0);
+    frontend_jobs_.set(zmq::sockopt::rcvhwm, 0);
+    frontend_jobs_.bind(kFrontendEndpoint);
+  } catch (const zmq::error_t& e) {
+    return Internal(std::string("cannot bind the front-end socket: ") + e.what());
   }
+  replies_.set_frontend_socket(&frontend_jobs_);
+  frontend_ = std::make_unique<Frontend>();
+  return frontend_->Start(config_.frontend, context_);
+}
+
+void Supervisor::RegisterAdminCommands() {
+  using Field = AdminService::Field;
+  admin_service_.Register("health", {}, [this](const json&) { return status_.Health(); });
+  admin_service_.Register("stats", {}, [this](const json&) {
+    json stats = status_.Stats();
+    if (frontend_) stats["frontend"] = frontend_->ToJson();
+    return stats;
+  });
+  admin_service_.Register("drain", {}, [this](const json&) { return Drain(); });
+  admin_service_.Register("reload", {}, [this](const json&) { return Reload(); });
+  admin_service_.Register("restart", {Field{"worker", false}}, [this](const json& request) {
+    const int id = request["worker"].get<int>();
+    const Status s = workers_.RequestRestart(id, "restart requested over the admin socket");
+    if (!s.ok()) return AdminError(s.message());
+    return AdminOk("worker " + std::to_string(id) + " will be replaced after its " +
+                   std::to_string(workers_[static_cast<size_t>(id)]->inflight()) +
+                   " batch(es) in flight");
+  });
+  admin_service_.Register("scale",
+                          {Field{"model", true}, Field{"count", false, 0, kMaxWorkersPerModel}},
+                          [this](const json& request) {
+                            return ScaleReply(model_control_.Scale(
+                                request["model"].get<std::string>(), request["count"].get<int>()));
+                          });
+  admin_service_.Register("models", {}, [this](const json&) { return status_.Models(); });
+  admin_service_.Register("load", {Field{"model", true}}, [this](const json& request) {
+    std::vector<ModelConfig> configs;
+    if (Status s = ParseLoadRequest(request, config_.source_path, &configs); !s.ok()) {
+      return AdminError(s.message());
+    }
+    return LoadReply(model_control_.Load(request["model"].get<std::string>(), configs));
+  });
+  admin_service_.Register("unload", {Field{"model", true}}, [this](const json& request) {
+    return UnloadReply(model_control_.Unload(request["model"].get<std::string>()));
+  });
+}
+
+struct Supervisor::TurnEvents {
+  bool jobs = false, control = false, admin = false, signals = false, frontend = false;
+  bool zap = false, connections = false;
+  std::vector<WorkerSlot*> output;     // output pipes with something to read (or closed)
+  std::vector<WorkerSlot*> responses;  // doorbells rung
+};
+
+int Supervisor::Run() {
+  while (farm_.phase != FarmPhase::kDone) RunTurn(clock_.Now());
   CleanUp();
   TF_LOG(kInfo) << "supervisor stopped";
   return 0;
 }
 
-TimePoint Supervisor::NextWakeUp() const {
-  TimePoint now = clock_.Now();
+Supervisor::TurnEvents Supervisor::Poll(TimePoint now) {
+  // The fixed poll sources, by name; the workers' doorbells and pipes follow them (owners).
+  enum FixedItem : size_t { kJobs, kControl, kAdmin, kSignals, kTimer, kFrontend, kFixedItems };
+  enum class Source { kResponses, kOutput };
+  std::vector<zmq::pollitem_t> items;
+  std::vector<std::pair<WorkerSlot*, Source>> owners;
+  items.push_back({static_cast<void*>(jobs_), 0, ZMQ_POLLIN, 0});
+  items.push_back({static_cast<void*>(control_), 0, ZMQ_POLLIN, 0});
+  items.push_back({static_cast<void*>(admin_), 0, ZMQ_POLLIN, 0});
+  items.push_back({nullptr, signals_.fd(), ZMQ_POLLIN, 0});
+  items.push_back({nullptr, timer_.fd(), ZMQ_POLLIN, 0});
+  // An unbound socket never becomes readable: polling it always keeps the indices fixed.
+  items.push_back({static_cast<void*>(frontend_jobs_), 0, ZMQ_POLLIN, 0});
+  for (auto& slot : workers_) {
+    if (slot->response_fd() >= 0) {
+      items.push_back({nullptr, slot->response_fd(), ZMQ_POLLIN, 0});
+      owners.emplace_back(slot.get(), Source::kResponses);
+    }
+    if (slot->output_fd() >= 0) {
+      items.push_back({nullptr, slot->output_fd(), ZMQ_POLLIN, 0});
+      owners.emplace_back(slot.get(), Source::kOutput);
+    }
+  }
+  const size_t zap_item = items.size();
+  if (curve_.started()) items.push_back({curve_.socket_handle(), 0, ZMQ_POLLIN, 0});
+  const size_t monitor_item = items.size();
+  if (connections_.socket_handle())
+    items.push_back({connections_.socket_handle(), 0, ZMQ_POLLIN, 0});
+  // A starting zygote's ready message only wakes the loop; the "zygotes" duty reads it.
+  for (int fd : zygotes_.StartingChannels()) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
+  Guarded("timer", [&] { timer_.ArmAt(NextWakeUp(now)); });
+  bool polled = false;
+  Guarded("poll", [&] {
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
+    polled = true;
+  });
+  TurnEvents events;
+  if (!polled) {
+    // Nothing is known to be ready; the duties still run (deadlines, restarts), and the next
+    // turn polls again after the safety-net interval.
+    ::usleep(static_cast<useconds_t>(ToMicros(kMaxPollTimeout)));
+    return events;
+  }
+  auto readable = [&](size_t i) { return i < items.size() && (items[i].revents & ZMQ_POLLIN); };
+  if (readable(kTimer)) timer_.Acknowledge();
+  events.jobs = readable(kJobs);
+  events.control = readable(kControl);
+  events.admin = readable(kAdmin);
+  events.signals = readable(kSignals);
+  events.frontend = readable(kFrontend);
+  events.zap = zap_item < monitor_item && readable(zap_item);
+  events.connections = connections_.socket_handle() && readable(monitor_item);
+  for (size_t i = 0; i < owners.size(); ++i) {
+    const short revents = items[kFixedItems + i].revents;
+    if (owners[i].second == Source::kOutput && (revents & (ZMQ_POLLIN | ZMQ_POLLERR))) {
+      events.output.push_back(owners[i].first);
+    } else if (owners[i].second == Source::kResponses && (revents & ZMQ_POLLIN)) {
+      events.responses.push_back(owners[i].first);
+    }
+  }
+  return events;
+}
+
+void Supervisor::RunTurn(TimePoint now) {
+  const TurnEvents events = Poll(now);
+  // Each duty is one delegation inside its own barrier: a bug in one (a malformed control
+  // message, an allocation failure) is logged and the loop carries on serving.
+  if (events.zap) Guarded("zap", [&] { curve_.HandleRequests(); });
+  if (events.connections) Guarded("connections", [&] { connections_.HandleEvents(); });
+  for (WorkerSlot* slot : events.output) {
+    Guarded("worker output", [&] { worker_events_.OnOutput(*slot); });
+  }
+  if (events.signals) Guarded("signals", [&] { HandleSignals(); });
+  for (WorkerSlot* slot : events.responses) {
+    Guarded("responses", [&] { responses_.Collect(*slot); });
+  }
+  if (events.control) Guarded("control", [&] { worker_events_.OnControl(); });
+  if (events.jobs) Guarded("jobs", [&] { job_acceptor_.ReadJobs(jobs_); });
+  if (events.frontend) {
+    Guarded("front end", [&] {
+      job_acceptor_.ReadFrontend(frontend_jobs_, [this] { return status_.FrontendMeta(); });
+    });
+  }
+  if (events.admin) Guarded("admin", [&] { admin_service_.HandleRequests(admin_); });
+  Guarded("deadlines", [&] { dispatcher_.ExpireDeadlines(); });
+  Guarded("liveness", [&] { workers_.KillUnresponsive(hang_limit_); });
+  const bool stopping = IsStoppingWorkers(farm_.phase);
+  // Before the restarts: a worker due now forks from a zygote that just became ready.
+  if (!stopping) Guarded("zygotes", [&] { zygotes_.Maintain(clock_.Now()); });
+  // A draining farm still replaces dead workers: the queue it promised to finish needs them.
+  if (!stopping) Guarded("restarts", [&] { workers_.LaunchDue(); });
+  Guarded("dispatch", [&] { dispatcher_.DispatchAll(); });
+  Guarded("pinned replies", [&] { responses_.ReleasePinned(workers_, response_rings_); });
+  Guarded("stops", [&] { worker_events_.SendDueStops(); });
+  if (!stopping) Guarded("rollouts", [&] { rollouts_.AdvanceAll(); });
+  Guarded("retire", [&] { model_control_.RetireIdle(); });
+  Guarded("versions", [&] { model_control_.RetireReplacedVersions(); });
+  Guarded("farm phase", [&] { StepFarmPhase(FarmEvent::kTurn, clock_.Now()); });
+  Guarded("housekeeping", [&] { Housekeeping(clock_.Now()); });
+}
+
+TimePoint Supervisor::NextWakeUp(TimePoint now) const {
   // A safety net: every deadline below is exact, but a wake-up now and then costs nothing.
   TimePoint next = std::min(now + kMaxPollTimeout, notifier_.next_watchdog());
   next = std::min(next, next_housekeeping_);
@@ -282,19 +387,19 @@ TimePoint Supervisor::NextWakeUp() const {
 void Supervisor::HandleSignals() {
   for (int signo : signals_.ReadPending()) {
     if (signo == SIGCHLD) {
-      const TimePoint reported = Clock::now();
+      const TimePoint reported = clock_.Now();
       int status = 0;
       pid_t pid;
       // A barrier per child: a reaped child whose handling failed would leave its slot waiting
       // for a process that is gone.
       while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
-        Guarded("child exit", [&] { OnChildExit(pid, status, reported); });
+        Guarded("child exit", [&] { worker_events_.OnChildExit(pid, status, reported); });
       }
     } else if (signo == SIGTERM || signo == SIGINT) {
       TF_LOG(kInfo) << "stop signal" << Kv("signal", SignalName(signo))
                     << Kv("phase", FarmPhaseName(farm_.phase))
                     << Kv("drain_timeout_ms", options_.drain_timeout.count());
-      StepFarmPhase(FarmEvent::kStopSignal);
+      StepFarmPhase(FarmEvent::kStopSignal, clock_.Now());
     } else if (signo == SIGHUP) {
       TF_LOG(kInfo) << "SIGHUP: reloading the config" << Kv("config", config_.source_path);
       Guarded("reload", [&] { Reload(); });
@@ -303,12 +408,11 @@ void Supervisor::HandleSignals() {
   }
 }
 
-void Supervisor::StepFarmPhase(FarmEvent event) {
-  const TimePoint now = clock_.Now();
+void Supervisor::StepFarmPhase(FarmEvent event, TimePoint now) {
   FarmObservation seen;
   if (event == FarmEvent::kTurn && farm_.phase == FarmPhase::kDraining) {
     seen.idle = std::all_of(models_.begin(), models_.end(),
-                            [](const Model& model) { return model.queue.empty(); }) &&
+                            [](const ServedModel& model) { return model.queue.empty(); }) &&
                 std::all_of(workers_.begin(), workers_.end(),
                             [](const auto& slot) { return slot->inflight() == 0; });
   }
@@ -332,11 +436,151 @@ void Supervisor::StepFarmPhase(FarmEvent event) {
   if (step.actions.stop_workers) {
     notifier_.Stopping();
     for (auto& slot : workers_) {
-      if (slot->pid() > 0) SendStop(*slot);
+      if (slot->pid() > 0) worker_events_.SendStop(*slot);
       slot->BeginShutdown(now);
     }
   }
   if (step.actions.kill_workers) workers_.KillAll();
+}
+
+json Supervisor::Drain() {
+  if (IsDraining(farm_.phase)) return AdminOk("already draining");
+  StepFarmPhase(FarmEvent::kAdminDrain, clock_.Now());
+  size_t queued = 0;
+  for (const auto& model : models_) queued += model.queue.size();
+  TF_LOG(kInfo) << "drain requested over the admin socket" << Kv("queued", queued);
+  return AdminOk(
+      "draining: " + std::to_string(queued) +
+      " queued request(s) will finish; new requests get UNAVAILABLE; health is not ready");
+}
+
+json Supervisor::Reload() {
+  FarmConfig fresh;
+  Status s = LoadConfigFile(config_.source_path, &fresh);
+  if (!s.ok()) {
+    TF_LOG(kError) << "reload refused; keeping the running config" << Kv("error", s.message());
+    return AdminError("reload refused, the running config stays: " + s.message());
+  }
+  notifier_.Reloading();
+  const ModelReloadReport report = model_control_.Reload(config_, fresh);
+  config_.models = fresh.models;
+  config_.heartbeat_ms = fresh.heartbeat_ms;
+  config_.model_repository_poll_s = fresh.model_repository_poll_s;
+  config_.max_retries = fresh.max_retries;
+  options_.max_retries = fresh.max_retries;
+  dispatcher_.set_options(
+      {options_.max_retries, config_.client_shm.in_place && config_.ipc_group.empty()});
+  options_.restart = RestartPolicy::From(fresh.restart);
+  workers_.set_policy(options_.restart);
+  workers_.set_heartbeat_ms(fresh.heartbeat_ms);
+  // Request limits apply from the next request; the socket's maxmsgsize, curve, insecure and
+  // ipc_group stay as bound until a restart.
+  config_.limits.request.max_header_bytes = fresh.limits.request.max_header_bytes;
+  config_.limits.request.max_inputs = fresh.limits.request.max_inputs;
+  config_.limits.request.max_rank = fresh.limits.request.max_rank;
+  config_.limits.request.max_tensor_bytes = fresh.limits.request.max_tensor_bytes;
+  config_.limits.max_queued_per_client = fresh.limits.max_queued_per_client;
+  quota_.set_max_per_client(fresh.limits.max_queued_per_client);
+  replies_.set_unread_limits(fresh.limits.max_unread_replies_per_client,
+                             fresh.limits.max_unread_reply_bytes_per_client);
+  config_.max_connections = fresh.max_connections;
+  config_.limits.max_shm_bytes = fresh.limits.max_shm_bytes;
+  limits_.Apply(config_);
+  std::string summary;
+  for (const auto& n : report.notes) summary += (summary.empty() ? "" : "; ") + n;
+  TF_LOG(kInfo) << "config reloaded" << Kv("changes", summary);
+  json reply = AdminOk("reloaded: " + summary);
+  json rollouts = json::array();  // the rolling replacements this reload started
+  for (const auto& [model, rollout] : report.rollouts)
+    rollouts.push_back(RolloutJson(model, rollout));
+  reply["rollouts"] = std::move(rollouts);
+  return reply;
+}
+
+void Supervisor::WatchFiles(TimePoint now) {
+  if (config_.model_repository_poll_s <= 0 || now < next_watch_) return;
+  next_watch_ = now + std::chrono::seconds(config_.model_repository_poll_s);
+  for (const auto& model : models_) {
+    // A reload during a rollout leaves that model alone; look again once it is over.
+    if (model.rollout.state == RolloutState::kRolling) return;
+  }
+  const std::vector<std::string> changed =
+      file_watch_.Scan(model_control_.WatchedPaths(config_.source_path));
+  if (changed.empty() || IsDraining(farm_.phase)) return;
+  std::string what;
+  for (const auto& line : changed) what += (what.empty() ? "" : "; ") + line;
+  TF_LOG(kInfo) << "watched files changed; reloading (model_repository_poll_s)"
+                << Kv("changed", what);
+  const json reply = Reload();
+  if (!reply.value("ok", false)) {
+    TF_LOG(kWarn) << "reload after a file change refused" << Kv("error", reply.value("error", ""));
+  }
+  // The reload may have loaded or dropped models: remember their files as they are now.
+  file_watch_.Scan(model_control_.WatchedPaths(config_.source_path));
+}
+
+void Supervisor::Housekeeping(TimePoint now) {
+  notifier_.Tick(now);
+  if (now < next_housekeeping_) return;
+  next_housekeeping_ = now + std::chrono::seconds(1);
+  if (client_shm_) client_shm_->ExpireIdle(now);
+  if (metrics_) metrics_->MpsActive(mps_.active());
+  if (metrics_ && zygotes_.enabled()) {
+    for (const Zygote* z : {&zygotes_.primary(), &zygotes_.standby()}) {
+      metrics_->Zygote(ZygoteRoleName(z->role()), z->ready(), z->restarts(), z->launches());
+    }
+  }
+  connections_.Report(now);
+  if (resource_metrics_) resource_metrics_->Export(limits_.Report());
+  WatchFiles(now);
+  ExportGauges(now);
+}
+
+void Supervisor::ExportGauges(TimePoint now) {
+  bool all_ready = true;
+  std::ostringstream status;
+  double rps = 0;
+  for (auto& model : models_) {
+    if (model.removed) continue;
+    std::map<std::string, int> states;
+    int ready = 0;
+    for (size_t i : model.slots) {
+      WorkerSlot& slot = *workers_[i];
+      ++states[SlotStateName(slot.state())];
+      ready += slot.state() == SlotState::kReady;
+      if (metrics_) {
+        metrics_->GpuFallback(slot.id(), slot.model_name(), slot.model_version(),
+                              slot.fallen_back());
+        if (auto sample = SampleProcess(slot.pid(), now)) {
+          metrics_->WorkerRss(slot.id(), slot.model_name(), slot.model_version(),
+                              sample->rss_bytes);
+        }
+        const DeviceTelemetry& t = slot.telemetry;
+        metrics_->WorkerStageSeconds(slot.id(), slot.model_name(), slot.model_version(),
+                                     t.h2d_us * 1e-6, t.compute_us * 1e-6, t.d2h_us * 1e-6);
+        if (t.memory_allocated >= 0) {
+          metrics_->WorkerGpuMemory(slot.id(), slot.model_name(), slot.model_version(),
+                                    t.memory_allocated, t.memory_reserved);
+        }
+      }
+    }
+    if (metrics_) {
+      metrics_->QueueDepth(model.config.name, model.config.version, model.queue.size());
+      for (const char* state :
+           {"starting", "ready", "draining", "stopping", "restarting", "failed", "stopped"}) {
+        metrics_->Workers(model.config.name, model.config.version, state, states[state]);
+      }
+      metrics_->Workers(model.config.name, model.config.version, "spare",
+                        models_.Tally(model).spares_ready);
+    }
+    all_ready = all_ready && ready > 0;
+    rps += model.stats.ThroughputOver(now, 1);
+    status << model.config.name << " " << ready << "/" << model.slots.size() << " ready, queue "
+           << model.queue.size() << "; ";
+  }
+  if (all_ready && !IsDraining(farm_.phase)) notifier_.Ready();
+  status << static_cast<int64_t>(rps) << " req/s" << (IsDraining(farm_.phase) ? "; draining" : "");
+  notifier_.Status(status.str());
 }
 
 void Supervisor::CleanUp() {
@@ -350,7 +594,7 @@ void Supervisor::CleanUp() {
       ::kill(slot->pid(), SIGKILL);
       int status = 0;
       ::waitpid(slot->pid(), &status, 0);
-      auto orphans = slot->OnExit(status, clock_.Now(), options_.restart, true);
+      auto orphans = slot->OnExit(status, clock_.Now(), workers_.policy(), true);
       for (auto& batch : orphans) {
         for (auto& r : batch.requests) {
           replies_.SendError(r, Unavailable("the farm shut down while this request ran"));

@@ -65,6 +65,7 @@ class ReplyWriter {
     undeliverable_hook_ = std::move(hook);
   }
   ReplyBacklog& backlog() { return backlog_; }
+  const ReplyBacklog& backlog() const { return backlog_; }
   // The loop's front-end socket (supervisor/frontend/farm_channel.h): requests whose origin is
   // HTTP or gRPC are answered there. Unset while no front end runs.
   void set_frontend_socket(zmq::socket_t* socket) { frontend_ = socket; }

@@ -39,12 +39,11 @@
 
 #include "common/protocol.h"
 #include "common/status.h"
+#include "supervisor/frontend/frontend_endpoint.h"
 
 namespace torchfarm {
 
 // The loop's end of the front-end socket.
-inline constexpr const char* kFrontendEndpoint = "inproc://torchfarm-frontend";
-inline constexpr const char* kMetaTag = "meta";
 
 // One answer from the loop. `status` is not OK when the farm answered with an error or when the
 // channel could not deliver the request; `header` is the reply's parsed header (empty on a channel

@@ -30,7 +30,7 @@ namespace torchfarm {
 Status DTypeFromV2(std::string_view datatype, const std::string& where, DType* out);
 
 // The entry of model `name`, version `version`, in a "meta" reply's "models" (farm_channel.h;
-// one entry per loaded version, supervisor_frontend.cc). An empty `version` picks the entry marked
+// one entry per loaded version, admin/farm_status.cc). An empty `version` picks the entry marked
 // "default" (else the model's first). NOT_FOUND names the served models when `name` is not among
 // them, or the loaded versions when `version` is not one of them. An entry without "version"
 // counts as version "1".

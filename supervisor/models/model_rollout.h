@@ -1,8 +1,9 @@
 // One model's rolling replacement after a reload: which workers are outdated, which replace them,
 // and how it ended. Plain state, one per ServedModel, driven by the Supervisor on its loop thread
-// (supervisor_rollout.cc) with the pure RolloutStep (rollout_policy.h) deciding each move.
+// (rollout_controller.h) with the pure RolloutStep (rollout_policy.h) deciding each move.
 //
-//   kNone --reload replaces workers--> kRolling --every replacement ready, old ones retired--> kDone
+//   kNone --reload replaces workers--> kRolling --every replacement ready, old ones retired-->
+//   kDone
 //                                         |
 //                                         +--a replacement exits before ready--> kFailed
 //   (kDone and kFailed stay until the next rollout of the model, for stats and `ctl reload`.)

@@ -1,7 +1,7 @@
 // A config reload as a pure diff: what the running farm must do to become the fresh config
 // (models to add, update or remove; which workers a change forces to be replaced; which keys only
 // a restart applies). No processes, no sockets: unit-tested on plain configs. The Supervisor
-// applies the plan (supervisor_control.cc) on its loop thread.
+// applies the plan (model_control.h) on its loop thread.
 #pragma once
 
 #include <map>

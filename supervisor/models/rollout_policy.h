@@ -2,7 +2,7 @@
 // manner of a Kubernetes Deployment's rolling update: from what the slots look like now, decide
 // which replacements to launch, which outdated workers to retire, and whether the rollout is done
 // or must roll back. No processes, no clock: unit-tested on plain views. The Supervisor calls it
-// on its loop thread once per loop turn for each model with a rollout (supervisor_rollout.cc).
+// on its loop thread once per loop turn for each model with a rollout (rollout_controller.h).
 //
 // Rules, with desired = untouched + outdated workers when the rollout began:
 //   - workers alive (untouched + outdated + retired ones whose process has not exited yet + new)

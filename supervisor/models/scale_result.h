@@ -1,6 +1,6 @@
-// The outcome of scaling one model's workers (Supervisor::Scale, run by the admin "scale"
-// command, a reload and a rolled-back rollout): typed in the domain; the admin socket's JSON is
-// made from it at the edge (supervisor_admin.cc), never read back by the domain.
+// The outcome of scaling one model's workers (ModelControl::Scale and ModelTable::ScaleTo, run by
+// the admin "scale" command, a reload and a rolled-back rollout): typed in the domain; the admin
+// socket's JSON is made from it at the edge (admin/farm_status.h), never read back by the domain.
 #pragma once
 
 #include <string>

@@ -1,6 +1,6 @@
 // One model as the supervisor serves it: its config, the queue of its accepted requests, its
 // counters, the worker slots that run it and the measured cost of its batches. Plain state, owned
-// by the Supervisor (one per model, in config order, never erased: a reload marks a dropped
+// by the ModelTable (one per model, in config order, never erased: a reload marks a dropped
 // model `removed`); the Dispatcher, the admin service and reload work on it. Loop thread only.
 #pragma once
 
@@ -37,7 +37,7 @@ struct ServedModel {
   std::string outputs_learned_for{};
   // Dropped by a reload while a newer version of the same name was not loaded yet: still served
   // (pinned requests, and unpinned ones while it is the latest loaded) until another version of
-  // its name has a ready worker; then `removed` (Supervisor::RetireReplacedVersions).
+  // its name has a ready worker; then `removed` (ModelControl::RetireReplacedVersions).
   bool retire_when_replaced = false;
   // Warm standby workers (spare_policy.h): indices into the WorkerPool, sent no batches. A
   // promotion swaps an entry of `slots` with one of `spares`.

@@ -40,6 +40,27 @@ void WorkerPool::Launch(WorkerSlot& slot) {
   }
 }
 
+void WorkerPool::Retire(WorkerSlot& slot, const std::string& why) {
+  TF_LOG(kInfo) << "retiring worker" << Kv("worker", slot.id()) << Kv("model", slot.model_name())
+                << Kv("why", why);
+  slot.BeginRetire(why);
+}
+
+Status WorkerPool::RequestRestart(int worker_id, const std::string& why) {
+  if (worker_id < 0 || worker_id >= static_cast<int>(slots_.size()) ||
+      slots_[static_cast<size_t>(worker_id)]->retiring()) {
+    return NotFound("no worker " + std::to_string(worker_id) + " (see torchfarm stats)");
+  }
+  WorkerSlot& slot = *slots_[static_cast<size_t>(worker_id)];
+  if (slot.state() != SlotState::kReady && slot.state() != SlotState::kStarting) {
+    return Unavailable("worker " + std::to_string(worker_id) + " is " +
+                       SlotStateName(slot.state()) +
+                       "; only a starting or ready worker can be restarted");
+  }
+  slot.BeginGracefulRestart(why);
+  return Status::Ok();
+}
+
 void WorkerPool::LaunchDue() {
   launches_this_turn_ = 0;
   const TimePoint now = clock_.Now();

@@ -53,6 +53,12 @@ class WorkerPool {
   TimePoint NextDeadline(const HangLimit& hang_limit, bool restarts_paused) const;
   static Clock::duration HeartbeatLimit(const WorkerSlot& slot);
 
+  // Asks a slot to finish its batches and stop for good (retire), logging why.
+  static void Retire(WorkerSlot& slot, const std::string& why);
+  // The admin "restart" command: a starting or ready worker is replaced once its batches are
+  // done. Errors name what was asked and why it cannot be.
+  Status RequestRestart(int worker_id, const std::string& why);
+
   WorkerSlot* FindByPid(pid_t pid);
   WorkerSlot* FindByRoutingId(const std::string& routing_id);
   bool AllExited() const;

@@ -92,9 +92,7 @@ void WorkerSlot::TransitionTo(SlotState next, const std::string& why) {
   state_ = next;
 }
 
-Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
-                          const RestartPolicy& policy) {
-  ++generation_;
+ipc::WorkerLaunchArgs WorkerSlot::LaunchArgs(const LaunchContext& context) const {
   ipc::WorkerLaunchArgs args;
   args.worker_id = id_;
   args.generation = generation_;
@@ -114,8 +112,7 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
   args.warmup = warmup_json_;
   args.pipeline = pipeline_json_;
   args.idle_spin_us = instance_.idle_spin_us;
-  const bool on_gpu = device_.rfind("cuda", 0) == 0;
-  if (on_gpu) {
+  if (device_.rfind("cuda", 0) == 0) {
     args.precision = instance_.precision;
     args.streams = instance_.streams;
     args.cudnn_benchmark = instance_.cudnn_benchmark;
@@ -123,18 +120,17 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
   } else if (!fallen_back_) {
     args.precision = instance_.precision;  // bf16 on the CPU is the user's choice
   }  // after a fallback the CPU runs fp32: fp16 kernels are missing or slow there
-  telemetry = DeviceTelemetry{};
-  launched_streams_ = on_gpu ? std::max(1, instance_.streams) : 1;
-  launched_heartbeat_ = Millis(context.heartbeat_ms);
-  mps_ = on_gpu && !context.gpu_env.empty();
-  mps_recycled_ = false;
+  return args;
+}
 
+Status WorkerSlot::CreateChannels(const LaunchContext& context, const std::string& segment_name,
+                                  UniqueFd* output_write_end) {
   std::unique_ptr<ipc::WorkerSegment> segment;
   const auto ring_slots = static_cast<uint32_t>(ring_slots_);
   Status s = ShmBudget::Reserve(context.shm_budget,
                                 ipc::WorkerSegment::TotalBytes(ring_slots, slot_data_bytes_),
                                 "worker " + std::to_string(id_) + " segment", &segment_budget_);
-  if (s.ok()) s = ipc::WorkerSegment::Create(args.segment, ring_slots, slot_data_bytes_, &segment);
+  if (s.ok()) s = ipc::WorkerSegment::Create(segment_name, ring_slots, slot_data_bytes_, &segment);
   if (s.ok()) {
     segment_ = std::move(segment);
     responses_ = std::make_shared<PinnedResponseRing>(segment_);
@@ -144,30 +140,42 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
   if (s.ok()) s = ipc::Doorbell::Create(&response_bell_);
   int pipe_fds[2] = {-1, -1};
   if (s.ok() && ::pipe2(pipe_fds, O_CLOEXEC) != 0) s = Internal("cannot create the output pipe");
-  UniqueFd write_end(pipe_fds[1]);
+  *output_write_end = UniqueFd(pipe_fds[1]);
   output_ = UniqueFd(pipe_fds[0]);
+  if (s.ok()) ::fcntl(output_.get(), F_SETFL, O_NONBLOCK);
+  return s;
+}
+
+Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
+                          const RestartPolicy& policy) {
+  ++generation_;
+  const bool on_gpu = device_.rfind("cuda", 0) == 0;
+  telemetry = DeviceTelemetry{};
+  launched_streams_ = on_gpu ? std::max(1, instance_.streams) : 1;
+  launched_heartbeat_ = Millis(context.heartbeat_ms);
+  mps_ = on_gpu && !context.gpu_env.empty();
+  mps_recycled_ = false;
+
+  WorkerProcessSpec spec;
+  spec.args = LaunchArgs(context);
+  UniqueFd write_end;
+  Status s = CreateChannels(context, spec.args.segment, &write_end);
   if (s.ok()) {
-    ::fcntl(output_.get(), F_SETFL, O_NONBLOCK);
-    const std::vector<std::string> argv = args.ToArgv(context.worker_binary);
-    const std::vector<FdMapping> fds = {{request_bell_.fd(), kRequestDoorbellFd},
-                                        {response_bell_.fd(), kResponseDoorbellFd},
-                                        {write_end.get(), STDOUT_FILENO},
-                                        {write_end.get(), STDERR_FILENO}};
-    const std::vector<std::string> env = on_gpu ? context.gpu_env : std::vector<std::string>{};
+    spec.argv = spec.args.ToArgv(context.worker_binary);
+    spec.fds = {{request_bell_.fd(), kRequestDoorbellFd},
+                {response_bell_.fd(), kResponseDoorbellFd},
+                {write_end.get(), STDOUT_FILENO},
+                {write_end.get(), STDERR_FILENO}};
+    if (on_gpu) spec.env = context.gpu_env;
     start_times_ = StartTimes{};
     start_times_.launched = now;
     batches_at_launch_ = batches_done;
-    start_times_.via = "exec";
-    // A launch with its own environment (an MPS client) execs: libraries that read their
-    // settings when loaded, and /proc/PID/environ that operators read, see only an exec's.
-    if (context.zygote && env.empty() && context.zygote->Ready()) {
-      s = context.zygote->Launch(argv, fds, env, now, &pid_);
-      if (s.ok()) start_times_.via = "zygote";
-    }
-    // Not after a launch whose outcome is unknown: a forked worker may hold these descriptors.
-    if (start_times_.via == "exec" && s.code() != StatusCode::kDeadlineExceeded) {
-      s = LaunchProcess(argv, fds, &pid_, env);
-    }
+    static ProcessWorkerLauncher exec_only;
+    WorkerLauncher& launcher = context.launcher ? *context.launcher : exec_only;
+    LaunchedProcess launched;
+    s = launcher.Start(spec, now, &launched);
+    pid_ = launched.pid;
+    start_times_.via = launched.via;
   }
   if (!s.ok()) {
     if (segment_) ipc::WorkerSegment::Remove(segment_->name());
@@ -371,7 +379,7 @@ bool WorkerSlot::Dispatch(InflightBatch& batch, bool shm_in_place) {
   request_bell_.Ring();
   if (awaiting_promoted_batch_) {
     awaiting_promoted_batch_ = false;
-    last_promotion_us_ = ToMicros(Clock::now() - promoted_for_death_);
+    last_promotion_us_ = ToMicros(batch.dispatched - promoted_for_death_);
   }
   if (inflight_.empty()) front_started_ = batch.dispatched;
   inflight_.push_back(std::move(batch));

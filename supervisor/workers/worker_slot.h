@@ -49,7 +49,7 @@
 #include "supervisor/intake/shm_budget.h"
 #include "supervisor/workers/pinned_response_ring.h"
 #include "supervisor/workers/restart_policy.h"
-#include "supervisor/workers/zygote_pool.h"
+#include "supervisor/workers/worker_launcher.h"
 
 namespace torchfarm {
 
@@ -80,8 +80,8 @@ struct LaunchContext {
   PinnedRingKeeper* response_rings = nullptr;
   // Added to the environment of workers on a cuda:N device (MPS pipe directory, thread share).
   std::vector<std::string> gpu_env;
-  // Forks workers when one is ready (config worker_launch "zygote"); null or none ready: exec.
-  ZygotePool* zygote = nullptr;
+  // Makes the process (worker_launcher.h); null: fork+exec of worker_binary.
+  WorkerLauncher* launcher = nullptr;
   // Each segment's bytes are reserved here first (limits.max_shm_bytes); null: no cap.
   ShmBudget* shm_budget = nullptr;
 };
@@ -206,9 +206,10 @@ class WorkerSlot {
   // Whether the batch Dispatch accepted last went in place.
   bool last_dispatch_in_place() const { return !inflight_.empty() && inflight_.back().in_place; }
 
-  // Calls on_response(batch, response_slot) for each finished batch, oldest first.
+  // Calls on_response(batch, response_slot) for each finished batch, oldest first; `now` (the
+  // loop's clock) starts the next batch's hang timer.
   template <typename OnResponse>
-  void CollectResponses(OnResponse&& on_response);
+  void CollectResponses(TimePoint now, OnResponse&& on_response);
 
   // The process exited: release its resources, hand back the batches it held, and decide whether
   // and when to restart. Returns the batches for requeueing.
@@ -269,6 +270,12 @@ class WorkerSlot {
   uint64_t rows_done = 0;
 
  private:
+  // The worker's command line for this launch (generation_ already counted).
+  ipc::WorkerLaunchArgs LaunchArgs(const LaunchContext& context) const;
+  // The segment, both doorbells and the output pipe of a launch; the pipe's write end, for the
+  // child, in `output_write_end`.
+  Status CreateChannels(const LaunchContext& context, const std::string& segment_name,
+                        UniqueFd* output_write_end);
   int id_;
   size_t model_index_;
   std::string model_name_;
@@ -335,19 +342,19 @@ class WorkerSlot {
 };
 
 template <typename OnResponse>
-void WorkerSlot::CollectResponses(OnResponse&& on_response) {
+void WorkerSlot::CollectResponses(TimePoint now, OnResponse&& on_response) {
   if (!responses_) return;
   response_bell_.Drain();
   responses_->ReleaseFreed();
   while (const uint8_t* slot = responses_->Next()) {
     if (inflight_.empty()) {
       // A response with nothing in flight: a protocol bug, never silently trusted.
-      responses_->Finish(Clock::now());
+      responses_->Finish(now);
       continue;
     }
     InflightBatch batch = std::move(inflight_.front());
     inflight_.pop_front();
-    front_started_ = Clock::now();  // the next batch in the ring starts now
+    front_started_ = now;  // the next batch in the ring starts now
     try {
       on_response(batch, slot);
     } catch (...) {

@@ -1,16 +1,11 @@
-// Supervisor, rolling replacement after a reload: start replacement workers with the new config,
-// retire an outdated worker once a replacement is ready, and roll back when a replacement does not
-// start. What to do at each loop turn is RolloutStep's call (rollout_policy.h); this file reads the
-// slots into a view and carries the decision out. Loop thread only.
+#include "supervisor/models/rollout_controller.h"
+
 #include <algorithm>
 #include <chrono>
 
 #include "common/log.h"
-#include "supervisor/supervisor.h"
 
 namespace torchfarm {
-
-using nlohmann::json;
 
 namespace {
 
@@ -22,16 +17,16 @@ int64_t WallMillis() {
 
 }  // namespace
 
-void Supervisor::StartRollout(Model& model, std::vector<size_t> outdated,
+void RolloutController::Start(ServedModel& model, std::vector<size_t> outdated,
                               std::vector<InstanceConfig> replacements,
-                              const ModelConfig& previous_config,
-                              const FileIdentity& previous_file, int ready_before) {
+                              const ModelConfig& previous_config, const FileIdentity& previous_file,
+                              int ready_before) {
   ModelRollout r;
-  r.id = next_rollout_id_++;
+  r.id = next_id_++;
   r.state = RolloutState::kRolling;
   r.total = static_cast<int>(outdated.size());
   r.started_ms = WallMillis();
-  r.workers_before = LiveWorkers(model);
+  r.workers_before = models_.Tally(model).live;
   r.desired = r.workers_before;
   const RolloutConfig& limits = model.config.rollout;
   r.min_ready = std::max(0, std::min(ready_before, r.desired) - limits.max_unavailable);
@@ -47,7 +42,7 @@ void Supervisor::StartRollout(Model& model, std::vector<size_t> outdated,
                 << Kv("min_ready", model.rollout.min_ready) << Kv("file", model.file.Describe());
 }
 
-RolloutView Supervisor::ViewOfRollout(Model& model) {
+RolloutView RolloutController::ViewOf(ServedModel& model) {
   ModelRollout& r = model.rollout;
   RolloutView view;
   view.limits = model.config.rollout;
@@ -86,16 +81,16 @@ RolloutView Supervisor::ViewOfRollout(Model& model) {
   return view;
 }
 
-void Supervisor::AdvanceRollout(Model& model) {
+void RolloutController::Advance(ServedModel& model) {
   ModelRollout& r = model.rollout;
   if (r.state != RolloutState::kRolling) return;
   if (model.removed) {
-    FinishRollout(model, RolloutState::kFailed, "the model was removed by a later reload");
+    Finish(model, RolloutState::kFailed, "the model was removed by a later reload");
     return;
   }
-  const RolloutDecision decision = RolloutStep(ViewOfRollout(model));
+  const RolloutDecision decision = RolloutStep(ViewOf(model));
   if (decision.roll_back) {
-    FinishRollout(model, RolloutState::kFailed, decision.reason);
+    Finish(model, RolloutState::kFailed, decision.reason);
     return;
   }
   // Retire in descending index order so the earlier indices stay valid while erasing.
@@ -103,27 +98,28 @@ void Supervisor::AdvanceRollout(Model& model) {
   std::sort(retire.rbegin(), retire.rend());
   for (size_t k : retire) {
     const size_t i = r.outdated[k];
-    RetireSlot(*workers_[i], "replaced by rollout " + std::to_string(r.id));
+    WorkerPool::Retire(*workers_[i], "replaced by rollout " + std::to_string(r.id));
     r.retired.push_back(i);
     r.outdated.erase(r.outdated.begin() + static_cast<std::ptrdiff_t>(k));
   }
-  const size_t model_index = static_cast<size_t>(&model - models_.data());
+  const size_t model_index = models_.IndexOf(model);
   for (int n = 0; n < decision.launch && !r.not_launched.empty(); ++n) {
-    AddSlot(model_index, r.not_launched.front());
+    const size_t index = models_.AddSlot(model_index, r.not_launched.front());
     r.not_launched.erase(r.not_launched.begin());
-    WorkerSlot& slot = *workers_.back();
+    WorkerSlot& slot = *workers_[index];
     workers_.Launch(slot);
-    r.replacements.push_back(workers_.size() - 1);
+    r.replacements.push_back(index);
     r.launch_generation.push_back(slot.generation());
     r.replacement_ready.push_back(false);
     TF_LOG(kInfo) << "rollout: replacement launched" << Kv("model", model.config.name)
                   << Kv("rollout", r.id) << Kv("worker", slot.id())
                   << Kv("replaced", r.replaced()) << Kv("total", r.total);
   }
-  if (decision.done && r.not_launched.empty()) FinishRollout(model, RolloutState::kDone, "");
+  if (decision.done && r.not_launched.empty()) Finish(model, RolloutState::kDone, "");
 }
 
-void Supervisor::FinishRollout(Model& model, RolloutState outcome, const std::string& reason) {
+void RolloutController::Finish(ServedModel& model, RolloutState outcome,
+                               const std::string& reason) {
   ModelRollout& r = model.rollout;
   r.state = outcome;
   r.reason = reason;
@@ -138,21 +134,22 @@ void Supervisor::FinishRollout(Model& model, RolloutState outcome, const std::st
     // The old workers never stopped serving; only the replacements go. Their restart history is
     // their own: the old workers' is untouched.
     for (size_t i : r.replacements) {
-      if (!workers_[i]->retiring()) RetireSlot(*workers_[i], "rollout " + std::to_string(r.id) + " rolled back");
+      if (!workers_[i]->retiring())
+        WorkerPool::Retire(*workers_[i], "rollout " + std::to_string(r.id) + " rolled back");
     }
     model.config = r.previous_config;
     model.file = r.previous_file;
     model.queue.SetPolicy(BatchingPolicyFor(model.config));
     // The spares were started with the rejected config at the reload: they must not stand in.
-    if (!model.removed && !model.spares.empty()) ReplaceSpares(model, "rollout rolled back");
+    if (!model.removed && !model.spares.empty()) spares_.Replace(model, "rollout rolled back");
     TF_LOG(kError) << "rollout failed; rolled back, the old workers keep serving"
                    << Kv("model", model.config.name) << Kv("rollout", r.id)
                    << Kv("replaced", r.replaced()) << Kv("total", r.total)
                    << Kv("reason", reason);
     // With max_unavailable > 0 some old workers may have been retired already: put them back,
     // with the old config.
-    if (!model.removed && LiveWorkers(model) < r.workers_before) {
-      Scale(model.config.name, r.workers_before, model.config.version);
+    if (!model.removed && models_.Tally(model).live < r.workers_before) {
+      models_.ScaleTo(model, r.workers_before);
     }
   }
   r.outdated.clear();
@@ -160,16 +157,16 @@ void Supervisor::FinishRollout(Model& model, RolloutState outcome, const std::st
   if (metrics_) metrics_->Rollout(model.config.name, RolloutStateName(outcome));
 }
 
-json Supervisor::RolloutJson(const Model& model) const {
-  const ModelRollout& r = model.rollout;
-  return {{"model", model.config.name},
-          {"id", r.id},
-          {"state", RolloutStateName(r.state)},
-          {"replaced", r.replaced()},
-          {"total", r.total},
-          {"reason", r.reason},
-          {"started_ms", r.started_ms},
-          {"finished_ms", r.finished_ms}};
+void RolloutController::AdvanceAll() {
+  for (ServedModel& model : models_) {
+    // One model's failing step is logged; the others' rollouts go on.
+    try {
+      Advance(model);
+    } catch (const std::exception& e) {
+      TF_LOG(kError) << "rollout step failed" << Kv("model", model.config.name)
+                     << Kv("error", e.what());
+    }
+  }
 }
 
 }  // namespace torchfarm

@@ -1,25 +1,12 @@
-// Supervisor, the job path: intake from the job socket, batching dispatch to workers, replies
-// split back per request, deadlines, and requeueing after a worker died.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <algorithm>
+#include "supervisor/dispatch/response_handler.h"
 
 #include "common/log.h"
 #include "common/protocol.h"
-#include "ipc/control_protocol.h"
-#include "ipc/guarded_copy.h"
-#include "supervisor/admin/metrics_exporter.h"
+#include "ipc/slot_codec.h"
 #include "supervisor/dispatch/model_metadata.h"
-#include "supervisor/intake/job_intake.h"
-#include "supervisor/supervisor.h"
 #include "supervisor/workers/batch_encoder.h"
-#include "supervisor/zmq_util.h"
 
 namespace torchfarm {
-
-using nlohmann::json;
 
 namespace {
 
@@ -55,14 +42,14 @@ void RecordPipelineMetrics(MetricsExporter& metrics, const ModelConfig& model,
 
 }  // namespace
 
-void Supervisor::HandleResponses(WorkerSlot& slot) {
-  slot.CollectResponses([&](InflightBatch& batch, const uint8_t* response) {
-    ReplyBatch(slot, batch, response);
+void ResponseHandler::Collect(WorkerSlot& slot) {
+  slot.CollectResponses(clock_.Now(), [&](InflightBatch& batch, const uint8_t* response) {
+    Reply(slot, batch, response);
   });
 }
 
-void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response) {
-  Model& model = models_[slot.model_index()];
+void ResponseHandler::Reply(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response) {
+  ServedModel& model = models_[slot.model_index()];
   TimePoint now = clock_.Now();
   // The segment's own capacity: a reload may have changed slot_bytes for the next launch.
   ipc::ResponseView view;
@@ -141,104 +128,14 @@ void Supervisor::ReplyBatch(WorkerSlot& slot, InflightBatch& batch, const uint8_
   }
 }
 
-
-void Supervisor::HandleJobs() {
-  std::vector<zmq::message_t> frames;
-  // Envelope (identity, delimiter) + header + inputs, and one more so ParseJob sees the excess.
-  const size_t max_frames = config_.limits.request.max_inputs + 4;
-  bool truncated = false;
-  for (int n = 0; n < kMaxMessagesPerTurn &&
-                  ReceiveMultipartBounded(jobs_, &frames, max_frames, &truncated);
-       ++n) {
-    AcceptJob(frames);
-  }
-}
-
-void Supervisor::AcceptJob(std::vector<zmq::message_t>& frames, RequestOrigin origin,
-                           std::string client) {
-  PendingRequest request;
-  request.origin = origin;
-  request.client = std::move(client);
-  size_t payload = 0;
-  if (!SplitEnvelope(frames, &request, &payload)) return;
-  size_t served = served_index_.size();
-  ShmCommand command;
-  // Front-end requests never name client regions: those belong to ZeroMQ clients on this host.
-  Status s =
-      ParseJob(frames, payload, served_configs_, clock_.Now(), &request, &served,
-               config_.limits.request, origin == RequestOrigin::kZmq ? client_shm_.get() : nullptr,
-               &command, [this](size_t served) { return ServedVersionLoaded(served); });
-  if (s.ok() && command.op != RequestOp::kInfer) {
-    RunShmCommand(request, command, ClientKey(request.identity, frames[payload], curve_.started()));
-    return;
-  }
-  if (std::string unloading; s.code() == StatusCode::kNotFound && BeingUnloaded(s, &unloading)) {
-    s = NotFound(unloading);
-  }
-  Model* model = served < served_index_.size() ? &models_[served_index_[served]] : nullptr;
-  if (s.ok()) s = replies_.CheckUnread(request);
-  if (s.ok()) s = replies_.AcquireQuota(request, frames[payload], curve_.started());
-  if (s.ok() && IsDraining(farm_.phase))
-    s = Unavailable("the farm is draining and accepts no new requests");
-  if (s.ok() && !ModelAvailable(*model)) {
-    FailModelIfNoWorkers(*model);
-    std::string reason;
-    for (size_t i : model->slots) {
-      if (!workers_[i]->failure_reason().empty()) reason = workers_[i]->failure_reason();
-    }
-    s = Unavailable("model '" + model->config.name + "' has no live worker: " + reason);
-  }
-  if (s.ok()) Dispatcher::ApplyQueueWait(model->config, &request);
-  if (s.ok()) s = dispatcher_.CheckDeadline(*model, request, clock_.Now());
-  if (s.ok() && !model->queue.Push(request)) {
-    s = ResourceExhausted("queue of model '" + model->config.name + "' is full (" +
-                          std::to_string(model->queue.policy().max_queue_size) +
-                          " requests, max_queue_size); retry later");
-  }
-  if (!s.ok()) {
-    if (model) {
-      model->stats.RecordRejected();
-      if (metrics_)
-        metrics_->RequestDone(model->config.name, model->config.version, s.code(), request.origin);
-    }
-    replies_.SendError(request, s);
-  }
-}
-
-
-void Supervisor::RunShmCommand(PendingRequest& request, const ShmCommand& command,
-                               const std::string& client) {
-  if (command.op == RequestOp::kShmRelease) {
-    Status s = client_shm_->Release(command.region);
-    replies_.Send(request, s.ok() ? MakeShmReleasedReply(request.id) : MakeErrorReply(request.id, s),
-          nullptr);
-    return;
-  }
-  CreatedRegion created;
-  Status s = IsDraining(farm_.phase)
-                 ? Unavailable("the farm is draining and accepts no new requests")
-                 : client_shm_->Create(command.bytes, client, clock_.Now(), &created);
-  replies_.Send(request,
-        s.ok() ? MakeShmCreatedReply(request.id, created.token, created.name, created.bytes)
-               : MakeErrorReply(request.id, s),
-        nullptr);
-}
-
-
-
-
-
-
-
-
-void Supervisor::ReleasePinnedReplies() {
-  response_rings_.ReleaseFreed();
+void ResponseHandler::ReleasePinned(WorkerPool& workers, PinnedRingKeeper& rings) {
+  rings.ReleaseFreed();
   TimePoint now = clock_.Now();
   if (now >= next_backlog_sweep_) {
     replies_.backlog().Sweep();
     next_backlog_sweep_ = now + Millis(1'000);
   }
-  for (auto& slot : workers_) {
+  for (auto& slot : workers) {
     if (slot->state() != SlotState::kReady || slot->restart_requested() || slot->retiring() ||
         !slot->ResponsesStuck(now, kStuckReplyLimit)) {
       continue;
@@ -258,6 +155,5 @@ void Supervisor::ReleasePinnedReplies() {
     slot->BeginGracefulRestart("a client stopped reading a zero-copy reply");
   }
 }
-
 
 }  // namespace torchfarm

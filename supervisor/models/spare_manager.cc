@@ -1,10 +1,8 @@
-// Supervisor, warm spares (spare_policy.h): starting a model's spares, promoting a ready spare
-// into the place of a serving worker that died, and keeping the spares in step with reloads,
-// unloads and removals.
+#include "supervisor/models/spare_manager.h"
+
 #include <algorithm>
 
 #include "common/log.h"
-#include "supervisor/supervisor.h"
 #include "supervisor/workers/spare_policy.h"
 
 namespace torchfarm {
@@ -18,15 +16,16 @@ SpareSlotView ViewOf(const WorkerSlot& slot) {
 
 }  // namespace
 
-void Supervisor::AddSpares(size_t model_index) {
-  for (const InstanceConfig& instance : ExpandSpares(models_[model_index].config)) {
-    const size_t index = workers_.Add(models_[model_index].config, instance, model_index);
-    workers_[index]->set_spare(true);
-    models_[model_index].spares.push_back(index);
+void SpareManager::Add(size_t index) {
+  ServedModel& model = models_[index];
+  for (const InstanceConfig& instance : ExpandSpares(model.config)) {
+    const size_t slot = workers_.Add(model.config, instance, index);
+    workers_[slot]->set_spare(true);
+    model.spares.push_back(slot);
   }
 }
 
-void Supervisor::PromoteSpares(Model& model, std::optional<TimePoint> death) {
+void SpareManager::Promote(ServedModel& model, std::optional<TimePoint> death) {
   if (model.spares.empty() || IsStoppingWorkers(farm_.phase) || model.removed ||
       model.rollout.state == RolloutState::kRolling) {
     return;  // a rollout owns its slots' roles until it is over
@@ -49,16 +48,15 @@ void Supervisor::PromoteSpares(Model& model, std::optional<TimePoint> death) {
   }
 }
 
-void Supervisor::ReplaceSpares(Model& model, const std::string& why) {
-  RetireSpares(model, why);
-  const size_t model_index = static_cast<size_t>(&model - models_.data());
+void SpareManager::Replace(ServedModel& model, const std::string& why) {
+  Retire(model, why);
   const size_t first_new = workers_.size();
-  AddSpares(model_index);
+  Add(models_.IndexOf(model));
   for (size_t i = first_new; i < workers_.size(); ++i) workers_.Launch(*workers_[i]);
 }
 
-void Supervisor::ReconcileSparesAfterReload(Model& model, const ModelConfig& previous,
-                                            const ModelUpdate& update) {
+void SpareManager::Reconcile(ServedModel& model, const ModelConfig& previous,
+                             const ModelUpdate& update) {
   const std::vector<InstanceConfig> before = ExpandSpares(previous);
   const std::vector<InstanceConfig> after = ExpandSpares(model.config);
   bool same = !update.replace_workers;
@@ -66,40 +64,33 @@ void Supervisor::ReconcileSparesAfterReload(Model& model, const ModelConfig& pre
     same = SameInstance(before[k], after[k]);
   }
   if (!same) {
-    ReplaceSpares(model, "config reloaded: spares follow the new config");
+    Replace(model, "config reloaded: spares follow the new config");
     return;
   }
   // Only the number changed (or nothing a worker runs with): the warm spares stay; the youngest
   // go, or new ones start.
-  const size_t model_index = static_cast<size_t>(&model - models_.data());
   size_t k = 0;
   for (size_t i : model.spares) {
     if (workers_[i]->retiring()) continue;
     if (k < after.size()) {
       workers_[i]->UpdateConfig(model.config, after[k]);
     } else {
-      RetireSlot(*workers_[i], "config reloaded: fewer spares");
+      WorkerPool::Retire(*workers_[i], "config reloaded: fewer spares");
     }
     ++k;
   }
   for (; k < after.size(); ++k) {
-    const size_t index = workers_.Add(model.config, after[k], model_index);
-    workers_[index]->set_spare(true);
-    model.spares.push_back(index);
-    workers_.Launch(*workers_[index]);
+    const size_t slot = workers_.Add(model.config, after[k], models_.IndexOf(model));
+    workers_[slot]->set_spare(true);
+    model.spares.push_back(slot);
+    workers_.Launch(*workers_[slot]);
   }
 }
 
-void Supervisor::RetireSpares(Model& model, const std::string& why) {
+void SpareManager::Retire(ServedModel& model, const std::string& why) {
   for (size_t i : model.spares) {
-    if (!workers_[i]->retiring()) RetireSlot(*workers_[i], why);
+    if (!workers_[i]->retiring()) WorkerPool::Retire(*workers_[i], why);
   }
-}
-
-int Supervisor::ReadySpares(const Model& model) const {
-  return static_cast<int>(std::count_if(model.spares.begin(), model.spares.end(), [&](size_t i) {
-    return workers_[i]->state() == SlotState::kReady && !workers_[i]->retiring();
-  }));
 }
 
 }  // namespace torchfarm

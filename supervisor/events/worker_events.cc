@@ -1,18 +1,16 @@
-// Supervisor, the worker side: control messages, child exits, liveness and hang checks,
-// restarts and GPU-to-CPU fallback.
+#include "supervisor/events/worker_events.h"
+
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
+
+#include <nlohmann/json.hpp>
 
 #include "common/log.h"
 #include "common/protocol.h"
 #include "ipc/control_protocol.h"
 #include "supervisor/dispatch/model_metadata.h"
-#include "supervisor/intake/job_intake.h"
-#include "supervisor/supervisor.h"
 #include "supervisor/zmq_util.h"
 
 namespace torchfarm {
@@ -48,21 +46,55 @@ void ReadTelemetry(const json& message, DeviceTelemetry* t) {
 
 }  // namespace
 
-void Supervisor::OnChildExit(pid_t pid, int wait_status, TimePoint death) {
-  if (zygotes_.OnExit(pid, wait_status, clock_.Now())) return;
-  WorkerSlot* slot = workers_.FindByPid(pid);
+void FailIfNoWorkers(const ModelTable& models, Dispatcher& dispatcher, ServedModel& model) {
+  if (models.Available(model)) return;
+  const std::string reason = models.Tally(model).failure_reason;
+  const Status status = Unavailable("model '" + model.config.name + "' has no live worker: " +
+                                    (reason.empty() ? "all workers failed" : reason));
+  for (auto& r : model.queue.TakeAll()) dispatcher.Fail(model, r, status);
+}
+
+void WorkerEvents::OnOutput(WorkerSlot& slot) {
+  slot.ReadOutput([&](const std::string& line) {
+    if (line.rfind("ts=", 0) == 0) {
+      // Already a logfmt line with the worker's id, pid and model: pass it through whole.
+      std::string out = line + "\n";
+      ssize_t ignored = ::write(STDERR_FILENO, out.data(), out.size());
+      (void)ignored;
+    } else if (!line.empty()) {
+      TF_LOG(kInfo) << line << Kv("worker", slot.id()) << Kv("worker_pid", slot.pid())
+                    << Kv("model", slot.model_name()) << Kv("stream", "output");
+    }
+  });
+}
+
+void WorkerEvents::SendDueStops() {
+  const TimePoint now = d_.clock.Now();
+  for (auto& slot : d_.workers) {
+    if (slot->TakeStopRequest(now)) SendStop(*slot);
+  }
+}
+
+void WorkerEvents::OnChildExit(pid_t pid, int wait_status, TimePoint death) {
+  if (d_.zygotes.OnExit(pid, wait_status, d_.clock.Now())) return;
+  WorkerSlot* slot = d_.workers.FindByPid(pid);
   if (!slot) return;  // not a worker (an MPS control helper, a stale pid)
-  bool expected = IsStoppingWorkers(farm_.phase) || slot->state() == SlotState::kStopping;
-  HandleWorkerOutput(*slot);  // what it printed last (a crash message) comes first
+  bool expected = IsStoppingWorkers(d_.farm.phase) || slot->state() == SlotState::kStopping;
+  OnOutput(*slot);  // what it printed last (a crash message) comes first
   // Batches it finished before it died are answered, not re-run: only what is left in the ring
   // was running or waiting when it died.
-  Guarded("responses of an exited worker", [&] { HandleResponses(*slot); });
+  try {
+    d_.responses.Collect(*slot);
+  } catch (const std::exception& e) {
+    TF_LOG(kError) << "answering an exited worker's batches failed; they are requeued"
+                   << Kv("worker", slot->id()) << Kv("error", e.what());
+  }
   const int running = slot->running_batches();
-  auto orphans =
-      slot->OnExit(wait_status, clock_.Now(), options_.restart, IsStoppingWorkers(farm_.phase));
+  auto orphans = slot->OnExit(wait_status, d_.clock.Now(), d_.workers.policy(),
+                              IsStoppingWorkers(d_.farm.phase));
   // Before the orphans go back to the queue: a ready spare takes the dead worker's place, so the
   // loop's next dispatch sends them to it (a graceful restart's slot is starting again too).
-  PromoteSpares(models_[slot->model_index()], death);
+  d_.spares.Promote(d_.models[slot->model_index()], death);
   TF_LOG_AT(expected ? LogLevel::kInfo : LogLevel::kWarn) << "worker exited" << Kv("worker", slot->id())
                                    << Kv("pid", pid) << Kv("model", slot->model_name())
                                    << Kv("cause", slot->last_exit())
@@ -70,30 +102,30 @@ void Supervisor::OnChildExit(pid_t pid, int wait_status, TimePoint death) {
   // The oldest batches were running (one on a CPU, one per stream on a GPU); the ones behind
   // them in the ring never started. Requeue in reverse so the queue keeps their order.
   for (size_t i = orphans.size(); i-- > 0;) {
-    if (IsStoppingWorkers(farm_.phase)) {
+    if (IsStoppingWorkers(d_.farm.phase)) {
       // The farm is stopping: nothing will run these again.
       for (auto& r : orphans[i].requests) {
-        dispatcher_.Fail(models_[slot->model_index()], r,
-                    Unavailable("the farm shut down before this request could finish"));
+        d_.dispatcher.Fail(d_.models[slot->model_index()], r,
+                           Unavailable("the farm shut down before this request could finish"));
       }
       continue;
     }
-    dispatcher_.Requeue(orphans[i], slot->model_index(), slot->last_exit(),
-            i < static_cast<size_t>(running));
+    d_.dispatcher.Requeue(orphans[i], slot->model_index(), slot->last_exit(),
+                          i < static_cast<size_t>(running));
   }
   if (metrics_ && slot->state() == SlotState::kBackoff && !expected) {
     metrics_->WorkerRestart(slot->model_name(), slot->model_version());
   }
   if (!expected && slot->last_exit_was_device_failure()) RecycleMpsPeers(*slot);
-  FailModelIfNoWorkers(models_[slot->model_index()]);
+  FailIfNoWorkers(d_.models, d_.dispatcher, d_.models[slot->model_index()]);
 }
 
-void Supervisor::RecycleMpsPeers(const WorkerSlot& failed) {
+void WorkerEvents::RecycleMpsPeers(const WorkerSlot& failed) {
   const std::string& device = failed.instance().device;
-  if (!mps_.ShouldRecycleDevice(device)) return;
+  if (!d_.mps.ShouldRecycleDevice(device)) return;
   const std::string why = "MPS server of " + device + " recovering from a fault in worker " +
                           std::to_string(failed.id());
-  for (auto& slot : workers_) {
+  for (auto& slot : d_.workers) {
     if (slot.get() == &failed || slot->pid() <= 0 || slot->instance().device != device ||
         slot->device() == "cpu") {
       continue;
@@ -103,38 +135,12 @@ void Supervisor::RecycleMpsPeers(const WorkerSlot& failed) {
   }
 }
 
-void Supervisor::FailModelIfNoWorkers(Model& model) {
-  if (ModelAvailable(model)) return;
-  std::string reason;
-  for (size_t i : model.slots) {
-    if (!workers_[i]->failure_reason().empty()) reason = workers_[i]->failure_reason();
-  }
-  Status status = Unavailable("model '" + model.config.name + "' has no live worker: " +
-                              (reason.empty() ? "all workers failed" : reason));
-  for (auto& r : model.queue.TakeAll()) {
-    dispatcher_.Fail(model, r, status);
-  }
-}
-
-bool Supervisor::ModelAvailable(const Model& model) const {
-  // A restarting worker serves again soon: its model's requests wait for it (up to their
-  // deadline or max_queue_wait_ms). Only failed or stopped workers cannot.
-  auto may_serve = [&](size_t i) { return workers_[i]->MayServeSoon(); };
-  if (std::any_of(model.slots.begin(), model.slots.end(), may_serve)) return true;
-  // A spare serves only in the place of a serving slot (spare_policy.h), and not during a
-  // rollout: without such a place it cannot help, and requests must not wait for it.
-  const bool has_place = std::any_of(model.slots.begin(), model.slots.end(),
-                                     [&](size_t i) { return !workers_[i]->retiring(); });
-  return has_place && model.rollout.state != RolloutState::kRolling &&
-         std::any_of(model.spares.begin(), model.spares.end(), may_serve);
-}
-
-void Supervisor::HandleControl() {
+void WorkerEvents::OnControl() {
   std::vector<zmq::message_t> frames;
-  for (int n = 0; n < kMaxMessagesPerTurn && ReceiveMultipart(control_, &frames); ++n) {
+  for (int n = 0; n < kMaxMessagesPerTurn && ReceiveMultipart(d_.control, &frames); ++n) {
     if (frames.size() != 2) continue;
     std::string routing = frames[0].to_string();
-    WorkerSlot* slot = workers_.FindByRoutingId(routing);
+    WorkerSlot* slot = d_.workers.FindByRoutingId(routing);
     json message = json::parse(frames[1].to_string_view(), nullptr, false);
     if (!slot || !message.is_object()) {
       TF_LOG(kDebug) << "control message from an unknown or stale worker dropped" << Kv("from", routing);
@@ -150,15 +156,15 @@ void Supervisor::HandleControl() {
   }
 }
 
-void Supervisor::OnControlMessage(WorkerSlot& worker, const std::string& routing,
-                                  const json& message) {
+void WorkerEvents::OnControlMessage(WorkerSlot& worker, const std::string& routing,
+                                    const json& message) {
   WorkerSlot* slot = &worker;
-  TimePoint now = clock_.Now();
+  TimePoint now = d_.clock.Now();
   slot->OnMessage(now);
   std::string type = message.value("type", "");
   if (type == ipc::kMsgHeartbeat) {
-    control_.send(zmq::buffer(routing), zmq::send_flags::sndmore);
-    control_.send(zmq::str_buffer(R"({"type":"ack"})"), zmq::send_flags::none);
+    d_.control.send(zmq::buffer(routing), zmq::send_flags::sndmore);
+    d_.control.send(zmq::str_buffer(R"({"type":"ack"})"), zmq::send_flags::none);
     ReadTelemetry(message, &slot->telemetry);
   } else if (type == ipc::kMsgHello) {
     slot->OnHello(now);
@@ -177,10 +183,10 @@ void Supervisor::OnControlMessage(WorkerSlot& worker, const std::string& routing
     slot->telemetry.precision = message.value("precision", "fp32");
     slot->telemetry.warmup_ms = message.value("warmup_ms", 0.0);
     if (std::vector<TensorSpec> outputs; ipc::ReadyOutputsFromMessage(message, &outputs)) {
-      LearnOutputs(&models_[slot->model_index()], outputs);
+      LearnOutputs(&d_.models[slot->model_index()], outputs);
     }
     slot->OnReady(now, message.value("load_ms", 0.0), message.value("warmup_ms", -1.0));
-    PromoteSpares(models_[slot->model_index()], std::nullopt);
+    d_.spares.Promote(d_.models[slot->model_index()], std::nullopt);
   } else if (type == ipc::kMsgError) {
     std::string reason = message.value("message", "unknown error");
     TF_LOG(kError) << "worker reported an error" << Kv("worker", slot->id())
@@ -191,10 +197,10 @@ void Supervisor::OnControlMessage(WorkerSlot& worker, const std::string& routing
   }
 }
 
-void Supervisor::SendStop(const WorkerSlot& slot) {
-  control_.send(zmq::buffer(ipc::WorkerRoutingId(slot.id(), slot.generation())),
-                zmq::send_flags::sndmore);
-  control_.send(zmq::str_buffer(R"({"type":"stop"})"), zmq::send_flags::none);
+void WorkerEvents::SendStop(const WorkerSlot& slot) {
+  d_.control.send(zmq::buffer(ipc::WorkerRoutingId(slot.id(), slot.generation())),
+                  zmq::send_flags::sndmore);
+  d_.control.send(zmq::str_buffer(R"({"type":"stop"})"), zmq::send_flags::none);
 }
 
 }  // namespace torchfarm

@@ -1,0 +1,82 @@
+// The farm as the operator sees it, in JSON at the edge: what the admin socket's `health`,
+// `stats` and `models` commands answer, the front ends' health and model metadata ("meta"), and
+// the typed results of model control (ScaleResult, LoadResult, ...) turned into admin replies.
+// The domain never reads this JSON back.
+//
+// Reads the farm's collaborators; owns only the previous CPU samples of each process (for
+// cpu_percent between two stats calls). Loop thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "supervisor/admin/process_stats.h"
+#include "supervisor/dispatch/dispatcher.h"
+#include "supervisor/dispatch/reply_writer.h"
+#include "supervisor/dispatch/response_handler.h"
+#include "supervisor/intake/client_shm_registry.h"
+#include "supervisor/loop/farm_phase.h"
+#include "supervisor/models/model_control.h"
+#include "supervisor/models/model_table.h"
+#include "supervisor/security/resource_limits.h"
+#include "supervisor/workers/mps_controller.h"
+#include "supervisor/workers/worker_pool.h"
+#include "supervisor/workers/zygote_pool.h"
+
+namespace torchfarm {
+
+class FarmStatus {
+ public:
+  struct Sources {
+    const FarmConfig& config;
+    const ModelTable& models;
+    const WorkerPool& workers;
+    const Dispatcher& dispatcher;
+    const ReplyWriter& replies;
+    const ResponseHandler& responses;
+    const ZygotePool& zygotes;
+    const MpsController& mps;
+    const FarmState& farm;
+    const ResourceLimits& limits;
+    const TimeSource& clock;
+  };
+  explicit FarmStatus(Sources sources) : s_(sources) {}
+  void set_started(TimePoint started) { started_ = started; }
+  void set_client_shm(const ClientShmRegistry* registry) { client_shm_ = registry; }
+
+  // Liveness, readiness (every model has a ready worker and the farm is not draining), per model.
+  nlohmann::json Health() const;
+  // Supervisor, models, workers, zygotes, replies, client regions and resources.
+  nlohmann::json Stats();
+  nlohmann::json Models() const;
+  // Health plus each served (name, version)'s metadata (model_metadata.h) and "default".
+  nlohmann::json FrontendMeta() const;
+  nlohmann::json Resources() const;
+
+ private:
+  nlohmann::json Worker(const WorkerSlot& slot, TimePoint now);
+
+  Sources s_;
+  TimePoint started_{};
+  const ClientShmRegistry* client_shm_ = nullptr;
+  std::map<pid_t, ProcessSample> samples_;
+};
+
+nlohmann::json RolloutJson(const std::string& model, const ModelRollout& rollout);
+// Admin replies from model control's typed results.
+nlohmann::json ScaleReply(const ScaleResult& result);
+nlohmann::json LoadReply(const LoadResult& result);
+nlohmann::json UnloadReply(const UnloadResult& result);
+// The admin `load` request: {"model": NAME} takes the config file's entries named NAME,
+// {"model", "config": {...}} that entry (relative paths against the config file's folder).
+Status ParseLoadRequest(const nlohmann::json& request, const std::string& config_file,
+                        std::vector<ModelConfig>* configs);
+
+}  // namespace torchfarm

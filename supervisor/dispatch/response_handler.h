@@ -1,0 +1,51 @@
+// A worker's finished batches back to their clients: reads each response from the worker's ring
+// (ipc/slot_codec.h, checked against what was asked), splits the batch's outputs per request,
+// answers each through the ReplyWriter (zero-copy when the ring allows), and records stats,
+// metrics and the model's measured batch cost. A batch one request's input failed runs again as
+// single requests, so only that request fails. Also gives zero-copy replies' ring slots back to
+// their workers (ReleasePinned).
+//
+// Owns nothing; reads and updates the models' stats and queues. Loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/clock.h"
+#include "supervisor/admin/metrics_exporter.h"
+#include "supervisor/dispatch/dispatcher.h"
+#include "supervisor/dispatch/reply_writer.h"
+#include "supervisor/models/served_model.h"
+#include "supervisor/workers/worker_pool.h"
+#include "supervisor/workers/worker_slot.h"
+
+namespace torchfarm {
+
+class ResponseHandler {
+ public:
+  ResponseHandler(std::vector<ServedModel>& models, Dispatcher& dispatcher, ReplyWriter& replies,
+                  const TimeSource& clock)
+      : models_(models), dispatcher_(dispatcher), replies_(replies), clock_(clock) {}
+  void set_metrics(MetricsExporter* metrics) { metrics_ = metrics; }
+
+  // Answers every batch `slot`'s worker finished since the last call.
+  void Collect(WorkerSlot& slot);
+  // Each turn: frees ring slots of zero-copy replies libzmq let go of; a reply whose client does
+  // not read it is copied out of its worker's ring after 50 ms, and if that cannot help, the
+  // worker is replaced on a fresh segment after 2 s (the ring is in order).
+  void ReleasePinned(WorkerPool& workers, PinnedRingKeeper& rings);
+  uint64_t detached_replies() const { return detached_replies_; }
+
+ private:
+  void Reply(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response);
+
+  std::vector<ServedModel>& models_;
+  Dispatcher& dispatcher_;
+  ReplyWriter& replies_;
+  const TimeSource& clock_;
+  MetricsExporter* metrics_ = nullptr;
+  TimePoint next_backlog_sweep_{};
+  uint64_t detached_replies_ = 0;  // pinned replies whose slot was copied out for their worker
+};
+
+}  // namespace torchfarm

@@ -1,0 +1,70 @@
+// Requests into the farm: reads the job socket (ZeroMQ clients) and the front-end socket (the HTTP
+// and gRPC front ends' threads, frontend/farm_channel.h), parses and checks each request
+// (intake/job_intake.h), runs client shared-memory commands, and queues what is accepted on its
+// model — or answers it at once with the reason it cannot be (unknown or unloading model, quota,
+// unread replies, draining, no live worker, a deadline that cannot be met, a full queue).
+//
+// Every request it reads is queued or answered, never dropped. Owns nothing. Loop thread only.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+#include <zmq.hpp>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "supervisor/admin/metrics_exporter.h"
+#include "supervisor/dispatch/dispatcher.h"
+#include "supervisor/dispatch/reply_writer.h"
+#include "supervisor/intake/client_shm_registry.h"
+#include "supervisor/intake/request_origin.h"
+#include "supervisor/loop/farm_phase.h"
+#include "supervisor/models/model_table.h"
+
+namespace torchfarm {
+
+struct ShmCommand;  // intake/job_intake.h
+struct PendingRequest;
+
+class JobAcceptor {
+ public:
+  struct Deps {
+    ModelTable& models;
+    Dispatcher& dispatcher;
+    ReplyWriter& replies;
+    const FarmState& farm;
+    const RequestLimits& limits;  // the config's: a reload changes them in place
+    const TimeSource& clock;
+  };
+  // The answer to a front end's "meta" query (health and model metadata), built by the caller.
+  using MetaAnswer = std::function<nlohmann::json()>;
+
+  explicit JobAcceptor(Deps deps) : d_(deps) {}
+  void set_metrics(MetricsExporter* metrics) { metrics_ = metrics; }
+  // Client regions (config client_shm); null: shared-memory commands and inputs are refused.
+  void set_client_shm(ClientShmRegistry* registry) { client_shm_ = registry; }
+  // CURVE on: the quota key is the client's public key, not its routing id.
+  void set_curve(bool curve) { curve_ = curve; }
+
+  // The job socket is readable: up to kMaxMessagesPerTurn requests.
+  void ReadJobs(zmq::socket_t& jobs);
+  // The front-end socket is readable: requests, and "meta" queries answered with `meta`.
+  void ReadFrontend(zmq::socket_t& frontend, const MetaAnswer& meta);
+  // One request: frames[0] is the routing id; `origin` and `client` (the quota key) are set for
+  // front-end requests.
+  void Accept(std::vector<zmq::message_t>& frames, RequestOrigin origin = RequestOrigin::kZmq,
+              std::string client = {});
+
+ private:
+  void RunShmCommand(PendingRequest& request, const ShmCommand& command, const std::string& client);
+
+  Deps d_;
+  MetricsExporter* metrics_ = nullptr;
+  ClientShmRegistry* client_shm_ = nullptr;
+  bool curve_ = false;
+};
+
+}  // namespace torchfarm

@@ -1,0 +1,94 @@
+// Every model the farm has and which of them clients may name: the table of ServedModels (one per
+// (name, version), in load order, never erased while the loop runs: a dropped model is marked
+// `removed` and keeps serving its queue), the served list that routing reads (ParseJob,
+// SelectServedVersion) and the one count of a model's workers that every reader uses.
+//
+// Owns the models; the WorkerPool owns their slots (a model holds slot indices). Loop thread only.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/status.h"
+#include "supervisor/models/file_identity.h"
+#include "supervisor/models/scale_result.h"
+#include "supervisor/models/served_model.h"
+#include "supervisor/workers/worker_pool.h"
+
+namespace torchfarm {
+
+// A model's workers as every reader counts them (health, stats, models, rollouts, scale).
+struct ModelWorkerTally {
+  int ready = 0;               // serving slots in kReady
+  int live = 0;                // serving slots not retiring (what scale and rollouts count)
+  int starting = 0;            // not ready, but may serve soon (starting, restarting)
+  int spares_ready = 0;        // warm spares in kReady, not retiring
+  std::string failure_reason;  // the last failure a serving slot reported, empty if none
+};
+
+class ModelTable {
+ public:
+  ModelTable(WorkerPool& workers, const TimeSource& clock) : workers_(workers), clock_(clock) {}
+  ModelTable(const ModelTable&) = delete;
+  ModelTable& operator=(const ModelTable&) = delete;
+
+  // The Dispatcher's view (it indexes models by slot.model_index()).
+  std::vector<ServedModel>& models() { return models_; }
+  const std::vector<ServedModel>& models() const { return models_; }
+  ServedModel& operator[](size_t index) { return models_[index]; }
+  const ServedModel& operator[](size_t index) const { return models_[index]; }
+  size_t size() const { return models_.size(); }
+  std::vector<ServedModel>::iterator begin() { return models_.begin(); }
+  std::vector<ServedModel>::iterator end() { return models_.end(); }
+  std::vector<ServedModel>::const_iterator begin() const { return models_.begin(); }
+  std::vector<ServedModel>::const_iterator end() const { return models_.end(); }
+  size_t IndexOf(const ServedModel& model) const {
+    return static_cast<size_t>(&model - models_.data());
+  }
+
+  // Adds a model and one serving slot per instance (none launched); returns its index. Call
+  // RebuildServed() once the models of one change are in.
+  size_t Add(const ModelConfig& config, FileIdentity file);
+  // Adds one serving slot (not launched) to model `index`; returns the slot's pool index.
+  size_t AddSlot(size_t index, const InstanceConfig& instance);
+  // Keeps a model's live serving workers at `count`: new slots launched (the config's instance
+  // entries in order, then the last), the youngest retired first. No checks: ModelControl::Scale
+  // has them.
+  ScaleResult ScaleTo(ServedModel& model, int count);
+
+  // The served (name, version), or with an empty `version` the default one (the latest loaded,
+  // common/model_versions.h); null if none.
+  ServedModel* Find(const std::string& name, const std::string& version = {});
+  const std::vector<ModelConfig>& served_configs() const { return served_configs_; }
+  // served_configs()[i] is models()[served_index()[i]].
+  const std::vector<size_t>& served_index() const { return served_index_; }
+  // Whether served_configs()[served] has a ready worker: what "latest loaded" means in routing.
+  bool ServedVersionLoaded(size_t served) const;
+  // The versions of `name` clients may name, ascending.
+  std::vector<std::string> ServedVersions(const std::string& name) const;
+  // Which version a request for `name` without a version runs on, or empty when none is loaded.
+  std::string DefaultVersion(const std::string& name) const;
+  // After a model was added or marked removed.
+  void RebuildServed();
+
+  ModelWorkerTally Tally(const ServedModel& model) const;
+  bool HasReadyWorker(const ServedModel& model) const;
+  // Whether requests may wait for this model: a worker serves or may soon (a restarting one), or
+  // a spare could stand in for a serving place (not during a rollout).
+  bool Available(const ServedModel& model) const;
+  // For a NOT_FOUND of ParseJob: true (and the message to answer) when it names a model being
+  // unloaded.
+  bool BeingUnloaded(const Status& not_found, std::string* message) const;
+
+ private:
+  WorkerPool& workers_;
+  const TimeSource& clock_;
+  std::vector<ServedModel> models_;
+  std::vector<ModelConfig> served_configs_;
+  std::vector<size_t> served_index_;
+};
+
+}  // namespace torchfarm

@@ -1,0 +1,306 @@
+// The models' collaborators without processes (issue 28): ModelTable's counts, SpareManager's
+// promotions, RolloutController's surge, retire and rollback, and ModelControl's load, unload,
+// scale and retirement, on a WorkerPool whose launcher forks nothing
+// (tests/supervisor/fake_worker.h) and a fake clock. Slots become ready by MakeReady and die by
+// OnExit with a real wait status, as the loop would see them.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "supervisor/models/model_control.h"
+#include "tests/supervisor/fake_worker.h"
+
+namespace torchfarm {
+namespace {
+
+using testing::FakeWorkerLauncher;
+using testing::MakeReady;
+
+constexpr int kKilled = SIGKILL;  // a wait status: killed by SIGKILL
+
+class ModelControlTest : public ::testing::Test {
+ protected:
+  ModelControlTest() {
+    LaunchContext launch;
+    launch.worker_binary = "/bin/true";
+    launch.segment_prefix = testing::UniqueSegmentPrefix();
+    launch.launcher = &launcher_;
+    workers_.Configure(launch, policy_);
+    model_file_ = "/tmp/torchfarm-model-control-test-" + std::to_string(::getpid()) + ".pt";
+    std::ofstream(model_file_) << "not a real model, only bytes to identify";
+  }
+  ~ModelControlTest() override { ::unlink(model_file_.c_str()); }
+
+  ModelConfig Model(const std::string& name, int count, int spares = 0) {
+    ModelConfig m;
+    m.name = name;
+    m.path = model_file_;
+    m.slot_bytes = 4096;
+    m.ring_slots = 2;
+    InstanceConfig instance;
+    instance.count = count;
+    instance.spares = spares;
+    m.instances = {instance};
+    return m;
+  }
+  // Adds and launches a model as Start does; every slot ready unless `ready` is false.
+  ServedModel& AddRunning(const ModelConfig& config, bool ready = true) {
+    const size_t first = workers_.size();
+    const size_t index = control_.Add(config, ReadFileIdentity(config.path));
+    models_.RebuildServed();
+    workers_.LaunchDue();  // a fresh turn's launch budget
+    for (size_t i = first; i < workers_.size(); ++i) {
+      workers_.Launch(*workers_[i]);
+      if (ready) MakeReady(*workers_[i], clock_.Now());
+    }
+    return models_[index];
+  }
+  void Kill(WorkerSlot& slot) {
+    slot.OnExit(kKilled, clock_.Now(), workers_.policy(), /*shutting_down=*/false);
+  }
+  int LiveCount(const ServedModel& model) const { return models_.Tally(model).live; }
+
+  FakeTimeSource clock_;
+  RestartPolicy policy_;
+  FakeWorkerLauncher launcher_;
+  WorkerPool workers_{clock_};
+  FarmState farm_;
+  ModelTable models_{workers_, clock_};
+  SpareManager spares_{models_, workers_, farm_};
+  RolloutController rollouts_{models_, workers_, spares_};
+  ModelControl control_{models_, workers_, spares_, rollouts_, farm_};
+  std::string model_file_;
+};
+
+TEST_F(ModelControlTest, TheTableCountsEveryModelTheSameWay) {
+  ServedModel& mlp = AddRunning(Model("mlp", 3, /*spares=*/1), /*ready=*/false);
+  MakeReady(*workers_[mlp.slots[0]], clock_.Now());
+  MakeReady(*workers_[mlp.spares[0]], clock_.Now());
+  Kill(*workers_[mlp.slots[2]]);  // restarting: may serve soon
+  const ModelWorkerTally tally = models_.Tally(mlp);
+  EXPECT_EQ(tally.ready, 1);
+  EXPECT_EQ(tally.live, 3);
+  EXPECT_EQ(tally.starting, 2);  // one starting, one backing off
+  EXPECT_EQ(tally.spares_ready, 1);
+  EXPECT_NE(tally.failure_reason.find("killed by SIGKILL"), std::string::npos)
+      << tally.failure_reason;
+  EXPECT_TRUE(models_.Available(mlp));
+  EXPECT_EQ(models_.Find("mlp"), &mlp);
+  EXPECT_EQ(models_.Find("mlp", "1"), &mlp);
+  EXPECT_EQ(models_.Find("mlp", "2"), nullptr);
+  EXPECT_EQ(models_.Find("resnet"), nullptr);
+  EXPECT_EQ(models_.DefaultVersion("mlp"), "1");
+}
+
+TEST_F(ModelControlTest, AReadySpareTakesTheDeadWorkersPlace) {
+  ServedModel& mlp = AddRunning(Model("mlp", 2, /*spares=*/1));
+  const size_t dead = mlp.slots[1], spare = mlp.spares[0];
+  ASSERT_TRUE(workers_[spare]->spare());
+  Kill(*workers_[dead]);
+  spares_.Promote(mlp, clock_.Now());
+  EXPECT_EQ(mlp.slots[1], spare) << "the spare serves in the dead worker's place";
+  EXPECT_EQ(mlp.spares[0], dead) << "the dead worker's slot restarts as the spare";
+  EXPECT_FALSE(workers_[spare]->spare());
+  EXPECT_TRUE(workers_[dead]->spare());
+  EXPECT_EQ(mlp.spare_promotions, 1u);
+  EXPECT_EQ(workers_[spare]->promotions(), 1);
+  // Nothing more to promote: both serving places are ready again.
+  spares_.Promote(mlp, clock_.Now());
+  EXPECT_EQ(mlp.spare_promotions, 1u);
+}
+
+TEST_F(ModelControlTest, NoPromotionWhileWorkersStopOrARolloutOwnsTheSlots) {
+  ServedModel& mlp = AddRunning(Model("mlp", 1, /*spares=*/1));
+  Kill(*workers_[mlp.slots[0]]);
+  farm_.phase = FarmPhase::kStoppingWorkers;
+  spares_.Promote(mlp, clock_.Now());
+  EXPECT_EQ(mlp.spare_promotions, 0u);
+  farm_.phase = FarmPhase::kServing;
+  mlp.rollout.state = RolloutState::kRolling;
+  spares_.Promote(mlp, clock_.Now());
+  EXPECT_EQ(mlp.spare_promotions, 0u);
+  mlp.rollout.state = RolloutState::kNone;
+  spares_.Promote(mlp, clock_.Now());
+  EXPECT_EQ(mlp.spare_promotions, 1u);
+}
+
+TEST_F(ModelControlTest, FewerSparesAfterAReloadRetireTheYoungestAndKeepTheWarmOnes) {
+  ServedModel& mlp = AddRunning(Model("mlp", 1, /*spares=*/2));
+  const std::vector<size_t> before = mlp.spares;
+  const ModelConfig previous = mlp.config;
+  mlp.config = Model("mlp", 1, /*spares=*/1);
+  ModelUpdate update;
+  update.config = mlp.config;
+  spares_.Reconcile(mlp, previous, update);
+  EXPECT_FALSE(workers_[before[0]]->retiring());
+  EXPECT_TRUE(workers_[before[1]]->retiring());
+  // More again: one new spare is launched, the warm one stays.
+  const size_t launches = launcher_.launches().size();
+  const ModelConfig one = mlp.config;
+  mlp.config = Model("mlp", 1, /*spares=*/2);
+  update.config = mlp.config;
+  spares_.Reconcile(mlp, one, update);
+  EXPECT_EQ(launcher_.launches().size(), launches + 1);
+  EXPECT_FALSE(workers_[before[0]]->retiring());
+}
+
+TEST_F(ModelControlTest, ARolloutSurgesRetiresOnlyOnceAReplacementIsReadyAndFinishes) {
+  ServedModel& mlp = AddRunning(Model("mlp", 2));
+  const std::vector<size_t> old = mlp.slots;
+  const size_t launches = launcher_.launches().size();
+  ModelConfig next = mlp.config;
+  next.path = model_file_ + ".new";
+  const ModelConfig previous = mlp.config;
+  mlp.config = next;
+  rollouts_.Start(mlp, old, {InstanceConfig{}, InstanceConfig{}}, previous, mlp.file,
+                  /*ready_before=*/2);
+  ASSERT_EQ(mlp.rollout.state, RolloutState::kRolling);
+  workers_.LaunchDue();
+  rollouts_.AdvanceAll();
+  ASSERT_EQ(launcher_.launches().size(), launches + 1) << "max_surge 1: one replacement at a time";
+  EXPECT_EQ(launcher_.last().spec.args.model_path, next.path);
+  EXPECT_FALSE(workers_[old[0]]->retiring());
+  EXPECT_FALSE(workers_[old[1]]->retiring()) << "nothing retires before a replacement is ready";
+  const size_t first_new = mlp.rollout.replacements[0];
+  MakeReady(*workers_[first_new], clock_.Now());
+  for (int turn = 0; turn < 4; ++turn) {
+    workers_.LaunchDue();
+    rollouts_.AdvanceAll();
+    for (size_t i : mlp.rollout.replacements) {
+      if (workers_[i]->state() == SlotState::kStarting) MakeReady(*workers_[i], clock_.Now());
+    }
+    // A retired worker finishes its batches, is told to stop and exits cleanly (WorkerEvents).
+    for (size_t i : old) {
+      WorkerSlot& slot = *workers_[i];
+      if (slot.retiring() && slot.TakeStopRequest(clock_.Now())) {
+        slot.OnExit(0, clock_.Now(), workers_.policy(), false);
+        EXPECT_EQ(slot.state(), SlotState::kStopped);
+      }
+    }
+  }
+  EXPECT_EQ(mlp.rollout.state, RolloutState::kDone) << mlp.rollout.reason;
+  EXPECT_EQ(mlp.rollout.replaced(), 2);
+  EXPECT_TRUE(workers_[old[0]]->retiring());
+  EXPECT_TRUE(workers_[old[1]]->retiring());
+  EXPECT_EQ(launcher_.launches().size(), launches + 2);
+  EXPECT_EQ(models_.Tally(mlp).ready, 2);
+}
+
+TEST_F(ModelControlTest, AReplacementThatDoesNotStartRollsBackAndTheOldWorkersKeepServing) {
+  ServedModel& mlp = AddRunning(Model("mlp", 2));
+  const std::vector<size_t> old = mlp.slots;
+  const ModelConfig previous = mlp.config;
+  ModelConfig next = mlp.config;
+  next.path = model_file_ + ".broken";
+  mlp.config = next;
+  rollouts_.Start(mlp, old, {InstanceConfig{}, InstanceConfig{}}, previous, mlp.file, 2);
+  workers_.LaunchDue();
+  rollouts_.AdvanceAll();
+  const size_t replacement = mlp.rollout.replacements.at(0);
+  // The new model does not load: the worker reports it and exits 1 before it was ever ready.
+  workers_[replacement]->OnFatalError("model does not load", "model", clock_.Now());
+  workers_[replacement]->OnExit(1 << 8, clock_.Now(), workers_.policy(), false);
+  rollouts_.AdvanceAll();
+  EXPECT_EQ(mlp.rollout.state, RolloutState::kFailed);
+  EXPECT_NE(mlp.rollout.reason.find("model does not load"), std::string::npos)
+      << mlp.rollout.reason;
+  EXPECT_EQ(mlp.config.path, previous.path) << "the old config is back";
+  EXPECT_TRUE(workers_[replacement]->retiring());
+  EXPECT_FALSE(workers_[old[0]]->retiring());
+  EXPECT_FALSE(workers_[old[1]]->retiring());
+  EXPECT_EQ(models_.Tally(mlp).ready, 2);
+}
+
+TEST_F(ModelControlTest, ScaleAddsAndRetiresTheYoungestAndChecksWhatItIsAsked) {
+  ServedModel& mlp = AddRunning(Model("mlp", 2));
+  const size_t launches = launcher_.launches().size();
+  workers_.LaunchDue();
+  ScaleResult up = control_.Scale("mlp", 4);
+  ASSERT_TRUE(up.ok()) << up.Describe();
+  EXPECT_EQ(up.from, 2);
+  EXPECT_EQ(up.to, 4);
+  EXPECT_EQ(up.Describe(), "model 'mlp': 2 -> 4 worker(s)");
+  EXPECT_EQ(launcher_.launches().size(), launches + 2);
+  EXPECT_EQ(LiveCount(mlp), 4);
+  const std::vector<size_t> slots = mlp.slots;
+  ScaleResult down = control_.Scale("mlp", 1);
+  ASSERT_TRUE(down.ok());
+  EXPECT_FALSE(workers_[slots[0]]->retiring()) << "the oldest, warm worker stays";
+  for (size_t k = 1; k < slots.size(); ++k) EXPECT_TRUE(workers_[slots[k]]->retiring()) << k;
+  EXPECT_EQ(LiveCount(mlp), 1);
+
+  EXPECT_EQ(control_.Scale("mlp", 1025).status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(control_.Scale("mlp", -1).status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(control_.Scale("nope", 1).status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(control_.Scale("mlp", 2, "7").status.message(), "no model 'mlp' version '7'");
+  mlp.rollout.state = RolloutState::kRolling;
+  EXPECT_EQ(control_.Scale("mlp", 2).status.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(LiveCount(mlp), 1);
+}
+
+TEST_F(ModelControlTest, LoadUnloadAndRetireIdleLeaveNothingServing) {
+  ModelConfig config = Model("mlp", 2, /*spares=*/1);
+  workers_.LaunchDue();
+  const LoadResult loaded = control_.Load("mlp", {config});
+  ASSERT_TRUE(loaded.status.ok()) << loaded.status.message();
+  EXPECT_EQ(loaded.versions, 1u);
+  EXPECT_EQ(loaded.workers, 3u) << "two serving workers and a spare";
+  EXPECT_EQ(launcher_.launches().size(), 3u);
+  ASSERT_NE(models_.Find("mlp"), nullptr);
+  EXPECT_EQ(control_.Load("mlp", {config}).status.message(),
+            "model 'mlp' is already loaded; use reload to change it");
+  ModelConfig missing = Model("other", 1);
+  missing.path = "/nonexistent/other.pt";
+  const LoadResult refused = control_.Load("other", {missing});
+  EXPECT_FALSE(refused.status.ok());
+  EXPECT_NE(refused.status.message().find("/nonexistent/other.pt"), std::string::npos)
+      << refused.status.message();
+  EXPECT_EQ(models_.Find("other"), nullptr) << "a refused load registers nothing";
+
+  ServedModel& mlp = *models_.Find("mlp");
+  PendingRequest queued;
+  queued.rows = 1;
+  mlp.queue.Push(queued);  // one request still queued: served before the workers go
+  const UnloadResult unloaded = control_.Unload("mlp");
+  ASSERT_TRUE(unloaded.status.ok());
+  EXPECT_EQ(unloaded.queued, 1u);
+  EXPECT_EQ(unloaded.workers, 2u);
+  EXPECT_EQ(models_.Find("mlp"), nullptr);
+  EXPECT_TRUE(models_.served_configs().empty());
+  EXPECT_EQ(control_.Unload("mlp").status.message(), "no model 'mlp' is loaded (loaded: none)");
+  control_.RetireIdle();
+  for (size_t i : mlp.slots) EXPECT_FALSE(workers_[i]->retiring()) << "its queue is not empty";
+  for (size_t i : mlp.spares) EXPECT_TRUE(workers_[i]->retiring()) << "spares go at once";
+  mlp.queue.TakeAll();
+  control_.RetireIdle();
+  for (size_t i : mlp.slots) EXPECT_TRUE(workers_[i]->retiring());
+  std::string message;
+  EXPECT_TRUE(models_.BeingUnloaded(NotFound("model 'mlp' is not served"), &message));
+  EXPECT_EQ(message, "model 'mlp' is being unloaded");
+
+  farm_.phase = FarmPhase::kDraining;
+  EXPECT_EQ(control_.Load("mlp", {config}).status.message(),
+            "the farm is draining; it loads no model");
+}
+
+TEST_F(ModelControlTest, ADroppedVersionGoesOnceAnotherVersionIsReady) {
+  ModelConfig v1 = Model("mlp", 1);
+  ModelConfig v2 = Model("mlp", 1);
+  v2.version = "2";
+  AddRunning(v1);
+  models_[0].retire_when_replaced = true;
+  ServedModel& second = AddRunning(v2, /*ready=*/false);
+  EXPECT_FALSE(control_.RetireReplacedVersions()) << "version 2 is not ready yet";
+  EXPECT_FALSE(models_[0].removed);
+  MakeReady(*workers_[second.slots[0]], clock_.Now());
+  EXPECT_TRUE(control_.RetireReplacedVersions());
+  EXPECT_TRUE(models_[0].removed);
+  EXPECT_EQ(models_.ServedVersions("mlp"), std::vector<std::string>{"2"});
+}
+
+}  // namespace
+}  // namespace torchfarm

@@ -1,0 +1,203 @@
+// The whole loop, one turn at a time (Supervisor::RunTurn), without a process: the Supervisor
+// starts with the fake launcher (tests/supervisor/fake_worker.h) and a fake clock, a test DEALER
+// plays the worker's control channel (hello, ready) and FakeWorker its compute loop on the real
+// segment; a real client sends a request to the job socket and reads the answer; the admin socket
+// answers health; SIGTERM moves the farm's phase. Each RunTurn polls without waiting long: the
+// fake clock starts at the real monotonic time, so the loop timer is never armed far ahead.
+#include "supervisor/supervisor.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <gtest/gtest.h>
+#include <zmq_addon.hpp>
+
+#include "common/protocol.h"
+#include "ipc/control_protocol.h"
+#include "ipc/shm_layout.h"
+#include "tests/supervisor/fake_worker.h"
+
+namespace torchfarm {
+namespace {
+
+using nlohmann::json;
+using testing::FakeWorker;
+using testing::FakeWorkerLauncher;
+
+// A fake clock the test moves; Sync() catches it up with the real monotonic time, so the loop
+// timer armed from it (timerfd) fires when it should and a turn waits at most the loop's 100 ms.
+class SyncedFakeClock final : public TimeSource {
+ public:
+  TimePoint Now() const override { return now_; }
+  void Advance(Clock::duration d) { now_ += d; }
+  void Sync() { now_ = std::max(now_, Clock::now()); }
+
+ private:
+  TimePoint now_ = Clock::now();
+};
+
+class SupervisorTurnTest : public ::testing::Test {
+ protected:
+  SupervisorTurnTest() {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("torchfarm-turn-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ / "mlp.pt") << "bytes the fake worker never reads";
+    const json j = {{"endpoint", "ipc://" + (dir_ / "jobs.sock").string()},
+                    {"run_dir", (dir_ / "run").string()},
+                    {"worker_binary", "/bin/true"},
+                    {"worker_launch", "exec"},
+                    {"models",
+                     {{{"name", "mlp"},
+                       {"path", (dir_ / "mlp.pt").string()},
+                       {"inputs", {{{"dtype", "float32"}, {"shape", {-1, 2}}}}},
+                       {"instances", {{{"device", "cpu"}, {"count", 1}}}},
+                       {"slot_bytes", 4096},
+                       {"ring_slots", 2},
+                       {"max_batch_size", 4},
+                       {"max_queue_delay_us", 0}}}}};
+    const Status s = ParseConfig(j, dir_.string(), &config_);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  ~SupervisorTurnTest() override {
+    supervisor_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void StartFarm() {
+    supervisor_ = std::make_unique<Supervisor>(config_, SupervisorOptions::From(config_, "warn"),
+                                               SupervisorSeams{&clock_, &launcher_});
+    const Status s = supervisor_->Start();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  // Turns until `done`, for at most 3 s of real time (a turn waits at most 100 ms).
+  template <typename Done>
+  bool TurnUntil(Done&& done) {
+    const TimePoint give_up = Clock::now() + std::chrono::seconds(3);
+    while (Clock::now() < give_up) {
+      clock_.Sync();
+      supervisor_->RunTurn(clock_.Now());
+      if (done()) return true;
+    }
+    return false;
+  }
+  static bool Readable(zmq::socket_t& socket) {
+    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+    return zmq::poll(&item, 1, std::chrono::milliseconds(0)) == 1;
+  }
+  json AdminCommand(const json& command) {
+    zmq::socket_t admin(context_, zmq::socket_type::req);
+    admin.set(zmq::sockopt::linger, 0);
+    admin.connect(config_.admin_endpoint);
+    admin.send(zmq::buffer(command.dump()), zmq::send_flags::none);
+    json reply;
+    TurnUntil([&] { return Readable(admin); });
+    zmq::message_t message;
+    if (Readable(admin) && admin.recv(message)) reply = json::parse(message.to_string());
+    return reply;
+  }
+
+  std::filesystem::path dir_;
+  FarmConfig config_;
+  SyncedFakeClock clock_;
+  FakeWorkerLauncher launcher_;
+  zmq::context_t context_;
+  std::unique_ptr<Supervisor> supervisor_;
+};
+
+TEST_F(SupervisorTurnTest, ARequestGoesThroughOneFarmTurnByTurnAndIsAnswered) {
+  StartFarm();
+  ASSERT_EQ(launcher_.launches().size(), 1u) << "Start launched the one worker, through the seam";
+  const auto& launch = launcher_.last();
+  EXPECT_EQ(launch.spec.args.model_name, "mlp");
+  EXPECT_EQ(AdminCommand({{"cmd", "health"}}).value("ready", true), false)
+      << "no worker is ready yet";
+
+  // The worker's control channel: hello, then ready, as torchfarm-worker sends them.
+  zmq::socket_t control(context_, zmq::socket_type::dealer);
+  control.set(zmq::sockopt::linger, 0);
+  control.set(zmq::sockopt::routing_id, launch.spec.args.RoutingId());
+  control.connect(launch.spec.args.control_endpoint);
+  control.send(
+      zmq::buffer(json{{"type", ipc::kMsgHello}, {"layout_version", ipc::kLayoutVersion}}.dump()),
+      zmq::send_flags::none);
+  control.send(zmq::buffer(json{{"type", ipc::kMsgReady}, {"load_ms", 1.0}}.dump()),
+               zmq::send_flags::none);
+  // The loop reads hello and ready on its next turns.
+  ASSERT_TRUE(TurnUntil([&] { return AdminCommand({{"cmd", "health"}}).value("ready", false); }));
+  const json health = AdminCommand({{"cmd", "health"}});
+  ASSERT_TRUE(health.value("ready", false)) << health.dump();
+  EXPECT_EQ(health["models"][0]["ready_workers"], 1);
+
+  zmq::socket_t client(context_, zmq::socket_type::dealer);
+  client.set(zmq::sockopt::linger, 0);
+  client.connect(config_.endpoint);
+  const std::vector<float> values = {1.5f, -2.0f, 3.0f, 4.0f};
+  const json header = {{"v", 1},
+                       {"id", "r1"},
+                       {"model", "mlp"},
+                       {"inputs", {{{"dtype", "float32"}, {"shape", {2, 2}}}}}};
+  client.send(zmq::buffer(header.dump()), zmq::send_flags::sndmore);
+  client.send(zmq::buffer(values), zmq::send_flags::none);
+
+  std::unique_ptr<FakeWorker> worker;
+  ASSERT_TRUE(FakeWorker::Open(launch, &worker).ok());
+  ASSERT_TRUE(TurnUntil([&] { return worker->pending() > 0; })) << "the batch reached the ring";
+  const std::vector<testing::FakeBatch> held = worker->Hold();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].Values<float>(0), values);
+  EXPECT_EQ(worker->ServeAll(), 1);
+  ASSERT_TRUE(TurnUntil([&] { return Readable(client); })) << "the answer came back";
+  std::vector<zmq::message_t> frames;
+  ASSERT_TRUE(zmq::recv_multipart(client, std::back_inserter(frames)));
+  ReplyHeader reply;
+  ASSERT_TRUE(ParseReplyHeader(frames[0].to_string_view(), &reply).ok());
+  EXPECT_EQ(reply.id, "r1");
+  ASSERT_TRUE(reply.status.ok()) << reply.status.ToString();
+  ASSERT_EQ(frames.size(), 2u);
+  const auto* out = frames[1].data<float>();
+  EXPECT_EQ(std::vector<float>(out, out + 4), (std::vector<float>{2.5f, -1.0f, 4.0f, 5.0f}));
+
+  const json stats = AdminCommand({{"cmd", "stats"}});
+  EXPECT_EQ(stats["workers"][0]["requests"], 1);
+  EXPECT_EQ(stats["workers"][0]["batches"], 1);
+  EXPECT_EQ(stats["workers"][0]["start"]["via"], "fake");
+
+  // SIGTERM: the signalfd reads it on the next turn; with nothing queued the drain is over at
+  // once and the workers are asked to stop.
+  ASSERT_EQ(::kill(::getpid(), SIGTERM), 0);
+  ASSERT_TRUE(TurnUntil([&] { return supervisor_->phase() == FarmPhase::kStoppingWorkers; }))
+      << FarmPhaseName(supervisor_->phase());
+  zmq::message_t stop;
+  ASSERT_TRUE(TurnUntil([&] { return Readable(control); }));
+  ASSERT_TRUE(control.recv(stop));
+  EXPECT_EQ(json::parse(stop.to_string()).value("type", ""), ipc::kMsgStop);
+}
+
+TEST_F(SupervisorTurnTest, AnUnknownModelIsAnsweredNotFoundInTheSameTurn) {
+  StartFarm();
+  zmq::socket_t client(context_, zmq::socket_type::dealer);
+  client.set(zmq::sockopt::linger, 0);
+  client.connect(config_.endpoint);
+  const json header = {{"v", 1},
+                       {"id", "x"},
+                       {"model", "resnet"},
+                       {"inputs", {{{"dtype", "float32"}, {"shape", {1, 2}}}}}};
+  const std::vector<float> values = {1, 2};
+  client.send(zmq::buffer(header.dump()), zmq::send_flags::sndmore);
+  client.send(zmq::buffer(values), zmq::send_flags::none);
+  ASSERT_TRUE(TurnUntil([&] { return Readable(client); }));
+  std::vector<zmq::message_t> frames;
+  ASSERT_TRUE(zmq::recv_multipart(client, std::back_inserter(frames)));
+  ReplyHeader reply;
+  ASSERT_TRUE(ParseReplyHeader(frames[0].to_string_view(), &reply).ok());
+  EXPECT_EQ(reply.status.code(), StatusCode::kNotFound);
+  EXPECT_NE(reply.status.message().find("resnet"), std::string::npos) << reply.status.message();
+}
+
+}  // namespace
+}  // namespace torchfarm
