@@ -280,8 +280,167 @@ static Status CheckEndpointSecurity(const FarmConfig& c) {
   return Status::Ok();
 }
 
+namespace {
+
+// "endpoint", "run_dir" (from `base_dir` when relative) and "admin_endpoint" (default in run_dir).
+Status ParseEndpoints(const json& j, const std::string& base_dir, FarmConfig* c) {
+  Status s;
+  if (s = GetString(j, "endpoint", "config", false, &c->endpoint); !s.ok()) return s;
+  if (s = GetString(j, "run_dir", "config", false, &c->run_dir); !s.ok()) return s;
+  if (std::filesystem::path(c->run_dir).is_relative()) {
+    c->run_dir = (std::filesystem::path(base_dir) / c->run_dir).lexically_normal().string();
+  }
+  c->admin_endpoint = "ipc://" + c->run_dir + "/admin.sock";
+  if (s = GetString(j, "admin_endpoint", "config", false, &c->admin_endpoint); !s.ok()) return s;
+  if (c->admin_endpoint == c->endpoint) {
+    return InvalidArgument("config.admin_endpoint: must differ from endpoint \"" + c->endpoint +
+                           "\"");
+  }
+  return Status::Ok();
+}
+
+// The farm's scalar settings, from "heartbeat_ms" to "drain_timeout_ms".
+Status ParseFarmSettings(const json& j, FarmConfig* c) {
+  Status s;
+  if (s = GetInt(j, "heartbeat_ms", "config", 10, 600'000, &c->heartbeat_ms); !s.ok()) return s;
+  if (s = GetString(j, "worker_binary", "config", false, &c->worker_binary); !s.ok()) return s;
+  if (s = GetString(j, "worker_launch", "config", false, &c->worker_launch); !s.ok()) return s;
+  if (c->worker_launch != "zygote" && c->worker_launch != "exec") {
+    return InvalidArgument("config.worker_launch: expected \"zygote\" or \"exec\", got \"" +
+                           c->worker_launch + "\"");
+  }
+  if (s = GetInt(j, "model_repository_poll_s", "config", 0, 86'400, &c->model_repository_poll_s);
+      !s.ok())
+    return s;
+  if (s = GetInt(j, "max_retries", "config", 0, 100, &c->max_retries); !s.ok()) return s;
+  if (s = GetInt(j, "max_connections", "config", 1, kMaxJobConnections, &c->max_connections);
+      !s.ok())
+    return s;
+  if (s = GetString(j, "metrics_endpoint", "config", false, &c->metrics_endpoint); !s.ok())
+    return s;
+  if (s = GetInt(j, "drain_timeout_ms", "config", 0, kMaxDrainTimeoutMs, &c->drain_timeout_ms);
+      !s.ok())
+    return s;
+  return Status::Ok();
+}
+
+// The optional "restart", "curve", "gpu" and "client_shm" sections.
+Status ParseFarmSections(const json& j, const std::string& base_dir, FarmConfig* c) {
+  Status s;
+  if (auto r = j.find("restart"); r != j.end()) {
+    if (s = ParseRestart(*r, &c->restart); !s.ok()) return s;
+  }
+  if (auto curve = j.find("curve"); curve != j.end()) {
+    if (s = ParseCurve(*curve, base_dir, &c->curve); !s.ok()) return s;
+  }
+  if (auto gpu = j.find("gpu"); gpu != j.end()) {
+    if (s = ParseGpu(*gpu, &c->gpu); !s.ok()) return s;
+  }
+  if (auto shm = j.find("client_shm"); shm != j.end()) {
+    if (s = ParseClientShm(*shm, &c->client_shm); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+// "insecure" and "ipc_group", then the job and admin endpoints' security (CheckEndpointSecurity).
+Status ParseSecurity(const json& j, FarmConfig* c) {
+  Status s;
+  if (s = GetBool(j, "insecure", "config", &c->insecure); !s.ok()) return s;
+  if (s = GetString(j, "ipc_group", "config", false, &c->ipc_group); !s.ok()) return s;
+  if (!c->ipc_group.empty() && c->endpoint.rfind("ipc://", 0) != 0) {
+    return InvalidArgument("config.ipc_group: applies to an ipc:// endpoint only, endpoint is \"" +
+                           c->endpoint + "\"");
+  }
+  return CheckEndpointSecurity(*c);
+}
+
+// The optional "frontend" section, then "http_endpoint" and "grpc_endpoint" (distinct unless :0).
+Status ParseFrontendAndEndpoints(const json& j, const std::string& base_dir, FarmConfig* c) {
+  Status s;
+  if (auto frontend = j.find("frontend"); frontend != j.end()) {
+    if (s = ParseFrontend(*frontend, base_dir, &c->frontend); !s.ok()) return s;
+  }
+  if (s = ParseFrontendEndpoint(j, "http_endpoint", *c, &c->frontend.http_endpoint); !s.ok())
+    return s;
+  if (s = ParseFrontendEndpoint(j, "grpc_endpoint", *c, &c->frontend.grpc_endpoint); !s.ok())
+    return s;
+  if (!c->frontend.http_endpoint.empty() &&
+      c->frontend.http_endpoint == c->frontend.grpc_endpoint &&
+      c->frontend.http_endpoint.substr(c->frontend.http_endpoint.rfind(':')) != ":0") {
+    return InvalidArgument("config.grpc_endpoint: must differ from http_endpoint \"" +
+                           c->frontend.http_endpoint + "\"");
+  }
+  return Status::Ok();
+}
+
+// "model_repository": from `base_dir` when relative, normalized, without a trailing '/'.
+Status ParseModelRepositoryPath(const json& j, const std::string& base_dir, FarmConfig* c) {
+  Status s = GetString(j, "model_repository", "config", false, &c->model_repository);
+  if (!s.ok()) return s;
+  if (!c->model_repository.empty()) {
+    std::filesystem::path p(c->model_repository);
+    if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
+    c->model_repository = p.lexically_normal().string();
+    if (!c->model_repository.empty() && c->model_repository.back() == '/')
+      c->model_repository.pop_back();
+  }
+  return Status::Ok();
+}
+
+// The "models" array (required without a model_repository); each entry's name into `names`.
+Status ParseListedModels(const json& j, const std::string& base_dir, std::set<std::string>* names,
+                         FarmConfig* c) {
+  auto models = j.find("models");
+  const bool need_models = c->model_repository.empty();
+  if ((models == j.end() && need_models) ||
+      (models != j.end() && (!models->is_array() || (models->empty() && need_models)))) {
+    return InvalidArgument(
+        "config.models: expected a non-empty array of models (or a "
+        "\"model_repository\")");
+  }
+  const size_t listed = models == j.end() ? 0 : models->size();
+  for (size_t i = 0; i < listed; ++i) {
+    const std::string where = "config.models[" + std::to_string(i) + "]";
+    std::vector<ModelConfig> versions;
+    Status s = ParseModelConfig((*models)[i], where, base_dir, &versions);
+    if (!s.ok()) return s;
+    if (!names->insert(versions.front().name).second) {
+      return InvalidArgument(where + ".name: model \"" + versions.front().name +
+                             "\" is declared twice (list its versions in one entry's "
+                             "\"versions\")");
+    }
+    for (ModelConfig& m : versions) c->models.push_back(std::move(m));
+  }
+  return Status::Ok();
+}
+
+// The model_repository's models, none of them also in `names` (config.models); some model at all.
+Status AddRepositoryModels(const std::string& base_dir, const std::set<std::string>& names,
+                           FarmConfig* c) {
+  if (!c->model_repository.empty()) {
+    std::vector<ModelConfig> found;
+    if (Status s = ParseModelRepository(c->model_repository, base_dir, &found); !s.ok()) return s;
+    for (ModelConfig& m : found) {
+      if (names.count(m.name)) {
+        return InvalidArgument("config.model_repository: model \"" + m.name +
+                               "\" is also declared in config.models");
+      }
+      c->models.push_back(std::move(m));
+    }
+    if (c->models.empty()) {
+      return InvalidArgument("config.model_repository: '" + c->model_repository +
+                             "' holds no model and config.models lists none");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) {
   if (!j.is_object()) return InvalidArgument("config: expected a JSON object, got " + Got(j));
+  // The keys as a table:
+  // clang-format off
   Status s = CheckKeys(
       j, "config",
       {"endpoint", "admin_endpoint", "run_dir",          "heartbeat_ms", "worker_binary",
@@ -289,116 +448,24 @@ Status ParseConfig(const json& j, const std::string& base_dir, FarmConfig* out) 
        "curve",    "insecure",       "ipc_group",        "limits",       "client_shm",
        "gpu",      "http_endpoint",  "grpc_endpoint",    "frontend",     "model_repository",
        "model_repository_poll_s", "worker_launch", "max_connections"});
+  // clang-format on
   if (!s.ok()) return s;
   FarmConfig c;
-  if (s = GetString(j, "endpoint", "config", false, &c.endpoint); !s.ok()) return s;
-  if (s = GetString(j, "run_dir", "config", false, &c.run_dir); !s.ok()) return s;
-  if (std::filesystem::path(c.run_dir).is_relative()) {
-    c.run_dir = (std::filesystem::path(base_dir) / c.run_dir).lexically_normal().string();
-  }
-  c.admin_endpoint = "ipc://" + c.run_dir + "/admin.sock";
-  if (s = GetString(j, "admin_endpoint", "config", false, &c.admin_endpoint); !s.ok()) return s;
-  if (c.admin_endpoint == c.endpoint) {
-    return InvalidArgument("config.admin_endpoint: must differ from endpoint \"" + c.endpoint +
-                           "\"");
-  }
-  if (s = GetInt(j, "heartbeat_ms", "config", 10, 600'000, &c.heartbeat_ms); !s.ok()) return s;
-  if (s = GetString(j, "worker_binary", "config", false, &c.worker_binary); !s.ok()) return s;
-  if (s = GetString(j, "worker_launch", "config", false, &c.worker_launch); !s.ok()) return s;
-  if (c.worker_launch != "zygote" && c.worker_launch != "exec") {
-    return InvalidArgument("config.worker_launch: expected \"zygote\" or \"exec\", got \"" +
-                           c.worker_launch + "\"");
-  }
-  if (s = GetInt(j, "model_repository_poll_s", "config", 0, 86'400, &c.model_repository_poll_s);
-      !s.ok())
-    return s;
-  if (s = GetInt(j, "max_retries", "config", 0, 100, &c.max_retries); !s.ok()) return s;
-  if (s = GetInt(j, "max_connections", "config", 1, kMaxJobConnections, &c.max_connections); !s.ok())
-    return s;
-  if (s = GetString(j, "metrics_endpoint", "config", false, &c.metrics_endpoint); !s.ok()) return s;
-  if (s = GetInt(j, "drain_timeout_ms", "config", 0, kMaxDrainTimeoutMs, &c.drain_timeout_ms); !s.ok())
-    return s;
-  if (auto r = j.find("restart"); r != j.end()) {
-    if (s = ParseRestart(*r, &c.restart); !s.ok()) return s;
-  }
-  if (auto curve = j.find("curve"); curve != j.end()) {
-    if (s = ParseCurve(*curve, base_dir, &c.curve); !s.ok()) return s;
-  }
-  if (auto gpu = j.find("gpu"); gpu != j.end()) {
-    if (s = ParseGpu(*gpu, &c.gpu); !s.ok()) return s;
-  }
-  if (auto shm = j.find("client_shm"); shm != j.end()) {
-    if (s = ParseClientShm(*shm, &c.client_shm); !s.ok()) return s;
-  }
-  if (s = GetBool(j, "insecure", "config", &c.insecure); !s.ok()) return s;
-  if (s = GetString(j, "ipc_group", "config", false, &c.ipc_group); !s.ok()) return s;
-  if (!c.ipc_group.empty() && c.endpoint.rfind("ipc://", 0) != 0) {
-    return InvalidArgument("config.ipc_group: applies to an ipc:// endpoint only, endpoint is \"" +
-                           c.endpoint + "\"");
-  }
-  if (s = CheckEndpointSecurity(c); !s.ok()) return s;
-  if (auto frontend = j.find("frontend"); frontend != j.end()) {
-    if (s = ParseFrontend(*frontend, base_dir, &c.frontend); !s.ok()) return s;
-  }
-  if (s = ParseFrontendEndpoint(j, "http_endpoint", c, &c.frontend.http_endpoint); !s.ok()) return s;
-  if (s = ParseFrontendEndpoint(j, "grpc_endpoint", c, &c.frontend.grpc_endpoint); !s.ok()) return s;
-  if (!c.frontend.http_endpoint.empty() && c.frontend.http_endpoint == c.frontend.grpc_endpoint &&
-      c.frontend.http_endpoint.substr(c.frontend.http_endpoint.rfind(':')) != ":0") {
-    return InvalidArgument("config.grpc_endpoint: must differ from http_endpoint \"" +
-                           c.frontend.http_endpoint + "\"");
-  }
-  if (s = GetString(j, "model_repository", "config", false, &c.model_repository); !s.ok()) return s;
-  if (!c.model_repository.empty()) {
-    std::filesystem::path p(c.model_repository);
-    if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
-    c.model_repository = p.lexically_normal().string();
-    if (!c.model_repository.empty() && c.model_repository.back() == '/')
-      c.model_repository.pop_back();
-  }
-  auto models = j.find("models");
-  const bool need_models = c.model_repository.empty();
-  if ((models == j.end() && need_models) ||
-      (models != j.end() && (!models->is_array() || (models->empty() && need_models)))) {
-    return InvalidArgument(
-        "config.models: expected a non-empty array of models (or a "
-        "\"model_repository\")");
-  }
+  if (s = ParseEndpoints(j, base_dir, &c); !s.ok()) return s;
+  if (s = ParseFarmSettings(j, &c); !s.ok()) return s;
+  if (s = ParseFarmSections(j, base_dir, &c); !s.ok()) return s;
+  if (s = ParseSecurity(j, &c); !s.ok()) return s;
+  if (s = ParseFrontendAndEndpoints(j, base_dir, &c); !s.ok()) return s;
+  if (s = ParseModelRepositoryPath(j, base_dir, &c); !s.ok()) return s;
   std::set<std::string> names;
-  const size_t listed = models == j.end() ? 0 : models->size();
-  for (size_t i = 0; i < listed; ++i) {
-    const std::string where = "config.models[" + std::to_string(i) + "]";
-    std::vector<ModelConfig> versions;
-    s = ParseModelConfig((*models)[i], where, base_dir, &versions);
-    if (!s.ok()) return s;
-    if (!names.insert(versions.front().name).second) {
-      return InvalidArgument(where + ".name: model \"" + versions.front().name +
-                             "\" is declared twice (list its versions in one entry's "
-                             "\"versions\")");
-    }
-    for (ModelConfig& m : versions) c.models.push_back(std::move(m));
-  }
-  if (!c.model_repository.empty()) {
-    std::vector<ModelConfig> found;
-    if (s = ParseModelRepository(c.model_repository, base_dir, &found); !s.ok()) return s;
-    for (ModelConfig& m : found) {
-      if (names.count(m.name)) {
-        return InvalidArgument("config.model_repository: model \"" + m.name +
-                               "\" is also declared in config.models");
-      }
-      c.models.push_back(std::move(m));
-    }
-    if (c.models.empty()) {
-      return InvalidArgument("config.model_repository: '" + c.model_repository +
-                             "' holds no model and config.models lists none");
-    }
-  }
+  if (s = ParseListedModels(j, base_dir, &names, &c); !s.ok()) return s;
+  if (s = AddRepositoryModels(base_dir, names, &c); !s.ok()) return s;
   auto limits = j.find("limits");
   if (s = ParseLimits(limits == j.end() ? nullptr : &*limits, c.models, &c.limits); !s.ok())
     return s;
   *out = std::move(c);
   return Status::Ok();
 }
-
 
 Status LoadConfigFile(const std::string& path, FarmConfig* out) {
   std::ifstream in(path);

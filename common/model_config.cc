@@ -180,6 +180,146 @@ Status ParseRollout(const json& j, const std::string& where, RolloutConfig* out)
   return Status::Ok();
 }
 
+// The entry's "name", "path" and "format"; a relative path is taken from `base_dir`.
+Status ParseModelIdentity(const json& j, const std::string& where, const std::string& base_dir,
+                          bool path_required, ModelConfig* m) {
+  Status s;
+  if (s = GetString(j, "name", where, true, &m->name); !s.ok()) return s;
+  if (!ValidModelName(m->name)) {
+    return InvalidArgument(where + ".name: expected letters, digits, '_', '-' or '.', got \"" +
+                           m->name + "\"");
+  }
+  if (s = GetString(j, "path", where, path_required, &m->path); !s.ok()) return s;
+  if (s = GetString(j, "format", where, false, &m->format); !s.ok()) return s;
+  if (m->format != "auto" && m->format != "torchscript" && m->format != "aoti") {
+    return InvalidArgument(where +
+                           ".format: expected \"auto\", \"torchscript\" or \"aoti\", got \"" +
+                           m->format + "\"");
+  }
+  if (!m->path.empty()) {
+    std::filesystem::path p(m->path);
+    if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
+    m->path = p.lexically_normal().string();
+  }
+  return Status::Ok();
+}
+
+// The entry's "inputs" (required) and "outputs" tensor lists.
+Status ParseModelTensors(const json& j, const std::string& where, ModelConfig* m) {
+  auto inputs = j.find("inputs");
+  if (inputs == j.end()) {
+    return InvalidArgument(where + ".inputs: expected a non-empty array of {\"dtype\", \"shape\"}");
+  }
+  // A request slot holds kMaxInputs tensors (ipc/slot_codec.h): more could never be served.
+  Status s = NamedTensorListFromJson(*inputs, where + ".inputs", kMaxInputs, false, &m->inputs,
+                                     &m->input_names);
+  if (!s.ok()) return s;
+  if (auto outputs = j.find("outputs"); outputs != j.end()) {
+    // A reply holds kMaxOutputs tensors: a model returning more fails every batch.
+    s = NamedTensorListFromJson(*outputs, where + ".outputs", kMaxOutputs, true, &m->outputs,
+                                &m->output_names);
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+// The entry's "instances" (one default group when absent) and their summed worker count.
+Status ParseModelInstances(const json& j, const std::string& where, ModelConfig* m) {
+  Status s;
+  if (auto inst = j.find("instances"); inst != j.end()) {
+    if (!inst->is_array()) return InvalidArgument(where + ".instances: expected an array");
+    for (size_t i = 0; i < inst->size(); ++i) {
+      InstanceConfig ic;
+      s = ParseInstance((*inst)[i], where + ".instances[" + std::to_string(i) + "]", &ic);
+      if (!s.ok()) return s;
+      m->instances.push_back(std::move(ic));
+    }
+  } else {
+    m->instances.push_back(InstanceConfig{});
+  }
+  int64_t total_count = 0;
+  for (const InstanceConfig& ic : m->instances) total_count += ic.count_auto ? 0 : ic.count;
+  return CheckWorkerCount(total_count, where + ".instances[].count (sum)");
+}
+
+// The entry's batching, queueing and ring settings, from "max_batch_size" to "ring_slots".
+Status ParseModelQueueing(const json& j, const std::string& where, ModelConfig* m) {
+  Status s;
+  if (s = GetInt(j, "max_batch_size", where, 1, 1 << 20, &m->max_batch_size); !s.ok()) return s;
+  if (s = GetInt(j, "max_queue_delay_us", where, 0, 60'000'000, &m->max_queue_delay_us); !s.ok())
+    return s;
+  if (s = GetInt(j, "max_queue_size", where, 1, 10'000'000, &m->max_queue_size); !s.ok()) return s;
+  if (s = GetInt(j, "max_queue_wait_ms", where, 0, 86'400'000, &m->max_queue_wait_ms); !s.ok())
+    return s;
+  if (s = GetInt(j, "max_inflight_per_worker", where, 1, 64, &m->max_inflight_per_worker); !s.ok())
+    return s;
+  if (s = GetInt(j, "priority_levels", where, 1, 16, &m->priority_levels); !s.ok()) return s;
+  if (s = GetBool(j, "fair_queueing", where, &m->fair_queueing); !s.ok()) return s;
+  if (s = GetInt(j, "slot_bytes", where, 4096, int64_t{1} << 34, &m->slot_bytes); !s.ok()) return s;
+  if (s = GetInt(j, "hang_timeout_ms", where, 0, 86'400'000, &m->hang_timeout_ms); !s.ok())
+    return s;
+  m->ring_slots = std::max(4, m->max_inflight_per_worker);
+  if (s = GetInt(j, "ring_slots", where, 1, 64, &m->ring_slots); !s.ok()) return s;
+  if (m->ring_slots < m->max_inflight_per_worker) {
+    return InvalidArgument(where + ".ring_slots: " + std::to_string(m->ring_slots) +
+                           " is less than max_inflight_per_worker " +
+                           std::to_string(m->max_inflight_per_worker));
+  }
+  return Status::Ok();
+}
+
+// The entry's "preferred_batch_sizes": integers in 1..max_batch_size, kept sorted.
+Status ParsePreferredBatchSizes(const json& j, const std::string& where, ModelConfig* m) {
+  if (auto pref = j.find("preferred_batch_sizes"); pref != j.end()) {
+    if (!pref->is_array()) {
+      return InvalidArgument(where + ".preferred_batch_sizes: expected an array of integers");
+    }
+    for (const auto& v : *pref) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > m->max_batch_size) {
+        return InvalidArgument(where + ".preferred_batch_sizes: expected integers in 1.." +
+                               std::to_string(m->max_batch_size) + " (max_batch_size), got " +
+                               Got(v));
+      }
+      m->preferred_batch_sizes.push_back(v.get<int64_t>());
+    }
+    std::sort(m->preferred_batch_sizes.begin(), m->preferred_batch_sizes.end());
+  }
+  return Status::Ok();
+}
+
+// Checks that no instance group has more streams than max_inflight_per_worker.
+Status CheckInstanceStreams(const std::string& where, const ModelConfig& m) {
+  for (size_t i = 0; i < m.instances.size(); ++i) {
+    if (m.instances[i].streams > m.max_inflight_per_worker) {
+      return InvalidArgument(where + ".instances[" + std::to_string(i) +
+                             "].streams: " + std::to_string(m.instances[i].streams) +
+                             " streams need at least as many batches in flight, but "
+                             "max_inflight_per_worker is " +
+                             std::to_string(m.max_inflight_per_worker) + " (raise it)");
+    }
+  }
+  return Status::Ok();
+}
+
+// The entry's "warmup", "rollout" and "pipeline" sections (inputs checked without a pipeline).
+Status ParseModelSections(const json& j, const std::string& where, const std::string& base_dir,
+                          ModelConfig* m) {
+  Status s;
+  if (auto warmup = j.find("warmup"); warmup != j.end()) {
+    if (s = ParseWarmup(*warmup, where + ".warmup", *m, &m->warmup); !s.ok()) return s;
+  }
+  if (auto rollout = j.find("rollout"); rollout != j.end()) {
+    if (s = ParseRollout(*rollout, where + ".rollout", &m->rollout); !s.ok()) return s;
+  }
+  if (auto pipeline = j.find("pipeline"); pipeline != j.end()) {
+    s = ParsePipelineConfig(*pipeline, where + ".pipeline", base_dir, m->inputs, !m->warmup.empty(),
+                            &m->pipeline);
+  } else {
+    s = CheckInputsWithoutPipeline(m->inputs, where);
+  }
+  return s;
+}
+
 // `path_required`: false where versions bring their own paths.
 Status ParseModel(const json& j, const std::string& where, const std::string& base_dir,
                   bool path_required, ModelConfig* out) {
@@ -209,107 +349,13 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
                         "pipeline"});
   if (!s.ok()) return s;
   ModelConfig m;
-  if (s = GetString(j, "name", where, true, &m.name); !s.ok()) return s;
-  if (!ValidModelName(m.name)) {
-    return InvalidArgument(where + ".name: expected letters, digits, '_', '-' or '.', got \"" +
-                           m.name + "\"");
-  }
-  if (s = GetString(j, "path", where, path_required, &m.path); !s.ok()) return s;
-  if (s = GetString(j, "format", where, false, &m.format); !s.ok()) return s;
-  if (m.format != "auto" && m.format != "torchscript" && m.format != "aoti") {
-    return InvalidArgument(where +
-                           ".format: expected \"auto\", \"torchscript\" or \"aoti\", got \"" +
-                           m.format + "\"");
-  }
-  if (!m.path.empty()) {
-    std::filesystem::path p(m.path);
-    if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
-    m.path = p.lexically_normal().string();
-  }
-
-  auto inputs = j.find("inputs");
-  if (inputs == j.end()) {
-    return InvalidArgument(where + ".inputs: expected a non-empty array of {\"dtype\", \"shape\"}");
-  }
-  // A request slot holds kMaxInputs tensors (ipc/slot_codec.h): more could never be served.
-  s = NamedTensorListFromJson(*inputs, where + ".inputs", kMaxInputs, false, &m.inputs,
-                              &m.input_names);
-  if (!s.ok()) return s;
-  if (auto outputs = j.find("outputs"); outputs != j.end()) {
-    // A reply holds kMaxOutputs tensors: a model returning more fails every batch.
-    s = NamedTensorListFromJson(*outputs, where + ".outputs", kMaxOutputs, true, &m.outputs,
-                                &m.output_names);
-    if (!s.ok()) return s;
-  }
-  if (auto inst = j.find("instances"); inst != j.end()) {
-    if (!inst->is_array()) return InvalidArgument(where + ".instances: expected an array");
-    for (size_t i = 0; i < inst->size(); ++i) {
-      InstanceConfig ic;
-      s = ParseInstance((*inst)[i], where + ".instances[" + std::to_string(i) + "]", &ic);
-      if (!s.ok()) return s;
-      m.instances.push_back(std::move(ic));
-    }
-  } else {
-    m.instances.push_back(InstanceConfig{});
-  }
-  int64_t total_count = 0;
-  for (const InstanceConfig& ic : m.instances) total_count += ic.count_auto ? 0 : ic.count;
-  if (s = CheckWorkerCount(total_count, where + ".instances[].count (sum)"); !s.ok()) return s;
-  if (s = GetInt(j, "max_batch_size", where, 1, 1 << 20, &m.max_batch_size); !s.ok()) return s;
-  if (s = GetInt(j, "max_queue_delay_us", where, 0, 60'000'000, &m.max_queue_delay_us); !s.ok())
-    return s;
-  if (s = GetInt(j, "max_queue_size", where, 1, 10'000'000, &m.max_queue_size); !s.ok()) return s;
-  if (s = GetInt(j, "max_queue_wait_ms", where, 0, 86'400'000, &m.max_queue_wait_ms); !s.ok())
-    return s;
-  if (s = GetInt(j, "max_inflight_per_worker", where, 1, 64, &m.max_inflight_per_worker); !s.ok())
-    return s;
-  if (s = GetInt(j, "priority_levels", where, 1, 16, &m.priority_levels); !s.ok()) return s;
-  if (s = GetBool(j, "fair_queueing", where, &m.fair_queueing); !s.ok()) return s;
-  if (s = GetInt(j, "slot_bytes", where, 4096, int64_t{1} << 34, &m.slot_bytes); !s.ok()) return s;
-  if (s = GetInt(j, "hang_timeout_ms", where, 0, 86'400'000, &m.hang_timeout_ms); !s.ok()) return s;
-  m.ring_slots = std::max(4, m.max_inflight_per_worker);
-  if (s = GetInt(j, "ring_slots", where, 1, 64, &m.ring_slots); !s.ok()) return s;
-  if (m.ring_slots < m.max_inflight_per_worker) {
-    return InvalidArgument(where + ".ring_slots: " + std::to_string(m.ring_slots) +
-                           " is less than max_inflight_per_worker " +
-                           std::to_string(m.max_inflight_per_worker));
-  }
-  if (auto pref = j.find("preferred_batch_sizes"); pref != j.end()) {
-    if (!pref->is_array()) {
-      return InvalidArgument(where + ".preferred_batch_sizes: expected an array of integers");
-    }
-    for (const auto& v : *pref) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > m.max_batch_size) {
-        return InvalidArgument(where + ".preferred_batch_sizes: expected integers in 1.." +
-                               std::to_string(m.max_batch_size) + " (max_batch_size), got " +
-                               Got(v));
-      }
-      m.preferred_batch_sizes.push_back(v.get<int64_t>());
-    }
-    std::sort(m.preferred_batch_sizes.begin(), m.preferred_batch_sizes.end());
-  }
-  for (size_t i = 0; i < m.instances.size(); ++i) {
-    if (m.instances[i].streams > m.max_inflight_per_worker) {
-      return InvalidArgument(where + ".instances[" + std::to_string(i) + "].streams: " +
-                             std::to_string(m.instances[i].streams) +
-                             " streams need at least as many batches in flight, but "
-                             "max_inflight_per_worker is " +
-                             std::to_string(m.max_inflight_per_worker) + " (raise it)");
-    }
-  }
-  if (auto warmup = j.find("warmup"); warmup != j.end()) {
-    if (s = ParseWarmup(*warmup, where + ".warmup", m, &m.warmup); !s.ok()) return s;
-  }
-  if (auto rollout = j.find("rollout"); rollout != j.end()) {
-    if (s = ParseRollout(*rollout, where + ".rollout", &m.rollout); !s.ok()) return s;
-  }
-  if (auto pipeline = j.find("pipeline"); pipeline != j.end()) {
-    s = ParsePipelineConfig(*pipeline, where + ".pipeline", base_dir, m.inputs, !m.warmup.empty(),
-                            &m.pipeline);
-  } else {
-    s = CheckInputsWithoutPipeline(m.inputs, where);
-  }
-  if (!s.ok()) return s;
+  if (s = ParseModelIdentity(j, where, base_dir, path_required, &m); !s.ok()) return s;
+  if (s = ParseModelTensors(j, where, &m); !s.ok()) return s;
+  if (s = ParseModelInstances(j, where, &m); !s.ok()) return s;
+  if (s = ParseModelQueueing(j, where, &m); !s.ok()) return s;
+  if (s = ParsePreferredBatchSizes(j, where, &m); !s.ok()) return s;
+  if (s = CheckInstanceStreams(where, m); !s.ok()) return s;
+  if (s = ParseModelSections(j, where, base_dir, &m); !s.ok()) return s;
   *out = std::move(m);
   return Status::Ok();
 }

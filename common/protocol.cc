@@ -282,6 +282,129 @@ Status ReadInputName(const json& entry, size_t i, RequestHeader* out) {
   return Status::Ok();
 }
 
+// Checks the header's size (limits.max_header_bytes) and nesting (kMaxHeaderDepth) before parsing.
+Status CheckHeaderText(std::string_view text, const RequestLimits& limits) {
+  if (text.size() > limits.max_header_bytes) {
+    return InvalidArgument("header of " + std::to_string(text.size()) +
+                           " bytes exceeds the limit of " +
+                           std::to_string(limits.max_header_bytes));
+  }
+  if (!JsonNestingWithin(text, kMaxHeaderDepth)) {
+    return InvalidArgument("header nests arrays or objects deeper than " +
+                           std::to_string(kMaxHeaderDepth) + " levels");
+  }
+  return Status::Ok();
+}
+
+// The header's "id" (kept even when "v" is wrong) and its protocol version "v".
+Status ReadIdAndVersion(const json& j, RequestHeader* out) {
+  if (auto id = j.find("id"); id != j.end()) out->id = *id;
+  auto v = j.find("v");
+  if (v == j.end() || !v->is_number_integer() || v->get<int64_t>() != kProtocolVersion) {
+    return InvalidArgument("header field 'v': expected protocol version " +
+                           std::to_string(kProtocolVersion) + ", got " +
+                           (v == j.end() ? std::string("nothing") : v->dump()));
+  }
+  return Status::Ok();
+}
+
+// The header's "model" (a non-empty string) and optional "version".
+Status ReadModelAndVersion(const json& j, RequestHeader* out) {
+  auto model = j.find("model");
+  if (model == j.end() || !model->is_string() || model->get<std::string>().empty()) {
+    return InvalidArgument("header field 'model': expected a non-empty string");
+  }
+  out->model = model->get<std::string>();
+  if (auto version = j.find("version"); version != j.end() && !version->is_null()) {
+    if (!version->is_string() || !ValidVersion(version->get<std::string>())) {
+      return InvalidArgument("header field 'version': expected a string of 1.." +
+                             std::to_string(kMaxVersionLength) +
+                             " letters, digits, '_', '-' or '.', got " + version->dump());
+    }
+    out->version = version->get<std::string>();
+  }
+  return Status::Ok();
+}
+
+// inputs[i] of `count`: its optional "shm" reference, its spec and name, and its rank.
+Status ReadInput(const json& input, size_t i, size_t count, const RequestLimits& limits,
+                 RequestHeader* out) {
+  const std::string where = "inputs[" + std::to_string(i) + "]";
+  const json* entry = &input;
+  json without_shm;
+  if (entry->is_object() && entry->contains("shm")) {
+    ShmRef ref;
+    if (Status s = ShmRefFromJson((*entry)["shm"], where + ".shm", false, &ref); !s.ok()) return s;
+    out->input_shm.resize(count);
+    out->input_shm[i] = std::move(ref);
+    without_shm = *entry;
+    without_shm.erase("shm");
+    entry = &without_shm;
+  }
+  TensorSpec spec;
+  Status s = TensorSpecFromJson(*entry, where, false, &spec);
+  if (!s.ok()) return s;
+  if (s = ReadInputName(*entry, i, out); !s.ok()) return s;
+  if (spec.shape.size() > static_cast<size_t>(limits.max_rank)) {
+    return InvalidArgument("inputs[" + std::to_string(i) + "].shape: rank " +
+                           std::to_string(spec.shape.size()) + " exceeds the maximum of " +
+                           std::to_string(limits.max_rank) + " (limits.max_rank)");
+  }
+  out->inputs.push_back(std::move(spec));
+  return Status::Ok();
+}
+
+// The header's "inputs": a non-empty array of at most limits.max_inputs entries (ReadInput).
+Status ReadInputs(const json& j, const RequestLimits& limits, RequestHeader* out) {
+  auto inputs = j.find("inputs");
+  if (inputs == j.end() || !inputs->is_array() || inputs->empty()) {
+    return InvalidArgument(
+        "header field 'inputs': expected a non-empty array of "
+        "{\"dtype\", \"shape\"}");
+  }
+  if (inputs->size() > limits.max_inputs) {
+    return InvalidArgument("header field 'inputs': " + std::to_string(inputs->size()) +
+                           " inputs exceed the maximum of " + std::to_string(limits.max_inputs));
+  }
+  for (size_t i = 0; i < inputs->size(); ++i) {
+    if (Status s = ReadInput((*inputs)[i], i, inputs->size(), limits, out); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+// The header's optional "timeout_ms", "priority" and "output_shm".
+Status ReadOptionalFields(const json& j, RequestHeader* out) {
+  if (auto t = j.find("timeout_ms"); t != j.end() && !t->is_null()) {
+    // Beyond kMaxTimeoutMs (supervisor/intake/job_intake.h) it means no deadline; never negative.
+    if (Status s = IntegerFromJson(*t, "header field 'timeout_ms'", 0, INT64_MAX, &out->timeout_ms);
+        !s.ok())
+      return s;
+  }
+  if (auto p = j.find("priority"); p != j.end() && !p->is_null()) {
+    if (Status s = IntegerFromJson(*p, "header field 'priority'", 0, kMaxPriority, &out->priority);
+        !s.ok())
+      return s;
+  }
+  if (auto o = j.find("output_shm"); o != j.end()) {
+    if (Status s = ShmRefFromJson(*o, "header field 'output_shm'", true, &out->output_shm); !s.ok())
+      return s;
+  }
+  return Status::Ok();
+}
+
+// Checks that an inference header has no field beyond those read above.
+Status CheckHeaderFields(const json& j) {
+  for (const auto& [key, value] : j.items()) {
+    if (key != "v" && key != "id" && key != "op" && key != "model" && key != "version" &&
+        key != "inputs" && key != "timeout_ms" && key != "priority" && key != "output_shm") {
+      return InvalidArgument("header: unknown field '" + key +
+                             "' (expected v, id, op, model, version, inputs, timeout_ms, "
+                             "priority, output_shm)");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out, const RequestLimits& limits) {
@@ -365,14 +488,7 @@ Status ParseRequestHeader(std::string_view text, RequestHeader* out, const Reque
 Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
                               const RequestLimits& limits) {
   *out = RequestHeader{};
-  if (text.size() > limits.max_header_bytes) {
-    return InvalidArgument("header of " + std::to_string(text.size()) +
-                           " bytes exceeds the limit of " + std::to_string(limits.max_header_bytes));
-  }
-  if (!JsonNestingWithin(text, kMaxHeaderDepth)) {
-    return InvalidArgument("header nests arrays or objects deeper than " +
-                           std::to_string(kMaxHeaderDepth) + " levels");
-  }
+  if (Status s = CheckHeaderText(text, limits); !s.ok()) return s;
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     return InvalidArgument("frame 0 must be a UTF-8 JSON header object; it is not valid JSON");
@@ -380,85 +496,13 @@ Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,
   if (!j.is_object()) {
     return InvalidArgument("frame 0 must be a JSON object, got " + TypeName(j));
   }
-  if (auto id = j.find("id"); id != j.end()) out->id = *id;
-  auto v = j.find("v");
-  if (v == j.end() || !v->is_number_integer() || v->get<int64_t>() != kProtocolVersion) {
-    return InvalidArgument("header field 'v': expected protocol version " +
-                           std::to_string(kProtocolVersion) + ", got " +
-                           (v == j.end() ? std::string("nothing") : v->dump()));
-  }
+  if (Status s = ReadIdAndVersion(j, out); !s.ok()) return s;
   if (Status s = RequestOpFromJson(j, &out->op); !s.ok()) return s;
   if (out->op != RequestOp::kInfer) return ParseShmCommand(j, out);
-  auto model = j.find("model");
-  if (model == j.end() || !model->is_string() || model->get<std::string>().empty()) {
-    return InvalidArgument("header field 'model': expected a non-empty string");
-  }
-  out->model = model->get<std::string>();
-  if (auto version = j.find("version"); version != j.end() && !version->is_null()) {
-    if (!version->is_string() || !ValidVersion(version->get<std::string>())) {
-      return InvalidArgument("header field 'version': expected a string of 1.." +
-                             std::to_string(kMaxVersionLength) +
-                             " letters, digits, '_', '-' or '.', got " + version->dump());
-    }
-    out->version = version->get<std::string>();
-  }
-  auto inputs = j.find("inputs");
-  if (inputs == j.end() || !inputs->is_array() || inputs->empty()) {
-    return InvalidArgument("header field 'inputs': expected a non-empty array of "
-                           "{\"dtype\", \"shape\"}");
-  }
-  if (inputs->size() > limits.max_inputs) {
-    return InvalidArgument("header field 'inputs': " + std::to_string(inputs->size()) +
-                           " inputs exceed the maximum of " + std::to_string(limits.max_inputs));
-  }
-  for (size_t i = 0; i < inputs->size(); ++i) {
-    const std::string where = "inputs[" + std::to_string(i) + "]";
-    const json* entry = &(*inputs)[i];
-    json without_shm;
-    if (entry->is_object() && entry->contains("shm")) {
-      ShmRef ref;
-      if (Status s = ShmRefFromJson((*entry)["shm"], where + ".shm", false, &ref); !s.ok()) return s;
-      out->input_shm.resize(inputs->size());
-      out->input_shm[i] = std::move(ref);
-      without_shm = *entry;
-      without_shm.erase("shm");
-      entry = &without_shm;
-    }
-    TensorSpec spec;
-    Status s = TensorSpecFromJson(*entry, where, false, &spec);
-    if (!s.ok()) return s;
-    if (s = ReadInputName(*entry, i, out); !s.ok()) return s;
-    if (spec.shape.size() > static_cast<size_t>(limits.max_rank)) {
-      return InvalidArgument("inputs[" + std::to_string(i) + "].shape: rank " +
-                             std::to_string(spec.shape.size()) + " exceeds the maximum of " +
-                             std::to_string(limits.max_rank) + " (limits.max_rank)");
-    }
-    out->inputs.push_back(std::move(spec));
-  }
-  if (auto t = j.find("timeout_ms"); t != j.end() && !t->is_null()) {
-    // Beyond kMaxTimeoutMs (supervisor/intake/job_intake.h) it means no deadline; never negative.
-    if (Status s = IntegerFromJson(*t, "header field 'timeout_ms'", 0, INT64_MAX, &out->timeout_ms);
-        !s.ok())
-      return s;
-  }
-  if (auto p = j.find("priority"); p != j.end() && !p->is_null()) {
-    if (Status s = IntegerFromJson(*p, "header field 'priority'", 0, kMaxPriority, &out->priority);
-        !s.ok())
-      return s;
-  }
-  if (auto o = j.find("output_shm"); o != j.end()) {
-    if (Status s = ShmRefFromJson(*o, "header field 'output_shm'", true, &out->output_shm); !s.ok())
-      return s;
-  }
-  for (const auto& [key, value] : j.items()) {
-    if (key != "v" && key != "id" && key != "op" && key != "model" && key != "version" &&
-        key != "inputs" && key != "timeout_ms" && key != "priority" && key != "output_shm") {
-      return InvalidArgument("header: unknown field '" + key +
-                             "' (expected v, id, op, model, version, inputs, timeout_ms, "
-                             "priority, output_shm)");
-    }
-  }
-  return Status::Ok();
+  if (Status s = ReadModelAndVersion(j, out); !s.ok()) return s;
+  if (Status s = ReadInputs(j, limits, out); !s.ok()) return s;
+  if (Status s = ReadOptionalFields(j, out); !s.ok()) return s;
+  return CheckHeaderFields(j);
 }
 
 Status CheckInputFrames(const RequestHeader& header, const std::vector<size_t>& frame_sizes,

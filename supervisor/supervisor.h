@@ -29,6 +29,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -50,6 +51,7 @@
 #include "supervisor/intake/client_quota.h"
 #include "supervisor/intake/client_shm_registry.h"
 #include "supervisor/intake/shm_budget.h"
+#include "supervisor/loop/duty_barrier.h"
 #include "supervisor/loop/farm_phase.h"
 #include "supervisor/loop/ipc_endpoint_file.h"
 #include "supervisor/loop/loop_timer.h"
@@ -129,7 +131,9 @@ class Supervisor {
   // The earliest batch delay, deadline, restart, liveness or housekeeping time.
   TimePoint NextWakeUp(TimePoint now) const;
   template <typename Duty>
-  void Guarded(const char* duty, Duty&& run);
+  void Guarded(const char* duty, Duty&& run) {
+    RunGuarded(duty, clock_, std::forward<Duty>(run));
+  }
   void CleanUp();
 
   FarmConfig config_;
@@ -181,7 +185,7 @@ class Supervisor {
   Dispatcher dispatcher_{models_.models(), workers_, replies_, clock_};
   ResponseHandler responses_{models_.models(), dispatcher_, replies_, clock_};
   SpareManager spares_{models_, workers_, farm_};
-  RolloutController rollouts_{models_, workers_, spares_};
+  RolloutController rollouts_{models_, workers_, spares_, clock_};
   ModelControl model_control_{models_, workers_, spares_, rollouts_, farm_};
   WorkerEvents worker_events_{{models_, workers_, dispatcher_, responses_, spares_, zygotes_, mps_,
                                control_, farm_, clock_}};
@@ -191,27 +195,5 @@ class Supervisor {
   FarmStatus status_{{config_, models_, workers_, dispatcher_, replies_, responses_, zygotes_, mps_,
                       farm_, limits_, clock_}};
 };
-
-// Each loop duty runs inside this barrier: a failing duty is logged and the loop goes on.
-// Running out of descriptors or memory fails the one duty that hit it, counted and logged at a
-// bounded rate (resource_errors.h), never the supervisor.
-template <typename Duty>
-inline void Supervisor::Guarded(const char* duty, Duty&& run) {
-  try {
-    run();
-  } catch (const zmq::error_t& e) {
-    if (IsResourceErrno(e.num())) {
-      ResourceErrors::Instance().Note(duty, e.what(), clock_.Now());
-    } else {
-      TF_LOG(kError) << "loop duty failed; the supervisor carries on" << Kv("duty", duty)
-                     << Kv("error", e.what());
-    }
-  } catch (const std::bad_alloc& e) {
-    ResourceErrors::Instance().Note(duty, e.what(), clock_.Now());
-  } catch (const std::exception& e) {
-    TF_LOG(kError) << "loop duty failed; the supervisor carries on" << Kv("duty", duty)
-                   << Kv("error", e.what());
-  }
-}
 
 }  // namespace torchfarm

@@ -43,9 +43,8 @@ void RecordPipelineMetrics(MetricsExporter& metrics, const ModelConfig& model,
 }  // namespace
 
 void ResponseHandler::Collect(WorkerSlot& slot) {
-  slot.CollectResponses(clock_.Now(), [&](InflightBatch& batch, const uint8_t* response) {
-    Reply(slot, batch, response);
-  });
+  slot.CollectResponses(
+      clock_, [&](InflightBatch& batch, const uint8_t* response) { Reply(slot, batch, response); });
 }
 
 void ResponseHandler::Reply(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response) {

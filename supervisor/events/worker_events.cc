@@ -11,6 +11,7 @@
 #include "common/protocol.h"
 #include "ipc/control_protocol.h"
 #include "supervisor/dispatch/model_metadata.h"
+#include "supervisor/loop/duty_barrier.h"
 #include "supervisor/zmq_util.h"
 
 namespace torchfarm {
@@ -83,12 +84,7 @@ void WorkerEvents::OnChildExit(pid_t pid, int wait_status, TimePoint death) {
   OnOutput(*slot);  // what it printed last (a crash message) comes first
   // Batches it finished before it died are answered, not re-run: only what is left in the ring
   // was running or waiting when it died.
-  try {
-    d_.responses.Collect(*slot);
-  } catch (const std::exception& e) {
-    TF_LOG(kError) << "answering an exited worker's batches failed; they are requeued"
-                   << Kv("worker", slot->id()) << Kv("error", e.what());
-  }
+  RunGuarded("responses of an exited worker", d_.clock, [&] { d_.responses.Collect(*slot); });
   const int running = slot->running_batches();
   auto orphans = slot->OnExit(wait_status, d_.clock.Now(), d_.workers.policy(),
                               IsStoppingWorkers(d_.farm.phase));

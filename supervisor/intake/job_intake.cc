@@ -165,6 +165,82 @@ Status ArrangeNamedInputs(const ModelConfig& model, RequestHeader* header,
   return Status::Ok();
 }
 
+// A shm_create or shm_release command into *command: client shared memory on, header frame only.
+Status TakeShmCommand(const RequestHeader& header, const std::vector<zmq::message_t>& frames,
+                      size_t payload_start, ClientShmRegistry* regions, ShmCommand* command) {
+  if (!regions || !command || !regions->enabled()) {
+    return InvalidArgument("client shared memory is disabled (client_shm.enabled)");
+  }
+  if (frames.size() - payload_start > 1) {
+    return InvalidArgument(
+        "shm_create and shm_release take a header frame only, the message "
+        "has " +
+        std::to_string(frames.size() - payload_start - 1) + " more");
+  }
+  *command = ShmCommand{header.op, header.shm_bytes, header.shm_region};
+  return Status::Ok();
+}
+
+// Checks the payload's frame count (limits.max_frames) and total bytes (max_request_bytes).
+Status CheckMessageSize(const std::vector<zmq::message_t>& frames, size_t payload_start,
+                        const RequestLimits& limits) {
+  if (frames.size() - payload_start > limits.max_inputs + 1) {
+    return InvalidArgument("message has more than " + std::to_string(limits.max_inputs + 1) +
+                           " frames after the envelope (the header and at most " +
+                           std::to_string(limits.max_inputs) + " inputs; limits.max_frames)");
+  }
+  uint64_t request_bytes = 0;
+  for (size_t i = payload_start; i < frames.size(); ++i) request_bytes += frames[i].size();
+  if (request_bytes > limits.max_request_bytes) {
+    return ResourceExhausted(
+        "request of " + std::to_string(request_bytes) + " bytes exceeds the limit of " +
+        std::to_string(limits.max_request_bytes) + " (limits.max_request_bytes)");
+  }
+  return Status::Ok();
+}
+
+// Checks the inputs against the model's declared ones and its ring slot; *out: slot bytes taken.
+Status CheckInputsAgainstModel(const ModelConfig& model, const RequestHeader& header,
+                               const std::vector<size_t>& sizes, uint64_t* out) {
+  if (header.inputs.size() != model.inputs.size()) {
+    return InvalidArgument("model '" + model.name + "' takes " +
+                           std::to_string(model.inputs.size()) + " input(s), got " +
+                           std::to_string(header.inputs.size()));
+  }
+  uint64_t slot_bytes = 0;
+  for (size_t i = 0; i < header.inputs.size(); ++i) {
+    if (Status s = CheckAgainstDeclared(model.inputs[i], header.inputs[i], i); !s.ok()) {
+      if (header.input_names.empty()) return s;
+      return Status(s.code(), "input \"" + header.input_names[i] + "\": " + s.message());
+    }
+    slot_bytes = ipc::AlignUp(slot_bytes + sizes[i], ipc::kTensorAlignment);
+  }
+  if (slot_bytes > model.slot_bytes) {
+    return ResourceExhausted("request needs " + std::to_string(slot_bytes) +
+                             " bytes of ring slot, a slot of model '" + model.name + "' holds " +
+                             std::to_string(model.slot_bytes) + " (raise slot_bytes)");
+  }
+  *out = slot_bytes;
+  return Status::Ok();
+}
+
+// One frame per input into the request: its data frame, or a frame over its shared memory.
+void TakeInputFrames(const RequestHeader& header, const std::vector<size_t>& sizes,
+                     std::vector<zmq::message_t>& frames, size_t first_frame,
+                     PendingRequest* request) {
+  size_t next_frame = first_frame;
+  for (size_t i = 0; i < header.inputs.size(); ++i) {
+    if (!header.input_in_shm(i)) {
+      request->frames.push_back(std::move(frames[next_frame++]));
+      continue;
+    }
+    // A frame over the region's bytes: batch assembly copies it into the slot like any other.
+    // The region outlives it (input_regions), so there is nothing to free.
+    request->frames.emplace_back(request->input_regions[i]->data() + header.input_shm[i].offset,
+                                 sizes[i], nullptr, nullptr);
+  }
+}
+
 }  // namespace
 
 TimePoint DeadlineAfter(TimePoint now, int64_t timeout_ms) {
@@ -189,29 +265,9 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   request->id = std::move(header.id);
   if (!s.ok()) return s;
   if (header.op != RequestOp::kInfer) {
-    if (!regions || !command || !regions->enabled()) {
-      return InvalidArgument("client shared memory is disabled (client_shm.enabled)");
-    }
-    if (frames.size() - payload_start > 1) {
-      return InvalidArgument("shm_create and shm_release take a header frame only, the message "
-                             "has " + std::to_string(frames.size() - payload_start - 1) +
-                             " more");
-    }
-    *command = ShmCommand{header.op, header.shm_bytes, header.shm_region};
-    return Status::Ok();
+    return TakeShmCommand(header, frames, payload_start, regions, command);
   }
-  if (frames.size() - payload_start > limits.max_inputs + 1) {
-    return InvalidArgument("message has more than " + std::to_string(limits.max_inputs + 1) +
-                           " frames after the envelope (the header and at most " +
-                           std::to_string(limits.max_inputs) + " inputs; limits.max_frames)");
-  }
-  uint64_t request_bytes = 0;
-  for (size_t i = payload_start; i < frames.size(); ++i) request_bytes += frames[i].size();
-  if (request_bytes > limits.max_request_bytes) {
-    return ResourceExhausted("request of " + std::to_string(request_bytes) +
-                             " bytes exceeds the limit of " +
-                             std::to_string(limits.max_request_bytes) + " (limits.max_request_bytes)");
-  }
+  if (s = CheckMessageSize(frames, payload_start, limits); !s.ok()) return s;
 
   size_t index = models.size();
   if (s = SelectServedVersion(models, header.model, header.version, loaded, &index); !s.ok())
@@ -226,37 +282,11 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   // wherever its bytes are.
   if (s = ArrangeNamedInputs(model, &header, frames, payload_start + 1); !s.ok()) return s;
   if (s = CheckBytes(header, frames, payload_start + 1, limits, &sizes); !s.ok()) return s;
-  if (header.inputs.size() != model.inputs.size()) {
-    return InvalidArgument("model '" + model.name + "' takes " +
-                           std::to_string(model.inputs.size()) + " input(s), got " +
-                           std::to_string(header.inputs.size()));
-  }
   uint64_t slot_bytes = 0;
-  for (size_t i = 0; i < header.inputs.size(); ++i) {
-    if (s = CheckAgainstDeclared(model.inputs[i], header.inputs[i], i); !s.ok()) {
-      if (header.input_names.empty()) return s;
-      return Status(s.code(), "input \"" + header.input_names[i] + "\": " + s.message());
-    }
-    slot_bytes = ipc::AlignUp(slot_bytes + sizes[i], ipc::kTensorAlignment);
-  }
-  if (slot_bytes > model.slot_bytes) {
-    return ResourceExhausted("request needs " + std::to_string(slot_bytes) +
-                             " bytes of ring slot, a slot of model '" + model.name + "' holds " +
-                             std::to_string(model.slot_bytes) + " (raise slot_bytes)");
-  }
+  if (s = CheckInputsAgainstModel(model, header, sizes, &slot_bytes); !s.ok()) return s;
 
   if (s = ResolveShm(header, regions, now, request); !s.ok()) return s;
-  size_t next_frame = payload_start + 1;
-  for (size_t i = 0; i < header.inputs.size(); ++i) {
-    if (!header.input_in_shm(i)) {
-      request->frames.push_back(std::move(frames[next_frame++]));
-      continue;
-    }
-    // A frame over the region's bytes: batch assembly copies it into the slot like any other.
-    // The region outlives it (input_regions), so there is nothing to free.
-    request->frames.emplace_back(request->input_regions[i]->data() + header.input_shm[i].offset,
-                                 sizes[i], nullptr, nullptr);
-  }
+  TakeInputFrames(header, sizes, frames, payload_start + 1, request);
   request->inputs = std::move(header.inputs);
   request->slot_bytes = slot_bytes;
   request->received = now;

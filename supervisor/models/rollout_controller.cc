@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "common/log.h"
+#include "supervisor/loop/duty_barrier.h"
 
 namespace torchfarm {
 
@@ -159,13 +160,8 @@ void RolloutController::Finish(ServedModel& model, RolloutState outcome,
 
 void RolloutController::AdvanceAll() {
   for (ServedModel& model : models_) {
-    // One model's failing step is logged; the others' rollouts go on.
-    try {
-      Advance(model);
-    } catch (const std::exception& e) {
-      TF_LOG(kError) << "rollout step failed" << Kv("model", model.config.name)
-                     << Kv("error", e.what());
-    }
+    // One model's failing step is logged and counted; the others' rollouts go on.
+    RunGuarded("rollout", clock_, [&] { Advance(model); });
   }
 }
 

@@ -21,8 +21,9 @@ namespace torchfarm {
 
 class RolloutController {
  public:
-  RolloutController(ModelTable& models, WorkerPool& workers, SpareManager& spares)
-      : models_(models), workers_(workers), spares_(spares) {}
+  RolloutController(ModelTable& models, WorkerPool& workers, SpareManager& spares,
+                    const TimeSource& clock)
+      : models_(models), workers_(workers), spares_(spares), clock_(clock) {}
   void set_metrics(MetricsExporter* metrics) { metrics_ = metrics; }
 
   // Starts replacing `outdated` (slot indices of `model`) by workers with `replacements`'
@@ -44,6 +45,7 @@ class RolloutController {
   ModelTable& models_;
   WorkerPool& workers_;
   SpareManager& spares_;
+  const TimeSource& clock_;
   MetricsExporter* metrics_ = nullptr;
   uint64_t next_id_ = 1;
 };

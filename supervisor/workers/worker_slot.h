@@ -206,10 +206,10 @@ class WorkerSlot {
   // Whether the batch Dispatch accepted last went in place.
   bool last_dispatch_in_place() const { return !inflight_.empty() && inflight_.back().in_place; }
 
-  // Calls on_response(batch, response_slot) for each finished batch, oldest first; `now` (the
-  // loop's clock) starts the next batch's hang timer.
+  // Calls on_response(batch, response_slot) for each finished batch, oldest first; `clock` (the
+  // loop's) dates each slot's release and starts the next batch's hang timer after each answer.
   template <typename OnResponse>
-  void CollectResponses(TimePoint now, OnResponse&& on_response);
+  void CollectResponses(const TimeSource& clock, OnResponse&& on_response);
 
   // The process exited: release its resources, hand back the batches it held, and decide whether
   // and when to restart. Returns the batches for requeueing.
@@ -342,19 +342,19 @@ class WorkerSlot {
 };
 
 template <typename OnResponse>
-void WorkerSlot::CollectResponses(TimePoint now, OnResponse&& on_response) {
+void WorkerSlot::CollectResponses(const TimeSource& clock, OnResponse&& on_response) {
   if (!responses_) return;
   response_bell_.Drain();
   responses_->ReleaseFreed();
   while (const uint8_t* slot = responses_->Next()) {
     if (inflight_.empty()) {
       // A response with nothing in flight: a protocol bug, never silently trusted.
-      responses_->Finish(now);
+      responses_->Finish(clock.Now());
       continue;
     }
     InflightBatch batch = std::move(inflight_.front());
     inflight_.pop_front();
-    front_started_ = now;  // the next batch in the ring starts now
+    front_started_ = clock.Now();  // the next batch in the ring starts now
     try {
       on_response(batch, slot);
     } catch (...) {

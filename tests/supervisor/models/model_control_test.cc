@@ -71,7 +71,7 @@ class ModelControlTest : public ::testing::Test {
   FarmState farm_;
   ModelTable models_{workers_, clock_};
   SpareManager spares_{models_, workers_, farm_};
-  RolloutController rollouts_{models_, workers_, spares_};
+  RolloutController rollouts_{models_, workers_, spares_, clock_};
   ModelControl control_{models_, workers_, spares_, rollouts_, farm_};
   std::string model_file_;
 };
