@@ -18,8 +18,23 @@
 #   torchfarm_precompile_test(<target>)  test code without LibTorch: -O0 and one precompiled
 #       header with GoogleTest shared by all such tests (torchfarm_test_pch).
 # Either can be switched off (-DTORCHFARM_PCH=OFF) to check that every file includes what it uses.
+#
+# TORCHFARM_UNITY=ON (default): unity builds (issue 28). Every library and binary compiles its
+# sources in batches of up to 16 files as one translation unit, so the templates of nlohmann/json,
+# cppzmq, CLI11, Beast and LibTorch are instantiated and optimised once per batch instead of once
+# per file (a clean Release build: 1,323 -> see docs/benchmarks.md "Developer loop"). A library
+# then needs no precompiled header of its own (its batch parses the headers once), so
+# torchfarm_precompile does nothing; LibTorch's and the tests' shared ones stay. Test executables
+# opt in (torchfarm_add_test(... UNITY)) once their file-local names do not collide. Two files of
+# one target may not then define the same name in an anonymous namespace. -DTORCHFARM_UNITY=OFF
+# builds file by file (to check that each file stands alone, as CI's sanitizer trees do not).
 option(TORCHFARM_CCACHE "Compile through ccache when it is installed" ON)
 option(TORCHFARM_PCH "Precompiled headers for LibTorch, nlohmann/json, cppzmq and GoogleTest" ON)
+option(TORCHFARM_UNITY "Unity builds: each target's sources in batches of 16 files" ON)
+if(TORCHFARM_UNITY)
+  set(CMAKE_UNITY_BUILD ON)
+  set(CMAKE_UNITY_BUILD_BATCH_SIZE 16)
+endif()
 
 if(TORCHFARM_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
   find_program(TORCHFARM_CCACHE_PROGRAM ccache)
@@ -45,7 +60,7 @@ set(TORCHFARM_TEST_COMPILE_OPTIONS -O0 CACHE STRING
 
 # torchfarm_precompile(<target> [HEADERS <extra headers>...]): a precompiled header of its own.
 function(torchfarm_precompile target)
-  if(NOT TORCHFARM_PCH)
+  if(NOT TORCHFARM_PCH OR TORCHFARM_UNITY)
     return()
   endif()
   cmake_parse_arguments(P "" "" "HEADERS" ${ARGN})

@@ -15,7 +15,7 @@ namespace {
 
 constexpr std::string_view kMagic = "\x93NUMPY";
 constexpr size_t kAlignment = 64;  // numpy pads magic + length + header to a multiple of 64
-constexpr size_t kMaxHeaderBytes = 1 << 20;  // a sane header is < 1 KiB; numpy's limit is 10 KiB
+constexpr size_t kMaxNpyHeaderBytes = 1 << 20;  // a sane header is < 1 KiB; numpy's limit is 10 KiB
 constexpr int kMaxNesting = 8;
 
 // Reads the subset of Python literal syntax that numpy writes in .npy headers (dicts, tuples,
@@ -313,9 +313,9 @@ Status ParseNpyHeader(std::string_view bytes, TensorSpec* spec, size_t* data_off
                            " bytes of preamble, got " + std::to_string(bytes.size()));
   }
   size_t header_len = ReadLittleEndian(bytes, kMagic.size() + 2, width);
-  if (header_len > kMaxHeaderBytes) {
+  if (header_len > kMaxNpyHeaderBytes) {
     return InvalidArgument(".npy header of " + std::to_string(header_len) +
-                           " bytes exceeds the limit of " + std::to_string(kMaxHeaderBytes));
+                           " bytes exceeds the limit of " + std::to_string(kMaxNpyHeaderBytes));
   }
   if (bytes.size() < preamble + header_len) {
     return InvalidArgument("truncated .npy file: expected a header of " +

@@ -21,7 +21,7 @@ namespace {
 // DEADLINE_EXCEEDED reply is seen rather than a local timeout.
 constexpr int64_t kDeadlineGraceMs = 2000;
 
-int ReportError(const Status& status, int exit_code) {
+int ReportInferError(const Status& status, int exit_code) {
   std::cerr << "error: " << status.ToString() << "\n";
   return exit_code;
 }
@@ -75,7 +75,7 @@ int WriteOutputs(const std::vector<std::string>& paths, const std::vector<Tensor
     if (path.empty()) continue;
     const Tensor& out = outputs[k];
     Status s = WriteNpy(path, out.spec, out.data.data(), out.data.size());
-    if (!s.ok()) return ReportError(s, kExitUsage);
+    if (!s.ok()) return ReportInferError(s, kExitUsage);
   }
   return kExitOk;
 }
@@ -133,19 +133,19 @@ int InferCommand::Run() {
   std::vector<TensorView> views;
   if (!images_.empty()) {
     Status s = ReadImages(images_, &tensors[0]);
-    if (!s.ok()) return ReportError(s, kExitUsage);
+    if (!s.ok()) return ReportInferError(s, kExitUsage);
     views.push_back(TensorView{tensors[0].spec, tensors[0].data.data(), tensors[0].data.size()});
   }
   for (size_t i = 0; i < inputs_.size(); ++i) {
     Status s = ReadNpy(inputs_[i], &tensors[i].spec, &tensors[i].data);
-    if (!s.ok()) return ReportError(s, kExitUsage);
+    if (!s.ok()) return ReportInferError(s, kExitUsage);
     views.push_back(TensorView{tensors[i].spec, tensors[i].data.data(), tensors[i].data.size()});
   }
   int64_t io_timeout = io_timeout_ms_;
   if (timeout_ms_ > 0) io_timeout = std::max(io_timeout, timeout_ms_ + kDeadlineGraceMs);
   io_timeout = std::min<int64_t>(io_timeout, std::numeric_limits<int>::max());
   Client client(endpoint_, static_cast<int>(io_timeout));
-  if (!client.connect_status().ok()) return ReportError(client.connect_status(), kExitUsage);
+  if (!client.connect_status().ok()) return ReportInferError(client.connect_status(), kExitUsage);
 
   InferResult result;
   Status s = client.Infer(model_, views, &result, InferOptions{timeout_ms_, priority_});
@@ -153,9 +153,10 @@ int InferCommand::Run() {
   if (got_reply) std::cout << result.header.raw.dump(2) << std::endl;
   if (!s.ok()) {
     // An error reply is the server's verdict; anything else means no usable reply came back.
-    if (got_reply && !result.header.status.ok()) return ReportError(s, kExitServerError);
-    if (!got_reply && s.code() == StatusCode::kInvalidArgument) return ReportError(s, kExitUsage);
-    return ReportError(s, kExitTransport);
+    if (got_reply && !result.header.status.ok()) return ReportInferError(s, kExitServerError);
+    if (!got_reply && s.code() == StatusCode::kInvalidArgument)
+      return ReportInferError(s, kExitUsage);
+    return ReportInferError(s, kExitTransport);
   }
   if (!images_.empty()) PrintAnswer(result.outputs);
   return WriteOutputs(outputs_, result.outputs);

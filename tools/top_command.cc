@@ -24,7 +24,7 @@ using SteadyClock = std::chrono::steady_clock;
 // Until what happens next in the refresh loop.
 enum class Wake { kRefresh, kRedraw, kQuit };
 
-std::string LocalTimestamp() {
+std::string TopTimestamp() {
   std::time_t now = std::time(nullptr);
   std::tm local{};
   localtime_r(&now, &local);
@@ -124,7 +124,7 @@ int TopCommand::Run() {
         if (full_screen) {
           screen.Draw(lines);
         } else {
-          std::string block = (refresh > 0 ? "\n=== " : "=== ") + LocalTimestamp() + " ===\n";
+          std::string block = (refresh > 0 ? "\n=== " : "=== ") + TopTimestamp() + " ===\n";
           for (const auto& line : lines) block += line + "\n";
           if (!WriteAll(STDOUT_FILENO, block)) return kExitUsage;  // stdout closed: nobody reads
         }

@@ -12,8 +12,8 @@ using nlohmann::json;
 
 namespace {
 
-constexpr auto kLeft = TextTable::Align::kLeft;
-constexpr auto kRight = TextTable::Align::kRight;
+constexpr auto kAlignLeft = TextTable::Align::kLeft;
+constexpr auto kAlignRight = TextTable::Align::kRight;
 
 bool CountsAsReady(const std::string& state) { return state == "ready" || state == "busy"; }
 
@@ -76,14 +76,14 @@ std::vector<std::string> HeaderLines(const json& stats,
 std::vector<std::string> ModelLines(const json& models,
                                     const std::map<std::string, ReadyCount>& by_model,
                                     const TopViewOptions& options) {
-  TextTable table({{"MODEL", kLeft},
-                   {"STATE", kLeft},
-                   {"QUEUE", kRight},
-                   {"REQ/S", kRight},
-                   {"P50", kRight},
-                   {"P99", kRight},
-                   {"ERRORS", kRight},
-                   {"WORKERS", kLeft}},
+  TextTable table({{"MODEL", kAlignLeft},
+                   {"STATE", kAlignLeft},
+                   {"QUEUE", kAlignRight},
+                   {"REQ/S", kAlignRight},
+                   {"P50", kAlignRight},
+                   {"P99", kAlignRight},
+                   {"ERRORS", kAlignRight},
+                   {"WORKERS", kAlignLeft}},
                   /*gap=*/2);
   for (const auto& m : models) {
     std::string name = ModelLabel(m, "name");
@@ -105,18 +105,18 @@ std::vector<std::string> ModelLines(const json& models,
 }
 
 std::vector<std::string> WorkerLines(const json& workers, const TopViewOptions& options) {
-  TextTable table({{"ID", kRight},
-                   {"PID", kRight},
-                   {"MODEL", kLeft},
-                   {"STATE", kLeft},
-                   {"DEVICE", kLeft},
-                   {"CPU%", kRight},
-                   {"RSS", kRight},
-                   {"GPU", kRight},
-                   {"REQS", kRight},
-                   {"RESTARTS", kRight},
-                   {"UPTIME", kRight},
-                   {"INFL", kRight}},
+  TextTable table({{"ID", kAlignRight},
+                   {"PID", kAlignRight},
+                   {"MODEL", kAlignLeft},
+                   {"STATE", kAlignLeft},
+                   {"DEVICE", kAlignLeft},
+                   {"CPU%", kAlignRight},
+                   {"RSS", kAlignRight},
+                   {"GPU", kAlignRight},
+                   {"REQS", kAlignRight},
+                   {"RESTARTS", kAlignRight},
+                   {"UPTIME", kAlignRight},
+                   {"INFL", kAlignRight}},
                   /*gap=*/2);
   for (const auto& w : workers) {
     auto pid = NumberField(w, {"pid"});

@@ -34,7 +34,7 @@ constexpr int kMaxConcurrentStreams = 1024;
 constexpr uint64_t kMinQuotaBytes = uint64_t{256} << 20;
 constexpr uint64_t kQuotaMessages = 4;
 
-int64_t MicrosSince(Clock::time_point start) {
+int64_t ElapsedMicros(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
 }
 
@@ -154,13 +154,13 @@ class GrpcServer::Impl::Call {
   bool Claim() { return !claimed_.exchange(true, std::memory_order_acq_rel); }
   // After a successful Claim(): counts the call and ends it with `status`.
   void Finish(const Status& status) {
-    owner_->stats_->Record(FrontendProtocol::kGrpc, status.code(), MicrosSince(received_),
+    owner_->stats_->Record(FrontendProtocol::kGrpc, status.code(), ElapsedMicros(received_),
                            farm_us_);
     owner_->Forget(this);
     reactor_->Finish(ToGrpcStatus(status));
   }
   void MarkSent() { sent_ = Clock::now(); }
-  void MarkAnswered() { farm_us_ = MicrosSince(sent_); }
+  void MarkAnswered() { farm_us_ = ElapsedMicros(sent_); }
 
  private:
   Impl* const owner_;

@@ -19,19 +19,21 @@ json ValidHeader() {
               {"priority", 3}};
 }
 
-Status Parse(const json& j, RequestHeader* out) { return ParseRequestHeader(j.dump(), out); }
+Status ParseHeaderText(const json& j, RequestHeader* out) {
+  return ParseRequestHeader(j.dump(), out);
+}
 
 // Parses `j`, expects INVALID_ARGUMENT and returns the message.
-std::string ParseError(const json& j) {
+std::string ProtocolError(const json& j) {
   RequestHeader header;
-  Status s = Parse(j, &header);
+  Status s = ParseHeaderText(j, &header);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << j.dump();
   return s.message();
 }
 
 TEST(ProtocolTest, ParsesAValidHeader) {
   RequestHeader h;
-  ASSERT_TRUE(Parse(ValidHeader(), &h).ok());
+  ASSERT_TRUE(ParseHeaderText(ValidHeader(), &h).ok());
   EXPECT_EQ(h.id, json(42));
   EXPECT_EQ(h.model, "resnet");
   ASSERT_EQ(h.inputs.size(), 2u);
@@ -47,7 +49,7 @@ TEST(ProtocolTest, OptionalFieldsDefault) {
   j.erase("timeout_ms");
   j.erase("priority");
   RequestHeader h;
-  ASSERT_TRUE(Parse(j, &h).ok());
+  ASSERT_TRUE(ParseHeaderText(j, &h).ok());
   EXPECT_TRUE(h.id.is_null());
   EXPECT_EQ(h.timeout_ms, 0);
   EXPECT_EQ(h.priority, 0);
@@ -64,39 +66,39 @@ TEST(ProtocolTest, RejectsNonJson) {
 }
 
 TEST(ProtocolTest, RejectsJsonThatIsNotAnObject) {
-  EXPECT_EQ(ParseError(json::array({1, 2})), "frame 0 must be a JSON object, got array");
-  EXPECT_EQ(ParseError(json("hello")), "frame 0 must be a JSON object, got string");
-  EXPECT_EQ(ParseError(json(7)), "frame 0 must be a JSON object, got number");
+  EXPECT_EQ(ProtocolError(json::array({1, 2})), "frame 0 must be a JSON object, got array");
+  EXPECT_EQ(ProtocolError(json("hello")), "frame 0 must be a JSON object, got string");
+  EXPECT_EQ(ProtocolError(json(7)), "frame 0 must be a JSON object, got number");
 }
 
 TEST(ProtocolTest, RejectsMissingOrWrongVersion) {
   json j = ValidHeader();
   j.erase("v");
-  EXPECT_EQ(ParseError(j), "header field 'v': expected protocol version 1, got nothing");
+  EXPECT_EQ(ProtocolError(j), "header field 'v': expected protocol version 1, got nothing");
   j["v"] = 2;
-  EXPECT_EQ(ParseError(j), "header field 'v': expected protocol version 1, got 2");
+  EXPECT_EQ(ProtocolError(j), "header field 'v': expected protocol version 1, got 2");
   j["v"] = "1";
-  EXPECT_EQ(ParseError(j), "header field 'v': expected protocol version 1, got \"1\"");
+  EXPECT_EQ(ProtocolError(j), "header field 'v': expected protocol version 1, got \"1\"");
 }
 
 TEST(ProtocolTest, RejectsMissingOrEmptyModel) {
   json j = ValidHeader();
   j.erase("model");
-  EXPECT_EQ(ParseError(j), "header field 'model': expected a non-empty string");
+  EXPECT_EQ(ProtocolError(j), "header field 'model': expected a non-empty string");
   j["model"] = "";
-  EXPECT_EQ(ParseError(j), "header field 'model': expected a non-empty string");
+  EXPECT_EQ(ProtocolError(j), "header field 'model': expected a non-empty string");
   j["model"] = 5;
-  EXPECT_EQ(ParseError(j), "header field 'model': expected a non-empty string");
+  EXPECT_EQ(ProtocolError(j), "header field 'model': expected a non-empty string");
 }
 
 TEST(ProtocolTest, RejectsMissingOrEmptyInputs) {
   json j = ValidHeader();
   j.erase("inputs");
-  EXPECT_THAT(ParseError(j), HasSubstr("header field 'inputs': expected a non-empty array"));
+  EXPECT_THAT(ProtocolError(j), HasSubstr("header field 'inputs': expected a non-empty array"));
   j["inputs"] = json::array();
-  EXPECT_THAT(ParseError(j), HasSubstr("header field 'inputs': expected a non-empty array"));
+  EXPECT_THAT(ProtocolError(j), HasSubstr("header field 'inputs': expected a non-empty array"));
   j["inputs"] = json::object();
-  EXPECT_THAT(ParseError(j), HasSubstr("header field 'inputs': expected a non-empty array"));
+  EXPECT_THAT(ProtocolError(j), HasSubstr("header field 'inputs': expected a non-empty array"));
 }
 
 TEST(ProtocolTest, RejectsTooManyInputs) {
@@ -105,64 +107,73 @@ TEST(ProtocolTest, RejectsTooManyInputs) {
   for (size_t i = 0; i <= kMaxInputs; ++i) {
     j["inputs"].push_back({{"dtype", "uint8"}, {"shape", {1}}});
   }
-  EXPECT_EQ(ParseError(j), "header field 'inputs': 17 inputs exceed the maximum of 16");
+  EXPECT_EQ(ProtocolError(j), "header field 'inputs': 17 inputs exceed the maximum of 16");
 }
 
 TEST(ProtocolTest, BadDtypeListsValidNamesAndTheOneReceived) {
   json j = ValidHeader();
   j["inputs"][1]["dtype"] = "float";
-  EXPECT_EQ(ParseError(j), "inputs[1].dtype: expected one of " + AllDTypeNames() + ", got 'float'");
+  EXPECT_EQ(ProtocolError(j),
+            "inputs[1].dtype: expected one of " + AllDTypeNames() + ", got 'float'");
   j["inputs"][1]["dtype"] = 32;
-  EXPECT_THAT(ParseError(j), HasSubstr("inputs[1].dtype: expected a string, one of float32"));
+  EXPECT_THAT(ProtocolError(j), HasSubstr("inputs[1].dtype: expected a string, one of float32"));
   j["inputs"][1].erase("dtype");
-  EXPECT_THAT(ParseError(j), HasSubstr("inputs[1].dtype"));
+  EXPECT_THAT(ProtocolError(j), HasSubstr("inputs[1].dtype"));
 }
 
 TEST(ProtocolTest, RejectsNegativeDimension) {
   json j = ValidHeader();
   j["inputs"][0]["shape"] = {2, -3};
-  EXPECT_EQ(ParseError(j), "inputs[0].shape[1]: expected an integer in 0..9223372036854775807, got number -3");
+  EXPECT_EQ(ProtocolError(j),
+            "inputs[0].shape[1]: expected an integer in 0..9223372036854775807, got number -3");
   j["inputs"][0]["shape"] = {-1, 3};  // -1 is a wildcard only in model declarations
-  EXPECT_EQ(ParseError(j), "inputs[0].shape[0]: expected an integer in 0..9223372036854775807, got number -1");
+  EXPECT_EQ(ProtocolError(j),
+            "inputs[0].shape[0]: expected an integer in 0..9223372036854775807, got number -1");
 }
 
 TEST(ProtocolTest, RejectsRankAboveMaximum) {
   json j = ValidHeader();
   j["inputs"][0]["shape"] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
-  EXPECT_EQ(ParseError(j), "inputs[0].shape: rank 9 exceeds the maximum of 8");
+  EXPECT_EQ(ProtocolError(j), "inputs[0].shape: rank 9 exceeds the maximum of 8");
   j["inputs"][0]["shape"] = {1, 1, 1, 1, 1, 1, 1, 1};
   RequestHeader h;
-  EXPECT_TRUE(Parse(j, &h).ok());
+  EXPECT_TRUE(ParseHeaderText(j, &h).ok());
 }
 
 TEST(ProtocolTest, RejectsNonIntegerDimensions) {
   json j = ValidHeader();
   j["inputs"][0]["shape"] = {2.5, 3};
-  EXPECT_EQ(ParseError(j), "inputs[0].shape[0]: expected an integer in 0..9223372036854775807, got number 2.5");
+  EXPECT_EQ(ProtocolError(j),
+            "inputs[0].shape[0]: expected an integer in 0..9223372036854775807, got number 2.5");
   j["inputs"][0]["shape"] = {"2", 3};
-  EXPECT_EQ(ParseError(j), "inputs[0].shape[0]: expected an integer in 0..9223372036854775807, got string \"2\"");
+  EXPECT_EQ(ProtocolError(j),
+            "inputs[0].shape[0]: expected an integer in 0..9223372036854775807, got string \"2\"");
   j["inputs"][0]["shape"] = 6;
-  EXPECT_EQ(ParseError(j), "inputs[0].shape: expected an array of integers");
+  EXPECT_EQ(ProtocolError(j), "inputs[0].shape: expected an array of integers");
 }
 
 TEST(ProtocolTest, RejectsUnknownFields) {
   json j = ValidHeader();
   j["deadline"] = 5;
   EXPECT_EQ(
-      ParseError(j),
+      ProtocolError(j),
       "header: unknown field 'deadline' (expected v, id, op, model, version, inputs, timeout_ms, "
       "priority, output_shm)");
   j = ValidHeader();
   j["inputs"][0]["layout"] = "nchw";
-  EXPECT_EQ(ParseError(j), "inputs[0]: unknown key 'layout' (expected dtype, shape, name)");
+  EXPECT_EQ(ProtocolError(j), "inputs[0]: unknown key 'layout' (expected dtype, shape, name)");
 }
 
 TEST(ProtocolTest, RejectsNegativeOrNonIntegerTimeout) {
   json j = ValidHeader();
   j["timeout_ms"] = -1;
-  EXPECT_EQ(ParseError(j), "header field 'timeout_ms': expected an integer in 0..9223372036854775807, got number -1");
+  EXPECT_EQ(
+      ProtocolError(j),
+      "header field 'timeout_ms': expected an integer in 0..9223372036854775807, got number -1");
   j["timeout_ms"] = 1.5;
-  EXPECT_EQ(ParseError(j), "header field 'timeout_ms': expected an integer in 0..9223372036854775807, got number 1.5");
+  EXPECT_EQ(
+      ProtocolError(j),
+      "header field 'timeout_ms': expected an integer in 0..9223372036854775807, got number 1.5");
 }
 
 // Header numbers at and beyond their bounds, and where a value would wrap into the field's type:
@@ -172,22 +183,29 @@ TEST(ProtocolTest, HeaderNumbersAtAndBeyondTheirBounds) {
   json j = ValidHeader();
   j["priority"] = 1000;
   j["timeout_ms"] = INT64_MAX;
-  ASSERT_TRUE(Parse(j, &h).ok());
+  ASSERT_TRUE(ParseHeaderText(j, &h).ok());
   EXPECT_EQ(h.priority, 1000);
   EXPECT_EQ(h.timeout_ms, INT64_MAX);
   for (const json& v : {json(int64_t{1} << 31), json(int64_t{1} << 32), json(INT64_MAX),
                         json(uint64_t{1} << 63), json(UINT64_MAX), json(INT64_MIN)}) {
     j = ValidHeader();
     j["priority"] = v;
-    EXPECT_EQ(ParseError(j), "header field 'priority': expected an integer in 0..1000, got number " + v.dump());
+    EXPECT_EQ(ProtocolError(j),
+              "header field 'priority': expected an integer in 0..1000, got number " + v.dump());
   }
   for (const json& v : {json(uint64_t{1} << 63), json(UINT64_MAX), json(-1)}) {
     j = ValidHeader();
     j["timeout_ms"] = v;
-    EXPECT_EQ(ParseError(j), "header field 'timeout_ms': expected an integer in 0..9223372036854775807, got number " + v.dump());
+    EXPECT_EQ(
+        ProtocolError(j),
+        "header field 'timeout_ms': expected an integer in 0..9223372036854775807, got number " +
+            v.dump());
     j = ValidHeader();
     j["inputs"][0]["shape"][0] = v;
-    EXPECT_THAT(ParseError(j), HasSubstr("inputs[0].shape[0]: expected an integer in 0..9223372036854775807, got number " + v.dump()));
+    EXPECT_THAT(
+        ProtocolError(j),
+        HasSubstr("inputs[0].shape[0]: expected an integer in 0..9223372036854775807, got number " +
+                  v.dump()));
   }
   // A declared shape's -1 is a variable dimension; 2^64-1 is never read as it.
   TensorSpec spec;
@@ -195,20 +213,25 @@ TEST(ProtocolTest, HeaderNumbersAtAndBeyondTheirBounds) {
   EXPECT_THAT(TensorSpecFromJson(declared, "decl", true, &spec).message(),
               HasSubstr("decl.shape[0]: expected an integer in -1..9223372036854775807, got number 18446744073709551615"));
   json create = {{"v", 1}, {"op", "shm_create"}, {"bytes", UINT64_MAX}};
-  EXPECT_THAT(Parse(create, &h).message(), HasSubstr("'bytes': expected an integer in 1..9223372036854775807, got number 18446744073709551615"));
+  EXPECT_THAT(ParseHeaderText(create, &h).message(),
+              HasSubstr("'bytes': expected an integer in 1..9223372036854775807, got number "
+                        "18446744073709551615"));
   create["bytes"] = INT64_MAX;
-  ASSERT_TRUE(Parse(create, &h).ok());
+  ASSERT_TRUE(ParseHeaderText(create, &h).ok());
   EXPECT_EQ(h.shm_bytes, uint64_t{INT64_MAX});
 }
 
 TEST(ProtocolTest, RejectsBadPriority) {
   json j = ValidHeader();
   j["priority"] = -1;
-  EXPECT_EQ(ParseError(j), "header field 'priority': expected an integer in 0..1000, got number -1");
+  EXPECT_EQ(ProtocolError(j),
+            "header field 'priority': expected an integer in 0..1000, got number -1");
   j["priority"] = 1001;
-  EXPECT_EQ(ParseError(j), "header field 'priority': expected an integer in 0..1000, got number 1001");
+  EXPECT_EQ(ProtocolError(j),
+            "header field 'priority': expected an integer in 0..1000, got number 1001");
   j["priority"] = "high";
-  EXPECT_EQ(ParseError(j), "header field 'priority': expected an integer in 0..1000, got string \"high\"");
+  EXPECT_EQ(ProtocolError(j),
+            "header field 'priority': expected an integer in 0..1000, got string \"high\"");
 }
 
 TEST(ProtocolTest, RejectsOversizedHeaderBeforeParsing) {
@@ -224,23 +247,23 @@ TEST(ProtocolTest, IdIsRecoveredFromAnOtherwiseBadHeader) {
   j["id"] = "req-7";
   j["v"] = 9;
   RequestHeader h;
-  EXPECT_FALSE(Parse(j, &h).ok());
+  EXPECT_FALSE(ParseHeaderText(j, &h).ok());
   EXPECT_EQ(h.id, json("req-7"));
 
   j = ValidHeader();
   j["inputs"][0]["dtype"] = "float128";
-  EXPECT_FALSE(Parse(j, &h).ok());
+  EXPECT_FALSE(ParseHeaderText(j, &h).ok());
   EXPECT_EQ(h.id, json(42));
 
   j = ValidHeader();
   j["surprise"] = true;
-  EXPECT_FALSE(Parse(j, &h).ok());
+  EXPECT_FALSE(ParseHeaderText(j, &h).ok());
   EXPECT_EQ(h.id, json(42));
 }
 
 TEST(ProtocolTest, CheckInputFramesCountsFrames) {
   RequestHeader h;
-  ASSERT_TRUE(Parse(ValidHeader(), &h).ok());
+  ASSERT_TRUE(ParseHeaderText(ValidHeader(), &h).ok());
   EXPECT_TRUE(CheckInputFrames(h, {24, 8}).ok());
   Status s = CheckInputFrames(h, {24});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
@@ -253,7 +276,7 @@ TEST(ProtocolTest, CheckInputFramesCountsFrames) {
 
 TEST(ProtocolTest, CheckInputFramesComparesByteCounts) {
   RequestHeader h;
-  ASSERT_TRUE(Parse(ValidHeader(), &h).ok());
+  ASSERT_TRUE(ParseHeaderText(ValidHeader(), &h).ok());
   Status s = CheckInputFrames(h, {20, 8});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), "inputs[0]: float32 [2, 3] needs 24 bytes, frame 1 has 20");

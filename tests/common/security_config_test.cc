@@ -22,11 +22,11 @@ json Curve() {
   return {{"secret_key_file", "keys/server.key_secret"}, {"authorized_clients_dir", "clients"}};
 }
 
-Status Parse(const json& j, FarmConfig* c) { return ParseConfig(j, "/base", c); }
+Status ParseSecurityConfig(const json& j, FarmConfig* c) { return ParseConfig(j, "/base", c); }
 
 std::string Error(const json& j) {
   FarmConfig c;
-  Status s = Parse(j, &c);
+  Status s = ParseSecurityConfig(j, &c);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << j.dump();
   return s.message();
 }
@@ -60,13 +60,13 @@ TEST(SecurityConfigTest, InsecureOrCurveAllowsANetworkEndpoint) {
   j["endpoint"] = "tcp://*:5555";
   j["insecure"] = true;
   FarmConfig c;
-  ASSERT_TRUE(Parse(j, &c).ok());
+  ASSERT_TRUE(ParseSecurityConfig(j, &c).ok());
   EXPECT_TRUE(c.insecure);
   EXPECT_FALSE(c.curve.enabled());
 
   j.erase("insecure");
   j["curve"] = Curve();
-  Status s = Parse(j, &c);
+  Status s = ParseSecurityConfig(j, &c);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_TRUE(c.curve.enabled());
   EXPECT_EQ(c.curve.secret_key_file, "/base/keys/server.key_secret");
@@ -99,7 +99,7 @@ TEST(SecurityConfigTest, AdminEndpointRules) {
   j["admin_endpoint"] = "tcp://127.0.0.1:6000";
   j["curve"] = Curve();
   FarmConfig c;
-  EXPECT_TRUE(Parse(j, &c).ok());
+  EXPECT_TRUE(ParseSecurityConfig(j, &c).ok());
   j["admin_endpoint"] = "tcp://127.0.0.1:5555";  // the job endpoint
   EXPECT_THAT(Error(j), HasSubstr("must differ from endpoint"));
 }
@@ -110,13 +110,13 @@ TEST(SecurityConfigTest, IpcGroupNeedsAnIpcEndpoint) {
   EXPECT_THAT(Error(j), HasSubstr("config.ipc_group: applies to an ipc:// endpoint only"));
   j["endpoint"] = "ipc:///run/tf/jobs.sock";
   FarmConfig c;
-  ASSERT_TRUE(Parse(j, &c).ok());
+  ASSERT_TRUE(ParseSecurityConfig(j, &c).ok());
   EXPECT_EQ(c.ipc_group, "torchfarm");
 }
 
 TEST(SecurityConfigTest, LimitsDefaults) {
   FarmConfig c;
-  ASSERT_TRUE(Parse(Minimal(), &c).ok());
+  ASSERT_TRUE(ParseSecurityConfig(Minimal(), &c).ok());
   EXPECT_EQ(c.limits.request.max_header_bytes, 65536u);
   EXPECT_EQ(c.limits.request.max_inputs, 16u);
   EXPECT_EQ(c.limits.request.max_rank, 8);
@@ -132,7 +132,7 @@ TEST(SecurityConfigTest, LimitsExplicit) {
                  {"max_tensor_bytes", 1000},  {"max_rank", 4},
                  {"max_request_bytes", 5000}, {"max_queued_per_client", 8}};
   FarmConfig c;
-  ASSERT_TRUE(Parse(j, &c).ok());
+  ASSERT_TRUE(ParseSecurityConfig(j, &c).ok());
   EXPECT_EQ(c.limits.request.max_header_bytes, 4096u);
   EXPECT_EQ(c.limits.request.max_inputs, 2u);
   EXPECT_EQ(c.limits.request.max_tensor_bytes, 1000u);

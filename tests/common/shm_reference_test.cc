@@ -23,11 +23,13 @@ json Header() {
               {"output_shm", {{"region", "tok"}, {"offset", 4096}, {"bytes", 1024}}}};
 }
 
-Status Parse(const json& j, RequestHeader* out) { return ParseRequestHeader(j.dump(), out); }
+Status ParseShmHeader(const json& j, RequestHeader* out) {
+  return ParseRequestHeader(j.dump(), out);
+}
 
 TEST(ShmReferenceTest, ParsesInputAndOutputReferences) {
   RequestHeader h;
-  ASSERT_TRUE(Parse(Header(), &h).ok());
+  ASSERT_TRUE(ParseShmHeader(Header(), &h).ok());
   ASSERT_EQ(h.inputs.size(), 2u);
   EXPECT_EQ(h.inputs[0], (TensorSpec{DType::kFloat32, {2, 4}}));
   ASSERT_EQ(h.input_shm.size(), 2u);
@@ -43,7 +45,7 @@ TEST(ShmReferenceTest, ParsesInputAndOutputReferences) {
 
 TEST(ShmReferenceTest, FramesCountOnlyInputsOutsideSharedMemory) {
   RequestHeader h;
-  ASSERT_TRUE(Parse(Header(), &h).ok());
+  ASSERT_TRUE(ParseShmHeader(Header(), &h).ok());
   EXPECT_TRUE(CheckInputFrames(h, {16}).ok());
   Status s = CheckInputFrames(h, {32, 16});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
@@ -81,7 +83,7 @@ TEST(ShmReferenceTest, MalformedReferencesNameTheField) {
     json j = Header();
     c.edit(j);
     RequestHeader h;
-    Status s = Parse(j, &h);
+    Status s = ParseShmHeader(j, &h);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << j.dump();
     EXPECT_THAT(s.message(), HasSubstr(c.words)) << j.dump();
   }
@@ -89,24 +91,25 @@ TEST(ShmReferenceTest, MalformedReferencesNameTheField) {
 
 TEST(ShmReferenceTest, ParsesCommands) {
   RequestHeader h;
-  ASSERT_TRUE(Parse(json{{"v", 1}, {"id", 1}, {"op", "shm_create"}, {"bytes", 4096}}, &h).ok());
+  ASSERT_TRUE(
+      ParseShmHeader(json{{"v", 1}, {"id", 1}, {"op", "shm_create"}, {"bytes", 4096}}, &h).ok());
   EXPECT_EQ(h.op, RequestOp::kShmCreate);
   EXPECT_EQ(h.shm_bytes, 4096u);
   EXPECT_EQ(h.id, 1);
-  ASSERT_TRUE(Parse(json{{"v", 1}, {"op", "shm_release"}, {"region", "abc"}}, &h).ok());
+  ASSERT_TRUE(ParseShmHeader(json{{"v", 1}, {"op", "shm_release"}, {"region", "abc"}}, &h).ok());
   EXPECT_EQ(h.op, RequestOp::kShmRelease);
   EXPECT_EQ(h.shm_region, "abc");
   // "infer" is the default op, spelled out.
   json infer = Header();
   infer["op"] = "infer";
-  ASSERT_TRUE(Parse(infer, &h).ok());
+  ASSERT_TRUE(ParseShmHeader(infer, &h).ok());
   EXPECT_EQ(h.op, RequestOp::kInfer);
 
-  Status s = Parse(json{{"v", 1}, {"op", "shm_create"}, {"bytes", 0}}, &h);
+  Status s = ParseShmHeader(json{{"v", 1}, {"op", "shm_create"}, {"bytes", 0}}, &h);
   EXPECT_THAT(s.message(), HasSubstr("'bytes': expected an integer in 1..9223372036854775807, got number 0"));
-  s = Parse(json{{"v", 1}, {"op", "shm_create"}, {"bytes", 8}, {"model", "m"}}, &h);
+  s = ParseShmHeader(json{{"v", 1}, {"op", "shm_create"}, {"bytes", 8}, {"model", "m"}}, &h);
   EXPECT_THAT(s.message(), HasSubstr("shm_create: unknown field 'model' (expected v, id, op, bytes)"));
-  s = Parse(json{{"v", 1}, {"op", "shm_release"}}, &h);
+  s = ParseShmHeader(json{{"v", 1}, {"op", "shm_release"}}, &h);
   EXPECT_THAT(s.message(), HasSubstr("'region': expected the token shm_create returned, got nothing"));
 }
 

@@ -53,18 +53,18 @@ json TwoInputModel() {
       {"dtype": "int64", "shape": [-1]}]}]})");
 }
 
-Status Parse(const json& j, FarmConfig* c) { return ParseConfig(j, "/base", c); }
+Status ParseNamesConfig(const json& j, FarmConfig* c) { return ParseConfig(j, "/base", c); }
 
-std::string ParseError(const json& j) {
+std::string NamesConfigError(const json& j) {
   FarmConfig c;
-  Status s = Parse(j, &c);
+  Status s = ParseNamesConfig(j, &c);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << j.dump();
   return s.message();
 }
 
 TEST(ConfigNamesTest, InputNamesDefaultToInputK) {
   FarmConfig c;
-  ASSERT_TRUE(Parse(TwoInputModel(), &c).ok());
+  ASSERT_TRUE(ParseNamesConfig(TwoInputModel(), &c).ok());
   const ModelConfig& m = c.models[0];
   EXPECT_EQ(m.input_names, (std::vector<std::string>{"x", "INPUT__1"}));
   EXPECT_EQ(m.input_name(0), "x");
@@ -77,25 +77,27 @@ TEST(ConfigNamesTest, InputNamesDefaultToInputK) {
 TEST(ConfigNamesTest, InputNamesMustBeValidAndUnique) {
   json j = TwoInputModel();
   j["models"][0]["inputs"][0]["name"] = "bad name";
-  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].inputs[0].name: expected 1..64 of the "
-                                       "characters A-Z a-z 0-9 _ . : -, got \"bad name\""));
+  EXPECT_THAT(NamesConfigError(j),
+              HasSubstr("config.models[0].inputs[0].name: expected 1..64 of the "
+                        "characters A-Z a-z 0-9 _ . : -, got \"bad name\""));
   j["models"][0]["inputs"][0]["name"] = 7;
-  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].inputs[0].name: expected 1..64"));
-  EXPECT_THAT(ParseError(j), HasSubstr("got 7"));
+  EXPECT_THAT(NamesConfigError(j), HasSubstr("config.models[0].inputs[0].name: expected 1..64"));
+  EXPECT_THAT(NamesConfigError(j), HasSubstr("got 7"));
   j["models"][0]["inputs"][0]["name"] = "";
-  EXPECT_THAT(ParseError(j), HasSubstr("got \"\""));
+  EXPECT_THAT(NamesConfigError(j), HasSubstr("got \"\""));
   j["models"][0]["inputs"][0]["name"] = std::string(65, 'n');
-  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].inputs[0].name: expected 1..64"));
+  EXPECT_THAT(NamesConfigError(j), HasSubstr("config.models[0].inputs[0].name: expected 1..64"));
   j["models"][0]["inputs"][0]["name"] = std::string(64, 'n');
   FarmConfig c;
-  EXPECT_TRUE(Parse(j, &c).ok());
+  EXPECT_TRUE(ParseNamesConfig(j, &c).ok());
   // A given name may not take another input's default.
   j["models"][0]["inputs"][0]["name"] = "INPUT__1";
-  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].inputs[1].name: \"INPUT__1\" is already "
-                                       "the name of config.models[0].inputs[0]"));
+  EXPECT_THAT(NamesConfigError(j),
+              HasSubstr("config.models[0].inputs[1].name: \"INPUT__1\" is already "
+                        "the name of config.models[0].inputs[0]"));
   j["models"][0]["inputs"][0]["name"] = "y";
   j["models"][0]["inputs"][1]["name"] = "y";
-  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].inputs[1].name: \"y\" is already"));
+  EXPECT_THAT(NamesConfigError(j), HasSubstr("config.models[0].inputs[1].name: \"y\" is already"));
 }
 
 TEST(ConfigNamesTest, OutputsAreReadWithNamesAndWildcards) {
@@ -104,7 +106,7 @@ TEST(ConfigNamesTest, OutputsAreReadWithNamesAndWildcards) {
       {"name": "logits", "dtype": "float32", "shape": [-1, 10]},
       {"dtype": "int64", "shape": [-1]}])");
   FarmConfig c;
-  ASSERT_TRUE(Parse(j, &c).ok());
+  ASSERT_TRUE(ParseNamesConfig(j, &c).ok());
   const ModelConfig& m = c.models[0];
   ASSERT_EQ(m.outputs.size(), 2u);
   EXPECT_EQ(m.outputs[0], (TensorSpec{DType::kFloat32, {-1, 10}}));
@@ -119,28 +121,30 @@ TEST(ConfigNamesTest, OutputsAtTheirLimits) {
   for (size_t i = 0; i < kMaxOutputs; ++i) outputs.push_back({{"dtype", "uint8"}, {"shape", {1}}});
   j["models"][0]["outputs"] = outputs;
   FarmConfig c;
-  ASSERT_TRUE(Parse(j, &c).ok());
+  ASSERT_TRUE(ParseNamesConfig(j, &c).ok());
   EXPECT_EQ(c.models[0].outputs.size(), kMaxOutputs);
   EXPECT_EQ(c.models[0].output_names.back(), "OUTPUT__15");
   outputs.push_back({{"dtype", "uint8"}, {"shape", {1}}});
   j["models"][0]["outputs"] = outputs;
-  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].outputs: 17 outputs, at most 16"));
+  EXPECT_THAT(NamesConfigError(j), HasSubstr("config.models[0].outputs: 17 outputs, at most 16"));
   j["models"][0]["outputs"] = json::array();
-  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].outputs: expected a non-empty array of "
-                                       "{\"name\", \"dtype\", \"shape\"}, got array []"));
+  EXPECT_THAT(NamesConfigError(j),
+              HasSubstr("config.models[0].outputs: expected a non-empty array of "
+                        "{\"name\", \"dtype\", \"shape\"}, got array []"));
   j["models"][0]["outputs"] = "logits";
-  EXPECT_THAT(ParseError(j), HasSubstr("got string \"logits\""));
+  EXPECT_THAT(NamesConfigError(j), HasSubstr("got string \"logits\""));
   j["models"][0]["outputs"] = json::parse(R"([{"dtype": "float32", "shape": [-2]}])");
-  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].outputs[0].shape[0]: expected an integer in -1..9223372036854775807, got number -2"));
+  EXPECT_THAT(NamesConfigError(j), HasSubstr("config.models[0].outputs[0].shape[0]: expected an "
+                                             "integer in -1..9223372036854775807, got number -2"));
   j["models"][0]["outputs"] = json::parse(R"([{"dtype": "complex64", "shape": [1]}])");
-  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].outputs[0].dtype: expected one of"));
+  EXPECT_THAT(NamesConfigError(j), HasSubstr("config.models[0].outputs[0].dtype: expected one of"));
   j["models"][0]["outputs"] = json::parse(R"([{"dtype": "float32", "shape": [1], "x": 1}])");
-  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].outputs[0]: unknown key 'x'"));
+  EXPECT_THAT(NamesConfigError(j), HasSubstr("config.models[0].outputs[0]: unknown key 'x'"));
   j["models"][0]["outputs"] =
       json::parse(R"([{"dtype": "float32", "shape": [1]}, {"name": "OUTPUT__0", "dtype": "float32",
                       "shape": [1]}])");
-  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].outputs[1].name: \"OUTPUT__0\" is "
-                                       "already the name of config.models[0].outputs[0]"));
+  EXPECT_THAT(NamesConfigError(j), HasSubstr("config.models[0].outputs[1].name: \"OUTPUT__0\" is "
+                                             "already the name of config.models[0].outputs[0]"));
 }
 
 TEST(ConfigNamesTest, SixteenNamedInputsAreTheMost) {
@@ -151,11 +155,11 @@ TEST(ConfigNamesTest, SixteenNamedInputsAreTheMost) {
   }
   j["models"][0]["inputs"] = inputs;
   FarmConfig c;
-  ASSERT_TRUE(Parse(j, &c).ok());
+  ASSERT_TRUE(ParseNamesConfig(j, &c).ok());
   EXPECT_EQ(c.models[0].input_names.back(), "in15");
   inputs.push_back({{"name", "in16"}, {"dtype", "uint8"}, {"shape", {1}}});
   j["models"][0]["inputs"] = inputs;
-  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].inputs: 17 inputs, at most 16"));
+  EXPECT_THAT(NamesConfigError(j), HasSubstr("config.models[0].inputs: 17 inputs, at most 16"));
 }
 
 // --- request headers -----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ namespace {
 
 using worker::DecodeJpegRgb;
 
-[[noreturn]] void Fail(const char* what, const std::string& detail) {
+[[noreturn]] void JpegFail(const char* what, const std::string& detail) {
   std::fprintf(stderr, "fuzz invariant broken: %s: %s\n", what, detail.c_str());
   std::abort();
 }
@@ -37,7 +37,7 @@ const std::vector<Reference>& References() {
     out[1].jpeg = testing::EncodePixels(testing::NoisePixels(17, 9, 1, 43), 17, 9, TJPF_GRAY, gray);
     for (Reference& r : out) {
       Status s = DecodeJpegRgb(r.jpeg, kFuzzMaxPixels, &r.rgb, &r.width, &r.height);
-      if (!s.ok() || r.jpeg.empty()) Fail("reference JPEG does not decode", s.ToString());
+      if (!s.ok() || r.jpeg.empty()) JpegFail("reference JPEG does not decode", s.ToString());
     }
     return out;
   }();
@@ -47,18 +47,19 @@ const std::vector<Reference>& References() {
 void CheckAccepted(std::string_view jpeg, const std::vector<uint8_t>& rgb, int width, int height) {
   const uint64_t pixels = static_cast<uint64_t>(width) * static_cast<uint64_t>(height);
   if (width < 1 || height < 1 || pixels > kFuzzMaxPixels || rgb.size() != pixels * 3) {
-    Fail("accepted with an impossible size", std::to_string(width) + "x" + std::to_string(height) +
-                                                 ", " + std::to_string(rgb.size()) + " bytes");
+    JpegFail("accepted with an impossible size", std::to_string(width) + "x" +
+                                                     std::to_string(height) + ", " +
+                                                     std::to_string(rgb.size()) + " bytes");
   }
   std::vector<uint8_t> again;
   int w = 0, h = 0;
   Status under = DecodeJpegRgb(jpeg, pixels - 1, &again, &w, &h);
   if (under.code() != StatusCode::kInvalidArgument || !again.empty()) {
-    Fail("max_pixels one under the size was not refused", under.ToString());
+    JpegFail("max_pixels one under the size was not refused", under.ToString());
   }
   Status exact = DecodeJpegRgb(jpeg, pixels, &again, &w, &h);
   if (!exact.ok() || again != rgb || w != width || h != height) {
-    Fail("decoding again at max_pixels = its size differs", exact.ToString());
+    JpegFail("decoding again at max_pixels = its size differs", exact.ToString());
   }
 }
 
@@ -67,10 +68,10 @@ void CheckReferences() {
     std::vector<uint8_t> rgb;
     int width = 0, height = 0;
     Status s = DecodeJpegRgb(r.jpeg, kFuzzMaxPixels, &rgb, &width, &height);
-    if (!s.ok()) Fail("a good JPEG fails after a fuzz input", s.ToString());
+    if (!s.ok()) JpegFail("a good JPEG fails after a fuzz input", s.ToString());
     if (rgb != r.rgb || width != r.width || height != r.height) {
-      Fail("a good JPEG decodes to other pixels after a fuzz input",
-           std::to_string(width) + "x" + std::to_string(height));
+      JpegFail("a good JPEG decodes to other pixels after a fuzz input",
+               std::to_string(width) + "x" + std::to_string(height));
     }
   }
 }
@@ -86,7 +87,7 @@ void RunJpegInput(const uint8_t* data, size_t size) {
   if (s.ok()) {
     CheckAccepted(jpeg, rgb, width, height);
   } else if (s.code() != StatusCode::kInvalidArgument || !rgb.empty() || s.message().empty()) {
-    Fail("refused other than INVALID_ARGUMENT with a message and no pixels", s.ToString());
+    JpegFail("refused other than INVALID_ARGUMENT with a message and no pixels", s.ToString());
   }
   CheckReferences();
 }

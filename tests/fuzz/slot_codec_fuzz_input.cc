@@ -14,7 +14,7 @@
 namespace torchfarm::fuzz {
 namespace {
 
-[[noreturn]] void Fail(const char* what, const std::string& detail) {
+[[noreturn]] void CodecFail(const char* what, const std::string& detail) {
   std::fprintf(stderr, "fuzz invariant broken: %s: %s\n", what, detail.c_str());
   std::abort();
 }
@@ -69,12 +69,12 @@ void CheckSameRequest(const ipc::RequestView& a, const ipc::RequestView& b) {
   if (a.batch_id != b.batch_id || a.inputs.size() != b.inputs.size() ||
       a.regions.size() != b.regions.size() || a.output_region != b.output_region ||
       a.output_offset != b.output_offset || a.output_bytes != b.output_bytes) {
-    Fail("request round trip", "header fields differ");
+    CodecFail("request round trip", "header fields differ");
   }
   for (size_t k = 0; k < a.regions.size(); ++k) {
     if (std::strcmp(a.regions[k].name, b.regions[k].name) != 0 ||
         a.regions[k].bytes != b.regions[k].bytes) {
-      Fail("request round trip", "region " + std::to_string(k) + " differs");
+      CodecFail("request round trip", "region " + std::to_string(k) + " differs");
     }
   }
   for (size_t i = 0; i < a.inputs.size(); ++i) {
@@ -83,7 +83,7 @@ void CheckSameRequest(const ipc::RequestView& a, const ipc::RequestView& b) {
         (x.in_slot()
              ? std::memcmp(a.InputBytes(i, nullptr), b.InputBytes(i, nullptr), x.nbytes) != 0
              : x.offset != y.offset)) {
-      Fail("request round trip", "input " + std::to_string(i) + " differs");
+      CodecFail("request round trip", "input " + std::to_string(i) + " differs");
     }
   }
 }
@@ -101,7 +101,8 @@ void AnswerWithInputs(const uint8_t* request, const ipc::RequestView& view, size
   ipc::OutputPlacement placement;
   Status placed = ipc::PlaceResponseOutputs(outputs, view, response.capacity(), &placement);
   if (!placed.ok()) {
-    if (placed.code() != StatusCode::kResourceExhausted) Fail("outputs placed", placed.ToString());
+    if (placed.code() != StatusCode::kResourceExhausted)
+      CodecFail("outputs placed", placed.ToString());
     return;
   }
   for (size_t i = 0; placement.in_slot() && i < outputs.size(); ++i) {
@@ -117,7 +118,7 @@ void AnswerWithInputs(const uint8_t* request, const ipc::RequestView& view, size
   expected.output_bytes = view.output_bytes;
   ipc::ResponseView read;
   Status s = ipc::ReadResponse(response.data, expected, &read);
-  if (!s.ok() || !(read.outputs == outputs)) Fail("response round trip", s.ToString());
+  if (!s.ok() || !(read.outputs == outputs)) CodecFail("response round trip", s.ToString());
 }
 
 void FuzzRequest(const SlotBuffer& slot) {
@@ -130,12 +131,12 @@ void FuzzRequest(const SlotBuffer& slot) {
   Status written = ipc::WriteRequest(Reencode(view), again.data, again.capacity(), nullptr);
   if (!written.ok()) {
     // Only packing can fail: the reader accepted overlapping inputs that need more room apart.
-    if (written.code() != StatusCode::kResourceExhausted) Fail("rewrite", written.ToString());
+    if (written.code() != StatusCode::kResourceExhausted) CodecFail("rewrite", written.ToString());
     return;
   }
   ipc::RequestView reread;
   Status s = ipc::ReadRequest(again.data, again.capacity(), &reread);
-  if (!s.ok()) Fail("reread", s.ToString());
+  if (!s.ok()) CodecFail("reread", s.ToString());
   CheckSameRequest(view, reread);
   AnswerWithInputs(slot.data, view, slot.size);
 }
@@ -154,7 +155,7 @@ void FuzzResponse(const SlotBuffer& slot) {
   for (size_t i = 0; i < view.outputs.size(); ++i) {
     const int64_t rows = expected.batch_rows;
     const auto [bytes, nbytes] = view.OutputRows(i, 0, rows);
-    if (nbytes != view.nbytes[i]) Fail("output rows", "all rows are not the whole output");
+    if (nbytes != view.nbytes[i]) CodecFail("output rows", "all rows are not the whole output");
     Touch(bytes, nbytes);
   }
 }

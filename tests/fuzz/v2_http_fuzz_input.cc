@@ -55,7 +55,7 @@ void CheckAccepted(V2InferRequest& request) {
 }
 
 // Bad input, then good input: a well-formed request parses to what it says after anything.
-void CheckGoodStillParses() {
+void CheckGoodV2StillParses() {
   static const std::string text =
       R"({"id":"g","inputs":[{"name":"x","datatype":"FP32","shape":[1,2],"data":[1.5,2.5]}]})";
   auto body = std::make_shared<const std::string>(text);
@@ -70,7 +70,7 @@ void CheckGoodStillParses() {
 }  // namespace
 
 void RunV2HttpInput(const uint8_t* data, size_t size) {
-  CheckGoodStillParses();  // also after the previous input, whatever it was
+  CheckGoodV2StillParses();  // also after the previous input, whatever it was
   std::string input(reinterpret_cast<const char*>(data), size);
   const size_t end = input.find(kV2JsonEnd);
   const size_t json_bytes = end == std::string::npos ? size : end;

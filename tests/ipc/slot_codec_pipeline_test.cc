@@ -17,7 +17,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr uint64_t kCapacity = 4096;
+constexpr uint64_t kPipelineCapacity = 4096;
 
 struct FreeSlot {
   void operator()(uint8_t* p) const { std::free(p); }
@@ -25,9 +25,9 @@ struct FreeSlot {
 using SlotBytes = std::unique_ptr<uint8_t, FreeSlot>;
 
 SlotBytes NewSlot() {
-  SlotBytes slot(
-      static_cast<uint8_t*>(std::aligned_alloc(kCacheLine, sizeof(SlotHeader) + kCapacity)));
-  std::memset(slot.get(), 0, sizeof(SlotHeader) + kCapacity);
+  SlotBytes slot(static_cast<uint8_t*>(
+      std::aligned_alloc(kCacheLine, sizeof(SlotHeader) + kPipelineCapacity)));
+  std::memset(slot.get(), 0, sizeof(SlotHeader) + kPipelineCapacity);
   return slot;
 }
 
@@ -44,9 +44,9 @@ TEST(SlotCodecPipelineTest, ABytesInputOfTwoRequestsTravelsAsTheirConcatenatedIt
                  TensorPart{reinterpret_cast<const uint8_t*>(second.data()), second.size()}};
   batch.inputs.push_back(input);
   SlotBytes slot = NewSlot();
-  ASSERT_TRUE(WriteRequest(batch, slot.get(), kCapacity, nullptr).ok());
+  ASSERT_TRUE(WriteRequest(batch, slot.get(), kPipelineCapacity, nullptr).ok());
   RequestView view;
-  ASSERT_TRUE(ReadRequest(slot.get(), kCapacity, &view).ok());
+  ASSERT_TRUE(ReadRequest(slot.get(), kPipelineCapacity, &view).ok());
   ASSERT_EQ(view.inputs.size(), 1u);
   EXPECT_EQ(view.inputs[0].spec, input.spec);
   EXPECT_EQ(view.inputs[0].nbytes, first.size() + second.size());
@@ -59,10 +59,10 @@ TEST(SlotCodecPipelineTest, ABytesInputOfTwoRequestsTravelsAsTheirConcatenatedIt
   EXPECT_EQ(items[2], "");
   // Too large for the slot: refused like any other input.
   std::string big;
-  AppendBytesItem(std::string(kCapacity, 'x'), &big);
+  AppendBytesItem(std::string(kPipelineCapacity, 'x'), &big);
   batch.inputs[0].spec.shape = {1};
   batch.inputs[0].parts = {TensorPart{reinterpret_cast<const uint8_t*>(big.data()), big.size()}};
-  EXPECT_THAT(WriteRequest(batch, slot.get(), kCapacity, nullptr).message(),
+  EXPECT_THAT(WriteRequest(batch, slot.get(), kPipelineCapacity, nullptr).message(),
               HasSubstr("raise slot_bytes"));
 }
 
@@ -80,7 +80,7 @@ TEST(SlotCodecPipelineTest, AnOkResponseCarriesStageTimesAndFailedRows) {
   FinishResponse(Status::Ok(), 100, response.get(), &outcome);
   ResponseExpectation expected;
   expected.batch_id = 9;
-  expected.data_capacity = kCapacity;
+  expected.data_capacity = kPipelineCapacity;
   expected.batch_rows = 4;
   expected.total_rows = 4;
   ResponseView view;
@@ -110,7 +110,7 @@ TEST(SlotCodecPipelineTest, MalformedReportsAreRejectedWithWhatWasRead) {
   FinishResponse(Status::Ok(), 1, response.get(), &outcome);
   ResponseExpectation expected;
   expected.batch_id = 3;
-  expected.data_capacity = kCapacity;
+  expected.data_capacity = kPipelineCapacity;
   expected.total_rows = 1;  // row 1 is outside a 1-row batch
   ResponseView view;
   EXPECT_THAT(ReadResponse(response.get(), expected, &view).message(),

@@ -13,12 +13,12 @@
 namespace torchfarm::ipc {
 namespace {
 
-std::string UniqueName(const char* tag) {
+std::string UniqueSegmentName(const char* tag) {
   return "torchfarm-test-" + std::to_string(::getpid()) + "-" + tag;
 }
 
 TEST(WorkerSegment, CreatedOwnerOnlyAndUnlinkedByCreator) {
-  std::string name = UniqueName("mode");
+  std::string name = UniqueSegmentName("mode");
   {
     std::unique_ptr<WorkerSegment> segment;
     ASSERT_TRUE(WorkerSegment::Create(name, 2, 8192, &segment).ok());
@@ -44,11 +44,11 @@ TEST(WorkerSegment, CreatedOwnerOnlyAndUnlinkedByCreator) {
 
 TEST(WorkerSegment, OpenRejectsMissingAndForeignSegments) {
   std::unique_ptr<WorkerSegment> segment;
-  Status s = WorkerSegment::Open(UniqueName("missing"), &segment);
+  Status s = WorkerSegment::Open(UniqueSegmentName("missing"), &segment);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("cannot open"), std::string::npos) << s.message();
 
-  std::string name = UniqueName("foreign");
+  std::string name = UniqueSegmentName("foreign");
   std::unique_ptr<WorkerSegment> owner;
   ASSERT_TRUE(WorkerSegment::Create(name, 1, 4096, &owner).ok());
   reinterpret_cast<SegmentHeader*>(owner->base())->layout_version = kLayoutVersion + 1;

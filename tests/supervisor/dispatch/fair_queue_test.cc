@@ -24,7 +24,7 @@ PendingRequest Make(const std::string& client, int tag, TimePoint now, int64_t r
   return r;
 }
 
-BatchingPolicy Policy(int64_t max_batch, int64_t delay_us, bool fair = true) {
+BatchingPolicy FairPolicy(int64_t max_batch, int64_t delay_us, bool fair = true) {
   BatchingPolicy p;
   p.max_batch_size = max_batch;
   p.max_queue_delay_us = delay_us;
@@ -33,7 +33,7 @@ BatchingPolicy Policy(int64_t max_batch, int64_t delay_us, bool fair = true) {
   return p;
 }
 
-std::vector<int> Tags(const std::vector<PendingRequest>& batch) {
+std::vector<int> FairTags(const std::vector<PendingRequest>& batch) {
   std::vector<int> tags;
   for (const auto& r : batch) tags.push_back(r.id.get<int>());
   return tags;
@@ -41,16 +41,16 @@ std::vector<int> Tags(const std::vector<PendingRequest>& batch) {
 
 TEST(FairQueue, ALightClientGoesBeforeAFloodersBacklog) {
   FakeTimeSource clock;
-  ModelQueue q(Policy(4, 0));
+  ModelQueue q(FairPolicy(4, 0));
   for (int i = 0; i < 100; ++i) {
     auto r = Make("flood", i, clock.Now());
     ASSERT_TRUE(q.Push(r));
   }
-  EXPECT_EQ(Tags(q.TakeBatch(clock.Now())), std::vector<int>({0, 1, 2, 3}));
+  EXPECT_EQ(FairTags(q.TakeBatch(clock.Now())), std::vector<int>({0, 1, 2, 3}));
   auto light = Make("light", 1000, clock.Now());
   ASSERT_TRUE(q.Push(light));
   // The very next batch holds the light request, with the flooder's next ones beside it.
-  const auto batch = Tags(q.TakeBatch(clock.Now()));
+  const auto batch = FairTags(q.TakeBatch(clock.Now()));
   ASSERT_FALSE(batch.empty());
   EXPECT_NE(std::find(batch.begin(), batch.end(), 1000), batch.end())
       << "the light client's request waited behind the flooder's backlog";
@@ -59,7 +59,7 @@ TEST(FairQueue, ALightClientGoesBeforeAFloodersBacklog) {
 
 TEST(FairQueue, BacklogsOfTwoClientsAreServedInTurn) {
   FakeTimeSource clock;
-  ModelQueue q(Policy(1, 0));
+  ModelQueue q(FairPolicy(1, 0));
   for (int i = 0; i < 10; ++i) {
     auto a = Make("a", i, clock.Now());
     ASSERT_TRUE(q.Push(a));
@@ -69,7 +69,7 @@ TEST(FairQueue, BacklogsOfTwoClientsAreServedInTurn) {
     ASSERT_TRUE(q.Push(b));
   }
   std::vector<int> order;
-  while (!q.empty()) order.push_back(Tags(q.TakeBatch(clock.Now())).at(0));
+  while (!q.empty()) order.push_back(FairTags(q.TakeBatch(clock.Now())).at(0));
   ASSERT_EQ(order.size(), 20u);
   // Alternating, each client's own requests in their order.
   for (int i = 0; i < 10; ++i) {
@@ -81,7 +81,7 @@ TEST(FairQueue, BacklogsOfTwoClientsAreServedInTurn) {
 
 TEST(FairQueue, SharesAreWeightedByRows) {
   FakeTimeSource clock;
-  ModelQueue q(Policy(1, 0));  // no merging: one request per batch
+  ModelQueue q(FairPolicy(1, 0));  // no merging: one request per batch
   for (int i = 0; i < 4; ++i) {
     auto big = Make("big", i, clock.Now(), 4);
     ASSERT_TRUE(q.Push(big));
@@ -92,20 +92,20 @@ TEST(FairQueue, SharesAreWeightedByRows) {
   }
   // After one 4-row request of "big", "small" gets four 1-row turns before big's next.
   std::vector<int> order;
-  for (int i = 0; i < 6; ++i) order.push_back(Tags(q.TakeBatch(clock.Now())).at(0));
+  for (int i = 0; i < 6; ++i) order.push_back(FairTags(q.TakeBatch(clock.Now())).at(0));
   EXPECT_EQ(order, std::vector<int>({0, 100, 101, 102, 103, 1}));
 }
 
 TEST(FairQueue, BatchesMixClientsAndKeepEachClientFifo) {
   FakeTimeSource clock;
-  ModelQueue q(Policy(8, 0));
+  ModelQueue q(FairPolicy(8, 0));
   for (int i = 0; i < 6; ++i) {
     auto a = Make("a", i, clock.Now());
     auto b = Make("b", 100 + i, clock.Now());
     ASSERT_TRUE(q.Push(a));
     ASSERT_TRUE(q.Push(b));
   }
-  auto batch = Tags(q.TakeBatch(clock.Now()));
+  auto batch = FairTags(q.TakeBatch(clock.Now()));
   ASSERT_EQ(batch.size(), 8u);
   std::map<bool, std::vector<int>> per_client;
   for (int tag : batch) per_client[tag >= 100].push_back(tag);
@@ -115,7 +115,7 @@ TEST(FairQueue, BatchesMixClientsAndKeepEachClientFifo) {
 
 TEST(FairQueue, OffIsOneFifo) {
   FakeTimeSource clock;
-  ModelQueue q(Policy(1, 0, /*fair=*/false));
+  ModelQueue q(FairPolicy(1, 0, /*fair=*/false));
   for (int i = 0; i < 5; ++i) {
     auto a = Make("a", i, clock.Now());
     ASSERT_TRUE(q.Push(a));
@@ -123,45 +123,46 @@ TEST(FairQueue, OffIsOneFifo) {
   auto b = Make("b", 100, clock.Now());
   ASSERT_TRUE(q.Push(b));
   std::vector<int> order;
-  while (!q.empty()) order.push_back(Tags(q.TakeBatch(clock.Now())).at(0));
+  while (!q.empty()) order.push_back(FairTags(q.TakeBatch(clock.Now())).at(0));
   EXPECT_EQ(order, std::vector<int>({0, 1, 2, 3, 4, 100}));
 }
 
 TEST(FairQueue, RequeuedRequestsGoFirstAndExpiryKeepsTheSharesRight) {
   FakeTimeSource clock;
-  ModelQueue q(Policy(1, 0));
+  ModelQueue q(FairPolicy(1, 0));
   for (int i = 0; i < 3; ++i) {
     auto a = Make("a", i, clock.Now());
     a.deadline = clock.Now() + Millis(10 + i);
     ASSERT_TRUE(q.Push(a));
   }
   auto taken = q.TakeBatch(clock.Now());
-  ASSERT_EQ(Tags(taken), std::vector<int>({0}));
+  ASSERT_EQ(FairTags(taken), std::vector<int>({0}));
   auto b = Make("b", 100, clock.Now());
   ASSERT_TRUE(q.Push(b));
   q.PushFront(std::move(taken));
-  EXPECT_EQ(Tags(q.TakeBatch(clock.Now())), std::vector<int>({0})) << "a requeued request first";
+  EXPECT_EQ(FairTags(q.TakeBatch(clock.Now())), std::vector<int>({0}))
+      << "a requeued request first";
   clock.Advance(Millis(12));
-  EXPECT_EQ(Tags(q.TakeExpired(clock.Now())), std::vector<int>({1, 2}));
+  EXPECT_EQ(FairTags(q.TakeExpired(clock.Now())), std::vector<int>({1, 2}));
   EXPECT_EQ(q.size(), 1u);
   EXPECT_EQ(q.clients(), 1u);
   EXPECT_FALSE(q.NextDeadline().has_value());
-  EXPECT_EQ(Tags(q.TakeBatch(clock.Now())), std::vector<int>({100}));
+  EXPECT_EQ(FairTags(q.TakeBatch(clock.Now())), std::vector<int>({100}));
 }
 
 TEST(FairQueue, SetPolicyKeepsEveryRequest) {
   FakeTimeSource clock;
-  ModelQueue q(Policy(1, 0));
+  ModelQueue q(FairPolicy(1, 0));
   for (int i = 0; i < 4; ++i) {
     auto a = Make(i % 2 ? "a" : "b", i, clock.Now());
     ASSERT_TRUE(q.Push(a));
   }
-  auto smaller = Policy(1, 0);
+  auto smaller = FairPolicy(1, 0);
   smaller.max_queue_size = 1;
   q.SetPolicy(smaller);
   EXPECT_EQ(q.size(), 4u);
   std::vector<int> order;
-  while (!q.empty()) order.push_back(Tags(q.TakeBatch(clock.Now())).at(0));
+  while (!q.empty()) order.push_back(FairTags(q.TakeBatch(clock.Now())).at(0));
   EXPECT_EQ(order, std::vector<int>({0, 1, 2, 3}));
 }
 
@@ -169,7 +170,7 @@ TEST(FairQueue, SetPolicyKeepsEveryRequest) {
 // backlog: the backlog is served one turn in four, not starved.
 TEST(FairQueue, ClosedLoopClientsDoNotStarveAPipeliningOne) {
   FakeTimeSource clock;
-  ModelQueue q(Policy(1, 0));
+  ModelQueue q(FairPolicy(1, 0));
   int next_id = 0;
   for (int i = 0; i < 64; ++i) {
     auto r = Make("pipelining", 1000 + i, clock.Now());
@@ -198,7 +199,7 @@ TEST(FairQueue, ClosedLoopClientsDoNotStarveAPipeliningOne) {
 // Whenever NextDue says a batch is due, TakeBatch gives one (else the loop would spin).
 TEST(FairQueue, ADueWakeUpAlwaysFindsABatch) {
   FakeTimeSource clock;
-  ModelQueue q(Policy(4, 1000));
+  ModelQueue q(FairPolicy(4, 1000));
   // An old request of another shape, then a newcomer of another client at the head.
   auto old_wide = Make("a", 1, clock.Now(), 1);
   old_wide.inputs = {TensorSpec{DType::kFloat32, {1, 8}}};
@@ -218,7 +219,7 @@ TEST(FairQueue, ADueWakeUpAlwaysFindsABatch) {
 
 TEST(DeadlineDispatch, ADeadlineNearerThanTheDelayMakesTheBatchDue) {
   FakeTimeSource clock;
-  ModelQueue q(Policy(8, 20'000));  // 20 ms of batch delay
+  ModelQueue q(FairPolicy(8, 20'000));  // 20 ms of batch delay
   q.set_dispatch_lead(Micros(500));
   auto r = Make("a", 1, clock.Now());
   r.deadline = clock.Now() + Millis(5);
@@ -230,7 +231,7 @@ TEST(DeadlineDispatch, ADeadlineNearerThanTheDelayMakesTheBatchDue) {
   auto company = Make("b", 2, clock.Now());
   ASSERT_TRUE(q.Push(company));
   clock.Advance(Millis(5) - Micros(500));
-  EXPECT_EQ(Tags(q.TakeBatch(clock.Now())), std::vector<int>({1, 2}))
+  EXPECT_EQ(FairTags(q.TakeBatch(clock.Now())), std::vector<int>({1, 2}))
       << "due at the deadline less the lead, with what is queued";
   EXPECT_FALSE(q.NextDeadline().has_value());
   // Without deadlines the delay rules again.
@@ -242,7 +243,7 @@ TEST(DeadlineDispatch, ADeadlineNearerThanTheDelayMakesTheBatchDue) {
 
 TEST(DeadlineDispatch, TheEarliestDeadlineStaysExactAfterRemovals) {
   FakeTimeSource clock;
-  ModelQueue q(Policy(1, 0));
+  ModelQueue q(FairPolicy(1, 0));
   for (int i = 0; i < 3; ++i) {
     auto r = Make("a", i, clock.Now());
     r.deadline = clock.Now() + Millis(10 * (i + 1));
@@ -257,14 +258,14 @@ TEST(DeadlineDispatch, TheEarliestDeadlineStaysExactAfterRemovals) {
 
 TEST(DeadlineDispatch, FloodOfOneClientKeepsItsOrderAtScale) {
   FakeTimeSource clock;
-  ModelQueue q(Policy(64, 0));
+  ModelQueue q(FairPolicy(64, 0));
   for (int i = 0; i < 1000; ++i) {
     auto r = Make("only", i, clock.Now());
     ASSERT_TRUE(q.Push(r));
   }
   int expect = 0;
   while (!q.empty()) {
-    for (int tag : Tags(q.TakeBatch(clock.Now()))) EXPECT_EQ(tag, expect++);
+    for (int tag : FairTags(q.TakeBatch(clock.Now()))) EXPECT_EQ(tag, expect++);
   }
   EXPECT_EQ(expect, 1000);
 }

@@ -31,7 +31,7 @@ using testing::MakeReady;
 
 constexpr auto kWait = std::chrono::milliseconds(1'000);
 
-struct Reply {
+struct EventReply {
   ReplyHeader header;
   std::vector<float> values;
 };
@@ -95,7 +95,7 @@ class WorkerEventsTest : public ::testing::Test {
         ParseJob(frames, payload, models_.served_configs(), clock_.Now(), &request, &served).ok());
     ASSERT_TRUE(models_[0].queue.Push(request));
   }
-  bool Receive(Reply* reply) {
+  bool Receive(EventReply* reply) {
     zmq::pollitem_t item{client_.handle(), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, kWait) != 1) return false;
     std::vector<zmq::message_t> frames;
@@ -146,7 +146,7 @@ TEST_F(WorkerEventsTest, AnExitAnswersWhatWasDoneAndSendsTheRestToAPromotedSpare
   const pid_t pid = workers_[serving]->pid();
   events_.OnChildExit(pid, SIGKILL, clock_.Now());
 
-  Reply reply;
+  EventReply reply;
   ASSERT_TRUE(Receive(&reply));
   EXPECT_EQ(reply.header.id, "done") << "a finished batch is answered, not run again";
   EXPECT_EQ(reply.values, (std::vector<float>{2, 3}));
@@ -172,7 +172,7 @@ TEST_F(WorkerEventsTest, WhenTheLastWorkerFailsItsModelsQueuedRequestsAreAnswere
   events_.OnChildExit(slot.pid(), 1 << 8, clock_.Now());  // exit status 1 before ready
   EXPECT_EQ(slot.state(), SlotState::kFailed);
   EXPECT_TRUE(model.queue.empty());
-  Reply reply;
+  EventReply reply;
   ASSERT_TRUE(Receive(&reply));
   EXPECT_EQ(reply.header.id, "waiting");
   EXPECT_EQ(reply.header.status.code(), StatusCode::kUnavailable);
@@ -190,7 +190,7 @@ TEST_F(WorkerEventsTest, WhileTheFarmStopsAnExitedWorkersBatchesAreFailedNotRequ
   farm_.phase = FarmPhase::kStoppingWorkers;
   events_.OnChildExit(workers_[holder]->pid(), SIGKILL, clock_.Now());
   EXPECT_TRUE(model.queue.empty());
-  Reply reply;
+  EventReply reply;
   ASSERT_TRUE(Receive(&reply));
   EXPECT_EQ(reply.header.status.code(), StatusCode::kUnavailable);
   EXPECT_NE(reply.header.status.message().find("shut down"), std::string::npos);
