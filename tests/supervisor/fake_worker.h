@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/config.h"
 #include "common/status.h"
 #include "common/tensor_spec.h"
 #include "ipc/doorbell.h"
@@ -249,6 +250,22 @@ class FakeWorker {
   std::unique_ptr<ipc::WorkerSegment> segment_;
   std::vector<FakeBatch> served_;
 };
+
+// A model small enough for many test segments: float32 [-1, 2] inputs, 4 KiB slots, 4 per ring;
+// one instance group of `count` serving workers and `spares` spares.
+inline ModelConfig SmallModel(const std::string& name = "m", int count = 1, int spares = 0) {
+  ModelConfig m;
+  m.name = name;
+  m.path = "/nonexistent/" + name + ".pt";
+  m.inputs = {TensorSpec{DType::kFloat32, {-1, 2}}};
+  m.slot_bytes = 4096;
+  m.ring_slots = 4;
+  InstanceConfig instance;
+  instance.count = count;
+  instance.spares = spares;
+  m.instances = {instance};
+  return m;
+}
 
 // A prefix for segment names that no other test, in this process or another, uses.
 inline std::string UniqueSegmentPrefix() {

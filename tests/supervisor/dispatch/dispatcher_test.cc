@@ -44,14 +44,9 @@ constexpr auto kNoReplyWait = std::chrono::milliseconds(10);
 
 // One float32 input of two columns; batches of up to 4 rows wait 2 ms for company.
 ModelConfig BatchingModel() {
-  ModelConfig m;
-  m.name = "m";
-  m.path = "/nonexistent/m.pt";
-  m.inputs = {TensorSpec{DType::kFloat32, {-1, 2}}};
+  ModelConfig m = testing::SmallModel();
   m.max_batch_size = 4;
   m.max_queue_delay_us = 2'000;
-  m.slot_bytes = 4096;
-  m.ring_slots = 4;
   return m;
 }
 

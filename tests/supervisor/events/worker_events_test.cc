@@ -55,17 +55,7 @@ class WorkerEventsTest : public ::testing::Test {
 
   // One model of `count` workers and `spares` spares, all launched, none ready.
   ServedModel& Serve(int count, int spares = 0) {
-    ModelConfig m;
-    m.name = "m";
-    m.path = "/nonexistent/m.pt";
-    m.inputs = {TensorSpec{DType::kFloat32, {-1, 2}}};
-    m.slot_bytes = 4096;
-    m.ring_slots = 4;
-    InstanceConfig instance;
-    instance.count = count;
-    instance.spares = spares;
-    m.instances = {instance};
-    const size_t index = models_.Add(m, FileIdentity{});
+    const size_t index = models_.Add(testing::SmallModel("m", count, spares), FileIdentity{});
     spares_.Add(index);
     models_.RebuildServed();
     for (size_t i = 0; i < workers_.size(); ++i) workers_.Launch(*workers_[i]);

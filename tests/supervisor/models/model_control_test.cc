@@ -36,15 +36,8 @@ class ModelControlTest : public ::testing::Test {
   ~ModelControlTest() override { ::unlink(model_file_.c_str()); }
 
   ModelConfig Model(const std::string& name, int count, int spares = 0) {
-    ModelConfig m;
-    m.name = name;
-    m.path = model_file_;
-    m.slot_bytes = 4096;
-    m.ring_slots = 2;
-    InstanceConfig instance;
-    instance.count = count;
-    instance.spares = spares;
-    m.instances = {instance};
+    ModelConfig m = testing::SmallModel(name, count, spares);
+    m.path = model_file_;  // a real file: load and reload read its identity
     return m;
   }
   // Adds and launches a model as Start does; every slot ready unless `ready` is false.

@@ -25,15 +25,7 @@ using testing::SegmentExists;
 
 constexpr char kWorkerBinary[] = "/nonexistent/torchfarm-worker";
 
-ModelConfig TestModel() {
-  ModelConfig m;
-  m.name = "m";
-  m.path = "/nonexistent/m.pt";
-  m.inputs = {TensorSpec{DType::kFloat32, {-1, 2}}};
-  m.slot_bytes = 4096;
-  m.ring_slots = 4;
-  return m;
-}
+ModelConfig TestModel() { return testing::SmallModel(); }
 
 // A batch of one request of one row, as the dispatcher hands it to a slot.
 InflightBatch OneRowBatch(uint64_t batch_id, TimePoint now) {
