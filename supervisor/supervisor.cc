@@ -140,8 +140,8 @@ Status Supervisor::BindSockets(const std::string& control_endpoint) {
 }
 
 Status Supervisor::StartWorkers(LaunchContext launch) {
-  const std::string segment_prefix = launch.segment_prefix;
-  client_shm_ = std::make_unique<ClientShmRegistry>(config_.client_shm, segment_prefix, ipc_gid_);
+  client_shm_ =
+      std::make_unique<ClientShmRegistry>(config_.client_shm, launch.segment_prefix, ipc_gid_);
   client_shm_->set_budget(&shm_budget_);
   job_acceptor_.set_client_shm(client_shm_.get());
   status_.set_client_shm(client_shm_.get());

@@ -18,12 +18,6 @@ namespace {
 
 constexpr const char* kVersion = "0.1.0";
 
-std::string Names(const std::vector<ModelConfig>& models) {
-  std::string names;
-  for (const auto& m : models) names += (names.empty() ? "" : ", ") + m.name;
-  return names.empty() ? "none" : names;
-}
-
 // The worker's own account of its device; stage times as means per batch of its current process.
 json DeviceStatsJson(const DeviceTelemetry& t) {
   auto mean = [&](uint64_t sum) { return t.batches ? static_cast<double>(sum) / t.batches : 0.0; };
@@ -321,7 +315,7 @@ Status ParseLoadRequest(const json& request, const std::string& config_file,
     }
     if (configs.empty()) {
       return InvalidArgument(file + ": models has no entry named '" + name + "' (it has: " +
-                             Names(fresh.models) + "); pass the entry with --config-json");
+                             ModelNames(fresh.models) + "); pass the entry with --config-json");
     }
   }
   return Status::Ok();

@@ -56,10 +56,8 @@ LoadResult ModelControl::Load(const std::string& name, const std::vector<ModelCo
 
 UnloadResult ModelControl::Unload(const std::string& name) {
   if (!models_.Find(name)) {
-    std::vector<std::string> loaded;
-    for (const ModelConfig& m : models_.served_configs()) loaded.push_back(m.name);
-    return {NotFound("no model '" + name + "' is loaded (loaded: " +
-                     (loaded.empty() ? std::string("none") : JoinNotes(loaded)) + ")"),
+    return {NotFound("no model '" + name +
+                     "' is loaded (loaded: " + ModelNames(models_.served_configs()) + ")"),
             name};
   }
   UnloadResult result{Status::Ok(), name};

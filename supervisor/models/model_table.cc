@@ -10,6 +10,12 @@
 
 namespace torchfarm {
 
+std::string ModelNames(const std::vector<ModelConfig>& models) {
+  std::string names;
+  for (const auto& m : models) names += (names.empty() ? "" : ", ") + m.name;
+  return names.empty() ? "none" : names;
+}
+
 size_t ModelTable::Add(const ModelConfig& config, FileIdentity file) {
   models_.push_back(ServedModel{config,
                                 ModelQueue(BatchingPolicyFor(config)),
@@ -56,13 +62,15 @@ ScaleResult ModelTable::ScaleTo(ServedModel& model, int count) {
 
 ServedModel* ModelTable::Find(const std::string& name, const std::string& version) {
   size_t served = 0;
-  if (!SelectServedVersion(
-           served_configs_, name, version, [this](size_t i) { return ServedVersionLoaded(i); },
-           &served)
-           .ok()) {
-    return nullptr;
-  }
-  return &models_[served_index_[served]];
+  return SelectServed(name, version, &served) ? &models_[served_index_[served]] : nullptr;
+}
+
+bool ModelTable::SelectServed(const std::string& name, const std::string& version,
+                              size_t* served) const {
+  return SelectServedVersion(
+             served_configs_, name, version, [this](size_t i) { return ServedVersionLoaded(i); },
+             served)
+      .ok();
 }
 
 bool ModelTable::ServedVersionLoaded(size_t served) const {
@@ -75,12 +83,7 @@ std::vector<std::string> ModelTable::ServedVersions(const std::string& name) con
 
 std::string ModelTable::DefaultVersion(const std::string& name) const {
   size_t chosen = 0;
-  if (!SelectServedVersion(
-           served_configs_, name, {}, [this](size_t i) { return ServedVersionLoaded(i); }, &chosen)
-           .ok()) {
-    return {};
-  }
-  return served_configs_[chosen].version;
+  return SelectServed(name, {}, &chosen) ? served_configs_[chosen].version : std::string();
 }
 
 void ModelTable::RebuildServed() {

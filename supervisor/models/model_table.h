@@ -29,6 +29,9 @@ struct ModelWorkerTally {
   std::string failure_reason;  // the last failure a serving slot reported, empty if none
 };
 
+// "a, b, c" of the models' names, "none" when there are none (what error messages list).
+std::string ModelNames(const std::vector<ModelConfig>& models);
+
 class ModelTable {
  public:
   ModelTable(WorkerPool& workers, const TimeSource& clock) : workers_(workers), clock_(clock) {}
@@ -84,6 +87,9 @@ class ModelTable {
   bool BeingUnloaded(const Status& not_found, std::string* message) const;
 
  private:
+  // SelectServedVersion with "loaded" meaning a ready worker: the index into served_configs_.
+  bool SelectServed(const std::string& name, const std::string& version, size_t* served) const;
+
   WorkerPool& workers_;
   const TimeSource& clock_;
   std::vector<ServedModel> models_;
