@@ -82,8 +82,12 @@ install_debian_packages() {
 
 # The pins of .venv: torch 2.15.0 is the newest that installs here (/work/shared/MACHINE.md); on
 # x86_64 Linux PyPI's wheel is a CUDA build (~5.4 GB with its nvidia-* wheels) that also runs on a
-# machine without a GPU. torchvision 0.29.2 is the release made for it.
-venv_pins=(torch==2.15.0 torchvision==0.29.2 numpy==2.4.6 pyzmq==27.3.0)
+# machine without a GPU. torchvision 0.29.2 is the release made for it. The rest is what the tests
+# and tools run with .venv/bin/python need: pytest for tests/python, requests and grpcio for the v2
+# front ends' tests, NVIDIA's tritonclient (HTTP and gRPC) for the Triton drop-in tests, PyYAML for
+# the Kubernetes manifest checks.
+venv_pins=(torch==2.15.0 torchvision==0.29.2 numpy==2.4.6 pyzmq==27.3.0 pytest==9.2.0
+           requests==2.34.2 grpcio==1.85.3 "tritonclient[http,grpc]==2.73.0" PyYAML==6.0.4)
 
 # Prints the first pin .venv does not satisfy (or the client package), nothing when all hold.
 venv_unmet_pin() {
@@ -93,6 +97,7 @@ import sys
 from importlib import metadata
 for pin in sys.argv[1:]:
     name, want = pin.split("==")
+    name = name.split("[")[0]  # "tritonclient[http,grpc]": the distribution, without its extras
     try:
         have = metadata.version(name)
     except metadata.PackageNotFoundError:

@@ -5,7 +5,8 @@
 // to dlopen anything: the file is a zip archive; its metadata reads (a package without a "model"
 // inside says so here); it was compiled for this device, this CPU's features (the package's .so is
 // built with -march of the exporting machine) and this torch release (worker/aoti_package_info.h);
-// then the loader unpacks it into /tmp/aotinductor_XXXXXX and dlopens it there.
+// then the loader unpacks it into $TMPDIR/aotinductor_XXXXXX and dlopens it there (TMPDIR is
+// the worker's own folder, worker/private_temp_dir.h, so a killed worker's copy is swept).
 //
 // Per batch: CheckInputs holds the batch to the rows the package was compiled for (a fixed-batch
 // package takes that batch only) and each input to the dtype and non-batch dimensions its

@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "ipc/control_protocol.h"
+#include "worker/private_temp_dir.h"
 #include "worker/process_title.h"
 #include "worker/worker.h"
 #include "worker/zygote.h"
@@ -93,6 +94,15 @@ static int RunWorker(int argc, char** argv) {
   // A dead peer must show up as an error return, not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
 
+  // Before the model loads and before any thread: LibTorch unpacks AOTInductor packages under
+  // TMPDIR, and a killed worker's folder is swept by the next worker to start.
+  torchfarm::worker::PrivateTempDir scratch;
+  if (torchfarm::Status s = torchfarm::worker::PrivateTempDir::Enter(&scratch); !s.ok()) {
+    TF_LOG(kWarn) << s.message() << "; TMPDIR left as it was";
+  } else if (scratch.swept() > 0) {
+    TF_LOG(kInfo) << "removed the scratch folders of exited workers"
+                  << torchfarm::Kv("count", scratch.swept());
+  }
   StopSignalFd stop_signals;
   if (stop_signals.fd() < 0) {
     TF_LOG(kWarn) << "no signalfd; SIGTERM will not stop the worker cleanly"

@@ -2,7 +2,7 @@
 // serving convnet behind decode (JPEG) + jpeg_pre + topk_post (tools/mkmodel.cc), fed JPEGs of
 // mixed sizes that the test writes with libturbojpeg's compressor.
 //   - outputs allclose to decode + pre + model + post in PyTorch on the same bytes
-//     (pipeline_reference.py; skipped when python3-torch is absent);
+//     (pipeline_reference.py run by TORCHFARM_PYTHON; skipped without torch);
 //   - a corrupt JPEG among 8 requests: 7 answers, 1 INVALID_ARGUMENT naming the item;
 //   - stage times in the reply's timing_us and in stats;
 //   - recovery, with overlap on (the default) and off: every kind of bad item (bad_jpegs.h), alone,
@@ -111,12 +111,12 @@ TEST(PipelineTest, OutputsEqualDecodePreModelPostInPyTorchOnTheSameBytes) {
   EXPECT_GE(result.header.timing.postprocess_us, 0);
 
   const std::string script = std::string(TORCHFARM_TEST_SOURCE_DIR) + "/pipeline_reference.py";
-  const int rc = std::system(("/usr/bin/python3 " + script + " " + ModelDir() + " " + farm.dir() +
-                              args + " > " + farm.dir() + "/reference.log 2>&1")
+  const int rc = std::system((std::string(TORCHFARM_PYTHON) + " " + script + " " + ModelDir() +
+                              " " + farm.dir() + args + " > " + farm.dir() + "/reference.log 2>&1")
                                  .c_str());
   if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) {
-    GTEST_SKIP() << "python3-torch / python3-torchvision not installed (tools/install-deps.sh "
-                    "--models): no reference";
+    GTEST_SKIP() << TORCHFARM_PYTHON << " cannot import torch and torchvision "
+                 << "(tools/install-deps.sh, or --models for Debian's): no reference";
   }
   ASSERT_EQ(rc, 0) << "pipeline_reference.py failed; see " << farm.dir() << "/reference.log";
   TensorSpec spec;

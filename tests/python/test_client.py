@@ -164,7 +164,9 @@ def test_async_client_timeout_and_admin(farm):
                                        admin_endpoint=farm.admin_endpoint)
         try:
             x = np.zeros((1, 4), np.float32)
-            x[0, 0] = 10000  # >= 0.4 s, longer than the 0.3 s the client waits
+            # 40000 matmuls of 128x128: >= 1 s at the 0.027 ms of this machine's fastest runs,
+            # well past the 0.3 s the client waits (10000 finished in 0.27 s there).
+            x[0, 0] = 40000
             with pytest.raises(torchfarm.DeadlineExceeded, match="no reply from"):
                 await client.infer("slow", x, deadline=0.1)
             return await client.health()
