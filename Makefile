@@ -5,6 +5,8 @@
 #   make bench builds in Release (build-release), writes its models, runs bench/run_suite.py:
 #              prints one table and writes docs/benchmarks.md. BENCH_ARGS=--quick shortens it.
 BUILD_DIR ?= build
+# The project's Python (tools/install-deps.sh: torch 2.15, torchvision, numpy, pyzmq, the client).
+PYTHON ?= .venv/bin/python
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
@@ -31,8 +33,8 @@ models: build
 # random weights (nothing downloaded), their pre/post modules and an int8 quantize_dynamic MLP,
 # into models/real (tools/export_image_models.py); configs/images.json serves them.
 models-real:
-	./tools/install-deps.sh --models
-	/usr/bin/python3 tools/export_image_models.py --out models/real
+	./tools/install-deps.sh
+	$(PYTHON) tools/export_image_models.py --out models/real
 
 run-images: build models-real
 	$(BUILD_DIR)/bin/torchfarm-supervisor --config configs/images.json
@@ -60,7 +62,7 @@ BENCH_ARGS ?=
 bench:
 	$(MAKE) configure BUILD_DIR=build-release BUILD_TYPE=Release
 	cmake --build build-release -j $(JOBS) --target $(BENCH_TARGETS)
-	/usr/bin/python3 bench/run_suite.py --build-dir build-release --out docs/benchmarks.md $(BENCH_ARGS)
+	$(PYTHON) bench/run_suite.py --build-dir build-release --out docs/benchmarks.md $(BENCH_ARGS)
 
 # Binaries, the C++ client + find_package(torchfarm) files, the Python client, configs, docs
 # (layout: docs/clients.md).

@@ -2,7 +2,7 @@
 """torchfarm benchmark suite: starts farms from generated configs, measures, prints one table and
 writes docs/benchmarks.md. Run by `make bench` (Release build in build-release).
 
-    /usr/bin/python3 bench/run_suite.py --build-dir build-release --out docs/benchmarks.md [--quick]
+    .venv/bin/python bench/run_suite.py --build-dir build-release --out docs/benchmarks.md [--quick]
 
 Steps (see docs/benchmarks.md for what each figure means):
   1. overhead    identity [1,256] float32: farm vs in-process forward vs bare ZeroMQ echo (ipc, tcp)
@@ -269,7 +269,7 @@ class Suite:
         argv = [self.bin("torchfarm-mkmodel"), "--all", self.models_dir]
         self.recorder.cite(argv)
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-        argv = ["/usr/bin/python3", os.path.join(ROOT, "tools/export_torchvision.py"),
+        argv = [sys.executable, os.path.join(ROOT, "tools/export_torchvision.py"),
                 "--out", os.path.join(self.models_dir, "resnet18.pt")]
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if proc.returncode == 0:

@@ -4,10 +4,11 @@ weights (nothing is downloaded: the answers are meaningless, the speed is real),
 pre/post-processing modules of the worker's image pipeline (worker/pipeline_stages.h), and an
 int8 dynamically quantised linear-heavy model for the CPU path.
 
-    /usr/bin/python3 tools/export_image_models.py --out models/real
+    .venv/bin/python tools/export_image_models.py --out models/real   (what `make models-real` runs;
+    Debian's /usr/bin/python3 with python3-torch works too, for a -DTORCHFARM_TORCH=debian build)
 
-Needs Debian's python3-torch and python3-torchvision (tools/install-deps.sh --models); without
-them it says so and exits with status 3. Files (configs/images.json serves them):
+Needs torch and torchvision (.venv's, from tools/install-deps.sh; or Debian's python3-torch and
+python3-torchvision, install-deps.sh --models); without them it says so and exits with status 3. Files (configs/images.json serves them):
 
   resnet18.pt          float32 [-1, 3, 224, 224] -> float32 [-1, 1000]        (traced, frozen)
   resnet18_pre.pt      uint8 [H, W, 3] -> float32 [3, 224, 224]: shorter side to 256 (bilinear),
