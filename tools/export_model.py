@@ -221,6 +221,44 @@ def parse_list(text, allowed, what):
     return items
 
 
+STAMP = "export_stamp.json"
+
+
+def export_identity(torch):
+    """What the files of a folder depend on: the torch that wrote them (TorchScript and the
+    package's runtime) and the CPU the packages were compiled for (-march of the host)."""
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"torch": torch.__version__, "cpu": cpu}
+
+
+def stamp_matches(out, torch):
+    """--skip-existing keeps files only when the same torch on the same CPU type wrote them."""
+    try:
+        with open(os.path.join(out, STAMP)) as f:
+            stamp = json.load(f)
+    except (OSError, ValueError):
+        stamp = None
+    want = export_identity(torch)
+    if stamp == want:
+        return True
+    if stamp is not None or any(n.endswith((".pt", ".pt2")) for n in os.listdir(out)):
+        print(f"export_model: {out} was written by {stamp or 'an unknown export'}, this is "
+              f"{want}: removing its model files and writing them again")
+    return False
+
+
+def write_stamp(out, torch):
+    with open(os.path.join(out, STAMP + ".tmp"), "w") as f:
+        json.dump(export_identity(torch), f)
+    os.replace(os.path.join(out, STAMP + ".tmp"), os.path.join(out, STAMP))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder to write into (created)")
@@ -233,7 +271,8 @@ def main():
     parser.add_argument("--reference", default="",
                         help="row counts to write eager reference inputs/outputs for, e.g. 1,3,17")
     parser.add_argument("--skip-existing", action="store_true",
-                        help="keep model files that exist already (ctest's fixture reruns)")
+                        help="keep model files that exist already (ctest's fixture reruns), "
+                             "unless export_stamp.json says another torch or CPU type wrote them")
     parser.add_argument("--hostile", action="store_true",
                         help="also write mlp_wrong_name.pt2 and mlp_cuda.pt2 (needs mlp, aoti)")
     args = parser.parse_args()
@@ -261,6 +300,12 @@ def main():
 
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     os.makedirs(args.out, exist_ok=True)
+    if args.skip_existing and not stamp_matches(args.out, torch):
+        # Files of another torch or CPU type: none is kept, also not the models this call does
+        # not write (a later call with other --models must not find them and skip them).
+        for stale in os.listdir(args.out):
+            if stale.endswith((".pt", ".pt2", ".json", ".npy")):
+                os.remove(os.path.join(args.out, stale))
     for name in models:
         module, in_shape, out_shape = build(name, torch)
         example = torch.randn(2, *in_shape)
@@ -294,6 +339,7 @@ def main():
                 y = module(x)
             save_npy(numpy, f"{base}.ref{rows}.in.npy", x)
             save_npy(numpy, f"{base}.ref{rows}.out.npy", y)
+    write_stamp(args.out, torch)
     if args.hostile:
         src = os.path.join(args.out, "mlp.pt2")
         rewrite_package(src, os.path.join(args.out, "mlp_wrong_name.pt2"),
