@@ -35,6 +35,7 @@ packages=(
   python3-requests python3-grpcio python3-protobuf  # tests/python: v2 clients as users write them
   python3-yaml           # offline check of deploy/kubernetes (tests/multihost)
   iproute2               # ip netns: the multihost test (tests/multihost)
+  libb64-0d              # NVIDIA's perf_analyzer binary links it (.venv-perf-analyzer, below)
 )
 
 # Optional groups, installed only when asked for, so `make test` stays as quick to set up:
@@ -141,5 +142,26 @@ install_venv() {
   fi
 }
 
+# NVIDIA's perf_analyzer, for the Triton drop-in test (tests/tools/perf_analyzer_check.py): pip's
+# `perf-analyzer` is an empty placeholder; the binary ships in tritonclient[all] 2.51.0's wheel
+# (2.52 and later need GLIBC 2.38, Debian 12 has 2.36) and loads libcudart.so.12 (from
+# nvidia-cuda-runtime-cu12, also on a machine without a GPU) and libb64. Its own venv, so that
+# old tritonclient never replaces .venv's. tools/perf-analyzer runs it with its libraries.
+perf_analyzer_pins=("tritonclient[all]==2.51.0" nvidia-cuda-runtime-cu12==12.9.79)
+install_perf_analyzer() {
+  local venv=.venv-perf-analyzer
+  if [ -x "$venv/bin/perf_analyzer" ] && tools/perf-analyzer --version >/dev/null 2>&1; then
+    echo "install-deps: $venv holds perf_analyzer ($(tools/perf-analyzer --version 2>&1 | head -1))"
+    return
+  fi
+  [ -x "$venv/bin/python" ] || .venv/bin/python -m venv "$venv" 2>/dev/null ||
+    "$(pyenv which python3.11)" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q "${perf_analyzer_pins[@]}"
+  tools/perf-analyzer --version >/dev/null || {
+    echo "install-deps: $venv/bin/perf_analyzer does not start (tools/perf-analyzer --version)" >&2
+    exit 1
+  }
+}
+
 install_debian_packages
-if [ "$with_venv" = 1 ]; then install_venv; fi
+if [ "$with_venv" = 1 ]; then install_venv; install_perf_analyzer; fi
