@@ -8,6 +8,7 @@
 #include <zmq.hpp>
 
 #include "common/integer_flag.h"
+#include "tools/arrival_process.h"
 #include "tools/echo_server.h"
 #include "tools/load_generator.h"
 
@@ -147,6 +148,18 @@ BenchCommand::BenchCommand(CLI::App* parent) {
                    "outputs shaped like the inputs; too small gives RESOURCE_EXHAUSTED replies)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app_->add_option("--arrival", arrival_,
+                   "Open loop: gaps between sends: fixed (even), poisson, or gamma (with --cv)")
+      ->check(CLI::IsMember({"fixed", "poisson", "gamma"}))
+      ->capture_default_str();
+  cv_option_ = app_->add_option("--cv", cv_,
+                                "--arrival gamma: coefficient of variation of the gaps (4: bursty)")
+                   ->check(CLI::Range(1e-3, ArrivalProcess::kMaxCv))
+                   ->capture_default_str();
+  app_->add_option("--slo-ms", slo_ms_,
+                   "Latency objective: each step also reports the ok replies within it "
+                   "(within_slo) and their rate (within_slo_per_s, goodput)")
+      ->check(CLI::Range(1e-3, 86'400'000.0));
   app_->add_option("--echo-server", echo_endpoint_,
                    "Serve as a trivial echo target on this endpoint (until SIGINT/SIGTERM)");
 }
@@ -211,6 +224,10 @@ json BenchCommand::StepJson(int concurrency, int depth, double rate, const StepR
                  {"compute", ServerMean(r.server_compute_us)},
                  {"total", ServerMean(r.server_total_us)}}}};
   if (rate > 0) step["send_lag_us"] = LatencyJson(r.send_lag);
+  if (r.within_slo >= 0) {
+    step["within_slo"] = r.within_slo;
+    step["within_slo_per_s"] = Round(r.within_slo_per_s, 1);
+  }
   return step;
 }
 
@@ -236,6 +253,16 @@ int BenchCommand::Run() {
     return kExitOk;
   }
   if (model_.empty()) return ReportError(InvalidArgument("--model is required"), kExitUsage);
+  if (arrival_ != "fixed" && rates_.empty()) {
+    return ReportError(InvalidArgument("--arrival " + arrival_ +
+                                       " draws the gaps of the open loop: it needs --rate"),
+                       kExitUsage);
+  }
+  if (cv_option_->count() > 0 && arrival_ != "gamma") {
+    return ReportError(InvalidArgument("--cv is the spread of --arrival gamma; got --arrival " +
+                                       arrival_ + " (poisson's cv is 1, fixed's 0)"),
+                       kExitUsage);
+  }
   std::vector<TensorSpec> inputs;
   if (Status s = BuildInputs(&inputs); !s.ok()) return ReportError(s, kExitUsage);
   return RunSteps(inputs);
@@ -250,6 +277,11 @@ int BenchCommand::RunSteps(const std::vector<TensorSpec>& inputs) {
                  {"inputs", specs},       {"mode", rates_.empty() ? "closed" : "open"},
                  {"seconds", seconds_},   {"warmup", warmup_},
                  {"shm", shm_},           {"steps", json::array()}};
+  if (!rates_.empty()) {
+    report["arrival"] = arrival_;
+    report["cv"] = arrival_ == "gamma" ? cv_ : arrival_ == "poisson" ? 1.0 : 0.0;
+  }
+  if (slo_ms_ > 0) report["slo_ms"] = slo_ms_;
   std::vector<double> rates = rates_.empty() ? std::vector<double>{0.0} : rates_;
   int64_t errors = 0, ok = 0;
   for (double rate : rates) {
@@ -268,6 +300,9 @@ int BenchCommand::RunSteps(const std::vector<TensorSpec>& inputs) {
       spec.seed = seed_ + static_cast<uint64_t>(report["steps"].size());
       spec.shm = shm_;
       spec.shm_output_bytes = shm_output_bytes_;
+      (void)ParseArrival(arrival_, &spec.arrival);  // CLI11 accepted only the three names
+      spec.cv = cv_;
+      spec.slo_ms = slo_ms_;
       report["threads"] = spec.threads;
       LoadGenerator generator(spec);
       if (Status s = generator.Start(); !s.ok()) return ReportError(s, StartFailureExit(s));
@@ -299,18 +334,23 @@ int BenchCommand::RunSteps(const std::vector<TensorSpec>& inputs) {
 
 void BenchCommand::PrintTable(const json& report) const {
   const json& steps = report["steps"];
+  const bool slo = report.contains("slo_ms");
   if (steps.size() == 1) {
-    std::printf("%-6s %-6s %-9s %11s %9s %9s %9s %9s %7s %6s\n", "conc", "depth", "rate", "req/s",
-                "p50_us", "p90_us", "p99_us", "p999_us", "errors", "batch");
+    std::printf("%-6s %-6s %-9s %11s %9s %9s %9s %9s %7s %6s%s\n", "conc", "depth", "rate", "req/s",
+                "p50_us", "p90_us", "p99_us", "p999_us", "errors", "batch",
+                slo ? "   in_slo/s" : "");
   }
   const json& s = steps.back();
   const json& l = s["latency_us"];
-  std::printf("%-6d %-6s %-9s %11s %9s %9s %9s %9s %7lld %6s\n", s["concurrency"].get<int>(),
+  char goodput[32] = "";
+  if (slo)
+    std::snprintf(goodput, sizeof(goodput), " %10s", Fixed(s["within_slo_per_s"], 1).c_str());
+  std::printf("%-6d %-6s %-9s %11s %9s %9s %9s %9s %7lld %6s%s\n", s["concurrency"].get<int>(),
               Fixed(s["depth"], 0).c_str(), Fixed(s["target_rate"], 0).c_str(),
               Fixed(s["requests_per_s"], 1).c_str(), Fixed(l["p50"], 1).c_str(),
               Fixed(l["p90"], 1).c_str(), Fixed(l["p99"], 1).c_str(), Fixed(l["p999"], 1).c_str(),
               static_cast<long long>(s["error_count"].get<int64_t>()),
-              Fixed(s["mean_batch_size"], 2).c_str());
+              Fixed(s["mean_batch_size"], 2).c_str(), goodput);
   for (const auto& [code, n] : s["errors"].items()) {
     std::printf("       %s: %lld\n", code.c_str(), static_cast<long long>(n.get<int64_t>()));
   }

@@ -9,13 +9,17 @@
 //   torchfarm bench --endpoint EP --model NAME --shape 1,256 [--shape ...] [--dtype float32 ...]
 //                   [--concurrency 1,4,16,64] [--depth 1] [--rate R[,R...]] [--seconds 5]
 //                   [--warmup 1] [--requests N] [--threads T] [--admin-endpoint EP] [--json]
-//                   [--shm [--shm-output-bytes B]]
+//                   [--shm [--shm-output-bytes B]] [--arrival fixed|poisson|gamma [--cv X]]
+//                   [--slo-ms S]
 //   torchfarm bench --echo-server EP
 //
 // Closed loop (default): each of C clients (one DEALER socket each) keeps --depth requests in
-// flight. Open loop (--rate): requests leave on a fixed schedule and latency counts from the
-// scheduled time. Every step reports requests/s, p50/p90/p99/p99.9 latency, errors by code and,
-// with --admin-endpoint, the farm's mean batch size over the window (from {"cmd":"stats"}).
+// flight. Open loop (--rate): requests leave on a schedule and latency counts from the scheduled
+// time; --arrival draws the gaps (evenly spaced by default; poisson; gamma with --cv X for bursts,
+// tools/arrival_process.h). --slo-ms S adds, per step, the ok replies within S ms (within_slo) and
+// their rate (within_slo_per_s: goodput). Every step reports requests/s, p50/p90/p99/p99.9 latency,
+// errors by code and, with --admin-endpoint, the farm's mean batch size over the window (from
+// {"cmd":"stats"}).
 // --shm (closed loop, same host as the farm): tensors go through client shared memory instead of
 // data frames (docs/protocol.md, "Shared-memory tensors"); each client creates one region per step
 // with --depth input + output areas and releases it at the end of the step.
@@ -77,6 +81,10 @@ class BenchCommand : public Command {
   bool json_ = false;
   bool shm_ = false;
   uint64_t shm_output_bytes_ = 0;
+  std::string arrival_ = "fixed";
+  double cv_ = 1;
+  double slo_ms_ = 0;
+  CLI::Option* cv_option_ = nullptr;
 };
 
 }  // namespace torchfarm

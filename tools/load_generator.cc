@@ -198,6 +198,13 @@ StepResult LoadGenerator::Finish() {
     result.ok_per_s = static_cast<double>(result.ok) / result.window_s;
     result.reply_bytes_per_s = static_cast<double>(bytes) / result.window_s;
   }
+  if (spec_.slo_ms > 0) {
+    const int64_t slo_ns = static_cast<int64_t>(spec_.slo_ms * 1e6);
+    result.within_slo = std::count_if(latencies.begin(), latencies.end(),
+                                      [slo_ns](int64_t ns) { return ns <= slo_ns; });
+    result.within_slo_per_s =
+        result.window_s > 0 ? static_cast<double>(result.within_slo) / result.window_s : 0;
+  }
   result.latency = Summarize(&latencies);
   result.send_lag = Summarize(&lags);
   result.server_queue_us = MeanOr(queue, timed);
@@ -393,17 +400,25 @@ void LoadGenerator::RunClosedLoop(ThreadState* state) {
 
 void LoadGenerator::RunOpenLoop(ThreadState* state) {
   const size_t threads = states_.size();
-  const auto interval = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(static_cast<double>(threads) / spec_.rate));
-  // Threads interleave their schedules so the merged stream is evenly spaced.
-  TimePoint next_send = start_ + interval * state->index / static_cast<int64_t>(threads);
+  const double mean_gap_ns = 1e9 * static_cast<double>(threads) / spec_.rate;
+  ArrivalProcess arrivals(spec_.arrival, mean_gap_ns, spec_.cv, spec_.seed * 1000 + state->index);
+  // Gaps are summed in double nanoseconds so a drawn stream keeps its mean over hours.
+  double offset_ns = spec_.arrival == Arrival::kFixed
+                         // Even schedules interleave so the merged stream is evenly spaced.
+                         ? mean_gap_ns * static_cast<double>(state->index) / threads
+                         : arrivals.NextGapNs();
+  auto at = [this](double ns) {
+    return start_ + std::chrono::duration_cast<Clock::duration>(
+                        std::chrono::nanoseconds(static_cast<int64_t>(ns)));
+  };
+  TimePoint next_send = at(offset_ns);
   TimePoint next_scan = start_ + kExpiryScanInterval;
   size_t round_robin = 0;
   const size_t timer_item = state->clients.size();
   for (;;) {
     TimePoint now = Clock::now();
     if (now >= measure_end_ || stop_early_.load(std::memory_order_relaxed)) return;
-    for (; next_send <= now; next_send += interval) {
+    for (; next_send <= now; offset_ns += arrivals.NextGapNs(), next_send = at(offset_ns)) {
       if (InWindow(now)) state->send_lag_ns.push_back(Nanos(now - next_send));
       SendRequest(state, round_robin++ % state->clients.size(), next_send);
     }

@@ -8,10 +8,11 @@
 // Two modes per step:
 //   closed loop (rate == 0): each client keeps `depth` requests in flight and sends the next the
 //     moment a reply arrives. Latency = reply arrival - send.
-//   open loop (rate > 0): requests leave on a fixed schedule (rate/threads per thread, round robin
+//   open loop (rate > 0): requests leave on a schedule (rate/threads per thread, round robin
 //     over that thread's clients, any number in flight), woken by a timerfd so sub-millisecond
-//     intervals do not spin. Latency = reply arrival - *scheduled* send time, so a stalled server
-//     or generator cannot hide queueing delay (no coordinated omission).
+//     intervals do not spin; the gaps are even (`arrival` fixed) or drawn (poisson, gamma with a
+//     chosen cv: tools/arrival_process.h). Latency = reply arrival - *scheduled* send time, so a
+//     stalled server or generator cannot hide queueing delay (no coordinated omission).
 //
 // Timeline: Start, warm-up (replies not counted), measurement window [measure_begin,
 // measure_end), then a drain of the replies still outstanding (not counted). Only replies that
@@ -40,6 +41,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/tensor_spec.h"
+#include "tools/arrival_process.h"
 #include "tools/bench_inputs.h"
 #include "tools/bench_protocol.h"
 #include "tools/bench_shm_regions.h"
@@ -57,6 +59,9 @@ struct LoadSpec {
   int concurrency = 1;  // clients, one DEALER socket each
   int depth = 1;        // closed loop: requests in flight per client
   double rate = 0;      // > 0: open loop, requests/s over all clients
+  Arrival arrival = Arrival::kFixed;  // open loop: how the gaps between sends are drawn
+  double cv = 1;                      // kGamma: coefficient of variation of the gaps
+  double slo_ms = 0;                  // > 0: count ok replies within this latency (goodput)
   double warmup_s = 1;
   double seconds = 5;
   int64_t max_requests = 0;   // > 0: the window ends after this many counted replies
@@ -86,6 +91,10 @@ struct StepResult {
   double requests_per_s = 0;  // (ok + errors) / window_s
   double ok_per_s = 0;
   LatencySummary latency;        // ok replies only
+  // slo_ms > 0: ok replies inside the window whose latency was at most slo_ms, and per second
+  // (goodput); -1 without an SLO.
+  int64_t within_slo = -1;
+  double within_slo_per_s = -1;
   double reply_bytes_per_s = 0;  // data frames of ok replies
   // Means over ok replies of the reply's timing_us fields (-1 when no reply carried them).
   double server_queue_us = -1, server_compute_us = -1, server_total_us = -1;

@@ -92,6 +92,43 @@ TEST(BenchSmoke, ClosedLoopAgainstAFarmHasNoErrors) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
+// Issue 32's load: bursty open-loop arrivals (gamma, cv 4) and a latency objective. The report
+// says how it was drawn, every step counts the ok replies within the SLO (never more than ok),
+// and a 1 us objective (no reply makes it) and a 60 s one (every reply does) bound the count.
+TEST(BenchSmoke, BurstyOpenLoopReportsGoodputWithinTheSlo) {
+  Farm farm(Identity(8));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  for (const char* slo : {"0.001", "60000"}) {
+    CommandOutput run = RunCommand(
+        Bench(farm.endpoint(),
+              std::string("--shape 1,256 --rate 400 --arrival gamma --cv 4 --threads 1 --slo-ms ") +
+                  slo));
+    EXPECT_EQ(run.exit_code, 0) << run.out;
+    json report = json::parse(run.out, nullptr, false);
+    ASSERT_TRUE(report.is_object()) << run.out;
+    EXPECT_EQ(report["mode"], "open");
+    EXPECT_EQ(report["arrival"], "gamma");
+    EXPECT_EQ(report["cv"], 4.0);
+    ASSERT_EQ(report["steps"].size(), 1u);
+    const json& step = report["steps"][0];
+    ExpectStepShape(step);
+    const int64_t ok = step["ok"].get<int64_t>();
+    EXPECT_GT(ok, 0);
+    ASSERT_TRUE(step["within_slo"].is_number()) << step.dump();
+    if (std::string(slo) == "0.001") {
+      EXPECT_EQ(step["within_slo"], 0) << "no reply comes back within 1 us";
+      EXPECT_EQ(step["within_slo_per_s"], 0.0);
+    } else {
+      EXPECT_EQ(step["within_slo"], ok) << "every reply comes back within 60 s";
+      EXPECT_NEAR(step["within_slo_per_s"].get<double>(), step["ok_per_s"].get<double>(), 0.2);
+    }
+  }
+  CommandOutput refused = RunCommand(Bench(farm.endpoint(), "--shape 1,256 --arrival poisson"));
+  EXPECT_EQ(refused.exit_code, 2) << "--arrival without --rate is a usage error";
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
 // Client shared-memory regions this farm's supervisor still has in /dev/shm
 // ("torchfarm-<pid>-<run>-c<n>-<random>"; its worker segments end in "-w<n>.<m>").
 int ClientRegionsOf(pid_t supervisor) {
