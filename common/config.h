@@ -82,6 +82,12 @@ struct ModelConfig {
   // A request queued this long is answered UNAVAILABLE (its client's timeout_ms, when shorter,
   // answers DEADLINE_EXCEEDED first); it waits this long for a restarting worker. 0: forever.
   int64_t max_queue_wait_ms = 30'000;
+  // Latency objective (docs/scheduling.md): every request must be answered within this many ms
+  // of its arrival (its own timeout_ms, when shorter, rules). The farm refuses at once, with
+  // DEADLINE_EXCEEDED, a request that its measured batch cost says cannot make it, sheds a queued
+  // one when a worker frees too late for it, and sizes batches so their requests finish in time.
+  // 0: off (requests wait up to max_queue_wait_ms as before).
+  int64_t latency_slo_ms = 0;
   int max_inflight_per_worker = 2;   // batches a worker may hold in its ring
   int priority_levels = 1;
   // Within a priority level, each client (ZeroMQ routing id or CURVE key; the HTTP/gRPC peer) has

@@ -251,6 +251,7 @@ Status ParseModelQueueing(const json& j, const std::string& where, ModelConfig* 
   if (s = GetInt(j, "max_queue_size", where, 1, 10'000'000, &m->max_queue_size); !s.ok()) return s;
   if (s = GetInt(j, "max_queue_wait_ms", where, 0, 86'400'000, &m->max_queue_wait_ms); !s.ok())
     return s;
+  if (s = GetInt(j, "latency_slo_ms", where, 0, 86'400'000, &m->latency_slo_ms); !s.ok()) return s;
   if (s = GetInt(j, "max_inflight_per_worker", where, 1, 64, &m->max_inflight_per_worker); !s.ok())
     return s;
   if (s = GetInt(j, "priority_levels", where, 1, 16, &m->priority_levels); !s.ok()) return s;
@@ -336,6 +337,7 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
                         "preferred_batch_sizes",
                         "max_queue_size",
                         "max_queue_wait_ms",
+                        "latency_slo_ms",
                         "max_inflight_per_worker",
                         "priority_levels",
                         "fair_queueing",

@@ -103,4 +103,26 @@ int64_t PlanBatchRows(const SplitInputs& in) {
   return split < one_batch ? rows : whole;
 }
 
+double EstimatedFinishUs(const SloCost& cost, double earliest_free_us, int64_t queued_rows,
+                         int ready_workers, int64_t rows) {
+  const int64_t max_rows = std::max<int64_t>(1, cost.max_batch_rows);
+  const int64_t batches_ahead = (std::max<int64_t>(0, queued_rows) + max_rows - 1) / max_rows;
+  const double ahead_us =
+      (static_cast<double>(batches_ahead) * cost.fixed_us +
+       static_cast<double>(std::max<int64_t>(0, queued_rows)) * cost.per_row_us) /
+      std::max(1, ready_workers);
+  return std::max(0.0, earliest_free_us) + ahead_us + cost.fixed_us +
+         cost.per_row_us * static_cast<double>(rows);
+}
+
+int64_t SloBatchRows(const SloCost& cost, double backlog_us, double until_deadline_us,
+                     int64_t head_rows) {
+  const int64_t max_rows = std::max<int64_t>(1, cost.max_batch_rows);
+  const double budget_us = until_deadline_us - std::max(0.0, backlog_us) - cost.fixed_us;
+  if (budget_us < cost.per_row_us * static_cast<double>(head_rows)) return 0;
+  if (cost.per_row_us <= 0) return std::max(head_rows, max_rows);
+  const double fits = std::floor(budget_us / cost.per_row_us);
+  return std::max(head_rows, std::min<int64_t>(max_rows, static_cast<int64_t>(fits)));
+}
+
 }  // namespace torchfarm

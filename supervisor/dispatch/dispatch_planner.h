@@ -83,4 +83,26 @@ struct SplitInputs {
 // Rows the chosen worker's next batch may take (>= 1, <= max_batch_rows).
 int64_t PlanBatchRows(const SplitInputs& in);
 
+// Latency objective (a model's latency_slo_ms, docs/scheduling.md): what the measured cost says
+// about a request's deadline. Times are microseconds from now.
+struct SloCost {
+  double fixed_us = 0;
+  double per_row_us = 0;
+  int64_t max_batch_rows = 1;
+};
+
+// When a request of `rows` that arrives now would be answered: the earliest a serving worker
+// frees (`earliest_free_us`), then the rows queued ahead of it, run in batches of max_batch_rows
+// shared over `ready_workers`, then its own batch. An estimate (the batches ahead may take it
+// along); used to refuse at once what cannot make its deadline.
+double EstimatedFinishUs(const SloCost& cost, double earliest_free_us, int64_t queued_rows,
+                         int ready_workers, int64_t rows);
+
+// Rows of the largest batch, at most cost.max_batch_rows, that a worker busy for `backlog_us`
+// finishes before the head's deadline `until_deadline_us` from now; 0 when not even the head's
+// own `head_rows` would (the head cannot make it: shed it). The head's deadline is the batch's
+// earliest (with one latency_slo_ms every later request's deadline is later).
+int64_t SloBatchRows(const SloCost& cost, double backlog_us, double until_deadline_us,
+                     int64_t head_rows);
+
 }  // namespace torchfarm

@@ -24,6 +24,58 @@ void Dispatcher::ApplyQueueWait(const ModelConfig& config, PendingRequest* reque
   }
 }
 
+void Dispatcher::ApplyLatencySlo(const ModelConfig& config, PendingRequest* request) {
+  if (config.latency_slo_ms <= 0) return;
+  const TimePoint limit = request->received + Millis(config.latency_slo_ms);
+  if (limit < request->deadline) {
+    request->deadline = limit;
+    request->deadline_is_slo = true;
+    request->deadline_is_queue_wait = false;
+  }
+}
+
+SloCost Dispatcher::SloCostOf(const ServedModel& model) {
+  // The service time counts the supervisor's and the ring's work per batch, which the worker's
+  // compute time leaves out (on a light model, half of it); until it is known, the compute time.
+  const BatchCostModel& measured = model.service.known() ? model.service : model.cost;
+  return {measured.fixed_us(), measured.per_row_us(), model.config.max_batch_size};
+}
+
+double Dispatcher::SloBacklog(const ServedModel& model, const WorkerSlot& slot) const {
+  // In service time, the batches it holds, the running one half done on average.
+  if (slot.inflight() == 0) return 0;
+  const SloCost cost = SloCostOf(model);
+  const double backlog = cost.fixed_us * static_cast<double>(slot.inflight()) +
+                         cost.per_row_us * static_cast<double>(slot.inflight_rows());
+  return backlog - 0.5 * backlog / static_cast<double>(slot.inflight());
+}
+
+int64_t Dispatcher::ShedLateHeads(ServedModel& model, const WorkerSlot& slot, TimePoint now) {
+  if (model.config.latency_slo_ms <= 0 || !model.cost.known()) return INT64_MAX;
+  const SloCost cost = SloCostOf(model);
+  while (const PendingRequest* head = model.queue.Head()) {
+    if (head->deadline == TimePoint::max() || head->deadline_is_queue_wait) return INT64_MAX;
+    const double until_us = static_cast<double>(ToMicros(head->deadline - now));
+    const int64_t rows = SloBatchRows(cost, SloBacklog(model, slot), until_us, head->rows);
+    if (rows > 0) return rows;
+    PendingRequest late = model.queue.PopHead();
+    const double finish_ms =
+        (static_cast<double>(ToMicros(now - late.received)) + SloBacklog(model, slot) +
+         cost.fixed_us + cost.per_row_us * static_cast<double>(late.rows)) /
+        1000;
+    model.stats.RecordSloRefused();
+    Fail(model, late,
+         Status(StatusCode::kDeadlineExceeded,
+                "would finish at ~" + std::to_string(std::lround(finish_ms)) +
+                    " ms after arrival on the first free worker of model '" + model.config.name +
+                    "' (measured batch cost), past its " +
+                    (late.deadline_is_slo ? "latency_slo_ms" : "timeout_ms") + " of " +
+                    std::to_string(ToMicros(late.deadline - late.received) / 1000) +
+                    " ms; shed before running"));
+  }
+  return INT64_MAX;
+}
+
 void Dispatcher::ExpireDeadlines() {
   TimePoint now = clock_.Now();
   for (auto& model : models_) {
@@ -35,9 +87,12 @@ void Dispatcher::ExpireDeadlines() {
                                           std::to_string(model.config.max_queue_wait_ms) +
                                           " ms); " + WorkerSummary(model)));
       } else {
-        Fail(model, r, Status(StatusCode::kDeadlineExceeded,
-                                     "timeout_ms expired after " + waited +
-                                         " in the queue of model '" + model.config.name + "'"));
+        if (r.deadline_is_slo) model.stats.RecordSloOutcome(false);
+        Fail(model, r,
+             Status(StatusCode::kDeadlineExceeded,
+                    std::string(r.deadline_is_slo ? "latency_slo_ms" : "timeout_ms") +
+                        " expired after " + waited + " in the queue of model '" +
+                        model.config.name + "'"));
       }
     }
   }
@@ -49,6 +104,7 @@ Status Dispatcher::CheckDeadline(const ServedModel& model, const PendingRequest&
       !model.cost.known()) {
     return Status::Ok();
   }
+  if (model.config.latency_slo_ms > 0) return CheckSloDeadline(model, request, now);
   const double running_us = model.cost.BatchUs(model.config.max_batch_size);
   double earliest_free_us = -1;
   for (size_t i : model.slots) {
@@ -66,6 +122,32 @@ Status Dispatcher::CheckDeadline(const ServedModel& model, const PendingRequest&
                     "' is busy for at least " +
                     std::to_string(static_cast<int64_t>(earliest_free_us / 1000)) +
                     " ms more (measured batch cost); refused at once instead of left to expire");
+}
+
+Status Dispatcher::CheckSloDeadline(const ServedModel& model, const PendingRequest& request,
+                                    TimePoint now) const {
+  double earliest_free_us = -1;
+  int ready = 0;
+  for (size_t i : model.slots) {
+    const WorkerSlot& slot = *workers_[i];
+    if (slot.state() != SlotState::kReady) continue;
+    ++ready;
+    const double free_us = SloBacklog(model, slot);
+    if (earliest_free_us < 0 || free_us < earliest_free_us) earliest_free_us = free_us;
+  }
+  if (ready == 0) return Status::Ok();  // no serving worker: max_queue_wait_ms rules
+  const double finish_us =
+      EstimatedFinishUs(SloCostOf(model), earliest_free_us,
+                        model.queue.rows_ahead_of(request.priority), ready, request.rows);
+  const TimePoint finish = now + Micros(static_cast<int64_t>(finish_us));
+  if (finish <= request.deadline) return Status::Ok();
+  return Status(
+      StatusCode::kDeadlineExceeded,
+      "would finish at ~" + std::to_string(ToMicros(finish - request.received) / 1000) +
+          " ms, deadline " + std::to_string(ToMicros(request.deadline - request.received) / 1000) +
+          " ms (" + (request.deadline_is_slo ? "latency_slo_ms" : "timeout_ms") + " of model '" +
+          model.config.name + "'; " + std::to_string(model.queue.rows_ahead_of(request.priority)) +
+          " rows queued ahead, measured batch cost); refused at once");
 }
 
 void Dispatcher::UpdateDispatchLead(ServedModel& model) {
@@ -130,9 +212,14 @@ void Dispatcher::DispatchAll() {
       WorkerSlot* slot = PickSlot(model);
       if (!slot) break;
       const TimePoint now = clock_.Now();
+      // With a latency objective, what this worker would finish too late is answered now, and
+      // the batch is sized so its head makes it.
+      const int64_t slo_rows = ShedLateHeads(model, *slot, now);
+      if (model.queue.empty()) break;
       // Work-conserving: a due queue is split over the workers that can take it when that
       // finishes it sooner (supervisor/dispatch/dispatch_planner.h).
-      std::vector<PendingRequest> requests = model.queue.TakeBatch(now, BatchRowsFor(model, *slot));
+      std::vector<PendingRequest> requests =
+          model.queue.TakeBatch(now, std::min(BatchRowsFor(model, *slot), slo_rows));
       if (requests.empty()) break;
       FailShrunkRegions(model, &requests);
       if (requests.empty()) continue;

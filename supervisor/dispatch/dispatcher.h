@@ -4,9 +4,11 @@
 // from the planner, supervisor/dispatch/dispatch_planner.h), requeueing after a worker died
 // (attempts counted, the requests of a batch that was running retried alone so a poison request
 // fails by itself after max_retries), queue deadlines (a client's timeout_ms: DEADLINE_EXCEEDED;
-// the model's max_queue_wait_ms: UNAVAILABLE naming the workers' states), and answering a request
-// with an error against its model's counters. Works on the Supervisor's models and worker pool
-// and answers through its ReplyWriter. Runs on the supervisor's loop thread.
+// the model's max_queue_wait_ms: UNAVAILABLE naming the workers' states), the latency objective
+// (a model's latency_slo_ms: refusing at once what cannot make it, shedding queued requests a
+// worker would finish too late, batch sizes that finish in time; docs/scheduling.md), and
+// answering a request with an error against its model's counters. Works on the Supervisor's models
+// and worker pool and answers through its ReplyWriter. Runs on the supervisor's loop thread.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "supervisor/admin/metrics_exporter.h"
+#include "supervisor/dispatch/dispatch_planner.h"
 #include "supervisor/dispatch/reply_writer.h"
 #include "supervisor/models/served_model.h"
 #include "supervisor/workers/worker_pool.h"
@@ -48,6 +51,8 @@ class Dispatcher {
   // every serving worker of `model` is busy past its deadline by the measured batch cost (a lower
   // bound: the batch running on each may end at once). OK when it might be served in time, and
   // before the model's cost is known.
+  // With the model's latency_slo_ms the estimate counts the rows queued ahead too
+  // (dispatch_planner.h EstimatedFinishUs).
   Status CheckDeadline(const ServedModel& model, const PendingRequest& request,
                        TimePoint now) const;
   // Keeps the queue's dispatch lead at the model's measured batch time, so a batch with a
@@ -59,6 +64,8 @@ class Dispatcher {
   std::string WorkerSummary(const ServedModel& model) const;
   // Caps a request's time in the queue at the model's max_queue_wait_ms.
   static void ApplyQueueWait(const ModelConfig& config, PendingRequest* request);
+  // With the model's latency_slo_ms: the request's deadline is at most that long after arrival.
+  static void ApplyLatencySlo(const ModelConfig& config, PendingRequest* request);
 
   uint64_t in_place_batches() const { return shm_in_place_batches_; }
 
@@ -68,6 +75,17 @@ class Dispatcher {
   double Backlog(const ServedModel& model, const WorkerSlot& slot) const;
   // Rows the next batch for `chosen` may take (dispatch_planner.h).
   int64_t BatchRowsFor(const ServedModel& model, const WorkerSlot& chosen) const;
+  // Latency objective: the model's measured cost, for dispatch_planner.h's SLO functions.
+  static SloCost SloCostOf(const ServedModel& model);
+  Status CheckSloDeadline(const ServedModel& model, const PendingRequest& request,
+                          TimePoint now) const;
+  // When the batches `slot` holds are expected to be done, in service time (the running one
+  // half done on average).
+  double SloBacklog(const ServedModel& model, const WorkerSlot& slot) const;
+  // With latency_slo_ms and a measured cost: answers DEADLINE_EXCEEDED to the heads of the queue
+  // that `slot`, the least-loaded worker that can accept, would finish past their deadline, and
+  // returns the rows the next batch may take so its head finishes in time (INT64_MAX otherwise).
+  int64_t ShedLateHeads(ServedModel& model, const WorkerSlot& slot, TimePoint now);
   // Answers (with the reason) and removes the requests whose client truncated a region they use.
   void FailShrunkRegions(ServedModel& model, std::vector<PendingRequest>* requests);
 

@@ -56,6 +56,7 @@ ModelQueue::Level& ModelQueue::LevelOf(const PendingRequest& request) {
 void ModelQueue::Added(Level& level, const PendingRequest& request) {
   if (request.deadline != TimePoint::max()) deadlines_.insert(request.deadline);
   rows_ += request.rows;
+  level.rows += request.rows;
   ++size_;
   if (policy_.fair_queueing) ++level.clients[request.client].queued;
 }
@@ -63,6 +64,7 @@ void ModelQueue::Added(Level& level, const PendingRequest& request) {
 void ModelQueue::Removed(Level& level, const PendingRequest& request) {
   if (request.deadline != TimePoint::max()) deadlines_.erase(deadlines_.find(request.deadline));
   rows_ -= request.rows;
+  level.rows -= request.rows;
   --size_;
   if (!policy_.fair_queueing) return;
   auto it = level.clients.find(request.client);
@@ -239,6 +241,26 @@ std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap
   return batch;
 }
 
+int64_t ModelQueue::rows_ahead_of(int priority) const {
+  const size_t last = std::min<size_t>(std::max(0, priority), levels_.size() - 1);
+  int64_t rows = 0;
+  for (size_t i = 0; i <= last; ++i) rows += levels_[i].rows;
+  return rows;
+}
+
+const PendingRequest* ModelQueue::Head() const {
+  const Level* level = HighestLevel();
+  return level ? &level->requests.front() : nullptr;
+}
+
+PendingRequest ModelQueue::PopHead() {
+  Level* level = HighestLevel();
+  PendingRequest head = std::move(level->requests.front());
+  level->requests.pop_front();
+  Removed(*level, head);
+  return head;
+}
+
 std::optional<TimePoint> ModelQueue::NextDue() const {
   const Level* level = HighestLevel();
   if (!level) return std::nullopt;
@@ -276,6 +298,7 @@ std::vector<PendingRequest> ModelQueue::TakeAll() {
     for (auto& r : level.requests) all.push_back(std::move(r));
     level.requests.clear();
     level.clients.clear();
+    level.rows = 0;
   }
   size_ = 0;
   rows_ = 0;

@@ -74,6 +74,8 @@ class ModelQueue {
   std::vector<PendingRequest> TakeBatch(TimePoint now, int64_t row_cap = INT64_MAX);
   // Rows (dim 0) of every queued request.
   int64_t queued_rows() const { return rows_; }
+  // Rows queued that a new request of `priority` would not go before: its level and the higher.
+  int64_t rows_ahead_of(int priority) const;
   // When the next batch comes due if it waits for company: the head's delay running out, or the
   // earliest deadline less the dispatch lead.
   std::optional<TimePoint> NextDue() const;
@@ -81,6 +83,11 @@ class ModelQueue {
   // measured batch time (the dispatcher keeps it current); a millisecond until it is known, so
   // the loop can wake and hand the batch over before the deadline. 0: at the deadline itself.
   void set_dispatch_lead(Clock::duration lead) { dispatch_lead_ = lead; }
+
+  // The request the next batch starts with (the head of the highest non-empty level), or null.
+  const PendingRequest* Head() const;
+  // Removes and returns that request (the queue must not be empty).
+  PendingRequest PopHead();
 
   // Removes and returns every queued request whose deadline is at or before `now`.
   std::vector<PendingRequest> TakeExpired(TimePoint now);
@@ -102,6 +109,7 @@ class ModelQueue {
   struct Level {
     std::deque<PendingRequest> requests;  // in fair_tag order (arrival order when not fair)
     int64_t virtual_time = 0;             // the tag of the last batch head taken
+    int64_t rows = 0;                     // rows of its requests
     std::unordered_map<std::string, ClientShare> clients;
   };
 

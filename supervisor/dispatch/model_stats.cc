@@ -94,7 +94,8 @@ json ModelStats::ToJson(TimePoint now) const {
           {"mean_batch_size", mean_batch_size()},
           {"latency_us", latency},
           {"throughput_rps_1s", ThroughputOver(now, 1)},
-          {"throughput_rps_60s", ThroughputOver(now, 60)}};
+          {"throughput_rps_60s", ThroughputOver(now, 60)},
+          {"slo", {{"within", within_slo_}, {"missed", missed_slo_}, {"refused", slo_refused_}}}};
 }
 
 }  // namespace torchfarm

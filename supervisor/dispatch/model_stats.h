@@ -40,15 +40,21 @@ class ModelStats {
   void RecordError(TimePoint now);
   void RecordRejected() { ++rejected_; }
   void RecordBatch(int64_t rows);
+  // Latency objective (latency_slo_ms): an OK answer within it or not, and a request refused
+  // or shed because its measured cost said it could not make it (also counted as an error).
+  void RecordSloOutcome(bool within) { within ? ++within_slo_ : ++missed_slo_; }
+  void RecordSloRefused() { ++slo_refused_; }
 
   // {requests, errors, rejected, batches, mean_batch_size, latency_us: {queue: {p50, p99}, …},
   //  (with a pipeline, latency_us also has decode, preprocess, postprocess)
-  //  throughput_rps_1s, throughput_rps_60s}
+  //  throughput_rps_1s, throughput_rps_60s, slo: {within, missed, refused}}
   nlohmann::json ToJson(TimePoint now) const;
 
   uint64_t requests() const { return requests_; }
   uint64_t errors() const { return errors_; }
   uint64_t rejected() const { return rejected_; }
+  uint64_t within_slo() const { return within_slo_; }
+  uint64_t slo_refused() const { return slo_refused_; }
   double mean_batch_size() const { return batches_ ? static_cast<double>(rows_) / batches_ : 0.0; }
   double ThroughputOver(TimePoint now, int seconds) const;
 
@@ -59,6 +65,7 @@ class ModelStats {
   uint64_t requests_ = 0;
   uint64_t errors_ = 0;
   uint64_t rejected_ = 0;
+  uint64_t within_slo_ = 0, missed_slo_ = 0, slo_refused_ = 0;
   uint64_t batches_ = 0;
   uint64_t rows_ = 0;
   WindowedHistogram queue_;

@@ -47,6 +47,14 @@ void ResponseHandler::Collect(WorkerSlot& slot) {
       clock_, [&](InflightBatch& batch, const uint8_t* response) { Reply(slot, batch, response); });
 }
 
+double ResponseHandler::ServiceUs(const WorkerSlot& slot, const InflightBatch& batch,
+                                  TimePoint now) {
+  TimePoint& last = last_answer_[&slot];
+  const TimePoint started = std::max(batch.dispatched, last);
+  last = now;
+  return static_cast<double>(ToMicros(now - started));
+}
+
 void ResponseHandler::Reply(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response) {
   ServedModel& model = models_[slot.model_index()];
   TimePoint now = clock_.Now();
@@ -60,6 +68,7 @@ void ResponseHandler::Reply(WorkerSlot& slot, InflightBatch& batch, const uint8_
   model.stats.RecordBatch(batch.rows);
   if (failure.ok()) {
     model.cost.Observe(batch.rows, static_cast<double>(view.compute_us));
+    model.service.Observe(batch.rows, ServiceUs(slot, batch, now));
     Dispatcher::UpdateDispatchLead(model);
   }
   if (metrics_) metrics_->Batch(model.config.name, model.config.version, batch.rows);
@@ -117,6 +126,8 @@ void ResponseHandler::Reply(WorkerSlot& slot, InflightBatch& batch, const uint8_
       continue;
     }
     model.stats.RecordOk(timing.queue_us, timing.compute_us, timing.total_us, now);
+    if (model.config.latency_slo_ms > 0)
+      model.stats.RecordSloOutcome(timing.total_us <= model.config.latency_slo_ms * 1000);
     if (view.has_pipeline) model.stats.RecordStages(timing, now);
     if (metrics_) {
       metrics_->RequestDone(model.config.name, model.config.version, StatusCode::kOk, r.origin);

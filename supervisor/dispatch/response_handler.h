@@ -8,6 +8,8 @@
 // Owns nothing; reads and updates the models' stats and queues. Loop thread only.
 #pragma once
 
+#include <unordered_map>
+
 #include <cstdint>
 #include <vector>
 
@@ -39,10 +41,16 @@ class ResponseHandler {
  private:
   void Reply(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response);
 
+  // A batch's service time: from when `slot` could start it to `now` (ServedModel::service).
+  double ServiceUs(const WorkerSlot& slot, const InflightBatch& batch, TimePoint now);
+
   std::vector<ServedModel>& models_;
   Dispatcher& dispatcher_;
   ReplyWriter& replies_;
   const TimeSource& clock_;
+  // Per worker slot, when its last answer arrived (ServiceUs). A slot that is gone leaves a time
+  // older than any later batch's dispatch, which then counts instead.
+  std::unordered_map<const WorkerSlot*, TimePoint> last_answer_;
   MetricsExporter* metrics_ = nullptr;
   TimePoint next_backlog_sweep_{};
   uint64_t detached_replies_ = 0;  // pinned replies whose slot was copied out for their worker

@@ -62,7 +62,11 @@ void JobAcceptor::Accept(std::vector<zmq::message_t>& frames, RequestOrigin orig
                     "' has no live worker: " + d_.models.Tally(*model).failure_reason);
   }
   if (s.ok()) Dispatcher::ApplyQueueWait(model->config, &request);
-  if (s.ok()) s = d_.dispatcher.CheckDeadline(*model, request, d_.clock.Now());
+  if (s.ok()) Dispatcher::ApplyLatencySlo(model->config, &request);
+  if (s.ok()) {
+    s = d_.dispatcher.CheckDeadline(*model, request, d_.clock.Now());
+    if (!s.ok() && model->config.latency_slo_ms > 0) model->stats.RecordSloRefused();
+  }
   if (s.ok() && !model->queue.Push(request)) {
     s = ResourceExhausted("queue of model '" + model->config.name + "' is full (" +
                           std::to_string(model->queue.policy().max_queue_size) +

@@ -41,6 +41,7 @@ struct PendingRequest {
   TimePoint received{};
   TimePoint deadline = TimePoint::max();
   bool deadline_is_queue_wait = false;  // `deadline` is max_queue_wait_ms, not the client's timeout
+  bool deadline_is_slo = false;         // `deadline` is the model's latency_slo_ms
   int priority = 0;
   // Fair queueing (supervisor/dispatch/model_queue.h): the virtual time, in rows served by the
   // request's priority level, at which this request's turn starts. Set by ModelQueue::Push.

@@ -25,6 +25,10 @@ struct ServedModel {
   std::vector<size_t> slots;  // indices into the WorkerPool (retired slots are removed)
   bool removed = false;       // dropped by a reload: serves its queue, accepts nothing new
   BatchCostModel cost;        // a batch's compute time against its rows (dispatch_planner.h)
+  // A batch's service time against its rows: from when its worker could start it (dispatched,
+  // or the worker's previous answer if later) to its answer, so the supervisor's and the ring's
+  // work per batch count too. What the latency objective plans with (Dispatcher::SloCostOf).
+  BatchCostModel service{};
   // The model file as it was when the workers running `config` were planned (file_identity.h):
   // a reload compares it with the file now to notice a file rewritten in place.
   FileIdentity file{};

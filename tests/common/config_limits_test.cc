@@ -84,6 +84,7 @@ std::vector<Key> Keys() {
       {"/models/0/max_queue_delay_us", m + ".max_queue_delay_us", 0, 60'000'000},
       {"/models/0/max_queue_size", m + ".max_queue_size", 1, 10'000'000},
       {"/models/0/max_queue_wait_ms", m + ".max_queue_wait_ms", 0, 86'400'000},
+      {"/models/0/latency_slo_ms", m + ".latency_slo_ms", 0, 86'400'000},
       {"/models/0/max_inflight_per_worker", m + ".max_inflight_per_worker", 1, 64},
       {"/models/0/priority_levels", m + ".priority_levels", 1, 16},
       {"/models/0/slot_bytes", m + ".slot_bytes", 4096, int64_t{1} << 34},

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <random>
+
 namespace torchfarm {
 namespace {
 
@@ -143,6 +146,73 @@ TEST(BatchCostModelTest, HalfTheWarmupStalledKeepsTheMedianSide) {
   cost.Observe(1, 50);
   cost.Observe(1, 50);
   EXPECT_NEAR(cost.BatchUs(1), 50, 1e-9);
+}
+
+// Latency objective (issue 32): when a request would finish, and how large a batch its head
+// allows. Costs: 10 ms a batch plus 10 ms a row; max batch 4.
+constexpr SloCost kSloCost{10'000, 10'000, 4};
+
+TEST(SloPlannerTest, AnIdleFarmFinishesANewRequestAfterItsOwnBatch) {
+  EXPECT_DOUBLE_EQ(EstimatedFinishUs(kSloCost, 0, 0, 2, 1), 20'000);
+  EXPECT_DOUBLE_EQ(EstimatedFinishUs(kSloCost, 0, 0, 2, 3), 40'000);
+}
+
+TEST(SloPlannerTest, RowsQueuedAheadRunInFullBatchesSharedOverTheReadyWorkers) {
+  // 20 rows ahead: 5 batches of 4 = 5 x 10 + 20 x 10 = 250 ms of work; on one worker all of it,
+  // on two half; then the earliest free worker's 30 ms and its own 20 ms batch.
+  EXPECT_DOUBLE_EQ(EstimatedFinishUs(kSloCost, 30'000, 20, 1, 1), 30'000 + 250'000 + 20'000);
+  EXPECT_DOUBLE_EQ(EstimatedFinishUs(kSloCost, 30'000, 20, 2, 1), 30'000 + 125'000 + 20'000);
+  EXPECT_DOUBLE_EQ(EstimatedFinishUs(kSloCost, 30'000, 21, 1, 1), 30'000 + 270'000 + 20'000)
+      << "a 21st row needs a sixth batch";
+}
+
+TEST(SloPlannerTest, TheBatchIsAsLargeAsTheHeadsDeadlineAllows) {
+  // 100 ms to the head's deadline, idle worker: 10 + 10n <= 100 for n <= 9, capped at 4.
+  EXPECT_EQ(SloBatchRows(kSloCost, 0, 100'000, 1), 4);
+  // Busy for 60 ms: 60 + 10 + 10n <= 100 for n <= 3.
+  EXPECT_EQ(SloBatchRows(kSloCost, 60'000, 100'000, 1), 3);
+  // Exactly at the deadline still counts as in time.
+  EXPECT_EQ(SloBatchRows(kSloCost, 70'000, 100'000, 1), 2);
+  EXPECT_EQ(SloBatchRows(kSloCost, 80'000, 100'000, 1), 1);
+}
+
+TEST(SloPlannerTest, AHeadThatCannotMakeItGetsZeroRows) {
+  EXPECT_EQ(SloBatchRows(kSloCost, 80'001, 100'000, 1), 0);
+  EXPECT_EQ(SloBatchRows(kSloCost, 0, 5'000, 1), 0) << "its own batch takes 20 ms";
+  EXPECT_EQ(SloBatchRows(kSloCost, 0, 35'000, 3), 0) << "a 3-row head needs 40 ms";
+  EXPECT_EQ(SloBatchRows(kSloCost, 0, 40'000, 3), 3);
+  EXPECT_EQ(SloBatchRows(kSloCost, 0, -1'000, 1), 0) << "already past its deadline";
+}
+
+TEST(SloPlannerTest, AModelWithoutPerRowCostTakesTheWholeBatchWhenItsFixedCostFits) {
+  const SloCost flat{5'000, 0, 16};
+  EXPECT_EQ(SloBatchRows(flat, 0, 5'000, 1), 16);
+  EXPECT_EQ(SloBatchRows(flat, 1, 5'000, 1), 0);
+}
+
+// Seeded over costs, backlogs, deadlines and head sizes: a batch the planner allows finishes by
+// the deadline, one row more would not (unless the cap stopped it), and zero means the head alone
+// does not fit. Prints the seed on failure.
+TEST(SloPlannerTest, SeededRandomBatchesAlwaysFinishByTheDeadlineAndAreAsLargeAsAllowed) {
+  const uint64_t seed = std::random_device{}();
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> us(0, 50'000);
+  for (int i = 0; i < 10'000; ++i) {
+    const SloCost cost{us(rng), us(rng) / 10, 1 + static_cast<int64_t>(rng() % 64)};
+    const double backlog = us(rng), until = us(rng) * 4 - 20'000;
+    const int64_t head = 1 + static_cast<int64_t>(rng() % 8);
+    const int64_t rows = SloBatchRows(cost, backlog, until, head);
+    auto finish = [&](int64_t n) { return backlog + cost.fixed_us + cost.per_row_us * n; };
+    if (rows == 0) {
+      ASSERT_GT(finish(head), until) << "seed " << seed << " case " << i;
+      continue;
+    }
+    ASSERT_GE(rows, head) << "seed " << seed << " case " << i;
+    ASSERT_LE(finish(rows), until + 1e-6) << "seed " << seed << " case " << i;
+    if (rows < cost.max_batch_rows && rows > head) {
+      ASSERT_GT(finish(rows + 1), until) << "seed " << seed << " case " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -148,7 +148,17 @@ class DispatcherTest : public ::testing::Test {
     const Status s = ParseJob(frames, payload, configs_, clock_.Now(), &request, &model);
     ASSERT_TRUE(s.ok()) << s.ToString();
     Dispatcher::ApplyQueueWait(configs_[0], &request);
+    Dispatcher::ApplyLatencySlo(configs_[0], &request);
     ASSERT_TRUE(models_[0].queue.Push(request));
+  }
+
+  // The model's measured cost: `fixed_ms` a batch plus `per_row_ms` a row (five batches of 1..5
+  // rows observed, the cost model's warm-up).
+  void TeachCost(double fixed_ms, double per_row_ms) {
+    for (int rows = 1; rows <= 5; ++rows) {
+      models_[0].cost.Observe(rows, (fixed_ms + per_row_ms * rows) * 1000);
+    }
+    ASSERT_TRUE(models_[0].cost.known());
   }
 
   // The next reply the client gets, within kReplyWait (or `wait`); false when none came.
@@ -440,6 +450,97 @@ TEST_F(DispatcherTest, ABatchFailedInvalidArgumentRunsAgainAsOneBatchPerRequest)
   EXPECT_EQ(reply.header.status.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(reply.header.status.message(), "negative input");
   EXPECT_TRUE(models_[0].queue.empty());
+}
+
+// Latency objective (issue 32): latency_slo_ms 100, a measured 10 ms a batch + 10 ms a row.
+ModelConfig SloModel() {
+  ModelConfig m = BatchingModel();
+  m.max_queue_delay_us = 0;  // what a user sets with an SLO: nothing else
+  m.latency_slo_ms = 100;
+  return m;
+}
+
+TEST_F(DispatcherTest, WithAnSloAQueuedRequestAWorkerWouldFinishTooLateIsShedBeforeRunning) {
+  Serve(SloModel(), 1);  // starting: not ready yet
+  TeachCost(10, 10);
+  Submit("late", {1, 2});
+  clock_.Advance(Millis(90));
+  Submit("fresh", {3, 4});
+  MakeReady(slot(0), clock_.Now());
+  dispatcher_.DispatchAll();
+  // "late" has 10 ms left and its batch takes 20: answered now, never run.
+  Reply reply;
+  ASSERT_TRUE(Receive(&reply));
+  EXPECT_EQ(reply.id(), "late");
+  EXPECT_EQ(reply.header.status.code(), StatusCode::kDeadlineExceeded);
+  const std::string message = reply.header.status.message();
+  EXPECT_NE(message.find("would finish at ~110 ms after arrival"), std::string::npos) << message;
+  EXPECT_NE(message.find("latency_slo_ms of 100 ms; shed before running"), std::string::npos)
+      << message;
+  const std::vector<FakeBatch> held = worker(0).Hold();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].Values<float>(0), (std::vector<float>{3, 4})) << "only the fresh one runs";
+  EXPECT_EQ(models_[0].stats.slo_refused(), 1u);
+  EXPECT_EQ(worker(0).ServeAll(), 1);
+  responses_.Collect(slot(0));
+  ASSERT_TRUE(Receive(&reply));
+  EXPECT_EQ(reply.id(), "fresh");
+  EXPECT_TRUE(reply.header.status.ok()) << reply.header.status.ToString();
+  EXPECT_EQ(models_[0].stats.within_slo(), 1u);
+}
+
+TEST_F(DispatcherTest, WithAnSloTheBatchIsCutSoItsHeadFinishesInTime) {
+  Serve(SloModel(), 1);
+  TeachCost(10, 10);
+  for (int i = 0; i < 4; ++i) Submit("r" + std::to_string(i), {1, 2});
+  clock_.Advance(Millis(50));
+  MakeReady(slot(0), clock_.Now());
+  dispatcher_.DispatchAll();
+  // 50 ms left: 10 + 10n <= 50 for n <= 4 rows.
+  std::vector<FakeBatch> held = worker(0).Hold();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].rows, 4);
+  EXPECT_EQ(worker(0).ServeAll(), 1);
+  responses_.Collect(slot(0));
+
+  for (int i = 0; i < 4; ++i) Submit("s" + std::to_string(i), {1, 2});
+  clock_.Advance(Millis(60));
+  dispatcher_.DispatchAll();
+  held = worker(0).Hold();
+  ASSERT_GE(held.size(), 1u);
+  EXPECT_EQ(held[0].rows, 3) << "40 ms left: a batch of 3 takes 40";
+}
+
+TEST_F(DispatcherTest, WithAnSloARequestThatCannotMakeItIsRefusedAtOnceNamingTheEstimate) {
+  Serve(SloModel(), 1);
+  TeachCost(10, 10);
+  MakeReady(slot(0), clock_.Now());
+  PendingRequest request;
+  request.received = clock_.Now();
+  Dispatcher::ApplyLatencySlo(configs_[0], &request);
+  EXPECT_TRUE(request.deadline_is_slo);
+  EXPECT_TRUE(dispatcher_.CheckDeadline(models_[0], request, clock_.Now()).ok()) << "idle: 20 ms";
+  // 20 rows queued ahead (the worker not taking them yet): 5 batches, 250 ms, then its own 20.
+  for (int i = 0; i < 20; ++i) Submit("q" + std::to_string(i), {1, 2});
+  const Status s = dispatcher_.CheckDeadline(models_[0], request, clock_.Now());
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("would finish at ~270 ms, deadline 100 ms"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("20 rows queued ahead"), std::string::npos) << s.message();
+}
+
+TEST_F(DispatcherTest, WithoutAnSloNothingIsShedAndBatchesAreNotCut) {
+  ModelConfig m = SloModel();
+  m.latency_slo_ms = 0;
+  Serve(m, 1);
+  TeachCost(10, 10);
+  Submit("old", {1, 2});
+  clock_.Advance(Millis(5'000));
+  MakeReady(slot(0), clock_.Now());
+  dispatcher_.DispatchAll();
+  const std::vector<FakeBatch> held = worker(0).Hold();
+  ASSERT_EQ(held.size(), 1u) << "served however long it waited";
+  EXPECT_EQ(models_[0].stats.slo_refused(), 0u);
 }
 
 }  // namespace
