@@ -155,7 +155,10 @@ std::string ModelControl::ApplyUpdate(const ModelUpdate& update, const FileIdent
   existing->queue.SetPolicy(BatchingPolicyFor(m));
   // New workers run another file, format or pipeline: its cost is learnt afresh (the stall cap
   // would otherwise take ~15-30 batches to believe a much slower model).
-  if (update.replace_workers) existing->cost = BatchCostModel();
+  if (update.replace_workers) {
+    existing->cost = BatchCostModel();
+    existing->service = BatchCostModel();
+  }
   spares_.Reconcile(*existing, previous_config, update);
   if (update.replace_at_once) return ReplaceAllAtOnce(*existing, update);
   const std::vector<InstanceConfig>& wanted = update.instances;
