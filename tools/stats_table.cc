@@ -1,5 +1,7 @@
 #include "tools/stats_table.h"
 
+#include <optional>
+
 #include "tools/stats_fields.h"
 #include "tools/text_table.h"
 
@@ -67,6 +69,37 @@ std::vector<std::string> ModelTable(const json& models) {
                   {FormatMicros(LatencyField(m, "queue", "p99"))},
                   {FormatMicros(LatencyField(m, "compute", "p99"))}});
   }
+  return table.Render(/*colour=*/false);
+}
+
+// The models with a latency objective (docs/scheduling.md): the SLO, OK answers within it and
+// after it, requests refused or shed for it, and the share within. Empty when none has one.
+std::vector<std::string> SloTable(const json& models) {
+  TextTable table({{"MODEL", kLeft},
+                   {"SLO", kRight},
+                   {"WITHIN", kRight},
+                   {"MISSED", kRight},
+                   {"REFUSED", kRight},
+                   {"WITHIN_%", kRight},
+                   {"BATCH", kRight}});
+  bool any = false;
+  for (const auto& m : models) {
+    const auto slo_ms = NumberField(m, {"slo", "latency_slo_ms"});
+    if (!slo_ms) continue;
+    any = true;
+    const auto within = NumberField(m, {"slo", "within"});
+    const auto missed = NumberField(m, {"slo", "missed"});
+    std::optional<double> share;
+    if (within && missed && *within + *missed > 0) share = 100 * *within / (*within + *missed);
+    table.AddRow({{ModelLabel(m, "name")},
+                  {FormatMicros(*slo_ms * 1000)},
+                  {FormatCount(within)},
+                  {FormatCount(missed)},
+                  {FormatCount(NumberField(m, {"slo", "refused"}))},
+                  {FormatDecimal(share, 1)},
+                  {FormatDecimal(NumberField(m, {"mean_batch_size"}), 2)}});
+  }
+  if (!any) return {};
   return table.Render(/*colour=*/false);
 }
 
@@ -164,6 +197,11 @@ std::vector<std::string> RenderStatsTable(const json& stats) {
   if (std::string zygotes = ZygoteLine(stats); !zygotes.empty()) lines.push_back(zygotes);
   lines.emplace_back();
   for (auto& line : ModelTable(ArrayField(stats, "models"))) lines.push_back(std::move(line));
+  std::vector<std::string> slo = SloTable(ArrayField(stats, "models"));
+  if (!slo.empty()) {
+    lines.emplace_back();
+    for (auto& line : slo) lines.push_back(std::move(line));
+  }
   lines.emplace_back();
   for (auto& line : WorkerTable(ArrayField(stats, "workers"))) lines.push_back(std::move(line));
   std::vector<std::string> gpu = GpuTable(ArrayField(stats, "workers"));

@@ -137,6 +137,7 @@ json FarmStatus::Stats() {
                  : s_.models.Available(model) ? "available"
                                               : "unavailable";
     m["queue_depth"] = model.queue.size();
+    if (model.config.latency_slo_ms > 0) m["slo"]["latency_slo_ms"] = model.config.latency_slo_ms;
     m["workers"] = model.slots.size();
     m["spares"] = model.spares.size();
     m["spares_ready"] = s_.models.Tally(model).spares_ready;

@@ -215,6 +215,30 @@ TEST(StatsTableTest, HasEveryColumnAndValue) {
   EXPECT_EQ(LineStartingWith(lines, "0 ").back(), '-');
 }
 
+// Issue 32: a model with latency_slo_ms gets a row in the SLO table; without one, no table.
+TEST(StatsTableTest, ModelsWithALatencyObjectiveGetAnSloTable) {
+  json stats = FullStats();
+  EXPECT_THAT(Joined(RenderStatsTable(stats)), Not(HasSubstr("WITHIN_%")));
+  stats["models"][0]["slo"] = {
+      {"latency_slo_ms", 20}, {"within", 950}, {"missed", 50}, {"refused", 300}};
+  auto lines = RenderStatsTable(stats);
+  std::string header;
+  for (const auto& line : lines) {
+    if (line.find("WITHIN_%") != std::string::npos) header = line;
+  }
+  ASSERT_FALSE(header.empty()) << Joined(lines);
+  for (const char* column : {"MODEL", "SLO", "WITHIN", "MISSED", "REFUSED", "BATCH"}) {
+    EXPECT_THAT(header, HasSubstr(column));
+  }
+  std::string row;
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    if (lines[i] == header) row = lines[i + 1];
+  }
+  for (const char* value : {"mlp", "20.0ms", "950", "50", "300", "95.0", "3.50"}) {
+    EXPECT_THAT(row, HasSubstr(value)) << row;
+  }
+}
+
 TEST(StatsTableTest, ZygotesGetALineWithStatePidLaunchesAndRestarts) {
   json stats = FullStats();
   EXPECT_THAT(Joined(RenderStatsTable(stats)), Not(HasSubstr("zygotes")))
