@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Goodput under bursty load: latency_slo_ms against fixed batching settings (issue 32).
+
+    .venv/bin/python bench/slo_bench.py --build-dir build [--models mlp] [--loads 0.5,0.8,1,1.2,1.5]
+        [--seconds 10] [--slo-ms 20] [--rounds 1] [--json FILE] [--quick]
+
+For each model: its capacity C (closed loop, 64 clients, the default config: 2 workers x 1
+thread), then open-loop gamma arrivals (cv 4, one generator thread: `torchfarm bench --arrival
+gamma --cv 4 --threads 1`) at each load x C, `--seconds` each, against
+  - default: the documented defaults (max_batch_size 16 here, max_queue_delay_us 0),
+  - slo: the same plus "latency_slo_ms" (nothing else tuned),
+  - the grid an offline sweep would try: max_queue_delay_us {0, 500, 2000} x max_batch_size {8, 32},
+and prints the goodput (OK answers within the SLO per second, `--slo-ms`) of each, the best grid
+point's, and the ratios the issue asks for (slo / best grid >= 0.95, slo / default at 1.2 C >= 1.3).
+Only pyzmq and numpy beyond the standard library: .venv's or Debian's interpreter.
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run_suite  # noqa: E402
+
+SHAPES = {"mlp": [1, 256], "convnet": [1, 3, 32, 32]}
+GRID = [(delay, batch) for delay in (0, 500, 2000) for batch in (8, 32)]
+
+
+def configs(slo_ms):
+    yield "default", {"max_batch_size": 16}
+    yield "slo", {"max_batch_size": 16, "latency_slo_ms": slo_ms}
+    for delay, batch in GRID:
+        yield "grid d%d b%d" % (delay, batch), {"max_batch_size": batch,
+                                                "max_queue_delay_us": delay}
+
+
+def entry(suite, model, settings):
+    m = run_suite.model_entry(model, os.path.join(suite.models_dir, model + ".pt"),
+                              SHAPES[model], 2, settings["max_batch_size"],
+                              settings.get("max_queue_delay_us", 0))
+    if "latency_slo_ms" in settings:
+        m["latency_slo_ms"] = settings["latency_slo_ms"]
+    return m
+
+
+def capacity(suite, model):
+    with run_suite.Farm(suite, "capacity-" + model, [entry(suite, model, {"max_batch_size": 16})]) as farm:
+        return suite.bench(farm.endpoint, model, SHAPES[model], [64])[0]["ok_per_s"]
+
+
+def goodput(suite, model, name, settings, rate, slo_ms):
+    farm_name = "%s-%s-%d" % (model, name.replace(" ", "-"), rate)
+    with run_suite.Farm(suite, farm_name, [entry(suite, model, settings)]) as farm:
+        extra = ["--rate", "%.0f" % rate, "--arrival", "gamma", "--cv", "4", "--threads", "1",
+                 "--slo-ms", str(slo_ms), "--io-timeout-ms", "30000"]
+        step = suite.bench(farm.endpoint, model, SHAPES[model], [1], extra=extra)[0]
+    return {"goodput": step["within_slo_per_s"], "ok_per_s": step["ok_per_s"],
+            "p99_us": step["latency_us"]["p99"], "errors": step["errors"], "cmd": step["cmd"]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--build-dir", default="build")
+    parser.add_argument("--models", default="mlp")
+    parser.add_argument("--loads", default="0.5,0.8,1,1.2,1.5")
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--warmup", type=float, default=1)
+    parser.add_argument("--slo-ms", type=int, default=20)
+    parser.add_argument("--json", default="")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    suite = run_suite.Suite(args)
+    suite.seconds = 1.0 if args.quick else args.seconds
+    suite.warmup = 0.5 if args.quick else args.warmup
+    os.makedirs(suite.models_dir, exist_ok=True)
+    import subprocess
+    subprocess.run([suite.bin("torchfarm-mkmodel"), "--all", suite.models_dir], check=True,
+                   stdout=subprocess.DEVNULL)
+    loads = [float(x) for x in args.loads.split(",")]
+    report = {"slo_ms": args.slo_ms, "seconds": suite.seconds, "models": {}}
+    for model in args.models.split(","):
+        cap = capacity(suite, model)
+        rows = []
+        for load in loads:
+            rate = load * cap
+            row = {"load": load, "rate": rate}
+            for name, settings in configs(args.slo_ms):
+                row[name] = goodput(suite, model, name, settings, rate, args.slo_ms)
+                suite.log("%s %.1fC %s: goodput %.0f/s" % (model, load, name, row[name]["goodput"]))
+            best = max((row[n]["goodput"], n) for n, _ in configs(args.slo_ms) if n.startswith("grid"))
+            row["best_grid"] = best[1]
+            row["slo_vs_best_grid"] = row["slo"]["goodput"] / max(best[0], 1e-9)
+            row["slo_vs_default"] = row["slo"]["goodput"] / max(row["default"]["goodput"], 1e-9)
+            rows.append(row)
+        report["models"][model] = {"capacity": cap, "rows": rows}
+        print("\n%s: capacity %.0f/s, SLO %d ms, gamma cv 4, goodput (OK within the SLO) per s"
+              % (model, cap, args.slo_ms))
+        print("| load | default | slo | best grid | slo/best grid | slo/default |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for row in rows:
+            print("| %.1f C | %.0f | %.0f | %.0f (%s) | %.2f | %.2f |" % (
+                row["load"], row["default"]["goodput"], row["slo"]["goodput"],
+                row[row["best_grid"]]["goodput"], row["best_grid"], row["slo_vs_best_grid"],
+                row["slo_vs_default"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
