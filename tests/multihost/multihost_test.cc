@@ -323,13 +323,13 @@ TEST_F(MultihostTest, SpreadsSurvivesDeathAndLinkCutAndReadmits) {
 // The Python clients, run in the client namespace, spread over both hosts and get every answer
 // right with one host's cable cut.
 TEST_F(MultihostTest, PythonClientsSpreadAndSurviveALinkCut) {
-  if (std::system("/usr/bin/python3 -c 'import zmq, numpy' 2>/dev/null") != 0) {
-    GTEST_SKIP() << "/usr/bin/python3 cannot import zmq and numpy (python3-zmq python3-numpy)";
+  if (std::system(TORCHFARM_PYTHON " -c 'import zmq, numpy' 2>/dev/null") != 0) {
+    GTEST_SKIP() << TORCHFARM_PYTHON " cannot import zmq and numpy (tools/install-deps.sh)";
   }
   for (auto& host : hosts_) ASSERT_TRUE(host->Start()) << host->log();
   const std::string run = "ip netns exec " + topology_.client_ns() +
                           " env PYTHONPATH=" + std::string(TORCHFARM_SOURCE_DIR) +
-                          "/clients/python /usr/bin/python3 " + TORCHFARM_SOURCE_DIR +
+                          "/clients/python " TORCHFARM_PYTHON " " + TORCHFARM_SOURCE_DIR +
                           "/tests/multihost/python_client_check.py ";
   const std::string endpoints = hosts_[0]->endpoint() + " " + hosts_[1]->endpoint();
   const int64_t before0 = hosts_[0]->Requests(), before1 = hosts_[1]->Requests();
