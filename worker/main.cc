@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "ipc/control_protocol.h"
+#include "ipc/guarded_copy.h"
 #include "worker/process_title.h"
 #include "worker/worker.h"
 #include "worker/zygote.h"
@@ -92,6 +93,8 @@ static int RunWorker(int argc, char** argv) {
                            " pid=" + std::to_string(::getpid()) + " model=" + args.model_name);
   // A dead peer must show up as an error return, not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
+  // A client that truncates its region fails its request, not this worker (compute_loop.h).
+  torchfarm::ipc::InstallBusGuard();
 
   StopSignalFd stop_signals;
   if (stop_signals.fd() < 0) {
