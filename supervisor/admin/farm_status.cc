@@ -106,6 +106,7 @@ json FarmStatus::Worker(const WorkerSlot& slot, TimePoint now) {
       {"start", StartTimesJson(slot.start_times())},
       {"uptime_s", uptime},
       {"restarts", slot.restarts()},
+      {"protocol_violations", slot.protocol_violations()},
       {"restart_in_ms", slot.RestartDue(TimePoint::max())
                             ? json(std::max<int64_t>(0, ToMicros(slot.restart_at() - now) / 1000))
                             : json(nullptr)},
@@ -162,6 +163,7 @@ json FarmStatus::Stats() {
                      {"config", s_.config.source_path},
                      {"draining", IsDraining(s_.farm.phase)},
                      {"worker_launch", s_.config.worker_launch},
+                     {"worker_protocol_violations", s_.workers.protocol_violations()},
                      {"zygote", std::move(zygote)}};
   if (auto self = SampleProcess(::getpid(), now)) {
     // RSS counts the worker segments' pages this process touched; the private part is RssAnon.

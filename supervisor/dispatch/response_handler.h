@@ -9,9 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "common/clock.h"
+#include "ipc/protocol_violation.h"
 #include "supervisor/admin/metrics_exporter.h"
 #include "supervisor/dispatch/dispatcher.h"
 #include "supervisor/dispatch/reply_writer.h"
@@ -37,7 +39,9 @@ class ResponseHandler {
   uint64_t detached_replies() const { return detached_replies_; }
 
  private:
-  void Reply(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response);
+  // Set when the response broke the slot layout: `batch` is left as it was, for requeueing.
+  std::optional<ipc::ProtocolViolation> Reply(WorkerSlot& slot, InflightBatch& batch,
+                                              const uint8_t* response);
 
   std::vector<ServedModel>& models_;
   Dispatcher& dispatcher_;

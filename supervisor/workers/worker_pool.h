@@ -63,6 +63,10 @@ class WorkerPool {
   WorkerSlot* FindByRoutingId(const std::string& routing_id);
   bool AllExited() const;
   void KillAll();
+  // Workers killed for breaking the shared-memory protocol, over the farm's life (counted at their
+  // exit; WorkerSlot::OnProtocolViolation).
+  void CountProtocolViolation() { ++protocol_violations_; }
+  uint64_t protocol_violations() const { return protocol_violations_; }
 
   WorkerSlot* operator[](size_t index) const { return slots_[index].get(); }
   WorkerSlot* back() const { return slots_.back().get(); }
@@ -76,6 +80,7 @@ class WorkerPool {
   RestartPolicy policy_;
   Slots slots_;
   int launches_this_turn_ = 0;
+  uint64_t protocol_violations_ = 0;
 };
 
 }  // namespace torchfarm
