@@ -357,6 +357,8 @@ void Supervisor::RunTurn(TimePoint now) {
   Guarded("stops", [&] { worker_events_.SendDueStops(); });
   if (!stopping) Guarded("rollouts", [&] { rollouts_.AdvanceAll(); });
   Guarded("retire", [&] { model_control_.RetireIdle(); });
+  Guarded("failed loads", [&] { model_control_.DropFailedLoads(); });
+  Guarded("reclaim", [&] { model_control_.ReclaimRemoved(); });
   Guarded("versions", [&] { model_control_.RetireReplacedVersions(); });
   Guarded("farm phase", [&] { StepFarmPhase(FarmEvent::kTurn, clock_.Now()); });
   Guarded("housekeeping", [&] { Housekeeping(clock_.Now()); });

@@ -96,6 +96,34 @@ void ModelTable::RebuildServed() {
   }
 }
 
+std::vector<size_t> ModelTable::EraseModels(const std::vector<bool>& erase) {
+  std::vector<size_t> moved(models_.size(), WorkerPool::kErased);
+  std::vector<ServedModel> kept;
+  kept.reserve(models_.size());
+  for (size_t m = 0; m < models_.size(); ++m) {
+    if (m < erase.size() && erase[m]) continue;
+    moved[m] = kept.size();
+    kept.push_back(std::move(models_[m]));
+  }
+  models_ = std::move(kept);  // the same vector object: the Dispatcher holds a reference to it
+  return moved;
+}
+
+void ModelTable::NoteFailedLoad(FailedLoad load) {
+  ForgetFailedLoads(load.name, load.version);
+  failed_loads_.push_back(std::move(load));
+  while (failed_loads_.size() > kFailedLoadsKept) failed_loads_.pop_front();
+}
+
+void ModelTable::ForgetFailedLoads(const std::string& name, const std::string& version) {
+  failed_loads_.erase(std::remove_if(failed_loads_.begin(), failed_loads_.end(),
+                                     [&](const FailedLoad& f) {
+                                       return f.name == name &&
+                                              (version.empty() || f.version == version);
+                                     }),
+                      failed_loads_.end());
+}
+
 ModelWorkerTally ModelTable::Tally(const ServedModel& model) const {
   ModelWorkerTally tally;
   for (size_t i : model.slots) {

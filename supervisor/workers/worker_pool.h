@@ -34,7 +34,8 @@ class WorkerPool {
   void set_heartbeat_ms(int heartbeat_ms) { context_.heartbeat_ms = heartbeat_ms; }
   const RestartPolicy& policy() const { return policy_; }
 
-  // Adds a slot (not launched); returns its index.
+  // Adds a slot (not launched); returns its index. Its id is new for the farm's life (ids of
+  // erased slots are not reused).
   size_t Add(const ModelConfig& model, const InstanceConfig& instance, size_t model_index);
   // At most this many launches per loop turn: each costs the loop a segment, a fork round trip
   // and a few milliseconds, so a scale-up of hundreds of workers is spread over many turns and
@@ -59,6 +60,11 @@ class WorkerPool {
   // done. Errors name what was asked and why it cannot be.
   Status RequestRestart(int worker_id, const std::string& why);
 
+  // Erases the slots with erase[i] (an unload's retired, stopped slots: EraseSlots is told only of
+  // those) and returns where each old index went: kErased for the erased.
+  static constexpr size_t kErased = static_cast<size_t>(-1);
+  std::vector<size_t> EraseSlots(const std::vector<bool>& erase);
+
   WorkerSlot* FindByPid(pid_t pid);
   WorkerSlot* FindByRoutingId(const std::string& routing_id);
   bool AllExited() const;
@@ -80,6 +86,7 @@ class WorkerPool {
   RestartPolicy policy_;
   Slots slots_;
   int launches_this_turn_ = 0;
+  int next_id_ = 0;  // ids are unique over the farm's life, also after EraseSlots
   uint64_t protocol_violations_ = 0;
 };
 

@@ -254,6 +254,8 @@ class WorkerSlot {
 
   int id() const { return id_; }
   size_t model_index() const { return model_index_; }
+  // The model table erased models before this slot's (ModelControl::ReclaimRemoved).
+  void set_model_index(size_t index) { model_index_ = index; }
   const std::string& model_name() const { return model_name_; }
   const std::string& model_version() const { return model_version_; }
   int generation() const { return generation_; }
