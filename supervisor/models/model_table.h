@@ -97,6 +97,13 @@ class ModelTable {
   void ForgetFailedLoads(const std::string& name, const std::string& version = {});
   const std::deque<FailedLoad>& failed_loads() const { return failed_loads_; }
 
+  // A version is one set of bytes: whether `slot`'s next launch would load the file its version
+  // was loaded from (ServedModel::file, or the rollout's previous_file for a worker still on the
+  // old config). A stat first; only when size or mtime differ is the file hashed again. Not OK,
+  // "model file changed since version N was loaded; reload to serve it (...)", when the bytes
+  // differ. A file that cannot be read is the worker's to report.
+  Status CheckModelFile(const WorkerSlot& slot) const;
+
   ModelWorkerTally Tally(const ServedModel& model) const;
   bool HasReadyWorker(const ServedModel& model) const;
   // Whether requests may wait for this model: a worker serves or may soon (a restarting one), or

@@ -41,6 +41,15 @@ void WorkerPool::Launch(WorkerSlot& slot) {
     return;
   }
   ++launches_this_turn_;
+  if (launch_check_) {
+    if (Status refused = launch_check_(slot); !refused.ok()) {
+      TF_LOG(kError) << "worker not launched" << Kv("worker", slot.id())
+                     << Kv("model", slot.model_name()) << Kv("version", slot.model_version())
+                     << Kv("why", refused.message());
+      slot.RefuseLaunch(refused.message(), clock_.Now(), policy_);
+      return;
+    }
+  }
   Status s = slot.Launch(context_, clock_.Now(), policy_);
   if (!s.ok()) {
     // The slot backs off and tries again: fork or descriptors running out is the machine's

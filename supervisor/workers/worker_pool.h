@@ -26,6 +26,9 @@ class WorkerPool {
   // The hang_timeout_ms of the model a slot serves.
   using HangLimit = std::function<Millis(const WorkerSlot&)>;
 
+  // Asked before each launch; a refusal (not OK) fails the slot instead (WorkerSlot::RefuseLaunch).
+  using LaunchCheck = std::function<Status(const WorkerSlot&)>;
+
   explicit WorkerPool(const TimeSource& clock) : clock_(clock) {}
 
   void Configure(LaunchContext context, RestartPolicy policy);
@@ -33,6 +36,7 @@ class WorkerPool {
   // Applies to the next launches (heartbeat_ms after a reload).
   void set_heartbeat_ms(int heartbeat_ms) { context_.heartbeat_ms = heartbeat_ms; }
   const RestartPolicy& policy() const { return policy_; }
+  void set_launch_check(LaunchCheck check) { launch_check_ = std::move(check); }
 
   // Adds a slot (not launched); returns its index. Its id is new for the farm's life (ids of
   // erased slots are not reused).
@@ -86,7 +90,8 @@ class WorkerPool {
   RestartPolicy policy_;
   Slots slots_;
   int launches_this_turn_ = 0;
-  int next_id_ = 0;  // ids are unique over the farm's life, also after EraseSlots
+  int next_id_ = 0;
+  LaunchCheck launch_check_;  // ids are unique over the farm's life, also after EraseSlots
   uint64_t protocol_violations_ = 0;
 };
 

@@ -211,6 +211,13 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
   return Status::Ok();
 }
 
+void WorkerSlot::RefuseLaunch(const std::string& why, TimePoint now, const RestartPolicy& policy) {
+  failure_reason_ = why;
+  restart_at_ = now + policy.failed_retry;
+  if (state_ == SlotState::kStopped) TransitionTo(SlotState::kBackoff, why);  // the table's way
+  TransitionTo(SlotState::kFailed, why);
+}
+
 void WorkerSlot::OnHello(TimePoint now) {
   hello_received_ = true;
   last_heard_ = now;

@@ -135,6 +135,10 @@ class WorkerSlot {
   void OnHello(TimePoint now);
   void OnReady(TimePoint now, double load_ms, double warmup_ms = -1);
   const StartTimes& start_times() const { return start_times_; }
+  // The launch was refused before any process (the model file changed since its version was
+  // loaded, ModelTable::CheckModelFile): kFailed with `why` as the failure reason, tried again
+  // after policy.failed_retry.
+  void RefuseLaunch(const std::string& why, TimePoint now, const RestartPolicy& policy);
   // The worker reported a fatal error (e.g. the model does not load) and is about to exit.
   // `kind` is "model", "device" or "internal".
   void OnFatalError(const std::string& reason, const std::string& kind, TimePoint now);
@@ -258,6 +262,7 @@ class WorkerSlot {
   void set_model_index(size_t index) { model_index_ = index; }
   const std::string& model_name() const { return model_name_; }
   const std::string& model_version() const { return model_version_; }
+  const std::string& model_path() const { return model_path_; }  // what the next launch loads
   int generation() const { return generation_; }
   pid_t pid() const { return pid_; }
   SlotState state() const { return state_; }

@@ -6,12 +6,15 @@
 // cycle; the soak is 1,000, run by hand: TORCHFARM_LOAD_CYCLES=1000). RSS is compared after
 // cycle 10 and after the last.
 #include <dirent.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -19,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "farm_fixture.h"
+#include "torchfarm/client.h"
 
 namespace torchfarm::testing {
 namespace {
@@ -178,6 +182,50 @@ TEST(Uptime, LoadUnloadCyclesLeaveMemoryDescriptorsSegmentsAndChildrenFlat) {
   EXPECT_EQ(stats["models"].size(), 1u) << stats["models"].dump();
   EXPECT_EQ(stats["workers"].size(), 1u);
   EXPECT_EQ(farm.Stop(), 0);
+}
+
+// A version is one set of bytes: the model file renamed over (no reload), then one of two workers
+// SIGKILLed. The restarted worker must not load the new file; every answer comes from the loaded
+// model, and the refused worker says why.
+TEST(Uptime, AModelFileRenamedOverIsNotLoadedByARestartedWorker) {
+  const std::string path = "/tmp/torchfarm-uptime-" + std::to_string(::getpid()) + "-two.pt";
+  std::filesystem::copy_file(ModelDir() + "/identity.pt", path,
+                             std::filesystem::copy_options::overwrite_existing);
+  json entry = ModelEntry("two", "identity.pt", {-1, kWidth}, 2);
+  entry["path"] = path;
+  Farm farm(json::array({entry}));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  const std::string replacement = path + ".new";
+  std::filesystem::copy_file(ModelDir() + "/mlp.pt", replacement,
+                             std::filesystem::copy_options::overwrite_existing);
+  ASSERT_EQ(::rename(replacement.c_str(), path.c_str()), 0);
+  const std::vector<pid_t> pids = farm.WorkerPids();
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+  json worker;
+  ASSERT_TRUE(WaitFor([&] {
+    worker = farm.Admin("stats")["workers"][0];
+    return worker.value("state", "") == "failed";
+  })) << worker.dump();
+  EXPECT_NE(worker.value("failure_reason", "")
+                .find("model file changed since version 1 was loaded; reload to serve it"),
+            std::string::npos)
+      << worker.dump();
+  Client client(farm.endpoint(), 10'000);
+  std::vector<float> x(kWidth, 2.5f);
+  for (int i = 0; i < 50; ++i) {
+    InferResult result;
+    const Status s =
+        client.Infer("two", {{{DType::kFloat32, {1, kWidth}}, x.data(), x.size() * 4}}, &result);
+    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
+    ASSERT_EQ(result.outputs.size(), 1u);
+    ASSERT_EQ(result.outputs[0].data.size(), x.size() * 4);
+    EXPECT_EQ(std::memcmp(result.outputs[0].data.data(), x.data(), x.size() * 4), 0)
+        << i << ": an answer from another model";
+  }
+  EXPECT_EQ(farm.Stop(), 0);
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -363,5 +363,33 @@ TEST_F(ModelControlTest, ALoadWhoseEveryWorkerFailsIsUnregisteredAndReported) {
   EXPECT_TRUE(models_.failed_loads().empty());
 }
 
+// Issue 35, a version is one set of bytes: a worker of a version whose file changed since it was
+// loaded is not started; the other worker keeps serving the loaded bytes.
+TEST_F(ModelControlTest, AWorkerIsNotStartedOnAModelFileThatChangedSinceItsVersionWasLoaded) {
+  workers_.set_launch_check(
+      [this](const WorkerSlot& slot) { return models_.CheckModelFile(slot); });
+  ServedModel& model = AddRunning(Model("m", 2));
+  WorkerSlot& restarted = *workers_[model.slots[0]];
+  const std::string original = "not a real model, only bytes to identify";
+  {
+    std::ofstream(model_file_ + ".new") << "other bytes: another model altogether";
+    ASSERT_EQ(::rename((model_file_ + ".new").c_str(), model_file_.c_str()), 0);
+  }
+  Kill(restarted);
+  clock_.Advance(Millis(60'000));
+  workers_.LaunchDue();
+  EXPECT_EQ(restarted.state(), SlotState::kFailed);
+  EXPECT_NE(restarted.failure_reason().find(
+                "model file changed since version 1 was loaded; reload to serve it"),
+            std::string::npos)
+      << restarted.failure_reason();
+  EXPECT_EQ(workers_[model.slots[1]]->state(), SlotState::kReady) << "the other one serves on";
+  // The same bytes back (a new mtime, the same hash): started again after the cool-down.
+  std::ofstream(model_file_, std::ios::trunc) << original;
+  clock_.Advance(workers_.policy().failed_retry + Millis(1));
+  workers_.LaunchDue();
+  EXPECT_EQ(restarted.state(), SlotState::kStarting);
+}
+
 }  // namespace
 }  // namespace torchfarm
