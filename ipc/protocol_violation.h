@@ -18,13 +18,14 @@ struct ProtocolViolation {
   std::string bound;  // what the layout allows, and why
 };
 
-// `value` of the index `field` must lie in [low, high] (`why` says where the bounds come from);
-// nullopt when it does.
-inline std::optional<ProtocolViolation> CheckIndex(const char* field, uint64_t value, uint64_t low,
-                                                   uint64_t high, const std::string& why) {
+// `value` of the index `field` must lie in [low, high]; nullopt when it does. `why()` says where
+// the bounds come from; called only on a violation, so the check costs two compares per read.
+template <typename Why>
+std::optional<ProtocolViolation> CheckIndex(const char* field, uint64_t value, uint64_t low,
+                                            uint64_t high, Why&& why) {
   if (value >= low && value <= high) return std::nullopt;
   return ProtocolViolation{field, std::to_string(value),
-                           "[" + std::to_string(low) + ", " + std::to_string(high) + "]: " + why};
+                           "[" + std::to_string(low) + ", " + std::to_string(high) + "]: " + why()};
 }
 
 }  // namespace torchfarm::ipc

@@ -288,6 +288,13 @@ void ModelControl::FindReclaimable(std::vector<bool>* slot_gone,
 }
 
 size_t ModelControl::ReclaimRemoved() {
+  // Every loop turn: without a removed model or a retired slot there is nothing to look at (and
+  // nothing to allocate).
+  const bool maybe =
+      std::any_of(models_.begin(), models_.end(), [](const ServedModel& m) { return m.removed; }) ||
+      std::any_of(workers_.begin(), workers_.end(),
+                  [](const auto& slot) { return slot->retiring(); });
+  if (!maybe) return 0;
   std::vector<bool> slot_gone, model_gone;
   FindReclaimable(&slot_gone, &model_gone);
   const size_t slots = static_cast<size_t>(std::count(slot_gone.begin(), slot_gone.end(), true));

@@ -49,13 +49,13 @@ const uint8_t* PinnedResponseRing::Next(uint64_t awaited) {
   // more than the batches the worker was given. Written so that no bound overflows.
   const uint64_t ring_room = tail_ + ring_.slot_count() - read_;
   const uint64_t ahead = std::min<uint64_t>(awaited, ring_room);
-  violation_ = ipc::CheckIndex(
-      "response_head", head, seen_head_, read_ + ahead,
-      "at least the head seen before, at most the supervisor's tail " + std::to_string(tail_) +
-          " plus " + std::to_string(ring_.slot_count()) + " ring slots and at most " +
-          std::to_string(read_ - tail_) + " answered plus " +
-          (awaited == UINT64_MAX ? std::string("any") : std::to_string(awaited)) +
-          " batches in flight");
+  violation_ = ipc::CheckIndex("response_head", head, seen_head_, read_ + ahead, [&] {
+    return "at least the head seen before, at most the supervisor's tail " + std::to_string(tail_) +
+           " plus " + std::to_string(ring_.slot_count()) + " ring slots and at most " +
+           std::to_string(read_ - tail_) + " answered plus " +
+           (awaited == UINT64_MAX ? std::string("any") : std::to_string(awaited)) +
+           " batches in flight";
+  });
   if (violation_) return nullptr;
   seen_head_ = head;
   return head == read_ ? nullptr : ring_.SlotAt(read_);

@@ -352,9 +352,10 @@ bool WorkerSlot::CheckRequestTail(TimePoint now) {
   if (!segment_) return true;
   const uint64_t tail = segment_->request_ring().LoadTail();
   std::optional<ipc::ProtocolViolation> violation =
-      ipc::CheckIndex("request_tail", tail, request_tail_seen_, request_head_,
-                      "at least the tail seen before, at most the supervisor's head " +
-                          std::to_string(request_head_));
+      ipc::CheckIndex("request_tail", tail, request_tail_seen_, request_head_, [&] {
+        return "at least the tail seen before, at most the supervisor's head " +
+               std::to_string(request_head_);
+      });
   if (violation) {
     OnProtocolViolation(*violation, now);
     return false;
