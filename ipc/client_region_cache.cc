@@ -23,8 +23,10 @@ Status ClientRegionCache::Acquire(const ClientRegionRef& ref, SharedRegion** out
     return NotFound("client region: " + s.message());
   }
   if (region->size() != ref.bytes) {
-    return Internal("client region '" + name + "' has " + std::to_string(region->size()) +
-                    " bytes, the supervisor mapped " + std::to_string(ref.bytes));
+    // Its client resized it after registering: that request's problem alone.
+    return InvalidArgument("client region '" + name + "' has " + std::to_string(region->size()) +
+                           " bytes, the supervisor mapped " + std::to_string(ref.bytes) +
+                           " (was it truncated?)");
   }
   entries_.push_front(Entry{std::move(region), 1});
   *out = entries_.front().region.get();

@@ -290,7 +290,8 @@ Status ReadPipelineReport(const SlotHeader& header, int64_t total_rows, Response
 
 // ---- ReadResponse's checks ----
 
-Status ReadOutput(const TensorDesc& desc, uint32_t index, const ResponseExpectation& expected,
+// `desc` by value: the worker may rewrite the slot while it is read, so each field is read once.
+Status ReadOutput(const TensorDesc desc, uint32_t index, const ResponseExpectation& expected,
                   ResponseView* out) {
   TensorSpec spec;
   const bool where_expected =
@@ -298,6 +299,7 @@ Status ReadOutput(const TensorDesc& desc, uint32_t index, const ResponseExpectat
           ? desc.location != kInSlot
           : desc.location == kInSlot && Within(desc.offset, desc.nbytes, expected.data_capacity);
   if (!ReadTensorDesc(desc, &spec) || !where_expected || ByteSize(spec) != desc.nbytes) {
+    out->violation = true;
     return Internal(
         "worker wrote a malformed output descriptor " + std::to_string(index) + ": dtype code " +
         std::to_string(desc.dtype) + ", rank " + std::to_string(desc.rank) + ", location " +
@@ -532,22 +534,29 @@ Status ReadResponse(const uint8_t* slot, const ResponseExpectation& expected, Re
   out->compute_us = header.compute_us;
   out->batch_rows = expected.batch_rows;
   out->data = expected.outputs_in_place ? nullptr : SlotData(slot);
-  if (header.batch_id != expected.batch_id) {
-    return Internal("worker answered batch " + std::to_string(header.batch_id) + " while batch " +
+  // Each field once: the worker may write the slot while the supervisor reads it.
+  const uint64_t batch_id = header.batch_id;
+  if (batch_id != expected.batch_id) {
+    out->violation = true;
+    return Internal("worker answered batch " + std::to_string(batch_id) + " while batch " +
                     std::to_string(expected.batch_id) + " was expected");
   }
-  if (header.status != 0) return Status(CodeFromSlot(header.status), MessageFromSlot(header));
+  const int32_t status = header.status;
+  if (status != 0) return Status(CodeFromSlot(status), MessageFromSlot(header));
   const uint32_t tensor_count = header.tensor_count;
   if (tensor_count > static_cast<uint32_t>(kMaxTensors)) {
+    out->violation = true;
     return Internal("worker wrote " + std::to_string(tensor_count) +
                     " outputs; a response slot holds at most " + std::to_string(kMaxTensors));
   }
   for (uint32_t i = 0; i < tensor_count; ++i) {
     if (Status s = ReadOutput(header.tensors[i], i, expected, out); !s.ok()) return s;
   }
-  if (Status s = ReadPipelineReport(header, expected.total_rows, out); !s.ok()) return s;
-  if (expected.outputs_in_place) return CheckInPlaceOffsets(expected, *out);
-  return Status::Ok();
+  Status s = ReadPipelineReport(header, expected.total_rows, out);
+  if (s.ok() && expected.outputs_in_place) s = CheckInPlaceOffsets(expected, *out);
+  // Both describe what the worker must write whatever the model does.
+  out->violation = !s.ok();
+  return s;
 }
 
 }  // namespace torchfarm::ipc

@@ -245,6 +245,11 @@ struct ResponseView {
   // Read from an OK response's PipelineReport; has_pipeline false (and defaults) without one.
   bool has_pipeline = false;
   PipelineOutcome pipeline;
+  // Set when ReadResponse failed because the worker broke the slot's layout (a batch id, count,
+  // descriptor, pipeline report or in-place placement no correct worker writes), not because the
+  // worker reported an error or the model's outputs do not fit the batch: the worker is at fault
+  // (ipc/protocol_violation.h).
+  bool violation = false;
 
   // The bytes of rows [first_row, first_row + rows) of output i: one request's share of a batch
   // (of the whole output when batch_rows is 0). Null bytes when the outputs are in place.
@@ -257,7 +262,8 @@ struct ResponseView {
 // shape, or lies outside the response slot (or, in place, is not in the client's region); a
 // batched output lost dim 0; in place, an output is not where PlaceOutputs puts it; a pipeline
 // report has more than kMaxRowErrors rows, a row at or past total_rows, an OK status or
-// unterminated text.
+// unterminated text. All but the worker's own error and the lost dim 0 set out->violation. Each
+// field is read from the slot once (the worker may write it meanwhile).
 Status ReadResponse(const uint8_t* slot, const ResponseExpectation& expected, ResponseView* out);
 
 }  // namespace torchfarm::ipc

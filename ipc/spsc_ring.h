@@ -3,6 +3,11 @@
 // Owns nothing: it points into a mapped segment (ipc/worker_segment.h) that must outlive it.
 // Exactly one thread of one process calls the producer half (TryReserve/Publish) and exactly one
 // the consumer half (Front/Pop). Memory order: see ipc/shm_layout.h.
+//
+// A side that does not trust the other (the supervisor; ipc/protocol_violation.h) keeps its own
+// index in its own memory and only stores it (StoreHead/StoreTail), loads the other side's index
+// raw (LoadHead/LoadTail), checks it, and addresses slots by index (SlotAt), which is always
+// inside the ring whatever the index.
 #pragma once
 
 #include <atomic>
@@ -51,6 +56,13 @@ class SpscRing {
   // Consumer: hands the slot returned by Front back to the producer.
   void Pop() const { tail_->store(tail_->load(std::memory_order_relaxed) + 1, std::memory_order_release); }
 
+  // For a side that keeps its own index (see above).
+  uint64_t LoadHead() const { return head_->load(std::memory_order_acquire); }
+  uint64_t LoadTail() const { return tail_->load(std::memory_order_acquire); }
+  void StoreHead(uint64_t head) const { head_->store(head, std::memory_order_release); }
+  void StoreTail(uint64_t tail) const { tail_->store(tail, std::memory_order_release); }
+  uint8_t* SlotAt(uint64_t index) const { return slots_ + (index % slot_count_) * slot_bytes_; }
+
   // Published but not yet popped; exact for the producer and the consumer threads themselves.
   uint64_t Size() const {
     return head_->load(std::memory_order_acquire) - tail_->load(std::memory_order_acquire);
@@ -60,8 +72,6 @@ class SpscRing {
   uint64_t data_capacity() const { return slot_bytes_ - sizeof(SlotHeader); }
 
  private:
-  uint8_t* SlotAt(uint64_t index) const { return slots_ + (index % slot_count_) * slot_bytes_; }
-
   uint8_t* slots_ = nullptr;
   uint32_t slot_count_ = 0;
   uint64_t slot_bytes_ = 0;

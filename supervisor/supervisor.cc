@@ -163,6 +163,9 @@ Status Supervisor::StartWorkers(LaunchContext launch) {
       {options_.max_retries, config_.client_shm.in_place && config_.ipc_group.empty()});
   // Each model file is read once here, to know it again at a reload (file_identity.h).
   for (const ModelConfig& mc : config_.models) model_control_.Add(mc, ReadFileIdentity(mc.path));
+  // A version is one set of bytes: no worker of it starts on a file that changed since.
+  workers_.set_launch_check(
+      [this](const WorkerSlot& slot) { return models_.CheckModelFile(slot); });
   models_.RebuildServed();
   int cpu_threads = 0;
   for (const auto& slot : workers_) {
@@ -357,6 +360,8 @@ void Supervisor::RunTurn(TimePoint now) {
   Guarded("stops", [&] { worker_events_.SendDueStops(); });
   if (!stopping) Guarded("rollouts", [&] { rollouts_.AdvanceAll(); });
   Guarded("retire", [&] { model_control_.RetireIdle(); });
+  Guarded("failed loads", [&] { model_control_.DropFailedLoads(); });
+  Guarded("reclaim", [&] { model_control_.ReclaimRemoved(); });
   Guarded("versions", [&] { model_control_.RetireReplacedVersions(); });
   Guarded("farm phase", [&] { StepFarmPhase(FarmEvent::kTurn, clock_.Now()); });
   Guarded("housekeeping", [&] { Housekeeping(clock_.Now()); });

@@ -19,7 +19,8 @@
 //   -> zap, connections (security/)   -> worker output (a crash message before its exit)
 //   -> signals (child exits, stop -> FarmPhase, SIGHUP reload)   -> responses -> control
 //   -> jobs -> front end -> admin -> deadlines -> liveness -> zygotes -> restarts -> dispatch
-//   -> pinned replies -> stops due -> rollouts -> retire idle slots -> replaced versions
+//   -> pinned replies -> stops due -> rollouts -> retire idle slots -> failed loads
+//   -> reclaim (removed models and stopped slots erased) -> replaced versions
 //   -> farm phase (loop/farm_phase.h: drain, stop, kill) -> housekeeping (1 s: gauges, sd_notify,
 //      watch mode)
 //

@@ -79,6 +79,11 @@ int CtlCommand::WaitForLoad(AdminClient& client) const {
         if (!json_) std::cout << model_ << ": available\n";
         return kExitOk;
       }
+      if (state == "failed") {
+        std::cerr << "error: loading model '" << model_ << "' failed: " << m->value("reason", "")
+                  << "\n";
+        return kExitServerError;
+      }
       if (state != "loading") {
         std::cerr << "error: model '" << model_ << "' is " << state << " after the load"
                   << (m != nullptr && !m->value("reason", "").empty()

@@ -443,6 +443,8 @@ void ComputeLoop::Launch(const uint8_t* request, uint8_t* response) {
   const uint64_t batch_id = ipc::BeginResponse(request, response);
   LaunchedBatch batch{request, response, batch_id, next_lane_, Status::Ok(), 0, Clock::now(), {}};
   launch_regions_.clear();
+  launch_region_inputs_.clear();
+  launch_region_writes_.clear();
   next_lane_ = (next_lane_ + 1) % accelerator_->lanes();
   try {
     current_lane_ = batch.lane;
@@ -457,6 +459,8 @@ void ComputeLoop::Launch(const uint8_t* request, uint8_t* response) {
     batch.status = Internal(std::string("batch failed: ") + e.what());
   }
   batch.regions.swap(launch_regions_);
+  batch.region_inputs.swap(launch_region_inputs_);
+  batch.region_writes.swap(launch_region_writes_);
   launched_.push_back(std::move(batch));
 }
 
@@ -484,6 +488,7 @@ void ComputeLoop::CompleteOldest() {
     }
     batch.status = Internal("batch failed on the device: " + error);
   }
+  if (batch.status.ok()) batch.status = FlushRegionWrites(batch.region_writes);
   ipc::FinishResponse(batch.status, static_cast<uint64_t>(ToMicros(Clock::now() - batch.start)),
                       batch.response, pipeline_ ? &batch.pipeline : nullptr);
   if (!batch.status.ok()) {

@@ -22,6 +22,15 @@
 // and only then pop the request (the input tensors pointed into it). A batch that fails gets a
 // response with a status and message; the loop keeps serving.
 //
+// Client regions (in place) belong to the client, who may truncate one at any moment; touching a
+// page past its new end raises SIGBUS. So no region page ever reaches the model or a device copy:
+// an in-place input is copied out into private memory, and an in-place output is computed into
+// private memory and copied into the region once its lane is done, each copy after an fstat size
+// check and under the SIGBUS guard (ipc/guarded_copy.h, installed in main). A region that shrank
+// fails only its request, with INVALID_ARGUMENT; the worker lives on. The guarded memcpy was
+// chosen over reading the shm fd with pread: it keeps the region's mapping cache and costs the
+// same one copy, and the guard is already what the supervisor uses for the same regions.
+//
 // Pipeline (config "pipeline", worker/pipeline_stages.h): the inputs come from the stages (decode
 // and preprocess on their pool, prefetched for the next slot while this batch's forward() runs),
 // and postprocess runs on the outputs before they are written.
@@ -149,6 +158,15 @@ class ComputeLoop {
   bool AnswerPendingRequests();
   bool Abandoned() const;
   uint8_t* ReserveResponseSlot();
+  // An in-place output computed into private memory, for the client region at `offset`.
+  struct RegionWrite {
+    ipc::SharedRegion* region;
+    uint64_t offset;
+    at::Tensor host;
+  };
+  // Copies the in-place outputs of a finished batch into their regions (guarded); INVALID_ARGUMENT
+  // when a region shrank under the range.
+  static Status FlushRegionWrites(const std::vector<RegionWrite>& writes);
   // A batch launched on a lane and not yet answered (compute thread only).
   struct LaunchedBatch {
     const uint8_t* request;
@@ -159,6 +177,8 @@ class ComputeLoop {
     int64_t rows;
     TimePoint start;
     std::vector<ipc::SharedRegion*> regions;  // client regions its tensors point into
+    std::vector<at::Tensor> region_inputs;    // private copies of its in-place inputs
+    std::vector<RegionWrite> region_writes;   // its in-place outputs, copied in when done
     ipc::PipelineOutcome pipeline;            // stage times and failed rows (pipeline models)
   };
   void Launch(const uint8_t* request, uint8_t* response);
@@ -218,6 +238,8 @@ class ComputeLoop {
   TimePoint next_load_sample_{};
   const int cores_ = UsableCores();
   std::vector<ipc::SharedRegion*> launch_regions_;  // acquired by the batch being launched
+  std::vector<at::Tensor> launch_region_inputs_;    // its private copies of in-place inputs
+  std::vector<RegionWrite> launch_region_writes_;   // its in-place outputs
   TimePoint next_region_trim_{};
   const ipc::Doorbell* const request_doorbell_;
   const ipc::Doorbell* const response_doorbell_;

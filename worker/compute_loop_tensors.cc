@@ -6,10 +6,45 @@
 #include "common/log.h"
 #include "common/protocol.h"
 #include "common/tensor_spec.h"
+#include "ipc/guarded_copy.h"
 #include "worker/compute_loop.h"
 #include "worker/torch_compat.h"
 
 namespace torchfarm::worker {
+
+namespace {
+
+// A client region no longer holds [offset, offset + nbytes): its client truncated it.
+Status RegionShrank(const ipc::SharedRegion& region, uint64_t offset, uint64_t nbytes) {
+  return InvalidArgument("client region '" + region.name() + "' holds " +
+                         std::to_string(region.CurrentSize()) + " bytes now, " +
+                         std::to_string(region.size()) + " when registered; this request needs " +
+                         "bytes [" + std::to_string(offset) + ", " +
+                         std::to_string(offset + nbytes) + ") of it (was it truncated?)");
+}
+
+// The region's bytes at `bytes` into private memory: size checked (fstat), copy guarded.
+Status CopyOutOfRegion(const ipc::SharedRegion& region, const uint8_t* bytes, uint64_t nbytes,
+                       void* to) {
+  const auto offset = static_cast<uint64_t>(bytes - region.data());
+  if (!region.Covers(offset, nbytes) || !ipc::GuardedCopy(to, bytes, nbytes)) {
+    return RegionShrank(region, offset, nbytes);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ComputeLoop::FlushRegionWrites(const std::vector<RegionWrite>& writes) {
+  for (const RegionWrite& write : writes) {
+    const uint64_t nbytes = write.host.nbytes();
+    if (!write.region->Covers(write.offset, nbytes) ||
+        !ipc::GuardedCopy(write.region->data() + write.offset, write.host.data_ptr(), nbytes)) {
+      return RegionShrank(*write.region, write.offset, nbytes);
+    }
+  }
+  return Status::Ok();
+}
 
 Status ComputeLoop::AcquireClientRegion(const ipc::ClientRegionRef& ref, ipc::SharedRegion** out) {
   Status s = client_regions_.Acquire(ref, out);
@@ -40,8 +75,17 @@ Status ComputeLoop::BuildInputs(const ipc::RequestView& request, std::vector<c10
     // reads the request slot after this batch.
     auto* bytes = const_cast<uint8_t*>(request.InputBytes(i, region ? region->data() : nullptr));
     if (i == 0) *rows = Rows(input.spec);
-    at::Tensor tensor = torch::from_blob(bytes, input.spec.shape,
-                                         at::TensorOptions().dtype(ToScalarType(input.spec.dtype)));
+    const auto options = at::TensorOptions().dtype(ToScalarType(input.spec.dtype));
+    at::Tensor tensor;
+    if (region) {
+      // The client's pages never reach the model (compute_loop.h): a private copy does.
+      tensor = at::empty(input.spec.shape, options);
+      Status s = CopyOutOfRegion(*region, bytes, input.nbytes, tensor.data_ptr());
+      if (!s.ok()) return s;
+      launch_region_inputs_.push_back(tensor);
+    } else {
+      tensor = torch::from_blob(bytes, input.spec.shape, options);
+    }
     inputs->emplace_back(PrepareInput(tensor));
   }
   return Status::Ok();
@@ -60,10 +104,16 @@ Status ComputeLoop::BuildPipelineInputs(const uint8_t* request, const ipc::Reque
     Status s = AcquireClientRegion(view.regions[view.inputs[0].region_index()], &region);
     if (!s.ok()) return s;
   }
+  const uint8_t* bytes = view.InputBytes(0, region ? region->data() : nullptr);
+  if (region) {
+    at::Tensor copy = at::empty({static_cast<int64_t>(view.inputs[0].nbytes)}, at::kByte);
+    Status s = CopyOutOfRegion(*region, bytes, view.inputs[0].nbytes, copy.data_ptr());
+    if (!s.ok()) return s;
+    launch_region_inputs_.push_back(copy);
+    bytes = copy.data_ptr<uint8_t>();
+  }
   std::vector<c10::IValue> host;
-  Status s =
-      pipeline_->Prepare(request, view, view.InputBytes(0, region ? region->data() : nullptr),
-                         &host, outcome, run_model);
+  Status s = pipeline_->Prepare(request, view, bytes, &host, outcome, run_model);
   if (!s.ok()) return s;
   for (const c10::IValue& input : host) inputs->emplace_back(PrepareInput(input.toTensor()));
   return Status::Ok();
@@ -130,11 +180,17 @@ Status ComputeLoop::WriteOutputs(const std::vector<at::Tensor>& tensors,
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& tensor = tensors[i];
     if (tensor.nbytes() == 0) continue;
-    // Straight into the response slot: one copy, asynchronous on a GPU lane.
+    // Straight into the response slot: one copy, asynchronous on a GPU lane. In place: into
+    // private memory, copied into the client's region once the lane is done (FlushRegionWrites).
     uint8_t* bytes = ipc::OutputBytes(placement, i, response, region ? region->data() : nullptr);
-    at::Tensor destination =
-        torch::from_blob(bytes, tensor.sizes(), at::TensorOptions().dtype(tensor.scalar_type()));
+    const auto options = at::TensorOptions().dtype(tensor.scalar_type());
+    at::Tensor destination = region ? at::empty(tensor.sizes(), options)
+                                    : torch::from_blob(bytes, tensor.sizes(), options);
     accelerator_->CopyToHost(tensor, destination);
+    if (region) {
+      launch_region_writes_.push_back(
+          RegionWrite{region, static_cast<uint64_t>(bytes - region->data()), destination});
+    }
   }
   ipc::WriteResponseOutputs(specs, placement, response);
   return Status::Ok();

@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "ipc/control_protocol.h"
+#include "ipc/guarded_copy.h"
 #include "worker/private_temp_dir.h"
 #include "worker/process_title.h"
 #include "worker/worker.h"
@@ -93,6 +94,8 @@ static int RunWorker(int argc, char** argv) {
                            " pid=" + std::to_string(::getpid()) + " model=" + args.model_name);
   // A dead peer must show up as an error return, not kill the process.
   std::signal(SIGPIPE, SIG_IGN);
+  // A client that truncates its region fails its request, not this worker (compute_loop.h).
+  torchfarm::ipc::InstallBusGuard();
 
   // Before the model loads and before any thread: LibTorch unpacks AOTInductor packages under
   // TMPDIR, and a killed worker's folder is swept by the next worker to start.

@@ -48,13 +48,40 @@ json StartTimesJson(const StartTimes& t) {
           {"launch_to_ready_ms", ms(t.launch_to_ready_ms)}};
 }
 
+// A load over the admin socket whose every worker failed before one was ready
+// (ModelControl::DropFailedLoads unregisters it at the end of the loop turn; readers in between
+// see it the same way).
+bool LoadFailed(const ModelTable& table, const ServedModel& model) {
+  return model.load_pending && !model.removed && !model.slots.empty() && !table.Available(model);
+}
+
+json FailedLoadJson(const ModelTable::FailedLoad& failed) {
+  return {
+      {"name", failed.name},
+      {"version", failed.version},
+      {"path", failed.path},
+      {"state", "failed"},
+      {"ready_workers", 0},
+      {"workers", 0},
+      {"queue_depth", 0},
+      {"reason", "the load failed, the model is not registered: " +
+                     (failed.reason.empty() ? std::string("no worker started") : failed.reason)}};
+}
+
+bool HasFailedLoad(const ModelTable& table, const ModelConfig& config) {
+  return std::any_of(table.failed_loads().begin(), table.failed_loads().end(),
+                     [&](const ModelTable::FailedLoad& f) {
+                       return f.name == config.name && f.version == config.version;
+                     });
+}
+
 }  // namespace
 
 json FarmStatus::Health() const {
   json models = json::array();
   bool all_ready = true;
   for (const auto& model : s_.models) {
-    if (model.removed) continue;
+    if (model.removed || LoadFailed(s_.models, model)) continue;  // not meant to serve
     const ModelWorkerTally tally = s_.models.Tally(model);
     const int ready = tally.ready;
     all_ready = all_ready && ready > 0;
@@ -106,6 +133,7 @@ json FarmStatus::Worker(const WorkerSlot& slot, TimePoint now) {
       {"start", StartTimesJson(slot.start_times())},
       {"uptime_s", uptime},
       {"restarts", slot.restarts()},
+      {"protocol_violations", slot.protocol_violations()},
       {"restart_in_ms", slot.RestartDue(TimePoint::max())
                             ? json(std::max<int64_t>(0, ToMicros(slot.restart_at() - now) / 1000))
                             : json(nullptr)},
@@ -151,6 +179,12 @@ json FarmStatus::Stats() {
     if (slot->retiring() && slot->state() == SlotState::kStopped) continue;
     workers.push_back(Worker(*slot, now));
   }
+  // The CPU samples of processes that are gone: a few bytes each, but one per worker ever run.
+  for (auto it = samples_.begin(); it != samples_.end();) {
+    const bool live = std::any_of(s_.workers.begin(), s_.workers.end(),
+                                  [&](const auto& slot) { return slot->pid() == it->first; });
+    it = live ? std::next(it) : samples_.erase(it);
+  }
   json zygote = s_.zygotes.ToJson(now);
   for (auto& place : zygote["zygotes"]) {
     // A standby forked from the primary shares most of these pages with it (copy-on-write).
@@ -163,6 +197,7 @@ json FarmStatus::Stats() {
                      {"config", s_.config.source_path},
                      {"draining", IsDraining(s_.farm.phase)},
                      {"worker_launch", s_.config.worker_launch},
+                     {"worker_protocol_violations", s_.workers.protocol_violations()},
                      {"zygote", std::move(zygote)}};
   if (auto self = SampleProcess(::getpid(), now)) {
     // RSS counts the worker segments' pages this process touched; the private part is RssAnon.
@@ -195,7 +230,13 @@ json FarmStatus::Stats() {
 json FarmStatus::Models() const {
   json models = json::array();
   for (const auto& model : s_.models) {
-    if (model.removed && model.slots.empty()) continue;
+    if (model.removed && (model.slots.empty() || HasFailedLoad(s_.models, model.config))) continue;
+    if (LoadFailed(s_.models, model)) {
+      const ModelConfig& c = model.config;
+      models.push_back(
+          FailedLoadJson({c.name, c.version, c.path, s_.models.Tally(model).failure_reason}));
+      continue;
+    }
     const ModelWorkerTally tally = s_.models.Tally(model);
     ModelWorkerCounts counts;
     counts.ready = tally.ready;
@@ -213,6 +254,11 @@ json FarmStatus::Models() const {
     if (model.rollout.state != RolloutState::kNone)
       m["rollout"] = RolloutJson(model.config.name, model.rollout);
     models.push_back(std::move(m));
+  }
+  // Loads that failed: no longer models (readiness does not wait for them), reported until the
+  // name is loaded again.
+  for (const ModelTable::FailedLoad& failed : s_.models.failed_loads()) {
+    models.push_back(FailedLoadJson(failed));
   }
   return {{"ok", true}, {"config", s_.config.source_path}, {"models", models}};
 }

@@ -67,6 +67,10 @@ MetricsExporter::MetricsExporter() : registry_(std::make_shared<prometheus::Regi
                    .Name("torchfarm_worker_restarts_total")
                    .Help("Worker restarts after a crash, hang or device failure")
                    .Register(*registry_);
+  violations_ = &prometheus::BuildCounter()
+                     .Name("torchfarm_worker_protocol_violations_total")
+                     .Help("Workers killed for writing shared memory the layout does not allow")
+                     .Register(*registry_);
   promotions_ = &prometheus::BuildCounter()
                      .Name("torchfarm_spare_promotions_total")
                      .Help("Warm spares that took the place of a serving worker that died")
@@ -190,6 +194,11 @@ void MetricsExporter::Workers(const std::string& model, const std::string& versi
 
 void MetricsExporter::WorkerRestart(const std::string& model, const std::string& version) {
   For(model, version).restarts->Increment();
+}
+
+void MetricsExporter::WorkerProtocolViolation(const std::string& model,
+                                              const std::string& version) {
+  violations_->Add({{"model", model}, {"version", version}}).Increment();
 }
 
 void MetricsExporter::SparePromoted(const std::string& model, const std::string& version) {

@@ -16,6 +16,10 @@
 //   torchfarm_queue_depth{model,version}                     gauge
 //   torchfarm_workers{model,version,state}                   gauge
 //   torchfarm_worker_restarts_total{model,version}           counter
+//   torchfarm_worker_protocol_violations_total{model,version}
+//                                                            counter, workers killed for breaking
+//                                                            the shared-memory layout
+//                                                            (ipc/protocol_violation.h)
 //   torchfarm_spare_promotions_total{model,version}          counter, warm spares that took a dead
 //                                                            worker's place
 //   torchfarm_workers{model,version,state="spare"}           gauge, ready spares
@@ -70,6 +74,8 @@ class MetricsExporter {
   void Workers(const std::string& model, const std::string& version, const std::string& state,
                int count);
   void WorkerRestart(const std::string& model, const std::string& version);
+  // A worker of the model was killed for a protocol violation (counted at its exit).
+  void WorkerProtocolViolation(const std::string& model, const std::string& version);
   void SparePromoted(const std::string& model, const std::string& version);
   // A rolling replacement ended: `outcome` "done" or "failed".
   void Rollout(const std::string& model, const std::string& outcome);
@@ -104,6 +110,7 @@ class MetricsExporter {
   prometheus::Family<prometheus::Gauge>* workers_;
   prometheus::Family<prometheus::Counter>* restarts_;
   prometheus::Family<prometheus::Counter>* promotions_;
+  prometheus::Family<prometheus::Counter>* violations_;
   prometheus::Family<prometheus::Counter>* rollouts_;
   prometheus::Family<prometheus::Gauge>* rss_;
   prometheus::Family<prometheus::Gauge>* fallback_;

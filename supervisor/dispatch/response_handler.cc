@@ -43,8 +43,9 @@ void RecordPipelineMetrics(MetricsExporter& metrics, const ModelConfig& model,
 }  // namespace
 
 void ResponseHandler::Collect(WorkerSlot& slot) {
-  slot.CollectResponses(
-      clock_, [&](InflightBatch& batch, const uint8_t* response) { Reply(slot, batch, response); });
+  slot.CollectResponses(clock_, [&](InflightBatch& batch, const uint8_t* response) {
+    return Reply(slot, batch, response);
+  });
 }
 
 double ResponseHandler::ServiceUs(const WorkerSlot& slot, const InflightBatch& batch,
@@ -55,13 +56,19 @@ double ResponseHandler::ServiceUs(const WorkerSlot& slot, const InflightBatch& b
   return static_cast<double>(ToMicros(now - started));
 }
 
-void ResponseHandler::Reply(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response) {
+std::optional<ipc::ProtocolViolation> ResponseHandler::Reply(WorkerSlot& slot, InflightBatch& batch,
+                                                             const uint8_t* response) {
   ServedModel& model = models_[slot.model_index()];
   TimePoint now = clock_.Now();
   // The segment's own capacity: a reload may have changed slot_bytes for the next launch.
   ipc::ResponseView view;
   const Status failure = ipc::ReadResponse(
       response, ExpectedResponse(batch, slot.responses()->segment().data_capacity()), &view);
+  if (view.violation) {
+    // The worker's fault, not the batch's: the batch goes back to be run again (poison rules).
+    return ipc::ProtocolViolation{"response slot header", failure.message(),
+                                  "the layout ipc/slot_codec.h ReadResponse checks"};
+  }
   slot.batches_done++;
   slot.rows_done += static_cast<uint64_t>(batch.rows);
   slot.requests_done += batch.requests.size();
@@ -79,13 +86,13 @@ void ResponseHandler::Reply(WorkerSlot& slot, InflightBatch& batch, const uint8_
     // one at fault fails and its batch-mates, other clients' requests among them, succeed.
     for (auto& r : batch.requests) r.batchable = false;
     model.queue.PushFront(std::move(batch.requests));
-    return;
+    return std::nullopt;
   }
   if (!failure.ok()) {
     for (auto& r : batch.requests) {
       dispatcher_.Fail(model, r, failure);
     }
-    return;
+    return std::nullopt;
   }
   // model_metadata.h: once per model file; not from a pipeline batch whose every row failed (it
   // answers no outputs at all).
@@ -136,6 +143,7 @@ void ResponseHandler::Reply(WorkerSlot& slot, InflightBatch& batch, const uint8_
       RecordPipelineMetrics(*metrics_, model.config, timing);
     }
   }
+  return std::nullopt;
 }
 
 void ResponseHandler::ReleasePinned(WorkerPool& workers, PinnedRingKeeper& rings) {

@@ -11,9 +11,11 @@
 #include <unordered_map>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "common/clock.h"
+#include "ipc/protocol_violation.h"
 #include "supervisor/admin/metrics_exporter.h"
 #include "supervisor/dispatch/dispatcher.h"
 #include "supervisor/dispatch/reply_writer.h"
@@ -39,7 +41,9 @@ class ResponseHandler {
   uint64_t detached_replies() const { return detached_replies_; }
 
  private:
-  void Reply(WorkerSlot& slot, InflightBatch& batch, const uint8_t* response);
+  // Set when the response broke the slot layout: `batch` is left as it was, for requeueing.
+  std::optional<ipc::ProtocolViolation> Reply(WorkerSlot& slot, InflightBatch& batch,
+                                              const uint8_t* response);
 
   // A batch's service time: from when `slot` could start it to `now` (ServedModel::service).
   double ServiceUs(const WorkerSlot& slot, const InflightBatch& batch, TimePoint now);

@@ -82,6 +82,7 @@ void WorkerEvents::OnChildExit(pid_t pid, int wait_status, TimePoint death) {
   if (!slot) return;  // not a worker (an MPS control helper, a stale pid)
   bool expected = IsStoppingWorkers(d_.farm.phase) || slot->state() == SlotState::kStopping;
   OnOutput(*slot);  // what it printed last (a crash message) comes first
+  slot->MarkReaped();  // a violation found in its ring now must not signal a reused pid
   // Batches it finished before it died are answered, not re-run: only what is left in the ring
   // was running or waiting when it died.
   RunGuarded("responses of an exited worker", d_.clock, [&] { d_.responses.Collect(*slot); });
@@ -111,6 +112,10 @@ void WorkerEvents::OnChildExit(pid_t pid, int wait_status, TimePoint death) {
   }
   if (metrics_ && slot->state() == SlotState::kBackoff && !expected) {
     metrics_->WorkerRestart(slot->model_name(), slot->model_version());
+  }
+  if (slot->last_exit_was_protocol_violation()) {
+    d_.workers.CountProtocolViolation();
+    if (metrics_) metrics_->WorkerProtocolViolation(slot->model_name(), slot->model_version());
   }
   if (!expected && slot->last_exit_was_device_failure()) RecycleMpsPeers(*slot);
   FailIfNoWorkers(d_.models, d_.dispatcher, d_.models[slot->model_index()]);

@@ -45,7 +45,10 @@ LoadResult ModelControl::Load(const std::string& name, const std::vector<ModelCo
     }
   }
   const size_t first_new = workers_.size();
-  for (size_t k = 0; k < configs.size(); ++k) Add(configs[k], std::move(identities[k]));
+  models_.ForgetFailedLoads(name);
+  for (size_t k = 0; k < configs.size(); ++k) {
+    models_[Add(configs[k], std::move(identities[k]))].load_pending = true;
+  }
   LaunchFrom(first_new);
   models_.RebuildServed();
   const size_t started = workers_.size() - first_new;
@@ -241,6 +244,78 @@ void ModelControl::RetireIdle() {
     model.spares.erase(std::remove_if(model.spares.begin(), model.spares.end(), gone),
                        model.spares.end());
   }
+}
+
+void ModelControl::DropFailedLoads() {
+  bool changed = false;
+  for (ServedModel& model : models_) {
+    if (!model.load_pending || model.removed) continue;
+    if (models_.HasReadyWorker(model)) {
+      model.load_pending = false;
+      continue;
+    }
+    if (model.slots.empty() || models_.Available(model)) continue;  // may still come up
+    const std::string reason = models_.Tally(model).failure_reason;
+    TF_LOG(kError) << "model load failed: every worker failed before one was ready; the model "
+                      "is unregistered"
+                   << Kv("model", model.config.name) << Kv("version", model.config.version)
+                   << Kv("path", model.config.path) << Kv("reason", reason);
+    models_.NoteFailedLoad({model.config.name, model.config.version, model.config.path, reason});
+    model.removed = true;
+    model.load_pending = false;
+    changed = true;
+  }
+  if (changed) models_.RebuildServed();
+}
+
+void ModelControl::FindReclaimable(std::vector<bool>* slot_gone,
+                                   std::vector<bool>* model_gone) const {
+  std::vector<bool> listed(workers_.size(), false);
+  model_gone->assign(models_.size(), false);
+  for (size_t m = 0; m < models_.size(); ++m) {
+    const ServedModel& model = models_[m];
+    for (const auto* list : {&model.slots, &model.spares, &model.rollout.outdated,
+                             &model.rollout.retired, &model.rollout.replacements}) {
+      for (size_t i : *list) listed[i] = true;
+    }
+    (*model_gone)[m] = model.removed && model.queue.empty() && model.slots.empty() &&
+                       model.spares.empty() && model.rollout.state != RolloutState::kRolling;
+  }
+  slot_gone->assign(workers_.size(), false);
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const WorkerSlot& slot = *workers_[i];
+    (*slot_gone)[i] =
+        !listed[i] && slot.retiring() && slot.state() == SlotState::kStopped && slot.pid() <= 0;
+    if (!(*slot_gone)[i]) (*model_gone)[slot.model_index()] = false;  // still its model's
+  }
+}
+
+size_t ModelControl::ReclaimRemoved() {
+  // Every loop turn: without a removed model or a retired slot there is nothing to look at (and
+  // nothing to allocate).
+  const bool maybe =
+      std::any_of(models_.begin(), models_.end(), [](const ServedModel& m) { return m.removed; }) ||
+      std::any_of(workers_.begin(), workers_.end(),
+                  [](const auto& slot) { return slot->retiring(); });
+  if (!maybe) return 0;
+  std::vector<bool> slot_gone, model_gone;
+  FindReclaimable(&slot_gone, &model_gone);
+  const size_t slots = static_cast<size_t>(std::count(slot_gone.begin(), slot_gone.end(), true));
+  const size_t models = static_cast<size_t>(std::count(model_gone.begin(), model_gone.end(), true));
+  if (slots + models == 0) return 0;
+  const std::vector<size_t> slot_moved = workers_.EraseSlots(slot_gone);
+  const std::vector<size_t> model_moved = models_.EraseModels(model_gone);
+  for (const auto& slot : workers_) slot->set_model_index(model_moved[slot->model_index()]);
+  for (ServedModel& model : models_) {
+    for (auto* list : {&model.slots, &model.spares, &model.rollout.outdated, &model.rollout.retired,
+                       &model.rollout.replacements}) {
+      for (size_t& i : *list) i = slot_moved[i];
+    }
+  }
+  models_.RebuildServed();
+  TF_LOG(kDebug) << "reclaimed what removed models held" << Kv("models", models)
+                 << Kv("slots", slots);
+  return slots + models;
 }
 
 bool ModelControl::RetireReplacedVersions() {

@@ -67,6 +67,15 @@ class ModelControl {
   // Each loop turn: removed models' slots retire once their queue is empty; retired slots that
   // stopped leave their model's lists.
   void RetireIdle();
+  // Each loop turn, after RetireIdle: frees what unloaded and removed models held once nothing
+  // refers to it any more: the model (its queue, stats, names) once it is idle and has no slots,
+  // and every retired slot that stopped and no model lists (its segment went when its process
+  // did). The survivors are renumbered. Returns how many models and slots went.
+  size_t ReclaimRemoved();
+  // Each loop turn: a model loaded over the admin socket whose every worker failed before one was
+  // ready is unregistered (the farm's readiness stops waiting for it) and its failure kept for
+  // `models` and `ctl load` (ModelTable::failed_loads).
+  void DropFailedLoads();
   // Versions a reload dropped while another version of their model was still loading: removed
   // once one is ready. True when the served list changed.
   bool RetireReplacedVersions();
@@ -79,6 +88,9 @@ class ModelControl {
   // Ring geometry or inputs changed: every worker stops taking batches and restarts at once.
   std::string ReplaceAllAtOnce(ServedModel& model, const ModelUpdate& update);
   void LaunchFrom(size_t first_slot);
+  // Which slots ReclaimRemoved may erase (retired, stopped, in no model's lists) and which models
+  // (removed, idle, with no slot left that is not erased).
+  void FindReclaimable(std::vector<bool>* slot_gone, std::vector<bool>* model_gone) const;
 
   ModelTable& models_;
   WorkerPool& workers_;

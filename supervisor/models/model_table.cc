@@ -1,5 +1,7 @@
 #include "supervisor/models/model_table.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 
 #include "common/log.h"
@@ -94,6 +96,56 @@ void ModelTable::RebuildServed() {
     served_configs_.push_back(models_[i].config);
     served_index_.push_back(i);
   }
+}
+
+std::vector<size_t> ModelTable::EraseModels(const std::vector<bool>& erase) {
+  std::vector<size_t> moved(models_.size(), WorkerPool::kErased);
+  std::vector<ServedModel> kept;
+  kept.reserve(models_.size());
+  for (size_t m = 0; m < models_.size(); ++m) {
+    if (m < erase.size() && erase[m]) continue;
+    moved[m] = kept.size();
+    kept.push_back(std::move(models_[m]));
+  }
+  models_ = std::move(kept);  // the same vector object: the Dispatcher holds a reference to it
+  return moved;
+}
+
+void ModelTable::NoteFailedLoad(FailedLoad load) {
+  ForgetFailedLoads(load.name, load.version);
+  failed_loads_.push_back(std::move(load));
+  while (failed_loads_.size() > kFailedLoadsKept) failed_loads_.pop_front();
+}
+
+void ModelTable::ForgetFailedLoads(const std::string& name, const std::string& version) {
+  failed_loads_.erase(std::remove_if(failed_loads_.begin(), failed_loads_.end(),
+                                     [&](const FailedLoad& f) {
+                                       return f.name == name &&
+                                              (version.empty() || f.version == version);
+                                     }),
+                      failed_loads_.end());
+}
+
+Status ModelTable::CheckModelFile(const WorkerSlot& slot) const {
+  if (slot.model_index() >= models_.size()) return Status::Ok();
+  const ServedModel& model = models_[slot.model_index()];
+  // A worker a rollout has not replaced yet still runs the previous config and file.
+  const ModelRollout& r = model.rollout;
+  const bool outdated = r.state == RolloutState::kRolling &&
+                        std::any_of(r.outdated.begin(), r.outdated.end(),
+                                    [&](size_t i) { return workers_[i] == &slot; });
+  const FileIdentity* loaded = outdated ? &r.previous_file : &model.file;
+  if (loaded->size < 0 || loaded->path != slot.model_path()) return Status::Ok();
+  struct stat st {};
+  if (::stat(loaded->path.c_str(), &st) != 0) return Status::Ok();  // the worker says why
+  const int64_t mtime_ns =
+      static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  if (st.st_size == loaded->size && mtime_ns == loaded->mtime_ns) return Status::Ok();
+  const FileIdentity now = ReadFileIdentity(loaded->path);
+  if (now.size == loaded->size && now.hash == loaded->hash) return Status::Ok();  // touched only
+  return Unavailable("model file changed since version " + model.config.version +
+                     " was loaded; reload to serve it (" + loaded->path + ": loaded " +
+                     loaded->Describe() + ", now " + now.Describe() + ")");
 }
 
 ModelWorkerTally ModelTable::Tally(const ServedModel& model) const {

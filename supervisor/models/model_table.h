@@ -1,12 +1,14 @@
 // Every model the farm has and which of them clients may name: the table of ServedModels (one per
-// (name, version), in load order, never erased while the loop runs: a dropped model is marked
-// `removed` and keeps serving its queue), the served list that routing reads (ParseJob,
-// SelectServedVersion) and the one count of a model's workers that every reader uses.
+// (name, version), in load order; a dropped model is marked `removed` and keeps serving its queue,
+// and is erased once idle and without workers, ModelControl::ReclaimRemoved), the served list that
+// routing reads (ParseJob, SelectServedVersion), the one count of a model's workers that every
+// reader uses, and the loads over the admin socket that failed (reported by `models`).
 //
 // Owns the models; the WorkerPool owns their slots (a model holds slot indices). Loop thread only.
 #pragma once
 
 #include <cstddef>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -76,6 +78,31 @@ class ModelTable {
   std::string DefaultVersion(const std::string& name) const;
   // After a model was added or marked removed.
   void RebuildServed();
+  // Erases the models with erase[m] and returns where each old index went (WorkerPool::kErased
+  // for the erased); the caller renumbers the slots' model_index and calls RebuildServed.
+  std::vector<size_t> EraseModels(const std::vector<bool>& erase);
+
+  // A load over the admin socket whose every worker failed before one was ready: no longer a
+  // model, kept for `models` and `ctl load` until the name is loaded again (at most
+  // kFailedLoadsKept, the oldest dropped first).
+  struct FailedLoad {
+    std::string name;
+    std::string version;
+    std::string path;
+    std::string reason;
+  };
+  static constexpr size_t kFailedLoadsKept = 32;
+  void NoteFailedLoad(FailedLoad load);
+  // Every failed load of `name` (of that version only, when given).
+  void ForgetFailedLoads(const std::string& name, const std::string& version = {});
+  const std::deque<FailedLoad>& failed_loads() const { return failed_loads_; }
+
+  // A version is one set of bytes: whether `slot`'s next launch would load the file its version
+  // was loaded from (ServedModel::file, or the rollout's previous_file for a worker still on the
+  // old config). A stat first; only when size or mtime differ is the file hashed again. Not OK,
+  // "model file changed since version N was loaded; reload to serve it (...)", when the bytes
+  // differ. A file that cannot be read is the worker's to report.
+  Status CheckModelFile(const WorkerSlot& slot) const;
 
   ModelWorkerTally Tally(const ServedModel& model) const;
   bool HasReadyWorker(const ServedModel& model) const;
@@ -95,6 +122,7 @@ class ModelTable {
   std::vector<ServedModel> models_;
   std::vector<ModelConfig> served_configs_;
   std::vector<size_t> served_index_;
+  std::deque<FailedLoad> failed_loads_;
 };
 
 }  // namespace torchfarm

@@ -47,6 +47,9 @@ struct ServedModel {
   // promotion swaps an entry of `slots` with one of `spares`.
   std::vector<size_t> spares{};
   uint64_t spare_promotions{0};
+  // Loaded over the admin socket and no worker ready yet: if every worker fails first, the load
+  // failed and the model is unregistered (ModelControl::DropFailedLoads).
+  bool load_pending = false;
 };
 
 }  // namespace torchfarm

@@ -42,9 +42,23 @@ bool PinnedResponseRing::OverlapsDetached(uint64_t offset, uint64_t length) cons
   return false;
 }
 
-const uint8_t* PinnedResponseRing::Next() const {
-  // The ring's tail is tail_ (this object is its only consumer): read_ is read_ - tail_ behind it.
-  return ring_.PeekAt(read_ - tail_);
+const uint8_t* PinnedResponseRing::Next(uint64_t awaited) {
+  if (violation_) return nullptr;
+  const uint64_t head = ring_.LoadHead();
+  // Published responses occupy slots [tail_, head): never more than the ring holds, and never
+  // more than the batches the worker was given. Written so that no bound overflows.
+  const uint64_t ring_room = tail_ + ring_.slot_count() - read_;
+  const uint64_t ahead = std::min<uint64_t>(awaited, ring_room);
+  violation_ = ipc::CheckIndex("response_head", head, seen_head_, read_ + ahead, [&] {
+    return "at least the head seen before, at most the supervisor's tail " + std::to_string(tail_) +
+           " plus " + std::to_string(ring_.slot_count()) + " ring slots and at most " +
+           std::to_string(read_ - tail_) + " answered plus " +
+           (awaited == UINT64_MAX ? std::string("any") : std::to_string(awaited)) +
+           " batches in flight";
+  });
+  if (violation_) return nullptr;
+  seen_head_ = head;
+  return head == read_ ? nullptr : ring_.SlotAt(read_);
 }
 
 void PinnedResponseRing::ReleaseFrame(void* /*data*/, void* hint) {
@@ -96,10 +110,11 @@ uint32_t PinnedResponseRing::ReleaseFreed() {
   uint32_t popped = 0;
   while (tail_ < read_ &&
          live_frames_[tail_ % ring_.slot_count()]->load(std::memory_order_acquire) == 0) {
-    ring_.Pop();
     ++tail_;
     ++popped;
   }
+  // Stored, never read back: the worker may have scribbled over the shared copy.
+  if (popped > 0) ring_.StoreTail(tail_);
   return popped;
 }
 
@@ -109,8 +124,7 @@ bool PinnedResponseRing::Stuck(TimePoint now, Clock::duration limit) const {
 
 bool PinnedResponseRing::DetachStuck(TimePoint now, Clock::duration limit) {
   if (!alias_ || !Stuck(now, limit)) return false;
-  const uint8_t* slot = ring_.Front();
-  if (!slot) return false;
+  const uint8_t* slot = ring_.SlotAt(tail_);  // tail_ < read_: an answered slot
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t slot_offset = static_cast<uint64_t>(slot - segment_->base());
   const uint64_t first = slot_offset / page * page;

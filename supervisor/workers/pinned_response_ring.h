@@ -22,6 +22,12 @@
 // stuck message is freed the alias's pages are mapped onto the shared pages again. A frame whose
 // pages are detached is copied, not pinned.
 //
+// The worker writes the ring's head and the slots; the supervisor trusts neither
+// (ipc/protocol_violation.h). The ring's tail lives in tail_, never read back from the segment;
+// Next checks the head against [the last head seen, min(tail_ + slot count, read_ + awaited)]
+// before touching a slot, and on a violation records it, reads nothing more from this segment and
+// answers nullptr from then on: the caller kills the worker.
+//
 // Owns: a shared reference to the segment, so the mapping outlives a worker restart until the
 // last message into it is freed, and the per-slot counts. Threads: the supervisor's loop thread
 // calls everything; libzmq's I/O threads run ReleaseFrame (one atomic decrement, nothing else).
@@ -34,11 +40,13 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <zmq.hpp>
 
 #include "common/clock.h"
+#include "ipc/protocol_violation.h"
 #include "ipc/spsc_ring.h"
 #include "ipc/worker_segment.h"
 
@@ -69,8 +77,12 @@ class PinnedResponseRing {
   PinnedResponseRing(const PinnedResponseRing&) = delete;
   PinnedResponseRing& operator=(const PinnedResponseRing&) = delete;
 
-  // The oldest published response not read yet, or nullptr.
-  const uint8_t* Next() const;
+  // The oldest published response not read yet, or nullptr: none, or the worker's head broke
+  // the layout (violation() then says how). `awaited`: the batches the worker holds that have no
+  // response yet; a head further ahead than that is a violation too.
+  const uint8_t* Next(uint64_t awaited = UINT64_MAX);
+  // Set once the worker's head broke the layout; the ring is not read again.
+  const std::optional<ipc::ProtocolViolation>& violation() const { return violation_; }
   // A zmq message of `size` bytes at `data`, inside the response returned by Next(); the slot
   // stays unpopped until libzmq has freed the message. A copy instead while the keeper's
   // PinBudget does not allow pinning this ring's segment.
@@ -116,6 +128,8 @@ class PinnedResponseRing {
   ipc::SpscRing ring_;
   uint64_t tail_ = 0;  // the ring's tail; this object is its only writer
   uint64_t read_ = 0;
+  uint64_t seen_head_ = 0;  // the worker's head as last checked; heads never go back
+  std::optional<ipc::ProtocolViolation> violation_;
   // Per slot position; a detached slot's counter moves to its DetachedRange.
   std::vector<std::unique_ptr<std::atomic<uint32_t>>> live_frames_;
   std::vector<DetachedRange> detached_;

@@ -17,9 +17,20 @@ void WorkerPool::Configure(LaunchContext context, RestartPolicy policy) {
 
 size_t WorkerPool::Add(const ModelConfig& model, const InstanceConfig& instance,
                        size_t model_index) {
-  slots_.push_back(
-      std::make_unique<WorkerSlot>(static_cast<int>(slots_.size()), model, instance, model_index));
+  slots_.push_back(std::make_unique<WorkerSlot>(next_id_++, model, instance, model_index));
   return slots_.size() - 1;
+}
+
+std::vector<size_t> WorkerPool::EraseSlots(const std::vector<bool>& erase) {
+  std::vector<size_t> moved(slots_.size(), kErased);
+  Slots kept;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (i < erase.size() && erase[i]) continue;
+    moved[i] = kept.size();
+    kept.push_back(std::move(slots_[i]));
+  }
+  slots_ = std::move(kept);
+  return moved;
 }
 
 void WorkerPool::Launch(WorkerSlot& slot) {
@@ -30,6 +41,15 @@ void WorkerPool::Launch(WorkerSlot& slot) {
     return;
   }
   ++launches_this_turn_;
+  if (launch_check_) {
+    if (Status refused = launch_check_(slot); !refused.ok()) {
+      TF_LOG(kError) << "worker not launched" << Kv("worker", slot.id())
+                     << Kv("model", slot.model_name()) << Kv("version", slot.model_version())
+                     << Kv("why", refused.message());
+      slot.RefuseLaunch(refused.message(), clock_.Now(), policy_);
+      return;
+    }
+  }
   Status s = slot.Launch(context_, clock_.Now(), policy_);
   if (!s.ok()) {
     // The slot backs off and tries again: fork or descriptors running out is the machine's
@@ -47,11 +67,12 @@ void WorkerPool::Retire(WorkerSlot& slot, const std::string& why) {
 }
 
 Status WorkerPool::RequestRestart(int worker_id, const std::string& why) {
-  if (worker_id < 0 || worker_id >= static_cast<int>(slots_.size()) ||
-      slots_[static_cast<size_t>(worker_id)]->retiring()) {
+  auto found = std::find_if(slots_.begin(), slots_.end(),
+                            [&](const auto& slot) { return slot->id() == worker_id; });
+  if (found == slots_.end() || (*found)->retiring()) {
     return NotFound("no worker " + std::to_string(worker_id) + " (see torchfarm stats)");
   }
-  WorkerSlot& slot = *slots_[static_cast<size_t>(worker_id)];
+  WorkerSlot& slot = **found;
   if (slot.state() != SlotState::kReady && slot.state() != SlotState::kStarting) {
     return Unavailable("worker " + std::to_string(worker_id) + " is " +
                        SlotStateName(slot.state()) +

@@ -26,6 +26,9 @@ class WorkerPool {
   // The hang_timeout_ms of the model a slot serves.
   using HangLimit = std::function<Millis(const WorkerSlot&)>;
 
+  // Asked before each launch; a refusal (not OK) fails the slot instead (WorkerSlot::RefuseLaunch).
+  using LaunchCheck = std::function<Status(const WorkerSlot&)>;
+
   explicit WorkerPool(const TimeSource& clock) : clock_(clock) {}
 
   void Configure(LaunchContext context, RestartPolicy policy);
@@ -33,8 +36,10 @@ class WorkerPool {
   // Applies to the next launches (heartbeat_ms after a reload).
   void set_heartbeat_ms(int heartbeat_ms) { context_.heartbeat_ms = heartbeat_ms; }
   const RestartPolicy& policy() const { return policy_; }
+  void set_launch_check(LaunchCheck check) { launch_check_ = std::move(check); }
 
-  // Adds a slot (not launched); returns its index.
+  // Adds a slot (not launched); returns its index. Its id is new for the farm's life (ids of
+  // erased slots are not reused).
   size_t Add(const ModelConfig& model, const InstanceConfig& instance, size_t model_index);
   // At most this many launches per loop turn: each costs the loop a segment, a fork round trip
   // and a few milliseconds, so a scale-up of hundreds of workers is spread over many turns and
@@ -59,10 +64,19 @@ class WorkerPool {
   // done. Errors name what was asked and why it cannot be.
   Status RequestRestart(int worker_id, const std::string& why);
 
+  // Erases the slots with erase[i] (an unload's retired, stopped slots: EraseSlots is told only of
+  // those) and returns where each old index went: kErased for the erased.
+  static constexpr size_t kErased = static_cast<size_t>(-1);
+  std::vector<size_t> EraseSlots(const std::vector<bool>& erase);
+
   WorkerSlot* FindByPid(pid_t pid);
   WorkerSlot* FindByRoutingId(const std::string& routing_id);
   bool AllExited() const;
   void KillAll();
+  // Workers killed for breaking the shared-memory protocol, over the farm's life (counted at their
+  // exit; WorkerSlot::OnProtocolViolation).
+  void CountProtocolViolation() { ++protocol_violations_; }
+  uint64_t protocol_violations() const { return protocol_violations_; }
 
   WorkerSlot* operator[](size_t index) const { return slots_[index].get(); }
   WorkerSlot* back() const { return slots_.back().get(); }
@@ -76,6 +90,9 @@ class WorkerPool {
   RestartPolicy policy_;
   Slots slots_;
   int launches_this_turn_ = 0;
+  int next_id_ = 0;
+  LaunchCheck launch_check_;  // ids are unique over the farm's life, also after EraseSlots
+  uint64_t protocol_violations_ = 0;
 };
 
 }  // namespace torchfarm

@@ -195,6 +195,10 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
     return s;
   }
   output_partial_.clear();
+  request_head_ = 0;
+  request_tail_seen_ = 0;
+  violation_reported_ = false;
+  reaped_ = false;
   reached_ready_ = false;
   stop_sent_ = false;
   restart_requested_ = false;
@@ -205,6 +209,13 @@ Status WorkerSlot::Launch(const LaunchContext& context, TimePoint now,
   kill_reason_.clear();
   TransitionTo(SlotState::kStarting, "launched generation " + std::to_string(generation_));
   return Status::Ok();
+}
+
+void WorkerSlot::RefuseLaunch(const std::string& why, TimePoint now, const RestartPolicy& policy) {
+  failure_reason_ = why;
+  restart_at_ = now + policy.failed_retry;
+  if (state_ == SlotState::kStopped) TransitionTo(SlotState::kBackoff, why);  // the table's way
+  TransitionTo(SlotState::kFailed, why);
 }
 
 void WorkerSlot::OnHello(TimePoint now) {
@@ -321,10 +332,50 @@ bool WorkerSlot::CanAccept() const {
   // long clients take to receive the replies that pin answered slots.
   // The request ring is counted too: a worker may publish a response before it pops the request
   // slot, so answered batches can still hold request slots.
-  return state_ == SlotState::kReady && !retiring_ && !restart_requested_ &&
+  return state_ == SlotState::kReady && !retiring_ && !restart_requested_ && !violation_reported_ &&
          inflight_.size() < static_cast<size_t>(max_inflight_) && responses_ &&
-         inflight_.size() + responses_->unpopped() < responses_->slot_count() && segment_ &&
-         segment_->request_ring().TryReserve() != nullptr;
+         inflight_.size() + responses_->unpopped() < responses_->slot_count() && RequestSlotFree();
+}
+
+bool WorkerSlot::RequestSlotFree() const {
+  if (!segment_) return false;
+  // The worker's tail as it is now when it is within bounds (Dispatch checks it for good), else
+  // the one last checked.
+  const uint64_t tail = segment_->request_ring().LoadTail();
+  const uint64_t popped =
+      tail >= request_tail_seen_ && tail <= request_head_ ? tail : request_tail_seen_;
+  return request_head_ - popped < segment_->request_ring().slot_count();
+}
+
+bool WorkerSlot::CheckRequestTail(TimePoint now) {
+  if (violation_reported_) return false;
+  if (!segment_) return true;
+  const uint64_t tail = segment_->request_ring().LoadTail();
+  std::optional<ipc::ProtocolViolation> violation =
+      ipc::CheckIndex("request_tail", tail, request_tail_seen_, request_head_, [&] {
+        return "at least the tail seen before, at most the supervisor's head " +
+               std::to_string(request_head_);
+      });
+  if (violation) {
+    OnProtocolViolation(*violation, now);
+    return false;
+  }
+  request_tail_seen_ = tail;
+  return true;
+}
+
+void WorkerSlot::OnProtocolViolation(const ipc::ProtocolViolation& violation, TimePoint now) {
+  if (violation_reported_) return;
+  violation_reported_ = true;
+  ++protocol_violations_;
+  TF_LOG(kError) << "worker broke the shared-memory protocol; killing it" << Kv("worker", id_)
+                 << Kv("pid", pid_) << Kv("model", model_name_) << Kv("version", model_version_)
+                 << Kv("field", violation.field) << Kv("value", violation.value)
+                 << Kv("bound", violation.bound);
+  NoteKill("protocol violation: " + violation.field + " " + violation.value + " outside " +
+           violation.bound);
+  if (pid_ > 0 && !reaped_) ::kill(pid_, SIGKILL);
+  OnKillSent(now);
 }
 
 bool WorkerSlot::CanPinResponse() const {
@@ -368,14 +419,15 @@ int64_t WorkerSlot::inflight_rows() const {
 }
 
 bool WorkerSlot::Dispatch(InflightBatch& batch, bool shm_in_place) {
-  if (!segment_) return false;
+  if (!segment_ || !CheckRequestTail(batch.dispatched)) return false;
   ipc::SpscRing ring = segment_->request_ring();
-  uint8_t* slot = ring.TryReserve();
-  if (!slot) return false;  // CanAccept() said yes; the ring disagrees: a failed dispatch
+  // CanAccept() said yes; the ring disagrees: a failed dispatch.
+  if (request_head_ - request_tail_seen_ >= ring.slot_count()) return false;
+  uint8_t* slot = ring.SlotAt(request_head_);
   const BatchEncoding encoding = EncodeBatch(batch, shm_in_place, slot, ring.data_capacity());
   batch.in_place = encoding.in_place;
   batch.outputs_in_place = encoding.outputs_in_place;
-  ring.Publish();
+  ring.StoreHead(++request_head_);
   request_bell_.Ring();
   if (awaiting_promoted_batch_) {
     awaiting_promoted_batch_ = false;
@@ -415,6 +467,8 @@ std::vector<InflightBatch> WorkerSlot::OnExit(int wait_status, TimePoint now,
                                      std::make_move_iterator(inflight_.end()));
   inflight_.clear();
   ReleaseProcess();
+  last_exit_protocol_violation_ = violation_reported_;
+  violation_reported_ = false;
 
   const bool clean = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == ipc::kExitOk;
   if (shutting_down || retiring_ ||

@@ -26,6 +26,13 @@
 // hang_timeout_ms of the running batch; kStopping: kStopGrace, then SIGKILL; kBackoff and kFailed:
 // restart_at.
 //
+// The worker is an untrusted writer of its segment (ipc/protocol_violation.h): the slot keeps the
+// request ring's head and the response ring's tail in its own memory, checks every index the worker
+// writes (request_tail here, response_head in PinnedResponseRing) and every response header
+// (ResponseHandler, ipc/slot_codec.h) before use. A violation kills the process (SIGKILL, logged
+// once with the field, the value and the bound); its batches stay in flight, so its exit requeues
+// them like a crash's (poison rules apply) and the slot restarts as after a crash.
+//
 // GPU slots: an exit caused by an unusable device counts as a GPU failure; after the instance's
 // gpu_failures_before_fallback of them (and with fallback "cpu") the slot relaunches on the CPU.
 #pragma once
@@ -44,6 +51,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "ipc/doorbell.h"
+#include "ipc/protocol_violation.h"
 #include "ipc/worker_segment.h"
 #include "supervisor/intake/pending_request.h"
 #include "supervisor/intake/shm_budget.h"
@@ -127,6 +135,10 @@ class WorkerSlot {
   void OnHello(TimePoint now);
   void OnReady(TimePoint now, double load_ms, double warmup_ms = -1);
   const StartTimes& start_times() const { return start_times_; }
+  // The launch was refused before any process (the model file changed since its version was
+  // loaded, ModelTable::CheckModelFile): kFailed with `why` as the failure reason, tried again
+  // after policy.failed_retry.
+  void RefuseLaunch(const std::string& why, TimePoint now, const RestartPolicy& policy);
   // The worker reported a fatal error (e.g. the model does not load) and is about to exit.
   // `kind` is "model", "device" or "internal".
   void OnFatalError(const std::string& reason, const std::string& kind, TimePoint now);
@@ -208,8 +220,21 @@ class WorkerSlot {
 
   // Calls on_response(batch, response_slot) for each finished batch, oldest first; `clock` (the
   // loop's) dates each slot's release and starts the next batch's hang timer after each answer.
+  // on_response returns std::optional<ipc::ProtocolViolation>: set, the response broke the slot
+  // layout, the batch (untouched) goes back in flight and the worker is killed. Ring indices the
+  // worker wrote out of bounds kill it too; nothing past them is read.
   template <typename OnResponse>
   void CollectResponses(const TimeSource& clock, OnResponse&& on_response);
+
+  // The worker wrote something the shared-memory layout does not allow: logs `violation` once per
+  // process, counts it, and SIGKILLs the process unless it was already reaped (MarkReaped). Its
+  // batches stay in flight for OnExit.
+  void OnProtocolViolation(const ipc::ProtocolViolation& violation, TimePoint now);
+  // The process is known to have exited (waitpid reported it): no signal may go to its pid now.
+  void MarkReaped() { reaped_ = true; }
+  // Whether the last exit followed a protocol violation; violations over all processes.
+  bool last_exit_was_protocol_violation() const { return last_exit_protocol_violation_; }
+  uint64_t protocol_violations() const { return protocol_violations_; }
 
   // The process exited: release its resources, hand back the batches it held, and decide whether
   // and when to restart. Returns the batches for requeueing.
@@ -233,8 +258,11 @@ class WorkerSlot {
 
   int id() const { return id_; }
   size_t model_index() const { return model_index_; }
+  // The model table erased models before this slot's (ModelControl::ReclaimRemoved).
+  void set_model_index(size_t index) { model_index_ = index; }
   const std::string& model_name() const { return model_name_; }
   const std::string& model_version() const { return model_version_; }
+  const std::string& model_path() const { return model_path_; }  // what the next launch loads
   int generation() const { return generation_; }
   pid_t pid() const { return pid_; }
   SlotState state() const { return state_; }
@@ -291,6 +319,11 @@ class WorkerSlot {
 
   void TransitionTo(SlotState next, const std::string& why);
   void ReleaseProcess();
+  // Checks the worker's request_tail against [the tail seen before, request_head_]; a violation
+  // calls OnProtocolViolation. False when the ring must not be used.
+  bool CheckRequestTail(TimePoint now);
+  // A request slot is free by the indices last checked (no read of the segment).
+  bool RequestSlotFree() const;
 
   SlotState state_ = SlotState::kStopped;
   int generation_ = -1;
@@ -303,6 +336,14 @@ class WorkerSlot {
   UniqueFd output_;
   std::string output_partial_;
   std::deque<InflightBatch> inflight_;
+  // The request ring's head, kept here and only stored into the segment; the worker's tail as last
+  // checked. Both start at 0 with each segment.
+  uint64_t request_head_ = 0;
+  uint64_t request_tail_seen_ = 0;
+  bool violation_reported_ = false;  // this process broke the protocol and was killed
+  bool last_exit_protocol_violation_ = false;
+  bool reaped_ = false;  // the current process was reaped; its pid may belong to another now
+  uint64_t protocol_violations_ = 0;
   TimePoint front_started_{};  // when the oldest in-flight batch started running
 
   TimePoint last_heard_{};
@@ -343,28 +384,33 @@ class WorkerSlot {
 
 template <typename OnResponse>
 void WorkerSlot::CollectResponses(const TimeSource& clock, OnResponse&& on_response) {
-  if (!responses_) return;
+  if (!responses_ || violation_reported_) return;
   response_bell_.Drain();
   responses_->ReleaseFreed();
-  while (const uint8_t* slot = responses_->Next()) {
-    if (inflight_.empty()) {
-      // A response with nothing in flight: a protocol bug, never silently trusted.
-      responses_->Finish(clock.Now());
-      continue;
-    }
+  if (!CheckRequestTail(clock.Now())) return;
+  // Next checks the worker's head against the batches in flight: a response for nothing, or a
+  // head far past the tail, stops here instead of being read (or looped over).
+  while (const uint8_t* slot = responses_->Next(inflight_.size())) {
     InflightBatch batch = std::move(inflight_.front());
     inflight_.pop_front();
     front_started_ = clock.Now();  // the next batch in the ring starts now
+    std::optional<ipc::ProtocolViolation> violation;
     try {
-      on_response(batch, slot);
+      violation = on_response(batch, slot);
     } catch (...) {
       // The slot goes back to the worker either way, so the next response pairs with the next
       // batch; the loop's barrier logs what failed.
       responses_->Finish(front_started_);
       throw;
     }
+    if (violation) {
+      inflight_.push_front(std::move(batch));  // for OnExit to requeue
+      OnProtocolViolation(*violation, front_started_);
+      return;
+    }
     responses_->Finish(front_started_);
   }
+  if (responses_->violation()) OnProtocolViolation(*responses_->violation(), clock.Now());
 }
 
 template <typename Emit>

@@ -6,6 +6,7 @@
 //                      tests/fuzz/slot_codec_corpus/
 //   v2_http_fuzzer     tests/fuzz/v2_regressions/ (when there is one), tests/fuzz/v2_corpus/
 //   jpeg_fuzzer        tests/fuzz/jpeg_regressions/, tests/fuzz/jpeg_corpus/
+//   ring_reader_fuzzer tests/fuzz/ring_reader_corpus/
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,6 +16,7 @@
 
 #include "jpeg_fuzz_input.h"
 #include "protocol_fuzz_input.h"
+#include "ring_reader_fuzz_input.h"
 #include "slot_codec_fuzz_input.h"
 #include "v2_http_fuzz_input.h"
 
@@ -54,6 +56,11 @@ TEST(FuzzRegressionTest, SlotCodecRegressionsStayFixed) {
 
 TEST(FuzzRegressionTest, SlotCodecSeedCorpusPasses) {
   EXPECT_GT(ReplayFolder(TORCHFARM_SOURCE_DIR "/tests/fuzz/slot_codec_corpus", RunSlotCodecInput),
+            5);
+}
+
+TEST(FuzzRegressionTest, RingReaderSeedCorpusPasses) {
+  EXPECT_GT(ReplayFolder(TORCHFARM_SOURCE_DIR "/tests/fuzz/ring_reader_corpus", RunRingReaderInput),
             5);
 }
 

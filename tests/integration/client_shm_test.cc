@@ -265,6 +265,36 @@ TEST(ClientShm, AClientThatTruncatesItsRegionFailsOnlyItsOwnRequest) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
+// Issue 35: truncated while the worker runs the request in place. The worker writes the outputs
+// into the region after forward(); it must not die of SIGBUS there, only fail that request.
+TEST(ClientShm, ARegionTruncatedWhileItsRequestRunsFailsItAndTheWorkerLivesOn) {
+  Farm farm(json::array({Model("slow", 1)}));
+  ASSERT_NO_FATAL_FAILURE(StartReady(farm));
+  ShmClient client(farm.endpoint());
+  auto [token, name, map] = client.Create(2 * kBytes);
+  ASSERT_TRUE(map);
+  Fill(map->data(), 8, /*first=*/10000);  // slow: about 0.4-1 s of matmuls
+  const std::vector<pid_t> pids = farm.WorkerPids();
+  client.Send(ShmClient::Infer(1, "slow", token, 0, kBytes));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // in forward() by now
+  ASSERT_EQ(::truncate(("/dev/shm" + name).c_str(), 4096), 0);
+  json reply = client.Receive();
+  EXPECT_EQ(reply.value("code", ""), "INVALID_ARGUMENT") << reply.dump();
+  EXPECT_NE(reply.value("message", "").find("holds 4096 bytes now"), std::string::npos)
+      << reply.dump();
+  // The same worker serves the next request.
+  ShmClient other(farm.endpoint());
+  auto [good_token, good_name, good] = other.Create(2 * kBytes);
+  ASSERT_TRUE(good);
+  Fill(good->data(), 9);
+  reply = other.Call(ShmClient::Infer(2, "slow", good_token, 0, kBytes));
+  EXPECT_EQ(reply.value("status", ""), "ok") << reply.dump();
+  json stats = farm.Admin("stats");
+  EXPECT_EQ(stats["workers"][0]["restarts"], 0) << stats["workers"].dump();
+  EXPECT_EQ(farm.WorkerPids(), pids);
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
 TEST(ClientShm, SupervisorExitRemovesEveryRegion) {
   Farm farm(json::array({Model("identity", 1)}));
   ASSERT_NO_FATAL_FAILURE(StartReady(farm));

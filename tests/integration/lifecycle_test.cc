@@ -159,7 +159,11 @@ TEST(Lifecycle, BrokenModelLoadReportsTheReason) {
   std::string out;
   EXPECT_EQ(Ctl(farm, "--timeout-ms 60000 load bad --config-json '" + entry.dump() + "'", &out), 1)
       << out;
-  EXPECT_NE(out.find("model 'bad' is unavailable after the load"), std::string::npos) << out;
+  // Issue 35: a load whose every worker fails is reported and unregistered.
+  EXPECT_NE(out.find("loading model 'bad' failed"), std::string::npos) << out;
+  EXPECT_NE(out.find("not a ZIP archive"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(Ctl(farm, "health", &out), 0) << "the failed load leaves the farm ready\n" << out;
   Client client(farm.endpoint(), 10'000);
   EXPECT_TRUE(InferIdentity(client, "keep", 1).ok()) << "the other models keep serving";
   EXPECT_EQ(farm.Stop(), 0);

@@ -64,7 +64,8 @@ TEST(ClientRegionCache, MapsOnceAndChecksTheSize) {
   wrong.bytes = 8192;
   ClientRegionCache other;
   Status s = other.Acquire(wrong, &first);
-  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument)
+      << "its client resized it: its request's problem";
   EXPECT_THAT(s.message(), HasSubstr("has 4096 bytes, the supervisor mapped 8192"));
   ClientRegionRef missing{};
   std::strcpy(missing.name, "/torchfarm-no-such-region");

@@ -228,5 +228,68 @@ TEST_F(WorkerEventsTest,
   EXPECT_EQ(json::parse(stop.to_string()).value("type", ""), ipc::kMsgStop);
 }
 
+// Issue 35: a worker is an untrusted writer of its segment. What it writes out of bounds kills it
+// (the fake pid answers kill() with ESRCH), its batch stays in flight, and its exit requeues it and
+// restarts the slot like a crash, counted as a protocol violation.
+class ProtocolViolationTest : public WorkerEventsTest {
+ protected:
+  // A ready worker holding one dispatched batch ("held"), and the worker's view of its header.
+  WorkerSlot& HoldOne() {
+    ServedModel& model = Serve(1);
+    WorkerSlot& slot = *workers_[model.slots[0]];
+    MakeReady(slot, clock_.Now());
+    Submit("held", {1, 2});
+    dispatcher_.DispatchAll();
+    EXPECT_EQ(slot.inflight(), 1u);
+    EXPECT_TRUE(
+        ipc::WorkerSegment::Open(launcher_.ForPid(slot.pid())->spec.args.segment, &view_).ok());
+    return slot;
+  }
+  ipc::SegmentHeader& header() { return *reinterpret_cast<ipc::SegmentHeader*>(view_->base()); }
+  // The exit the SIGKILL causes, then the requeued request served by the restarted worker.
+  void ExpectRequeuedAndRestarted(WorkerSlot& slot, const std::string& field) {
+    EXPECT_EQ(slot.protocol_violations(), 1u);
+    EXPECT_FALSE(slot.CanAccept()) << "no batch goes to a worker being killed";
+    const pid_t pid = slot.pid();
+    events_.OnChildExit(pid, SIGKILL, clock_.Now());
+    EXPECT_EQ(slot.state(), SlotState::kBackoff) << "restarted like after a crash";
+    EXPECT_NE(slot.last_exit().find("protocol violation: " + field), std::string::npos)
+        << slot.last_exit();
+    EXPECT_EQ(workers_.protocol_violations(), 1u);
+    EXPECT_EQ(models_[0].queue.size(), 1u) << "the batch it held went back to the queue";
+    view_.reset();
+  }
+  std::unique_ptr<ipc::WorkerSegment> view_;
+};
+
+TEST_F(ProtocolViolationTest, AResponseHeadFarPastTheTailKillsTheWorkerAtOnce) {
+  WorkerSlot& slot = HoldOne();
+  header().response_head.value.store(uint64_t{1} << 40);
+  const auto started = std::chrono::steady_clock::now();
+  responses_.Collect(slot);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(100))
+      << "the reader must not walk 2^40 responses";
+  EXPECT_EQ(slot.inflight(), 1u) << "nothing was read, so the batch is still the worker's";
+  ExpectRequeuedAndRestarted(slot, "response_head");
+}
+
+TEST_F(ProtocolViolationTest, AResponseForTheWrongBatchKillsTheWorkerAndItsBatchIsRunAgain) {
+  WorkerSlot& slot = HoldOne();
+  ASSERT_TRUE(worker(0).ServeOne());
+  ipc::SlotHeaderOf(view_->response_ring().SlotAt(0))->batch_id += 1000;
+  responses_.Collect(slot);
+  EXPECT_EQ(slot.inflight(), 1u) << "the batch went back in flight, not to its client";
+  EventReply reply;
+  EXPECT_FALSE(Receive(&reply)) << "no answer from a response that broke the layout";
+  ExpectRequeuedAndRestarted(slot, "response slot header");
+}
+
+TEST_F(ProtocolViolationTest, ARequestTailPastTheSupervisorsHeadKillsTheWorker) {
+  WorkerSlot& slot = HoldOne();
+  header().request_tail.value.store(7);  // the supervisor published 1 request
+  responses_.Collect(slot);
+  ExpectRequeuedAndRestarted(slot, "request_tail");
+}
+
 }  // namespace
 }  // namespace torchfarm

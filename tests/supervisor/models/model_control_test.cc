@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -293,6 +294,101 @@ TEST_F(ModelControlTest, ADroppedVersionGoesOnceAnotherVersionIsReady) {
   EXPECT_TRUE(control_.RetireReplacedVersions());
   EXPECT_TRUE(models_[0].removed);
   EXPECT_EQ(models_.ServedVersions("mlp"), std::vector<std::string>{"2"});
+}
+
+// Issue 35, uptime hygiene: an unloaded model and its stopped slots are erased, not only marked;
+// the models and slots that stay are renumbered and keep serving.
+TEST_F(ModelControlTest, UnloadedModelsAndTheirStoppedSlotsAreErasedAndTheRestRenumbered) {
+  std::vector<int> ids;
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    workers_.LaunchDue();
+    ASSERT_TRUE(control_.Load("gone", {Model("gone", 2, /*spares=*/1)}).status.ok());
+    if (cycle == 0) AddRunning(Model("keep", 1));  // after "gone": it moves down when gone goes
+    for (const auto& slot : workers_) {
+      if (slot->state() == SlotState::kStarting) MakeReady(*slot, clock_.Now());
+      ids.push_back(slot->id());
+    }
+    ASSERT_TRUE(control_.Unload("gone").status.ok());
+    control_.RetireIdle();
+    for (const auto& slot : workers_) {
+      if (slot->retiring() && slot->pid() > 0) Kill(*slot);  // the stop's exit
+    }
+    control_.RetireIdle();
+    EXPECT_GT(control_.ReclaimRemoved(), 0u) << cycle;
+    ASSERT_EQ(models_.size(), 1u) << cycle;
+    ASSERT_EQ(workers_.size(), 1u) << cycle << ": only keep's worker is left";
+    EXPECT_EQ(control_.ReclaimRemoved(), 0u) << "nothing more to free";
+  }
+  ServedModel* keep = models_.Find("keep");
+  ASSERT_NE(keep, nullptr);
+  ASSERT_EQ(keep->slots, std::vector<size_t>{0});
+  EXPECT_EQ(workers_[0]->model_index(), 0u);
+  EXPECT_EQ(workers_[0]->model_name(), "keep");
+  EXPECT_EQ(models_.Tally(*keep).ready, 1);
+  std::sort(ids.begin(), ids.end());
+  const int keep_id = workers_[0]->id();
+  ids.erase(std::remove(ids.begin(), ids.end(), keep_id), ids.end());
+  EXPECT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end())
+      << "a worker id is never given twice";
+  EXPECT_TRUE(workers_.RequestRestart(keep_id, "test").ok()) << "found by id, not position";
+}
+
+TEST_F(ModelControlTest, ALoadWhoseEveryWorkerFailsIsUnregisteredAndReported) {
+  policy_.max_restarts = 0;  // the first start failure fails the slot
+  workers_.set_policy(policy_);
+  AddRunning(Model("keep", 1));
+  workers_.LaunchDue();
+  ASSERT_TRUE(control_.Load("bad", {Model("bad", 1)}).status.ok());
+  ServedModel* bad = models_.Find("bad");
+  ASSERT_NE(bad, nullptr);
+  WorkerSlot& slot = *workers_[bad->slots[0]];
+  control_.DropFailedLoads();
+  EXPECT_NE(models_.Find("bad"), nullptr) << "still starting";
+  slot.OnFatalError("cannot load model: not a TorchScript archive", "model", clock_.Now());
+  slot.OnExit(1 << 8, clock_.Now(), workers_.policy(), /*shutting_down=*/false);
+  ASSERT_EQ(slot.state(), SlotState::kFailed);
+  control_.DropFailedLoads();
+  EXPECT_EQ(models_.Find("bad"), nullptr) << "unregistered: readiness no longer waits for it";
+  EXPECT_EQ(models_.served_configs().size(), 1u);
+  ASSERT_EQ(models_.failed_loads().size(), 1u);
+  EXPECT_EQ(models_.failed_loads()[0].name, "bad");
+  EXPECT_NE(models_.failed_loads()[0].reason.find("not a TorchScript archive"), std::string::npos);
+  control_.RetireIdle();
+  control_.ReclaimRemoved();
+  EXPECT_EQ(models_.size(), 1u);
+  EXPECT_EQ(workers_.size(), 1u);
+  // Loaded again (fixed): the old failure is forgotten.
+  workers_.LaunchDue();
+  ASSERT_TRUE(control_.Load("bad", {Model("bad", 1)}).status.ok());
+  EXPECT_TRUE(models_.failed_loads().empty());
+}
+
+// Issue 35, a version is one set of bytes: a worker of a version whose file changed since it was
+// loaded is not started; the other worker keeps serving the loaded bytes.
+TEST_F(ModelControlTest, AWorkerIsNotStartedOnAModelFileThatChangedSinceItsVersionWasLoaded) {
+  workers_.set_launch_check(
+      [this](const WorkerSlot& slot) { return models_.CheckModelFile(slot); });
+  ServedModel& model = AddRunning(Model("m", 2));
+  WorkerSlot& restarted = *workers_[model.slots[0]];
+  const std::string original = "not a real model, only bytes to identify";
+  {
+    std::ofstream(model_file_ + ".new") << "other bytes: another model altogether";
+    ASSERT_EQ(::rename((model_file_ + ".new").c_str(), model_file_.c_str()), 0);
+  }
+  Kill(restarted);
+  clock_.Advance(Millis(60'000));
+  workers_.LaunchDue();
+  EXPECT_EQ(restarted.state(), SlotState::kFailed);
+  EXPECT_NE(restarted.failure_reason().find(
+                "model file changed since version 1 was loaded; reload to serve it"),
+            std::string::npos)
+      << restarted.failure_reason();
+  EXPECT_EQ(workers_[model.slots[1]]->state(), SlotState::kReady) << "the other one serves on";
+  // The same bytes back (a new mtime, the same hash): started again after the cool-down.
+  std::ofstream(model_file_, std::ios::trunc) << original;
+  clock_.Advance(workers_.policy().failed_retry + Millis(1));
+  workers_.LaunchDue();
+  EXPECT_EQ(restarted.state(), SlotState::kStarting);
 }
 
 }  // namespace

@@ -299,5 +299,58 @@ TEST(PinnedResponseRingTest, TheDefaultCapIsAGibibyteOrFourTimesTheLiveSegments)
   EXPECT_FALSE(big.Allows(0));
 }
 
+// Issue 35: the worker writes the head; the ring checks it before reading a slot.
+ipc::SegmentHeader& HeaderOf(const ipc::WorkerSegment& segment) {
+  return *reinterpret_cast<ipc::SegmentHeader*>(segment.base());
+}
+
+TEST(PinnedResponseRingTest, AHeadFarPastTheTailIsAViolationAndNothingIsRead) {
+  auto segment = MakeSegment("head-far");
+  PinnedResponseRing ring(segment);
+  ASSERT_TRUE(Produce(*segment, 'a'));
+  ASSERT_NE(ring.Next(1), nullptr);
+  ring.Finish(TimePoint{});
+  HeaderOf(*segment).response_head.value.store(1 + (uint64_t{1} << 40));
+  EXPECT_EQ(ring.Next(1), nullptr);
+  ASSERT_TRUE(ring.violation().has_value());
+  EXPECT_EQ(ring.violation()->field, "response_head");
+  EXPECT_EQ(ring.violation()->value, std::to_string(1 + (uint64_t{1} << 40)));
+  EXPECT_NE(ring.violation()->bound.find("[1, 2]"), std::string::npos) << ring.violation()->bound;
+  // Even a head that is fine again is not read: the worker is being killed.
+  HeaderOf(*segment).response_head.value.store(1);
+  EXPECT_EQ(ring.Next(1), nullptr);
+}
+
+TEST(PinnedResponseRingTest, MoreResponsesThanBatchesInFlightOrAHeadGoingBackAreViolations) {
+  auto segment = MakeSegment("head-ahead");
+  PinnedResponseRing ring(segment);
+  ASSERT_TRUE(Produce(*segment, 'a'));
+  ASSERT_TRUE(Produce(*segment, 'b'));
+  EXPECT_EQ(ring.Next(1), nullptr) << "two responses for one batch";
+  EXPECT_EQ(ring.violation()->bound.substr(0, 6), "[0, 1]");
+
+  auto other = MakeSegment("head-back");
+  PinnedResponseRing back(other);
+  ASSERT_TRUE(Produce(*other, 'a'));
+  ASSERT_NE(back.Next(2), nullptr);
+  HeaderOf(*other).response_head.value.store(0);
+  EXPECT_EQ(back.Next(2), nullptr);
+  ASSERT_TRUE(back.violation().has_value());
+  EXPECT_EQ(back.violation()->value, "0");
+}
+
+TEST(PinnedResponseRingTest, TheTailIsTheRingsOwnAndAScribbledSharedTailIsOverwritten) {
+  auto segment = MakeSegment("tail-own");
+  PinnedResponseRing ring(segment);
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(Produce(*segment, 'a'));
+    HeaderOf(*segment).response_tail.value.store(uint64_t{1} << 50);  // the worker scribbles
+    ASSERT_NE(ring.Next(1), nullptr) << i;
+    ring.Finish(TimePoint{});
+    EXPECT_EQ(HeaderOf(*segment).response_tail.value.load(), static_cast<uint64_t>(i + 1));
+  }
+  EXPECT_FALSE(ring.violation().has_value());
+}
+
 }  // namespace
 }  // namespace torchfarm
