@@ -207,7 +207,7 @@ Status Supervisor::StartFrontend() {
   }
   replies_.set_frontend_socket(&frontend_jobs_);
   frontend_ = std::make_unique<Frontend>();
-  return frontend_->Start(config_.frontend, context_);
+  return frontend_->Start(config_.frontend, context_, config_.limits.request);
 }
 
 void Supervisor::RegisterAdminCommands() {
@@ -479,6 +479,7 @@ json Supervisor::Reload() {
   config_.limits.request.max_inputs = fresh.limits.request.max_inputs;
   config_.limits.request.max_rank = fresh.limits.request.max_rank;
   config_.limits.request.max_tensor_bytes = fresh.limits.request.max_tensor_bytes;
+  if (frontend_) frontend_->SetRequestLimits(config_.limits.request);
   config_.limits.max_queued_per_client = fresh.limits.max_queued_per_client;
   quota_.set_max_per_client(fresh.limits.max_queued_per_client);
   replies_.set_unread_limits(fresh.limits.max_unread_replies_per_client,

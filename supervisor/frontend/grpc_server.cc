@@ -96,10 +96,12 @@ class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackS
                                        inference::ModelReadyResponse* response) override {
     return Meta(context, request->name(),
                 [name = request->name(), version = request->version(), response](const json& meta) {
+                  // As Triton: a model or version that is not served is not ready (false, not
+                  // NOT_FOUND), so `while not is_model_ready()` loops keep polling.
                   const json* model = nullptr;
                   Status s = FindModelInMeta(meta, name, version, &model);
-                  if (s.ok()) response->set_ready(model->value("ready", false));
-                  return s;
+                  response->set_ready(s.ok() && model->value("ready", false));
+                  return s.code() == StatusCode::kNotFound ? Status::Ok() : s;
                 });
   }
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
@@ -304,7 +306,7 @@ grpc::ServerUnaryReactor* GrpcServer::Impl::ModelInfer(grpc::CallbackServerConte
   std::vector<zmq::message_t> frames;
   Status status = V2RequestFromProto(*request, v2.get());
   if (status.ok()) status = ApplyDeadline(*context, v2.get());
-  if (status.ok()) status = ToFarmRequest(*v2, &header, &frames);
+  if (status.ok()) status = ToFarmRequest(*v2, channels_[0]->request_limits(), &header, &frames);
   if (!status.ok()) {
     if (call->Claim()) call->Finish(status);
     return reactor;

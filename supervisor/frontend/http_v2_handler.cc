@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "supervisor/frontend/triton_model_config.h"
 #include "supervisor/frontend/v2_http_codec.h"
 #include "supervisor/frontend/v2_inference.h"
 
@@ -88,6 +89,12 @@ V2HttpAnswer AnswerMeta(const V2Target& target, const json& meta) {
   if (Status s = FindModelVersionInMeta(meta, target.model, target.version, &model); !s.ok()) {
     return V2ErrorAnswer(s);
   }
+  if (target.route == V2Route::kModelConfig) {
+    V2HttpAnswer answer;
+    answer.body =
+        TritonModelConfigJson(*model).dump(-1, ' ', false, json::error_handler_t::replace);
+    return answer;
+  }
   if (target.route == V2Route::kModelReady) {
     const bool model_ready = model->value("ready", false);
     return JsonAnswer(model_ready ? 200 : 503, {{"name", target.model}, {"ready", model_ready}});
@@ -130,7 +137,7 @@ void HandleInfer(const V2Target& target, HttpRequest& http_request, const std::s
   Status s = ParseV2InferRequest(std::move(body), json_bytes, request.get());
   json header;
   std::vector<zmq::message_t> frames;
-  if (s.ok()) s = ToFarmRequest(*request, &header, &frames);
+  if (s.ok()) s = ToFarmRequest(*request, channel.request_limits(), &header, &frames);
   if (!s.ok()) return done(V2ErrorAnswer(s));
   const auto start = std::chrono::steady_clock::now();
   channel.Call("http " + peer, std::move(header), std::move(frames),
@@ -163,7 +170,7 @@ V2Target ParseV2Target(http::verb method, std::string_view target) {
   not_found.http_status = 404;
   not_found.error = "no such path: '" + std::string(path.substr(0, 200)) +
                     "'; expected /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}"
-                    "[/versions/{v}][/ready|/infer]";
+                    "[/versions/{v}][/ready|/config|/infer]";
   if (!SplitPath(path, &seg) || seg.empty() || seg[0] != "v2") return not_found;
   const http::verb get = http::verb::get;
   if (seg.size() == 1) return Routed(V2Route::kServerMetadata, method, get);
@@ -186,6 +193,9 @@ V2Target ParseV2Target(http::verb method, std::string_view target) {
   }
   if (seg.size() == next + 1 && seg[next] == "ready") {
     return Routed(V2Route::kModelReady, method, get, std::move(model), std::move(version));
+  }
+  if (seg.size() == next + 1 && seg[next] == "config") {
+    return Routed(V2Route::kModelConfig, method, get, std::move(model), std::move(version));
   }
   if (seg.size() == next + 1 && seg[next] == "infer") {
     return Routed(V2Route::kInfer, method, http::verb::post, std::move(model), std::move(version));

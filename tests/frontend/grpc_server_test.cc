@@ -22,6 +22,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/model_versions.h"
 #include "proto/grpc_predict_v2.grpc.pb.h"
 #include "supervisor/frontend/farm_channel.h"
 #include "supervisor/frontend/frontend_stats.h"
@@ -92,9 +93,10 @@ class FakeLoop {
   }
 
   void Answer(std::vector<zmq::message_t>& parts) {
-    // [identity][tag][header][frames...]
+    // [identity][tag][call id][header][frames...]; replies carry the call id, as the loop's.
     const std::string tag = parts[1].to_string();
-    json header = json::parse(parts[2].to_string_view());
+    json header = json::parse(parts[3].to_string_view());
+    header["id"] = std::stoull(parts[2].to_string());
     {
       std::lock_guard<std::mutex> lock(mutex_);
       last_tag_ = tag;
@@ -113,12 +115,12 @@ class FakeLoop {
     if (model == "silent") return;
     if (header.value("version", "1") != "1") {
       // Like the farm (common/model_versions.h): a version it does not serve is NOT_FOUND.
-      json error = {{"v", 1},
-                    {"id", header["id"]},
-                    {"status", "error"},
-                    {"code", "NOT_FOUND"},
-                    {"message", "model '" + model + "' has no version '" +
-                                    header.value("version", "") + "'; its versions: 1"}};
+      json error = {
+          {"v", 1},
+          {"id", header["id"]},
+          {"status", "error"},
+          {"code", "NOT_FOUND"},
+          {"message", VersionNotLoaded(model, header.value("version", ""), {"1"}).message()}};
       reply.emplace_back(error.dump());
       zmq::send_multipart(socket_, reply);
       return;
@@ -147,7 +149,7 @@ class FakeLoop {
                {"timing_us", {{"queue", 1}, {"compute", 2}, {"total", 3}}},
                {"worker", 0}};
     reply.emplace_back(ok.dump());
-    for (size_t i = 3; i < parts.size(); ++i) reply.push_back(std::move(parts[i]));
+    for (size_t i = 4; i < parts.size(); ++i) reply.push_back(std::move(parts[i]));
     zmq::send_multipart(socket_, reply);
   }
 
@@ -238,20 +240,35 @@ TEST_F(GrpcServerTest, HealthCallsAskTheLoop) {
   }
 }
 
-TEST_F(GrpcServerTest, ModelReadyOfAnUnknownModelOrVersionIsNotFound) {
+// Triton's semantics (issue 30 item 4): an unknown model or version is not ready, not an error,
+// so tritonclient's is_model_ready() returns False instead of raising.
+TEST_F(GrpcServerTest, ModelReadyOfAnUnknownModelOrVersionIsFalse) {
   grpc::ClientContext context;
   inference::ModelReadyRequest request;
   request.set_name("nope");
   inference::ModelReadyResponse response;
+  response.set_ready(true);
   grpc::Status status = stub_->ModelReady(&context, request, &response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_NE(status.error_message().find("identity"), std::string::npos) << status.error_message();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_FALSE(response.ready());
 
   grpc::ClientContext version_context;
   request.set_name("identity");
   request.set_version("9");
+  response.set_ready(true);
   status = stub_->ModelReady(&version_context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_FALSE(response.ready());
+
+  grpc::ClientContext metadata_context;  // metadata still says why
+  inference::ModelMetadataRequest metadata_request;
+  metadata_request.set_name("nope");
+  inference::ModelMetadataResponse metadata;
+  status = stub_->ModelMetadata(&metadata_context, metadata_request, &metadata);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("model 'nope' is not served here (served: identity"),
+            std::string::npos)
+      << status.error_message();
 }
 
 TEST_F(GrpcServerTest, Metadata) {
@@ -322,6 +339,47 @@ TEST_F(GrpcServerTest, TimeoutAndPriorityParametersReachTheFarm) {
   EXPECT_EQ(loop_->last_header().value("priority", 0), 3);
 }
 
+// Triton's InferParameter.uint64_param (field 5), which KServe's proto lacks: as tritonclient's
+// messages carry it.
+void SetTritonUint64Param(inference::InferParameter* parameter, uint64_t value) {
+  parameter->Clear();
+  parameter->GetReflection()->MutableUnknownFields(parameter)->AddVarint(5, value);
+}
+
+// tritonclient sends "priority" as uint64_param (issue 30 item 1); Triton takes both kinds.
+TEST_F(GrpcServerTest, PriorityAndTimeoutComeAsUint64ParamToo) {
+  inference::ModelInferRequest request = RawRequest("identity", {1});
+  SetTritonUint64Param(&(*request.mutable_parameters())["priority"], 2);
+  SetTritonUint64Param(&(*request.mutable_parameters())["timeout"], 7'000);
+  inference::ModelInferResponse response;
+  grpc::Status status = Infer(request, &response, 60'000);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(loop_->last_header().value("priority", 0), 2);
+  EXPECT_EQ(loop_->last_header().value("timeout_ms", 0), 7);
+  // Past the wire's range a Triton priority means "the default level", which 0 says.
+  SetTritonUint64Param(&(*request.mutable_parameters())["priority"], UINT64_MAX);
+  status = Infer(request, &response, 60'000);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_FALSE(loop_->last_header().contains("priority"));
+  // Wrong kinds are still refused, naming what came; then a good call succeeds.
+  (*request.mutable_parameters())["priority"].set_bool_param(true);
+  status = Infer(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(),
+            "parameters.priority: expected a non-negative int64_param or uint64_param, got "
+            "bool_param");
+  (*request.mutable_parameters())["priority"].set_int64_param(-1);
+  status = Infer(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("got int64_param -1"), std::string::npos);
+  (*request.mutable_parameters())["priority"].Clear();  // no value at all
+  status = Infer(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("got no value of those kinds"), std::string::npos);
+  request.mutable_parameters()->erase("priority");
+  EXPECT_TRUE(Infer(request, &response).ok());
+}
+
 // model_version travels to the farm as the header's "version" (the farm answers NOT_FOUND for a
 // version it does not serve); none: the farm's default.
 TEST_F(GrpcServerTest, InferPassesTheVersionToTheFarm) {
@@ -330,7 +388,7 @@ TEST_F(GrpcServerTest, InferPassesTheVersionToTheFarm) {
   inference::ModelInferResponse response;
   grpc::Status status = Infer(request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
-  EXPECT_EQ(status.error_message(), "model 'identity' has no version '7'; its versions: 1");
+  EXPECT_EQ(status.error_message(), "model 'identity' has no version '7' (loaded versions: 1)");
   EXPECT_EQ(loop_->last_header().value("version", ""), "7");
   request.set_model_version("1");
   ASSERT_TRUE(Infer(request, &response).ok());
