@@ -341,7 +341,8 @@ void Supervisor::RunTurn(TimePoint now) {
   if (events.jobs) Guarded("jobs", [&] { job_acceptor_.ReadJobs(jobs_); });
   if (events.frontend) {
     Guarded("front end", [&] {
-      job_acceptor_.ReadFrontend(frontend_jobs_, [this] { return status_.FrontendMeta(); });
+      job_acceptor_.ReadFrontend(
+          frontend_jobs_, [this](bool statistics) { return status_.FrontendMeta(statistics); });
     });
   }
   if (events.admin) Guarded("admin", [&] { admin_service_.HandleRequests(admin_); });

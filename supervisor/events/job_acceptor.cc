@@ -123,13 +123,22 @@ bool ReadCallId(const zmq::message_t& frame, json* out) {
 
 }  // namespace
 
-void JobAcceptor::AnswerFrontendMeta(zmq::socket_t& frontend, zmq::message_t& routing,
+void JobAcceptor::AnswerFrontendMeta(zmq::socket_t& frontend, std::vector<zmq::message_t>& frames,
                                      const json& call_id, const MetaAnswer& meta) {
-  json reply = meta();
+  // [routing][tag][call id][query]: the query is the channel's own small object.
+  bool statistics = false;
+  if (frames.size() > 3) {
+    const std::string_view text(static_cast<const char*>(frames[3].data()), frames[3].size());
+    if (text.size() <= d_.limits.max_header_bytes && JsonNestingWithin(text, kMaxHeaderDepth)) {
+      const json query = json::parse(text, nullptr, false);
+      statistics = query.is_object() && query.contains("statistics") && query["statistics"] == true;
+    }
+  }
+  json reply = meta(statistics);
   reply["v"] = kProtocolVersion;
   reply["id"] = call_id;
   reply["status"] = "ok";
-  frontend.send(routing, zmq::send_flags::sndmore);
+  frontend.send(frames[0], zmq::send_flags::sndmore);
   frontend.send(zmq::buffer(reply.dump()), zmq::send_flags::none);
 }
 
@@ -151,7 +160,7 @@ void JobAcceptor::ReadFrontend(zmq::socket_t& frontend, const MetaAnswer& meta) 
     }
     const std::string tag(static_cast<const char*>(frames[1].data()), frames[1].size());
     if (tag == kMetaTag) {
-      AnswerFrontendMeta(frontend, frames[0], call_id, meta);
+      AnswerFrontendMeta(frontend, frames, call_id, meta);
       continue;
     }
     const RequestOrigin origin =

@@ -39,8 +39,9 @@ class JobAcceptor {
     const RequestLimits& limits;  // the config's: a reload changes them in place
     const TimeSource& clock;
   };
-  // The answer to a front end's "meta" query (health and model metadata), built by the caller.
-  using MetaAnswer = std::function<nlohmann::json()>;
+  // The answer to a front end's "meta" query (health and model metadata, with each model's
+  // statistics when the query says {"statistics": true}), built by the caller.
+  using MetaAnswer = std::function<nlohmann::json(bool statistics)>;
 
   explicit JobAcceptor(Deps deps) : d_(deps) {}
   void set_metrics(MetricsExporter* metrics) { metrics_ = metrics; }
@@ -64,7 +65,7 @@ class JobAcceptor {
 
  private:
   void RunShmCommand(PendingRequest& request, const ShmCommand& command, const std::string& client);
-  void AnswerFrontendMeta(zmq::socket_t& frontend, zmq::message_t& routing,
+  void AnswerFrontendMeta(zmq::socket_t& frontend, std::vector<zmq::message_t>& frames,
                           const nlohmann::json& call_id, const MetaAnswer& meta);
 
   Deps d_;

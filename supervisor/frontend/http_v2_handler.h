@@ -1,7 +1,7 @@
 // HttpV2Handler: what one HTTP request to the /v2 paths means, and its answer.
 //
 // Owns: routing (GET /v2/health/live|ready, GET /v2,
-// GET /v2/models/{name}[/versions/{v}][/ready|/config],
+// GET /v2/models/{name}[/versions/{v}][/ready|/config|/stats], GET /v2/models/stats,
 // POST /v2/models/{name}[/versions/{v}]/infer; 404 unknown path, 405 wrong method), the farm calls
 // each route makes (kMetaTag for health and metadata, "http <peer>" for inference) and the status
 // and body of the answer. Knows nothing of sockets, keep-alive or limits (HttpSession does). Runs
@@ -31,6 +31,7 @@ enum class V2Route {
   kModelMetadata,
   kModelReady,
   kModelConfig,
+  kModelStats,
   kInfer
 };
 

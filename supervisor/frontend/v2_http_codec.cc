@@ -362,7 +362,7 @@ std::string V2ErrorBody(std::string_view message) {
 std::string V2ServerMetadataBody() {
   return json{{"name", "torchfarm"},
               {"version", TORCHFARM_VERSION},
-              {"extensions", {"binary_tensor_data", "model_configuration"}}}
+              {"extensions", {"binary_tensor_data", "model_configuration", "statistics"}}}
       .dump();
 }
 

@@ -49,7 +49,8 @@ V2HttpBody WriteV2InferResponse(const V2InferResponse& response);
 // {"error": message}
 std::string V2ErrorBody(std::string_view message);
 // {"name": "torchfarm", "version": ..., "extensions": ["binary_tensor_data",
-// "model_configuration"]}: the extensions this HTTP front end serves (gRPC lists none).
+// "model_configuration", "statistics"]}: the extensions this HTTP front end serves (gRPC lists
+// none).
 std::string V2ServerMetadataBody();
 // The v2 model metadata for one entry of the loop's "meta" reply (ModelMetadataJson):
 // {"name", "versions", "platform", "inputs", "outputs"}.

@@ -345,7 +345,8 @@ TEST(V2HttpCodecTest, MetadataAndErrorBodies) {
   json server = json::parse(V2ServerMetadataBody());
   EXPECT_EQ(server["name"], "torchfarm");
   EXPECT_TRUE(server["version"].is_string());
-  EXPECT_EQ(server["extensions"], json::array({"binary_tensor_data", "model_configuration"}));
+  EXPECT_EQ(server["extensions"],
+            json::array({"binary_tensor_data", "model_configuration", "statistics"}));
   json model = json::parse(R"({"name": "m", "versions": ["1"], "platform": "pytorch_libtorch",
       "ready": true, "inputs": [{"name": "INPUT__0", "datatype": "FP32", "shape": [-1, 4]}],
       "outputs": []})");

@@ -167,3 +167,32 @@ def test_http_model_config_is_tritons_json(http_client, grpc_client):
     assert "model_configuration" not in grpc_client.get_server_metadata().extensions
     with pytest.raises(InferenceServerException):
         http_client.get_model_config("no_such_model")
+
+
+# --- item 6 (part): model statistics over HTTP -------------------------------------------------
+
+def test_http_model_statistics_count_what_ran(farm, http_client):
+    def add2_stats():
+        (entry,) = http_client.get_inference_statistics("add2")["model_stats"]
+        return entry
+
+    before = add2_stats()
+    for _ in range(3):
+        inputs, expected = add2_inputs(httpclient, rows=2)
+        np.testing.assert_array_equal(http_client.infer("add2", inputs).as_numpy("sum"), expected)
+    after = add2_stats()
+    assert after["name"] == "add2" and after["version"] == "1"
+    success = after["inference_stats"]["success"]["count"]
+    assert success >= before["inference_stats"]["success"]["count"] + 3
+    assert after["inference_count"] >= before["inference_count"] + 6  # rows
+    assert after["execution_count"] > before["execution_count"]
+    assert after["inference_stats"]["compute_infer"]["ns"] > 0
+    assert after["last_inference"] > 1_600_000_000_000  # ms since the epoch
+    # Every model's statistics, and no "model 'stats' is not served".
+    reply = requests.get(f"http://{farm.http_endpoint}/v2/models/stats", timeout=10)
+    assert reply.status_code == 200, reply.text
+    names = {entry["name"] for entry in reply.json()["model_stats"]}
+    assert {"add2", "mlp"} <= names
+    assert "statistics" in http_client.get_server_metadata()["extensions"]
+    with pytest.raises(InferenceServerException, match="is not served here"):
+        http_client.get_inference_statistics("no_such_model")
