@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <optional>
 #include <utility>
 
-#include <google/protobuf/unknown_field_set.h>
+#include <google/protobuf/util/json_util.h>
 
 #include "common/tensor_spec.h"
 
@@ -157,24 +156,6 @@ Status InputFromContents(const ModelInferRequest::InferInputTensor& input, const
   return TypedContentsToBytes(contents, dtype, where, &tensor->data);
 }
 
-// Triton's grpc_service.proto has InferParameter fields KServe's lacks; tritonclient sends
-// "priority" as `uint64 uint64_param = 5`. With KServe's proto that field arrives unknown, so it
-// is read from the message's unknown fields (a varint with this number).
-constexpr int kTritonUint64ParamField = 5;
-
-// Triton's uint64_param, when the parameter carries one.
-std::optional<uint64_t> TritonUint64Param(const InferParameter& value) {
-  const google::protobuf::UnknownFieldSet& unknown = value.GetReflection()->GetUnknownFields(value);
-  for (int i = unknown.field_count() - 1; i >= 0; --i) {  // the last one wins, as protobuf's
-    const google::protobuf::UnknownField& field = unknown.field(i);
-    if (field.number() == kTritonUint64ParamField &&
-        field.type() == google::protobuf::UnknownField::TYPE_VARINT) {
-      return field.varint();
-    }
-  }
-  return std::nullopt;
-}
-
 // A parameter Triton's clients send as int64_param or uint64_param: its value, or
 // INVALID_ARGUMENT naming what came.
 Status NonNegativeParameter(const InferParameter& value, const std::string& where, uint64_t* out) {
@@ -187,16 +168,17 @@ Status NonNegativeParameter(const InferParameter& value, const std::string& wher
       }
       *out = static_cast<uint64_t>(value.int64_param());
       return Status::Ok();
+    case InferParameter::kUint64Param:
+      *out = value.uint64_param();
+      return Status::Ok();
     case InferParameter::kBoolParam:
       return InvalidArgument(expected + "bool_param");
     case InferParameter::kStringParam:
       return InvalidArgument(expected + "string_param");
+    case InferParameter::kDoubleParam:
+      return InvalidArgument(expected + "double_param");
     default:
       break;
-  }
-  if (std::optional<uint64_t> unsigned_value = TritonUint64Param(value)) {
-    *out = *unsigned_value;
-    return Status::Ok();
   }
   return InvalidArgument(expected + "no value of those kinds");
 }
@@ -360,6 +342,20 @@ Status ModelMetadataFromJson(const nlohmann::json& model, inference::ModelMetada
 void FillServerMetadata(inference::ServerMetadataResponse* out) {
   out->set_name("torchfarm");
   out->set_version(TORCHFARM_VERSION);
+  out->add_extensions("model_configuration");
+  out->add_extensions("statistics");
+}
+
+Status MessageFromJson(const nlohmann::json& json, google::protobuf::Message* out) {
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  const auto status = google::protobuf::util::JsonStringToMessage(
+      json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), out, options);
+  if (!status.ok()) {
+    return Internal("cannot write the " + out->GetDescriptor()->name() +
+                    " message: " + std::string(status.message()));
+  }
+  return Status::Ok();
 }
 
 }  // namespace torchfarm

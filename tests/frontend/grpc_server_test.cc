@@ -23,7 +23,7 @@
 #include <zmq_addon.hpp>
 
 #include "common/model_versions.h"
-#include "proto/grpc_predict_v2.grpc.pb.h"
+#include "proto/grpc_service.grpc.pb.h"
 #include "supervisor/frontend/farm_channel.h"
 #include "supervisor/frontend/frontend_stats.h"
 
@@ -298,6 +298,44 @@ TEST_F(GrpcServerTest, Metadata) {
   EXPECT_EQ(model.outputs(0).name(), "OUTPUT__0");
 }
 
+// Triton's ModelConfig and ModelStatistics (issue 30 item 6), advertised in ServerMetadata.
+TEST_F(GrpcServerTest, ModelConfigAndStatisticsAreTritonsMessages) {
+  grpc::ClientContext server_context;
+  inference::ServerMetadataResponse server;
+  ASSERT_TRUE(stub_->ServerMetadata(&server_context, {}, &server).ok());
+  EXPECT_EQ(std::vector<std::string>(server.extensions().begin(), server.extensions().end()),
+            (std::vector<std::string>{"model_configuration", "statistics"}));
+
+  grpc::ClientContext config_context;
+  inference::ModelConfigRequest config_request;
+  config_request.set_name("identity");
+  inference::ModelConfigResponse config;
+  grpc::Status status = stub_->ModelConfig(&config_context, config_request, &config);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(config.config().name(), "identity");
+  EXPECT_EQ(config.config().platform(), "pytorch_libtorch");
+  ASSERT_EQ(config.config().input_size(), 1);
+  EXPECT_EQ(config.config().input(0).data_type(), inference::TYPE_FP32);
+  EXPECT_EQ(std::vector<int64_t>(config.config().input(0).dims().begin(),
+                                 config.config().input(0).dims().end()),
+            (std::vector<int64_t>{4}));  // [-1, 4]: the batch dimension left out
+
+  grpc::ClientContext missing_context;
+  config_request.set_name("nope");
+  status = stub_->ModelConfig(&missing_context, config_request, &config);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("model 'nope' is not served here"), std::string::npos);
+
+  grpc::ClientContext stats_context;
+  inference::ModelStatisticsRequest stats_request;  // every model
+  inference::ModelStatisticsResponse stats;
+  status = stub_->ModelStatistics(&stats_context, stats_request, &stats);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(stats.model_stats_size(), 2);
+  EXPECT_EQ(stats.model_stats(0).name(), "identity");
+  EXPECT_EQ(loop_->last_header().value("statistics", false), true);
+}
+
 TEST_F(GrpcServerTest, InferRawContentsRoundTrip) {
   const std::vector<float> values = {1.5f, -2.0f, 3.25f, 0.0f};
   inference::ModelInferResponse response;
@@ -339,25 +377,18 @@ TEST_F(GrpcServerTest, TimeoutAndPriorityParametersReachTheFarm) {
   EXPECT_EQ(loop_->last_header().value("priority", 0), 3);
 }
 
-// Triton's InferParameter.uint64_param (field 5), which KServe's proto lacks: as tritonclient's
-// messages carry it.
-void SetTritonUint64Param(inference::InferParameter* parameter, uint64_t value) {
-  parameter->Clear();
-  parameter->GetReflection()->MutableUnknownFields(parameter)->AddVarint(5, value);
-}
-
 // tritonclient sends "priority" as uint64_param (issue 30 item 1); Triton takes both kinds.
 TEST_F(GrpcServerTest, PriorityAndTimeoutComeAsUint64ParamToo) {
   inference::ModelInferRequest request = RawRequest("identity", {1});
-  SetTritonUint64Param(&(*request.mutable_parameters())["priority"], 2);
-  SetTritonUint64Param(&(*request.mutable_parameters())["timeout"], 7'000);
+  (*request.mutable_parameters())["priority"].set_uint64_param(2);
+  (*request.mutable_parameters())["timeout"].set_uint64_param(7'000);
   inference::ModelInferResponse response;
   grpc::Status status = Infer(request, &response, 60'000);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(loop_->last_header().value("priority", 0), 2);
   EXPECT_EQ(loop_->last_header().value("timeout_ms", 0), 7);
   // Past the wire's range a Triton priority means "the default level", which 0 says.
-  SetTritonUint64Param(&(*request.mutable_parameters())["priority"], UINT64_MAX);
+  (*request.mutable_parameters())["priority"].set_uint64_param(UINT64_MAX);
   status = Infer(request, &response, 60'000);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_FALSE(loop_->last_header().contains("priority"));

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "proto/grpc_predict_v2.grpc.pb.h"
+#include "proto/grpc_service.grpc.pb.h"
 #include "tests/integration/farm_fixture.h"
 
 namespace torchfarm {

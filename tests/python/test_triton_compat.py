@@ -151,7 +151,7 @@ def test_aio_clients_ready_and_infer(farm):
     asyncio.run(run())
 
 
-# --- item 6 (part): model configuration over HTTP, advertised only where it works --------------
+# --- item 6 (part): model configuration over HTTP and gRPC, advertised where it works ----------
 
 def test_http_model_config_is_tritons_json(http_client, grpc_client):
     config = http_client.get_model_config("mlp")
@@ -163,13 +163,19 @@ def test_http_model_config_is_tritons_json(http_client, grpc_client):
     assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 200
     assert config["instance_group"][0]["kind"] == "KIND_CPU"
     assert "model_configuration" in http_client.get_server_metadata()["extensions"]
-    # gRPC has no ModelConfig in KServe's proto: it says so and does not advertise it.
-    assert "model_configuration" not in grpc_client.get_server_metadata().extensions
-    with pytest.raises(InferenceServerException):
+    # gRPC: Triton's ModelConfig, the same configuration.
+    assert "model_configuration" in grpc_client.get_server_metadata().extensions
+    grpc_config = grpc_client.get_model_config("mlp", as_json=True)["config"]
+    assert grpc_config["name"] == "mlp" and grpc_config["max_batch_size"] == 8
+    assert grpc_config["input"][0]["data_type"] == "TYPE_FP32"
+    assert [int(d) for d in grpc_config["input"][0]["dims"]] == [256]
+    with pytest.raises(InferenceServerException, match="is not served here"):
         http_client.get_model_config("no_such_model")
+    with pytest.raises(InferenceServerException, match="is not served here"):
+        grpc_client.get_model_config("no_such_model")
 
 
-# --- item 6 (part): model statistics over HTTP -------------------------------------------------
+# --- item 6 (part): model statistics over HTTP and gRPC ----------------------------------------
 
 def test_http_model_statistics_count_what_ran(farm, http_client):
     def add2_stats():
@@ -196,3 +202,14 @@ def test_http_model_statistics_count_what_ran(farm, http_client):
     assert "statistics" in http_client.get_server_metadata()["extensions"]
     with pytest.raises(InferenceServerException, match="is not served here"):
         http_client.get_inference_statistics("no_such_model")
+
+
+def test_grpc_model_statistics(grpc_client):
+    inputs, expected = add2_inputs(grpcclient, rows=2)
+    np.testing.assert_array_equal(grpc_client.infer("add2", inputs).as_numpy("sum"), expected)
+    stats = grpc_client.get_inference_statistics("add2", as_json=True)["model_stats"]
+    assert len(stats) == 1 and stats[0]["name"] == "add2"
+    assert int(stats[0]["inference_stats"]["success"]["count"]) >= 1
+    assert "statistics" in grpc_client.get_server_metadata().extensions
+    everything = grpc_client.get_inference_statistics(as_json=True)["model_stats"]
+    assert {"add2", "mlp"} <= {entry["name"] for entry in everything}
