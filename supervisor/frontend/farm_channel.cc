@@ -96,7 +96,7 @@ void FarmChannel::Call(const std::string& tag, nlohmann::json header,
   if (tag != kMetaTag && text.size() > max_header_bytes_.load(std::memory_order_relaxed)) {
     // The loop would refuse it too; ToFarmRequest's check names the field for v2 requests.
     done(FarmReply{InvalidArgument("the request's farm header is " + std::to_string(text.size()) +
-                                   " bytes, over limits.request.max_header_bytes (" +
+                                   " bytes, over limits.max_header_bytes (" +
                                    std::to_string(max_header_bytes_.load()) + ")"),
                    {},
                    {}});

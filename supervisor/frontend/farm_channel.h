@@ -13,7 +13,7 @@
 //           that limits.max_queued_per_client counts by; or "meta": a metadata/health query.
 //   call id the call's id N in decimal, in a frame of its own: the loop answers every message
 //           with it (JobAcceptor::ReadFrontend), also one whose header it cannot read (over
-//           limits.request.max_header_bytes, not JSON), so no error reply is ever uncorrelated.
+//           limits.max_header_bytes, not JSON), so no error reply is ever uncorrelated.
 //   header  a wire-protocol request header (docs/protocol.md), "id" set by the channel to N too;
 //           for "meta": {"id": N} or {"id": N, "model": NAME}.
 // Replies (loop -> DEALER): [header][data frames...], exactly as the job socket's replies, with

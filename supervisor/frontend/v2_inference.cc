@@ -82,7 +82,7 @@ Status CheckFarmHeaderSize(const V2InferRequest& request, const nlohmann::json& 
   }
   return InvalidArgument("the request needs a farm header of " +
                          std::to_string(bytes + kFarmIdReserveBytes) +
-                         " bytes, over limits.request.max_header_bytes (" +
+                         " bytes, over limits.max_header_bytes (" +
                          std::to_string(limits.max_header_bytes) + "): " + where);
 }
 
@@ -114,9 +114,8 @@ Status ToFarmRequest(V2InferRequest& request, const RequestLimits& limits, nlohm
   if (request.inputs.empty()) return InvalidArgument("inputs: expected at least one input, got 0");
   if (request.inputs.size() > limits.max_inputs) {
     return InvalidArgument("inputs: expected at most " + std::to_string(limits.max_inputs) +
-                           " inputs (limits.request.max_frames " +
-                           std::to_string(limits.max_inputs + 1) + " less the header), got " +
-                           std::to_string(request.inputs.size()));
+                           " inputs (limits.max_frames " + std::to_string(limits.max_inputs + 1) +
+                           " less the header), got " + std::to_string(request.inputs.size()));
   }
   nlohmann::json inputs = nlohmann::json::array();
   std::unordered_set<std::string> names;

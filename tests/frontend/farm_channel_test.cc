@@ -202,8 +202,7 @@ TEST(FarmChannel, AnOversizedHeaderIsRefusedAtOnceAndAnUnmatchedReplyIsCounted) 
   });
   FarmReply reply = refused.get_future().get();
   EXPECT_EQ(reply.status.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(reply.status.message().find("over limits.request.max_header_bytes (300)"),
-            std::string::npos)
+  EXPECT_NE(reply.status.message().find("over limits.max_header_bytes (300)"), std::string::npos)
       << reply.status.message();
   EXPECT_EQ(channel.pending(), 0u);
 

@@ -146,7 +146,7 @@ TEST(V2InferenceTest, ToFarmRequestRefusesWhatPassesTheLoopsLimitsNamingThem) {
   for (int i = 0; i < 5000; ++i)
     many.inputs.push_back(Tensor("i" + std::to_string(i), "FP32", {1}, 4));
   EXPECT_EQ(ToFarmRequest(many, limits, &header, &frames).message(),
-            "inputs: expected at most 16 inputs (limits.request.max_frames 17 less the header), "
+            "inputs: expected at most 16 inputs (limits.max_frames 17 less the header), "
             "got 5000");
 
   V2InferRequest long_name;
@@ -154,7 +154,7 @@ TEST(V2InferenceTest, ToFarmRequestRefusesWhatPassesTheLoopsLimitsNamingThem) {
   long_name.inputs.push_back(Tensor(std::string(3 << 20, 'n'), "FP32", {1}, 4));
   Status s = ToFarmRequest(long_name, limits, &header, &frames);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("over limits.request.max_header_bytes (65536): model_name is 1 "
+  EXPECT_NE(s.message().find("over limits.max_header_bytes (65536): model_name is 1 "
                              "bytes, the 1 input names 3145728 bytes (the longest, inputs[0], "
                              "3145728 bytes)"),
             std::string::npos)

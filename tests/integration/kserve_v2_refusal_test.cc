@@ -164,7 +164,7 @@ TEST_F(V2Refusals, AThreeMebibyteInputNameIsRefusedAtOnceNamingTheLimit) {
   const Answer bad = Post(http_port_, "/v2/models/mlp/infer", HugeNameBody());
   EXPECT_EQ(bad.status, 400) << bad.body.substr(0, 300);
   EXPECT_LT(bad.took, kAtOnce);
-  EXPECT_NE(bad.body.find("limits.request.max_header_bytes (65536)"), std::string::npos)
+  EXPECT_NE(bad.body.find("limits.max_header_bytes (65536)"), std::string::npos)
       << bad.body.substr(0, 300);
   EXPECT_NE(bad.body.find("3145728 bytes"), std::string::npos) << bad.body.substr(0, 300);
   ExpectGoodHttp();
@@ -193,7 +193,7 @@ TEST_F(V2Refusals, ASeventyThousandByteGrpcModelNameIsInvalidArgumentAtOnce) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   EXPECT_NE(status.error_message().find("model_name is 70000 bytes"), std::string::npos)
       << status.error_message().substr(0, 300);
-  EXPECT_NE(status.error_message().find("limits.request.max_header_bytes"), std::string::npos);
+  EXPECT_NE(status.error_message().find("limits.max_header_bytes"), std::string::npos);
 
   auto good_stub = GrpcStub();
   grpc::ClientContext good_context;

@@ -212,7 +212,7 @@ void SendAsChannel(zmq::socket_t& channel, const std::string& tag, const std::st
 }
 
 // Issue 35 item 1: the loop answers every front-end message with its call id, also one whose
-// header it cannot read (over limits.request.max_header_bytes, not JSON): no error reply is left
+// header it cannot read (over limits.max_header_bytes, not JSON): no error reply is left
 // without an id for the front end to drop.
 TEST_F(SupervisorTurnTest, EveryFrontEndMessageIsAnsweredWithItsCallIdEvenAnUnreadableOne) {
   config_.frontend.http_endpoint = "127.0.0.1:0";
