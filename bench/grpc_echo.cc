@@ -1,9 +1,9 @@
 // torchfarm-bench-grpc-echo: the bare gRPC reference of docs/benchmarks.md ("Measured" of the
-// Open Inference Protocol front ends). A minimal GRPCInferenceService (proto/grpc_predict_v2.proto)
-// on gRPC's callback API whose ModelInfer answers at once with its inputs as outputs
-// (raw_input_contents -> raw_output_contents, names OUTPUT__k), so torchfarm-bench-grpc measures
-// the same round trip against it and against a farm's grpc_endpoint. ServerLive and ServerReady
-// answer true; nothing else is served.
+// Open Inference Protocol front ends). A minimal GRPCInferenceService
+// (proto/triton/grpc_service.proto) on gRPC's callback API whose ModelInfer answers at once with
+// its inputs as outputs (raw_input_contents -> raw_output_contents, names OUTPUT__k), so
+// torchfarm-bench-grpc measures the same round trip against it and against a farm's grpc_endpoint.
+// ServerLive and ServerReady answer true; nothing else is served.
 //
 //   torchfarm-bench-grpc-echo [--listen 127.0.0.1:0]
 // prints "ready <port>" on stdout once listening and runs until SIGINT or SIGTERM.
@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "proto/grpc_predict_v2.grpc.pb.h"
+#include "proto/grpc_service.grpc.pb.h"
 
 namespace {
 

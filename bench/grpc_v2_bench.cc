@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "proto/grpc_predict_v2.grpc.pb.h"
+#include "proto/grpc_service.grpc.pb.h"
 #include "tools/load_generator.h"
 
 namespace torchfarm {

@@ -90,6 +90,10 @@ struct ModelConfig {
   int64_t latency_slo_ms = 0;
   int max_inflight_per_worker = 2;   // batches a worker may hold in its ring
   int priority_levels = 1;
+  // The level a KServe v2 request without "priority" (or with 0, or one past priority_levels)
+  // runs at, in Triton's numbering: 1 is the highest (the farm's level 0) .. priority_levels.
+  // ZeroMQ requests keep their own meaning (docs/protocol.md). docs/kserve-v2.md, "Priority".
+  int default_priority_level = 1;
   // Within a priority level, each client (ZeroMQ routing id or CURVE key; the HTTP/gRPC peer) has
   // its own share of the queue, served in turn weighted by rows
   // (supervisor/dispatch/model_queue.h). False: one FIFO per level, as before.

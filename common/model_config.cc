@@ -255,6 +255,13 @@ Status ParseModelQueueing(const json& j, const std::string& where, ModelConfig* 
   if (s = GetInt(j, "max_inflight_per_worker", where, 1, 64, &m->max_inflight_per_worker); !s.ok())
     return s;
   if (s = GetInt(j, "priority_levels", where, 1, 16, &m->priority_levels); !s.ok()) return s;
+  if (s = GetInt(j, "default_priority_level", where, 1, 16, &m->default_priority_level); !s.ok())
+    return s;
+  if (m->default_priority_level > m->priority_levels) {
+    return InvalidArgument(where + ".default_priority_level: expected 1.." +
+                           std::to_string(m->priority_levels) + " (priority_levels), got " +
+                           std::to_string(m->default_priority_level));
+  }
   if (s = GetBool(j, "fair_queueing", where, &m->fair_queueing); !s.ok()) return s;
   if (s = GetInt(j, "slot_bytes", where, 4096, int64_t{1} << 34, &m->slot_bytes); !s.ok()) return s;
   if (s = GetInt(j, "hang_timeout_ms", where, 0, 86'400'000, &m->hang_timeout_ms); !s.ok())
@@ -340,6 +347,7 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
                         "latency_slo_ms",
                         "max_inflight_per_worker",
                         "priority_levels",
+                        "default_priority_level",
                         "fair_queueing",
                         "slot_bytes",
                         "ring_slots",

@@ -237,15 +237,33 @@ Status SelectServedVersion(const std::vector<ModelConfig>& models, const std::st
     return Status::Ok();
   }
   const std::vector<std::string> versions = VersionsOf(models, name);
-  if (!versions.empty()) {
-    return NotFound("model '" + name + "' has no version '" + version +
-                    "' (loaded versions: " + Join(versions) + ")");
-  }
+  if (!versions.empty()) return VersionNotLoaded(name, version, versions);
   std::vector<std::string> names;
   for (const ModelConfig& m : models) {
     if (std::find(names.begin(), names.end(), m.name) == names.end()) names.push_back(m.name);
   }
-  return NotFound("model '" + name + "' is not served here (served: " + Join(names) + ")");
+  return ModelNotServed(name, names);
+}
+
+namespace {
+
+// A client's name for a message: shortened past kMaxQuoted bytes, with its size.
+std::string Quoted(const std::string& name) {
+  constexpr size_t kMaxQuoted = 128;
+  if (name.size() <= kMaxQuoted) return "'" + name + "'";
+  return "'" + name.substr(0, kMaxQuoted) + "...' (" + std::to_string(name.size()) + " bytes)";
+}
+
+}  // namespace
+
+Status ModelNotServed(const std::string& name, const std::vector<std::string>& served) {
+  return NotFound("model " + Quoted(name) + " is not served here (served: " + Join(served) + ")");
+}
+
+Status VersionNotLoaded(const std::string& name, const std::string& version,
+                        const std::vector<std::string>& versions) {
+  return NotFound("model " + Quoted(name) + " has no version " + Quoted(version) +
+                  " (loaded versions: " + Join(versions) + ")");
 }
 
 }  // namespace torchfarm

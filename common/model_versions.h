@@ -69,6 +69,14 @@ struct RepositoryModel {
 Status ScanModelRepository(const std::string& dir, const std::string& where,
                            std::vector<RepositoryModel>* out);
 
+// The NOT_FOUND of a model name no endpoint serves, and of a version a served model has not
+// loaded: one wording for the ZeroMQ path, HTTP and gRPC ("model 'x' is not served here (served:
+// a, b)", "model 'a' has no version '7' (loaded versions: 1, 2)"). A name or version over 128
+// bytes is shortened in the message and its size given.
+Status ModelNotServed(const std::string& name, const std::vector<std::string>& served);
+Status VersionNotLoaded(const std::string& name, const std::string& version,
+                        const std::vector<std::string>& versions);
+
 // Which of `models` (one entry per loaded version) a request for (`name`, `version`) runs on.
 // An empty `version` picks the default: the highest version for which `loaded(index)` is true,
 // else (none loaded yet) the highest. NOT_FOUND names the models, or the versions of `name`.

@@ -210,7 +210,7 @@ Status Supervisor::StartFrontend() {
   }
   replies_.set_frontend_socket(&frontend_jobs_);
   frontend_ = std::make_unique<Frontend>();
-  return frontend_->Start(config_.frontend, context_);
+  return frontend_->Start(config_.frontend, context_, config_.limits.request);
 }
 
 void Supervisor::RegisterAdminCommands() {
@@ -344,7 +344,8 @@ void Supervisor::RunTurn(TimePoint now) {
   if (events.jobs) Guarded("jobs", [&] { job_acceptor_.ReadJobs(jobs_); });
   if (events.frontend) {
     Guarded("front end", [&] {
-      job_acceptor_.ReadFrontend(frontend_jobs_, [this] { return status_.FrontendMeta(); });
+      job_acceptor_.ReadFrontend(
+          frontend_jobs_, [this](bool statistics) { return status_.FrontendMeta(statistics); });
     });
   }
   if (events.admin) Guarded("admin", [&] { admin_service_.HandleRequests(admin_); });
@@ -484,6 +485,7 @@ json Supervisor::Reload() {
   config_.limits.request.max_inputs = fresh.limits.request.max_inputs;
   config_.limits.request.max_rank = fresh.limits.request.max_rank;
   config_.limits.request.max_tensor_bytes = fresh.limits.request.max_tensor_bytes;
+  if (frontend_) frontend_->SetRequestLimits(config_.limits.request);
   config_.limits.max_queued_per_client = fresh.limits.max_queued_per_client;
   quota_.set_max_per_client(fresh.limits.max_queued_per_client);
   replies_.set_unread_limits(fresh.limits.max_unread_replies_per_client,

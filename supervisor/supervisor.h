@@ -107,6 +107,9 @@ class Supervisor {
   // every duty once, in the order drawn above.
   void RunTurn(TimePoint now);
   FarmPhase phase() const { return farm_.phase; }
+  // The context the in-process front ends' channels connect in (inproc://), for tests that
+  // play a FarmChannel.
+  zmq::context_t& context() { return context_; }
 
  private:
   struct TurnEvents;  // what one poll found ready (supervisor.cc)

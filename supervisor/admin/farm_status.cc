@@ -1,5 +1,7 @@
 #include "supervisor/admin/farm_status.h"
 
+#include <chrono>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -265,7 +267,7 @@ json FarmStatus::Models() const {
 
 // One entry per served (name, version): its health, its metadata ("versions" lists every loaded
 // version of the name) and "default": true on the version a request without one gets.
-json FarmStatus::FrontendMeta() const {
+json FarmStatus::FrontendMeta(bool statistics) const {
   json health = Health();
   json& models = health["models"];
   for (const auto& model : s_.models) {
@@ -278,8 +280,28 @@ json FarmStatus::FrontendMeta() const {
     const bool ready = it->value("ready", false) && !IsDraining(s_.farm.phase);
     it->update(ModelMetadataJson(model, ready, s_.models.ServedVersions(config.name)));
     (*it)["default"] = s_.models.DefaultVersion(config.name) == config.version;
+    if (statistics) (*it)["statistics"] = StatisticsJson(model.stats.totals(), s_.clock.Now());
   }
   return health;
+}
+
+// {"requests", "errors", "batches", "rows", "queue_us", "compute_us", "total_us",
+//  "last_inference_ms" (wall clock, ms since the epoch; 0: none yet)}: what the v2 statistics
+// extension (frontend/triton_model_stats.h) is made of.
+json StatisticsJson(const ModelStats::Totals& totals, TimePoint now) {
+  int64_t last_ms = 0;
+  if (totals.last_completion != TimePoint{}) {
+    const int64_t wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+    last_ms =
+        wall_ms -
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - totals.last_completion).count();
+  }
+  return {{"requests", totals.requests}, {"errors", totals.errors},
+          {"batches", totals.batches},   {"rows", totals.rows},
+          {"queue_us", totals.queue_us}, {"compute_us", totals.compute_us},
+          {"total_us", totals.total_us}, {"last_inference_ms", last_ms}};
 }
 
 json FarmStatus::Resources() const {

@@ -19,6 +19,7 @@
 #include "common/config.h"
 #include "supervisor/admin/process_stats.h"
 #include "supervisor/dispatch/dispatcher.h"
+#include "supervisor/dispatch/model_stats.h"
 #include "supervisor/dispatch/reply_writer.h"
 #include "supervisor/dispatch/response_handler.h"
 #include "supervisor/intake/client_shm_registry.h"
@@ -31,6 +32,9 @@
 #include "supervisor/workers/zygote_pool.h"
 
 namespace torchfarm {
+
+// A model's lifetime counters for the v2 statistics extension (FarmStatus::FrontendMeta).
+nlohmann::json StatisticsJson(const ModelStats::Totals& totals, TimePoint now);
 
 class FarmStatus {
  public:
@@ -56,8 +60,9 @@ class FarmStatus {
   // Supervisor, models, workers, zygotes, replies, client regions and resources.
   nlohmann::json Stats();
   nlohmann::json Models() const;
-  // Health plus each served (name, version)'s metadata (model_metadata.h) and "default".
-  nlohmann::json FrontendMeta() const;
+  // Health plus each served (name, version)'s metadata (model_metadata.h) and "default"; with
+  // `statistics`, each entry's lifetime counters too (StatisticsJson).
+  nlohmann::json FrontendMeta(bool statistics = false) const;
   nlohmann::json Resources() const;
 
  private:

@@ -38,7 +38,22 @@ json ModelMetadataJson(const ServedModel& model, bool ready,
               {"platform", "pytorch_libtorch"},
               {"ready", ready},
               {"inputs", std::move(inputs)},
-              {"outputs", std::move(outputs)}};
+              {"outputs", std::move(outputs)},
+              {"scheduling", SchedulingJson(config)}};
+}
+
+json SchedulingJson(const ModelConfig& config) {
+  json instances = json::array();
+  for (const InstanceConfig& group : config.instances) {
+    instances.push_back({{"device", group.device}, {"count", group.count}});
+  }
+  return {{"max_batch_size", config.max_batch_size},
+          {"max_queue_delay_us", config.max_queue_delay_us},
+          {"preferred_batch_sizes", config.preferred_batch_sizes},
+          {"priority_levels", config.priority_levels},
+          {"default_priority_level", config.default_priority_level},
+          {"max_queue_size", config.max_queue_size},
+          {"instances", std::move(instances)}};
 }
 
 void LearnOutputs(ServedModel* model, const std::vector<TensorSpec>& outputs) {

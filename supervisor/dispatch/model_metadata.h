@@ -19,9 +19,15 @@ namespace torchfarm {
 
 // {"name": ..., "version": this one, "versions": `versions` (every loaded version of the name;
 //  empty: this one), "platform": "pytorch_libtorch", "ready": ready,
-//  "inputs": [{"name", "datatype", "shape"}], "outputs": [...]}
+//  "inputs": [{"name", "datatype", "shape"}], "outputs": [...], "scheduling": SchedulingJson}
 nlohmann::json ModelMetadataJson(const ServedModel& model, bool ready,
                                  const std::vector<std::string>& versions = {});
+
+// What the v2 model configuration (Triton's config.pbtxt as JSON, frontend/triton_model_config.h)
+// is made of: {"max_batch_size", "max_queue_delay_us", "preferred_batch_sizes",
+// "priority_levels", "default_priority_level", "max_queue_size",
+// "instances": [{"device": "cpu" | "cuda:N", "count"}]}.
+nlohmann::json SchedulingJson(const ModelConfig& config);
 
 // Records `outputs` (what a batch or a warm-up returned) as the model's learned outputs, unless
 // they were learned already for its current path. Dim 0 becomes -1 when max_batch_size > 1.

@@ -39,14 +39,24 @@ void ModelStats::CountCompletion(TimePoint now) {
 
 void ModelStats::RecordOk(int64_t queue_us, int64_t compute_us, int64_t total_us, TimePoint now) {
   ++requests_;
+  queue_us_ += static_cast<uint64_t>(std::max<int64_t>(0, queue_us));
+  compute_us_ += static_cast<uint64_t>(std::max<int64_t>(0, compute_us));
+  total_us_ += static_cast<uint64_t>(std::max<int64_t>(0, total_us));
+  last_completion_ = now;
   queue_.Record(queue_us, now);
   compute_.Record(compute_us, now);
   total_.Record(total_us, now);
   CountCompletion(now);
 }
 
+ModelStats::Totals ModelStats::totals() const {
+  return Totals{requests_, errors_,     batches_,  rows_,
+                queue_us_, compute_us_, total_us_, last_completion_};
+}
+
 void ModelStats::RecordError(TimePoint now) {
   ++errors_;
+  last_completion_ = now;
   CountCompletion(now);
 }
 

@@ -50,6 +50,21 @@ class ModelStats {
   //  throughput_rps_1s, throughput_rps_60s, slo: {within, missed, refused}}
   nlohmann::json ToJson(TimePoint now) const;
 
+  // Lifetime sums for the v2 statistics extension (Triton's model statistics): microseconds
+  // spent queued, computing and in total over the answered requests, and when the last one
+  // completed (a TimePoint of the loop's clock; {} when none has).
+  struct Totals {
+    uint64_t requests = 0;
+    uint64_t errors = 0;
+    uint64_t batches = 0;
+    uint64_t rows = 0;
+    uint64_t queue_us = 0;
+    uint64_t compute_us = 0;
+    uint64_t total_us = 0;
+    TimePoint last_completion{};
+  };
+  Totals totals() const;
+
   uint64_t requests() const { return requests_; }
   uint64_t errors() const { return errors_; }
   uint64_t rejected() const { return rejected_; }
@@ -68,6 +83,10 @@ class ModelStats {
   uint64_t within_slo_ = 0, missed_slo_ = 0, slo_refused_ = 0;
   uint64_t batches_ = 0;
   uint64_t rows_ = 0;
+  uint64_t queue_us_ = 0;
+  uint64_t compute_us_ = 0;
+  uint64_t total_us_ = 0;
+  TimePoint last_completion_{};
   WindowedHistogram queue_;
   WindowedHistogram compute_;
   WindowedHistogram total_;

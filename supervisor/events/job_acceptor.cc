@@ -28,7 +28,7 @@ void JobAcceptor::ReadJobs(zmq::socket_t& jobs) {
 }
 
 void JobAcceptor::Accept(std::vector<zmq::message_t>& frames, RequestOrigin origin,
-                         std::string client) {
+                         std::string client, const json* call_id) {
   PendingRequest request;
   request.origin = origin;
   request.client = std::move(client);
@@ -41,6 +41,8 @@ void JobAcceptor::Accept(std::vector<zmq::message_t>& frames, RequestOrigin orig
       ParseJob(frames, payload, d_.models.served_configs(), d_.clock.Now(), &request, &served,
                d_.limits, origin == RequestOrigin::kZmq ? client_shm_ : nullptr, &command,
                [this](size_t served) { return d_.models.ServedVersionLoaded(served); });
+  // The front end waits for this id; the header's may be missing or unreadable.
+  if (call_id) request.id = *call_id;
   if (s.ok() && command.op != RequestOp::kInfer) {
     RunShmCommand(request, command, ClientKey(request.identity, frames[payload], curve_));
     return;
@@ -52,6 +54,10 @@ void JobAcceptor::Accept(std::vector<zmq::message_t>& frames, RequestOrigin orig
   ServedModel* model = served < d_.models.served_index().size()
                            ? &d_.models[d_.models.served_index()[served]]
                            : nullptr;
+  // The v2 front ends speak Triton's priorities; ZeroMQ clients name the level.
+  if (s.ok() && origin != RequestOrigin::kZmq) {
+    request.priority = TritonPriorityLevel(request.priority, model->config);
+  }
   if (s.ok()) s = d_.replies.CheckUnread(request);
   if (s.ok()) s = d_.replies.AcquireQuota(request, frames[payload], curve_);
   if (s.ok() && IsDraining(d_.farm.phase))
@@ -102,32 +108,70 @@ void JobAcceptor::RunShmCommand(PendingRequest& request, const ShmCommand& comma
                   nullptr);
 }
 
+namespace {
+
+// The call id frame of a front-end message: a decimal uint64 (farm_channel.h).
+bool ReadCallId(const zmq::message_t& frame, json* out) {
+  const std::string_view text(static_cast<const char*>(frame.data()), frame.size());
+  if (text.empty() || text.size() > 20) return false;
+  uint64_t id = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    const uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (id > (UINT64_MAX - digit) / 10) return false;
+    id = id * 10 + digit;
+  }
+  *out = id;
+  return true;
+}
+
+}  // namespace
+
+void JobAcceptor::AnswerFrontendMeta(zmq::socket_t& frontend, std::vector<zmq::message_t>& frames,
+                                     const json& call_id, const MetaAnswer& meta) {
+  // [routing][tag][call id][query]: the query is the channel's own small object.
+  bool statistics = false;
+  if (frames.size() > 3) {
+    const std::string_view text(static_cast<const char*>(frames[3].data()), frames[3].size());
+    if (text.size() <= d_.limits.max_header_bytes && JsonNestingWithin(text, kMaxHeaderDepth)) {
+      const json query = json::parse(text, nullptr, false);
+      statistics = query.is_object() && query.contains("statistics") && query["statistics"] == true;
+    }
+  }
+  json reply = meta(statistics);
+  reply["v"] = kProtocolVersion;
+  reply["id"] = call_id;
+  reply["status"] = "ok";
+  frontend.send(frames[0], zmq::send_flags::sndmore);
+  frontend.send(zmq::buffer(reply.dump()), zmq::send_flags::none);
+}
+
 void JobAcceptor::ReadFrontend(zmq::socket_t& frontend, const MetaAnswer& meta) {
   std::vector<zmq::message_t> frames;
-  // Routing id + tag + header + inputs, and one more so ParseJob sees the excess.
-  const size_t max_frames = d_.limits.max_inputs + 4;
+  // Routing id + tag + call id + header + inputs, and one more so ParseJob sees the excess.
+  const size_t max_frames = d_.limits.max_inputs + 5;
   bool truncated = false;
   for (int n = 0; n < kMaxMessagesPerTurn &&
                   ReceiveMultipartBounded(frontend, &frames, max_frames, &truncated);
        ++n) {
-    if (frames.size() < 3) continue;  // a channel always sends tag + header
+    json call_id;
+    if (frames.size() < 3 || !ReadCallId(frames[2], &call_id)) {
+      // Nothing to answer by: only a broken FarmChannel sends this.
+      ++unanswerable_frontend_;
+      TF_LOG(kError) << "front-end message without a call id dropped"
+                     << Kv("frames", frames.size());
+      continue;
+    }
     const std::string tag(static_cast<const char*>(frames[1].data()), frames[1].size());
     if (tag == kMetaTag) {
-      json query = json::parse(
-          std::string_view(static_cast<const char*>(frames[2].data()), frames[2].size()), nullptr,
-          false);
-      json reply = meta();
-      reply["v"] = kProtocolVersion;
-      reply["id"] = query.is_object() ? query.value("id", json()) : json();
-      reply["status"] = "ok";
-      frontend.send(frames[0], zmq::send_flags::sndmore);
-      frontend.send(zmq::buffer(reply.dump()), zmq::send_flags::none);
+      AnswerFrontendMeta(frontend, frames, call_id, meta);
       continue;
     }
     const RequestOrigin origin =
         tag.rfind("grpc", 0) == 0 ? RequestOrigin::kGrpc : RequestOrigin::kHttp;
-    frames.erase(frames.begin() + 1);  // [routing][header][data...] as on the job socket
-    Accept(frames, origin, tag);
+    // [routing][header][data...] as on the job socket; a missing header is ParseJob's error.
+    frames.erase(frames.begin() + 1, frames.begin() + 3);
+    Accept(frames, origin, tag, &call_id);
   }
 }
 

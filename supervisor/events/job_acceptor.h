@@ -39,8 +39,9 @@ class JobAcceptor {
     const RequestLimits& limits;  // the config's: a reload changes them in place
     const TimeSource& clock;
   };
-  // The answer to a front end's "meta" query (health and model metadata), built by the caller.
-  using MetaAnswer = std::function<nlohmann::json()>;
+  // The answer to a front end's "meta" query (health and model metadata, with each model's
+  // statistics when the query says {"statistics": true}), built by the caller.
+  using MetaAnswer = std::function<nlohmann::json(bool statistics)>;
 
   explicit JobAcceptor(Deps deps) : d_(deps) {}
   void set_metrics(MetricsExporter* metrics) { metrics_ = metrics; }
@@ -51,20 +52,27 @@ class JobAcceptor {
 
   // The job socket is readable: up to kMaxMessagesPerTurn requests.
   void ReadJobs(zmq::socket_t& jobs);
-  // The front-end socket is readable: requests, and "meta" queries answered with `meta`.
+  // The front-end socket is readable: requests, and "meta" queries answered with `meta`. Every
+  // message is answered with its call id (frontend/farm_channel.h), whatever its header holds.
   void ReadFrontend(zmq::socket_t& frontend, const MetaAnswer& meta);
   // One request: frames[0] is the routing id; `origin` and `client` (the quota key) are set for
-  // front-end requests.
+  // front-end requests, and `call_id`: the id every reply to it carries, also when its header
+  // cannot be read.
   void Accept(std::vector<zmq::message_t>& frames, RequestOrigin origin = RequestOrigin::kZmq,
-              std::string client = {});
+              std::string client = {}, const nlohmann::json* call_id = nullptr);
+  // Front-end messages without a readable call id (a broken front end; logged as errors).
+  uint64_t unanswerable_frontend() const { return unanswerable_frontend_; }
 
  private:
   void RunShmCommand(PendingRequest& request, const ShmCommand& command, const std::string& client);
+  void AnswerFrontendMeta(zmq::socket_t& frontend, std::vector<zmq::message_t>& frames,
+                          const nlohmann::json& call_id, const MetaAnswer& meta);
 
   Deps d_;
   MetricsExporter* metrics_ = nullptr;
   ClientShmRegistry* client_shm_ = nullptr;
   bool curve_ = false;
+  uint64_t unanswerable_frontend_ = 0;
 };
 
 }  // namespace torchfarm

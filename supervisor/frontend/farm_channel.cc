@@ -67,6 +67,18 @@ void FarmChannel::Stop() {
   socket_.close();
 }
 
+void FarmChannel::set_request_limits(const RequestLimits& limits) {
+  max_header_bytes_.store(limits.max_header_bytes, std::memory_order_relaxed);
+  max_inputs_.store(limits.max_inputs, std::memory_order_relaxed);
+}
+
+RequestLimits FarmChannel::request_limits() const {
+  RequestLimits limits;
+  limits.max_header_bytes = max_header_bytes_.load(std::memory_order_relaxed);
+  limits.max_inputs = max_inputs_.load(std::memory_order_relaxed);
+  return limits;
+}
+
 void FarmChannel::Post(std::function<void()> work) { asio::post(io_, std::move(work)); }
 
 void FarmChannel::Call(const std::string& tag, nlohmann::json header,
@@ -81,8 +93,19 @@ void FarmChannel::Call(const std::string& tag, nlohmann::json header,
   // throw on invalid UTF-8 (out of the handler, out of io_.run(): std::terminate). Replaced
   // bytes name no model, so the loop answers NOT_FOUND.
   const std::string text = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (tag != kMetaTag && text.size() > max_header_bytes_.load(std::memory_order_relaxed)) {
+    // The loop would refuse it too; ToFarmRequest's check names the field for v2 requests.
+    done(FarmReply{InvalidArgument("the request's farm header is " + std::to_string(text.size()) +
+                                   " bytes, over limits.max_header_bytes (" +
+                                   std::to_string(max_header_bytes_.load()) + ")"),
+                   {},
+                   {}});
+    return;
+  }
   try {
+    const std::string call_id = std::to_string(id);
     socket_.send(zmq::buffer(tag), zmq::send_flags::sndmore);
+    socket_.send(zmq::buffer(call_id), zmq::send_flags::sndmore);
     socket_.send(zmq::buffer(text), frames.empty() ? zmq::send_flags::none
                                                    : zmq::send_flags::sndmore);
     for (size_t i = 0; i < frames.size(); ++i) {
@@ -131,8 +154,12 @@ void FarmChannel::DrainReplies() {
     const auto id = reply.header.id.is_number_unsigned() ? reply.header.id.get<uint64_t>() : 0;
     auto it = waiting_.find(id);
     if (it == waiting_.end()) {
-      TF_LOG(kWarn) << "front-end channel: reply for no waiting call dropped"
-                       << Kv("id", reply.header.id.dump()) << Kv("parse", parsed.ToString());
+      // The loop answers every call with its id (farm_channel.h): this is a bug, made visible.
+      unmatched_.fetch_add(1, std::memory_order_relaxed);
+      TF_LOG(kError) << "front-end channel: reply for no waiting call dropped"
+                     << Kv("id", reply.header.id.dump())
+                     << Kv("status", reply.header.status.ToString())
+                     << Kv("parse", parsed.ToString());
       continue;
     }
     Done done = std::move(it->second.done);

@@ -8,12 +8,16 @@
 // hop. The DEALER's descriptor (ZMQ_FD) is watched by the io_context, so one thread serves both
 // its HTTP connections and its farm replies.
 //
-// Messages on the front-end socket (DEALER -> loop): [tag][header][data frames...], where
+// Messages on the front-end socket (DEALER -> loop): [tag][call id][header][data frames...], where
 //   tag     "http <peer>" or "grpc <peer>": the protocol (metrics label) and the client identity
 //           that limits.max_queued_per_client counts by; or "meta": a metadata/health query.
-//   header  a wire-protocol request header (docs/protocol.md), "id" set by the channel; for
-//           "meta": {"id": N} or {"id": N, "model": NAME}.
-// Replies (loop -> DEALER): [header][data frames...], exactly as the job socket's replies. A
+//   call id the call's id N in decimal, in a frame of its own: the loop answers every message
+//           with it (JobAcceptor::ReadFrontend), also one whose header it cannot read (over
+//           limits.max_header_bytes, not JSON), so no error reply is ever uncorrelated.
+//   header  a wire-protocol request header (docs/protocol.md), "id" set by the channel to N too;
+//           for "meta": {"id": N} or {"id": N, "model": NAME}.
+// Replies (loop -> DEALER): [header][data frames...], exactly as the job socket's replies, with
+// "id": N. A
 // "meta" reply is {"id": N, "status": "ok", "live": true, "ready": bool, "draining": bool,
 // "models": [ModelMetadataJson...]} (supervisor/dispatch/model_metadata.h); its FarmReply has the
 // whole object in header.raw and no outputs.
@@ -71,14 +75,24 @@ class FarmChannel {
   boost::asio::io_context& io() { return io_; }
 
   // On the channel's thread. `header` is a request header without "id" (the channel sets it);
-  // `frames` are its data frames. `tag` is "http <peer>", "grpc <peer>" or kMetaTag.
+  // `frames` are its data frames. `tag` is "http <peer>", "grpc <peer>" or kMetaTag. A request
+  // header over request_limits().max_header_bytes is answered INVALID_ARGUMENT at once, unsent.
   void Call(const std::string& tag, nlohmann::json header, std::vector<zmq::message_t> frames,
             Done done);
   // From any thread: runs `work` on the channel's thread.
   void Post(std::function<void()> work);
 
+  // The loop's limits.request that a front end checks a request against before Call, so that
+  // it is refused at once with a message in its own protocol's terms; the loop checks again.
+  // Any thread; the supervisor sets them at start and on a reload.
+  void set_request_limits(const RequestLimits& limits);
+  RequestLimits request_limits() const;
+
   // Calls sent and not yet answered (for tests and stats).
   size_t pending() const { return pending_count_.load(std::memory_order_relaxed); }
+  // Replies that matched no waiting call (logged as errors; stats "unmatched_replies"). Only a
+  // loop bug makes one: a test that ends with this non-zero has found a dropped answer.
+  uint64_t unmatched_replies() const { return unmatched_.load(std::memory_order_relaxed); }
 
  private:
   void WatchSocket();
@@ -98,6 +112,9 @@ class FarmChannel {
   };
   std::unordered_map<uint64_t, Waiting> waiting_;
   std::atomic<size_t> pending_count_{0};
+  std::atomic<uint64_t> unmatched_{0};
+  std::atomic<uint64_t> max_header_bytes_{kMaxHeaderBytes};
+  std::atomic<uint64_t> max_inputs_{kMaxInputs};
   std::atomic<bool> stopping_{false};
 };
 

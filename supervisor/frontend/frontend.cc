@@ -12,12 +12,14 @@ Frontend::Frontend() = default;
 
 Frontend::~Frontend() { Stop(); }
 
-Status Frontend::Start(const FrontendConfig& config, zmq::context_t& context) {
+Status Frontend::Start(const FrontendConfig& config, zmq::context_t& context,
+                       const RequestLimits& limits) {
   config_ = config;
   if (!config.enabled()) return Status::Ok();
   std::vector<FarmChannel*> channels;
   for (int i = 0; i < config.threads; ++i) {
     channels_.push_back(std::make_unique<FarmChannel>(context));
+    channels_.back()->set_request_limits(limits);
     if (Status s = channels_.back()->Start(); !s.ok()) return s;
     channels.push_back(channels_.back().get());
   }
@@ -55,6 +57,10 @@ void Frontend::Stop(std::chrono::milliseconds grace) {
   channels_.clear();
 }
 
+void Frontend::SetRequestLimits(const RequestLimits& limits) {
+  for (auto& channel : channels_) channel->set_request_limits(limits);
+}
+
 int Frontend::http_port() const { return http_ ? http_->port() : 0; }
 int Frontend::grpc_port() const { return grpc_ ? grpc_->port() : 0; }
 
@@ -65,6 +71,9 @@ nlohmann::json Frontend::ToJson() const {
   out["grpc"]["endpoint"] = config_.grpc_endpoint;
   out["grpc"]["port"] = grpc_port();
   out["threads"] = config_.threads;
+  uint64_t unmatched = 0;
+  for (const auto& channel : channels_) unmatched += channel->unmatched_replies();
+  out["unmatched_replies"] = unmatched;
   return out;
 }
 

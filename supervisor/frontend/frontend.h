@@ -29,16 +29,22 @@ class Frontend {
   ~Frontend();  // Stop()
 
   // Starts the channels and the servers `config` enables; logs each bound address. Errors name
-  // the endpoint.
-  Status Start(const FrontendConfig& config, zmq::context_t& context);
+  // the endpoint. `limits` are the loop's limits.request (SetRequestLimits).
+  Status Start(const FrontendConfig& config, zmq::context_t& context,
+               const RequestLimits& limits = RequestLimits{});
   // Waits up to `grace` for the channels' calls the loop already answered to be passed on, then
   // stops the servers and the channels.
   void Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
+  // The loop's limits.request, checked by the front ends before a request is sent (any thread;
+  // at start and after a reload).
+  void SetRequestLimits(const RequestLimits& limits);
+
   int http_port() const;  // 0 when off
   int grpc_port() const;
   const FrontendStats& stats() const { return stats_; }
-  // For `stats`: {"http": {"endpoint", "port", ...FrontendStats}, "grpc": {...}}
+  // For `stats`: {"http": {"endpoint", "port", ...FrontendStats}, "grpc": {...},
+  // "unmatched_replies": replies the channels could give to no call (0 unless the loop has a bug)}
   nlohmann::json ToJson() const;
 
  private:

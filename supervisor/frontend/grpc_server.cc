@@ -18,8 +18,10 @@
 #include <unordered_map>
 #include <utility>
 
-#include "proto/grpc_predict_v2.grpc.pb.h"
+#include "proto/grpc_service.grpc.pb.h"
 #include "supervisor/frontend/grpc_service.h"
+#include "supervisor/frontend/triton_model_config.h"
+#include "supervisor/frontend/triton_model_stats.h"
 #include "supervisor/frontend/v2_inference.h"
 
 namespace torchfarm {
@@ -96,10 +98,12 @@ class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackS
                                        inference::ModelReadyResponse* response) override {
     return Meta(context, request->name(),
                 [name = request->name(), version = request->version(), response](const json& meta) {
+                  // As Triton: a model or version that is not served is not ready (false, not
+                  // NOT_FOUND), so `while not is_model_ready()` loops keep polling.
                   const json* model = nullptr;
                   Status s = FindModelInMeta(meta, name, version, &model);
-                  if (s.ok()) response->set_ready(model->value("ready", false));
-                  return s;
+                  response->set_ready(s.ok() && model->value("ready", false));
+                  return s.code() == StatusCode::kNotFound ? Status::Ok() : s;
                 });
   }
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
@@ -111,6 +115,31 @@ class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackS
                   Status s = FindModelInMeta(meta, name, version, &model);
                   return s.ok() ? ModelMetadataFromJson(*model, response) : s;
                 });
+  }
+  // Triton's model configuration and statistics extensions, from the same JSON as HTTP's.
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override {
+    return Meta(context, request->name(),
+                [name = request->name(), version = request->version(), response](const json& meta) {
+                  const json* model = nullptr;
+                  Status s = FindModelInMeta(meta, name, version, &model);
+                  return s.ok() ? MessageFromJson(TritonModelConfigJson(*model),
+                                                  response->mutable_config())
+                                : s;
+                });
+  }
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override {
+    return Meta(
+        context, request->name(),
+        [name = request->name(), version = request->version(), response](const json& meta) {
+          json stats;
+          Status s = TritonModelStatsJson(meta, name, version, &stats);
+          return s.ok() ? MessageFromJson(stats, response) : s;
+        },
+        /*statistics=*/true);
   }
   grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
                                            const inference::ServerMetadataRequest*,
@@ -130,9 +159,11 @@ class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackS
   // from an OK reply (on the channel's thread) and its status finishes the call.
   void Submit(std::shared_ptr<Call> call, std::string tag, json header,
               std::vector<zmq::message_t> frames, OnReply on_reply);
-  // A "meta" query (farm_channel.h) for `model` (empty: every model); `fill` reads the reply.
+  // A "meta" query (farm_channel.h) for `model` (empty: every model), with each model's
+  // counters when `statistics`; `fill` reads the reply.
   grpc::ServerUnaryReactor* Meta(grpc::CallbackServerContext* context, const std::string& model,
-                                 std::function<Status(const json& meta)> fill);
+                                 std::function<Status(const json& meta)> fill,
+                                 bool statistics = false);
 
   const FrontendConfig config_;
   const std::vector<FarmChannel*> channels_;
@@ -270,12 +301,14 @@ void GrpcServer::Impl::Submit(std::shared_ptr<Call> call, std::string tag, json 
 
 grpc::ServerUnaryReactor* GrpcServer::Impl::Meta(grpc::CallbackServerContext* context,
                                                  const std::string& model,
-                                                 std::function<Status(const json& meta)> fill) {
+                                                 std::function<Status(const json& meta)> fill,
+                                                 bool statistics) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::shared_ptr<Call> call = Begin(reactor);
   if (!call) return reactor;
   json header = json::object();
   if (!model.empty()) header["model"] = model;
+  if (statistics) header["statistics"] = true;
   Submit(std::move(call), kMetaTag, std::move(header), {},
          [fill = std::move(fill)](FarmReply& reply) { return fill(reply.header.raw); });
   return reactor;
@@ -304,7 +337,7 @@ grpc::ServerUnaryReactor* GrpcServer::Impl::ModelInfer(grpc::CallbackServerConte
   std::vector<zmq::message_t> frames;
   Status status = V2RequestFromProto(*request, v2.get());
   if (status.ok()) status = ApplyDeadline(*context, v2.get());
-  if (status.ok()) status = ToFarmRequest(*v2, &header, &frames);
+  if (status.ok()) status = ToFarmRequest(*v2, channels_[0]->request_limits(), &header, &frames);
   if (!status.ok()) {
     if (call->Claim()) call->Finish(status);
     return reactor;

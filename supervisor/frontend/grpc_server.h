@@ -1,8 +1,10 @@
 // GrpcServer: the Open Inference Protocol (KServe v2) over gRPC: the GRPCInferenceService of
-// proto/grpc_predict_v2.proto (upstream KServe, with its licence header).
+// Triton's proto/triton/grpc_service.proto (a superset of KServe's proto/grpc_predict_v2.proto;
+// both checked in with their licence headers).
 //
 // Owns: the grpc::Server (its own completion threads, bounded by a ResourceQuota), the service's
-// handlers (ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer) and the
+// handlers (ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelConfig,
+// ModelStatistics, ModelInfer; Triton's other RPCs answer UNIMPLEMENTED) and the
 // mapping of farm codes to gRPC status codes (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED,
 // DEADLINE_EXCEEDED, UNAVAILABLE, INTERNAL). Each call is handed to a FarmChannel's thread
 // (FarmChannel::Post) and answered from there; nothing runs on the supervisor's loop. Uses the

@@ -1,8 +1,11 @@
 #include "supervisor/frontend/grpc_service.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <utility>
+
+#include <google/protobuf/util/json_util.h>
 
 #include "common/tensor_spec.h"
 
@@ -153,22 +156,50 @@ Status InputFromContents(const ModelInferRequest::InferInputTensor& input, const
   return TypedContentsToBytes(contents, dtype, where, &tensor->data);
 }
 
+// A parameter Triton's clients send as int64_param or uint64_param: its value, or
+// INVALID_ARGUMENT naming what came.
+Status NonNegativeParameter(const InferParameter& value, const std::string& where, uint64_t* out) {
+  const std::string expected =
+      where + ": expected a non-negative int64_param or uint64_param, got ";
+  switch (value.parameter_choice_case()) {
+    case InferParameter::kInt64Param:
+      if (value.int64_param() < 0) {
+        return InvalidArgument(expected + "int64_param " + std::to_string(value.int64_param()));
+      }
+      *out = static_cast<uint64_t>(value.int64_param());
+      return Status::Ok();
+    case InferParameter::kUint64Param:
+      *out = value.uint64_param();
+      return Status::Ok();
+    case InferParameter::kBoolParam:
+      return InvalidArgument(expected + "bool_param");
+    case InferParameter::kStringParam:
+      return InvalidArgument(expected + "string_param");
+    case InferParameter::kDoubleParam:
+      return InvalidArgument(expected + "double_param");
+    default:
+      break;
+  }
+  return InvalidArgument(expected + "no value of those kinds");
+}
+
 Status ReadParameters(const ModelInferRequest& request, V2InferRequest* out) {
   for (const auto& [key, value] : request.parameters()) {
     if (key == "timeout") {
       // Triton's "timeout" is in microseconds; the farm counts milliseconds (rounded up, so a
       // short timeout never becomes "none").
-      if (value.parameter_choice_case() != InferParameter::kInt64Param || value.int64_param() < 0) {
-        return InvalidArgument("parameters.timeout: expected a non-negative int64_param (µs)");
+      uint64_t micros = 0;
+      if (Status s = NonNegativeParameter(value, "parameters.timeout (µs)", &micros); !s.ok()) {
+        return s;
       }
-      const int64_t micros = value.int64_param();  // rounded up without overflowing
-      out->timeout_ms = micros / 1000 + (micros % 1000 != 0 ? 1 : 0);
+      micros = std::min<uint64_t>(micros, uint64_t{1} << 62);
+      out->timeout_ms = static_cast<int64_t>(micros / 1000 + (micros % 1000 != 0 ? 1 : 0));
     } else if (key == "priority") {
-      if (value.parameter_choice_case() != InferParameter::kInt64Param || value.int64_param() < 0 ||
-          value.int64_param() > std::numeric_limits<int>::max()) {
-        return InvalidArgument("parameters.priority: expected a non-negative int64_param");
+      uint64_t priority = 0;
+      if (Status s = NonNegativeParameter(value, "parameters.priority", &priority); !s.ok()) {
+        return s;
       }
-      out->priority = static_cast<int>(value.int64_param());
+      out->priority = V2PriorityToWire(priority);
     }
     // Other parameters (e.g. the HTTP binary extension's) mean nothing to the farm.
   }
@@ -241,7 +272,7 @@ Status V2RequestFromProto(const ModelInferRequest& request, V2InferRequest* out)
   out->inputs.reserve(request.inputs_size());
   for (int i = 0; i < request.inputs_size(); ++i) {
     const auto& input = request.inputs(i);
-    const std::string where = "inputs[" + std::to_string(i) + "] ('" + input.name() + "')";
+    const std::string where = V2InputWhere(static_cast<size_t>(i), input.name());
     V2Tensor tensor;
     tensor.name = input.name();
     tensor.datatype = input.datatype();
@@ -311,6 +342,20 @@ Status ModelMetadataFromJson(const nlohmann::json& model, inference::ModelMetada
 void FillServerMetadata(inference::ServerMetadataResponse* out) {
   out->set_name("torchfarm");
   out->set_version(TORCHFARM_VERSION);
+  out->add_extensions("model_configuration");
+  out->add_extensions("statistics");
+}
+
+Status MessageFromJson(const nlohmann::json& json, google::protobuf::Message* out) {
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  const auto status = google::protobuf::util::JsonStringToMessage(
+      json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), out, options);
+  if (!status.ok()) {
+    return Internal("cannot write the " + out->GetDescriptor()->name() +
+                    " message: " + std::string(status.message()));
+  }
+  return Status::Ok();
 }
 
 }  // namespace torchfarm

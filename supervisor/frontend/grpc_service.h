@@ -1,4 +1,5 @@
-// The gRPC messages of the Open Inference Protocol (proto/grpc_predict_v2.proto) <-> torchfarm's
+// The gRPC messages of the Open Inference Protocol (Triton's proto/triton/grpc_service.proto, a
+// superset of KServe's proto/grpc_predict_v2.proto) <-> torchfarm's
 // transport-neutral v2 types (v2_inference.h) and the loop's metadata replies (farm_channel.h).
 //
 // Owns: reading a ModelInferRequest (inputs from raw_input_contents, or from each input's typed
@@ -15,7 +16,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "proto/grpc_predict_v2.pb.h"
+#include "proto/grpc_service.pb.h"
 #include "supervisor/frontend/v2_inference.h"
 
 namespace torchfarm {
@@ -46,7 +47,12 @@ Status FindModelInMeta(const nlohmann::json& meta, const std::string& name,
 // the entry is malformed.
 Status ModelMetadataFromJson(const nlohmann::json& model, inference::ModelMetadataResponse* out);
 
-// ServerMetadataResponse: name "torchfarm", the build's version, no extensions.
+// ServerMetadataResponse: name "torchfarm", the build's version, the extensions the gRPC front end
+// serves (model_configuration, statistics).
 void FillServerMetadata(inference::ServerMetadataResponse* out);
+
+// Fills `out` from Triton's JSON form of it (TritonModelConfigJson, TritonModelStatsJson: field
+// names as in the .proto, enums by name); INTERNAL naming the message when it does not fit.
+Status MessageFromJson(const nlohmann::json& json, google::protobuf::Message* out);
 
 }  // namespace torchfarm

@@ -23,6 +23,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include "supervisor/frontend/content_encoding.h"
 #include "supervisor/frontend/http_v2_handler.h"
 #include "supervisor/frontend/v2_http_codec.h"
 
@@ -63,7 +64,11 @@ class HttpSession : public HttpConnection,
       : state_(std::move(state)), channel_(channel), stream_(std::forward<Args>(stream)...),
         timer_(Lowest(stream_).get_executor()), peer_(PeerOf(Lowest(stream_))) {}
 
-  ~HttpSession() override { Release(); }
+  // A session ends with its request's body out of the budget whatever path ended it.
+  ~HttpSession() override {
+    ReleaseBody();
+    Release();
+  }
 
   void Start() {
     if constexpr (std::is_same_v<Stream, TlsStream>) {
@@ -178,14 +183,7 @@ class HttpSession : public HttpConnection,
       return Fail(400, InvalidArgument("malformed HTTP request: " + ec.message()));
     }
     if (ec) return Close();  // the peer went away, or a socket or TLS error
-    if (parser_->is_header_done() && !ReserveBody()) {
-      return Fail(429, ResourceExhausted(
-                           "the front end holds " + std::to_string(state_->body_bytes.load()) +
-                           " bytes of request bodies, and this one would pass "
-                           "frontend.max_inflight_body_bytes (" +
-                           std::to_string(state_->config.max_inflight_body_bytes) +
-                           "); retry later"));
-    }
+    if (parser_->is_header_done() && !ReserveBody()) return Fail(429, BudgetExceeded());
     if (parser_->is_done()) return Handle();
     if (parser_->is_header_done() && !sent_continue_ && parser_->get()[http::field::expect] ==
                                                             "100-continue") {
@@ -204,15 +202,56 @@ class HttpSession : public HttpConnection,
   // budget of all connections, once per request; false when it does not fit.
   bool ReserveBody() {
     if (body_reserved_ > 0) return true;
-    const uint64_t limit = state_->config.max_inflight_body_bytes;
-    const uint64_t want = std::max<uint64_t>(
+    return ReserveMore(std::max<uint64_t>(
         1, std::min<uint64_t>(parser_->content_length().value_or(state_->config.max_body_bytes),
-                              state_->config.max_body_bytes));
+                              state_->config.max_body_bytes)));
+  }
+
+  // Adds `bytes` to this request's share of the budget; false (nothing added) when they do not
+  // fit.
+  bool ReserveMore(uint64_t bytes) {
+    const uint64_t limit = state_->config.max_inflight_body_bytes;
     uint64_t held = state_->body_bytes.load();
     do {
-      if (held + want > limit) return false;
-    } while (!state_->body_bytes.compare_exchange_weak(held, held + want));
-    body_reserved_ = want;
+      if (held + bytes > limit) return false;
+    } while (!state_->body_bytes.compare_exchange_weak(held, held + bytes));
+    body_reserved_ += bytes;
+    return true;
+  }
+
+  Status BudgetExceeded() const {
+    return ResourceExhausted("the front end holds " + std::to_string(state_->body_bytes.load()) +
+                             " bytes of request bodies, and this one would pass "
+                             "frontend.max_inflight_body_bytes (" +
+                             std::to_string(state_->config.max_inflight_body_bytes) +
+                             "); retry later");
+  }
+
+  // A body with a Content-Encoding becomes its decoded bytes (content_encoding.h): bounded by
+  // max_body_bytes (413), an unknown coding 415, a broken stream 400; the decoded bytes count in
+  // the in-flight budget too (429). False when the request was answered here.
+  bool DecodeBody() {
+    auto encoding = request_.find(http::field::content_encoding);
+    if (encoding == request_.end() || request_.body().empty()) return true;
+    const std::string_view coding(encoding->value().data(), encoding->value().size());
+    if (!NeedsContentDecoding(coding)) return true;
+    std::string decoded;
+    const DecodedBody result =
+        DecodeContentEncoding(coding, request_.body(), state_->config.max_body_bytes, &decoded);
+    Status status = result.status;
+    int http_status = result.http_status;
+    if (status.ok() && !ReserveMore(decoded.size())) {
+      status = BudgetExceeded();
+      http_status = 429;
+    }
+    if (!status.ok()) {
+      V2HttpAnswer answer = V2ErrorAnswer(status);
+      answer.http_status = http_status;
+      Respond(std::move(answer));
+      return false;
+    }
+    request_.body() = std::move(decoded);
+    request_.erase(http::field::content_encoding);
     return true;
   }
 
@@ -236,6 +275,7 @@ class HttpSession : public HttpConnection,
     phase_ = Phase::kFarm;
     request_ = parser_->release();
     keep_alive_ = request_.keep_alive();
+    if (!DecodeBody()) return;
     const uint64_t request = ++requests_;
     HandleV2Request(request_, peer_, *channel_,
                     [self = this->shared_from_this(), request](V2HttpAnswer answer) {

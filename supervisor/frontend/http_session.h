@@ -3,7 +3,8 @@
 // Owns: the connection's socket, its read buffer and the limits on each request: header size
 // (431), body size (413), the time a request may take to arrive once it began (408, then close:
 // a slow-loris client cannot hold a connection), the idle time between keep-alive requests
-// (close), and the time a response may take to be written. One request at a time; pipelined
+// (close), the time a response may take to be written, and a body's Content-Encoding (gzip or
+// deflate, decoded within max_body_bytes: content_encoding.h). One request at a time; pipelined
 // requests wait in the buffer. What a request means is HttpV2Handler's business. Runs on the
 // FarmChannel thread whose io_context the socket belongs to; Shutdown may come from any thread.
 #pragma once

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "supervisor/frontend/triton_model_config.h"
+#include "supervisor/frontend/triton_model_stats.h"
 #include "supervisor/frontend/v2_http_codec.h"
 #include "supervisor/frontend/v2_inference.h"
 
@@ -84,9 +86,22 @@ V2HttpAnswer AnswerMeta(const V2Target& target, const json& meta) {
                         {{"ready", ready}, {"draining", meta.value("draining", false)}});
     default: break;
   }
+  if (target.route == V2Route::kModelStats) {
+    json stats;
+    if (Status s = TritonModelStatsJson(meta, target.model, target.version, &stats); !s.ok()) {
+      return V2ErrorAnswer(s);
+    }
+    return JsonAnswer(200, stats);
+  }
   const json* model = nullptr;
   if (Status s = FindModelVersionInMeta(meta, target.model, target.version, &model); !s.ok()) {
     return V2ErrorAnswer(s);
+  }
+  if (target.route == V2Route::kModelConfig) {
+    V2HttpAnswer answer;
+    answer.body =
+        TritonModelConfigJson(*model).dump(-1, ' ', false, json::error_handler_t::replace);
+    return answer;
   }
   if (target.route == V2Route::kModelReady) {
     const bool model_ready = model->value("ready", false);
@@ -101,6 +116,7 @@ void HandleMeta(const V2Target& target, FarmChannel& channel,
                 std::function<void(V2HttpAnswer)> done) {
   json header = json::object();
   if (!target.model.empty()) header["model"] = target.model;
+  if (target.route == V2Route::kModelStats) header["statistics"] = true;
   const auto start = std::chrono::steady_clock::now();
   channel.Call(kMetaTag, std::move(header), {},
                [target, start, done = std::move(done)](FarmReply reply) {
@@ -130,7 +146,7 @@ void HandleInfer(const V2Target& target, HttpRequest& http_request, const std::s
   Status s = ParseV2InferRequest(std::move(body), json_bytes, request.get());
   json header;
   std::vector<zmq::message_t> frames;
-  if (s.ok()) s = ToFarmRequest(*request, &header, &frames);
+  if (s.ok()) s = ToFarmRequest(*request, channel.request_limits(), &header, &frames);
   if (!s.ok()) return done(V2ErrorAnswer(s));
   const auto start = std::chrono::steady_clock::now();
   channel.Call("http " + peer, std::move(header), std::move(frames),
@@ -163,7 +179,7 @@ V2Target ParseV2Target(http::verb method, std::string_view target) {
   not_found.http_status = 404;
   not_found.error = "no such path: '" + std::string(path.substr(0, 200)) +
                     "'; expected /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}"
-                    "[/versions/{v}][/ready|/infer]";
+                    "[/versions/{v}][/ready|/config|/stats|/infer], /v2/models/stats";
   if (!SplitPath(path, &seg) || seg.empty() || seg[0] != "v2") return not_found;
   const http::verb get = http::verb::get;
   if (seg.size() == 1) return Routed(V2Route::kServerMetadata, method, get);
@@ -174,6 +190,8 @@ V2Target ParseV2Target(http::verb method, std::string_view target) {
     return Routed(V2Route::kHealthReady, method, get);
   }
   if (seg.size() < 3 || seg[1] != "models" || seg[2].empty()) return not_found;
+  // As Triton: every model's statistics (a model named "stats" is reached with /versions/).
+  if (seg.size() == 3 && seg[2] == "stats") return Routed(V2Route::kModelStats, method, get);
   std::string model = seg[2];
   std::string version;
   size_t next = 3;
@@ -186,6 +204,12 @@ V2Target ParseV2Target(http::verb method, std::string_view target) {
   }
   if (seg.size() == next + 1 && seg[next] == "ready") {
     return Routed(V2Route::kModelReady, method, get, std::move(model), std::move(version));
+  }
+  if (seg.size() == next + 1 && seg[next] == "stats") {
+    return Routed(V2Route::kModelStats, method, get, std::move(model), std::move(version));
+  }
+  if (seg.size() == next + 1 && seg[next] == "config") {
+    return Routed(V2Route::kModelConfig, method, get, std::move(model), std::move(version));
   }
   if (seg.size() == next + 1 && seg[next] == "infer") {
     return Routed(V2Route::kInfer, method, http::verb::post, std::move(model), std::move(version));

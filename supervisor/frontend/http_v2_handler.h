@@ -1,6 +1,7 @@
 // HttpV2Handler: what one HTTP request to the /v2 paths means, and its answer.
 //
-// Owns: routing (GET /v2/health/live|ready, GET /v2, GET /v2/models/{name}[/versions/{v}][/ready],
+// Owns: routing (GET /v2/health/live|ready, GET /v2,
+// GET /v2/models/{name}[/versions/{v}][/ready|/config|/stats], GET /v2/models/stats,
 // POST /v2/models/{name}[/versions/{v}]/infer; 404 unknown path, 405 wrong method), the farm calls
 // each route makes (kMetaTag for health and metadata, "http <peer>" for inference) and the status
 // and body of the answer. Knows nothing of sockets, keep-alive or limits (HttpSession does). Runs
@@ -23,8 +24,16 @@ namespace torchfarm {
 
 using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
 
-enum class V2Route { kHealthLive, kHealthReady, kServerMetadata, kModelMetadata, kModelReady,
-                     kInfer };
+enum class V2Route {
+  kHealthLive,
+  kHealthReady,
+  kServerMetadata,
+  kModelMetadata,
+  kModelReady,
+  kModelConfig,
+  kModelStats,
+  kInfer
+};
 
 // A parsed request target. `http_status` is 0 when the target routes; else 404 or 405 (then
 // `allow` names the method the path takes) with `error` saying why.

@@ -229,9 +229,9 @@ Status ParseParameters(const json& params, V2InferRequest* out) {
   }
   if (auto priority = params.find("priority"); priority != params.end()) {
     uint64_t value;
-    Status s = GetNonNegative(*priority, "parameters.priority", kMaxV2Priority, &value);
+    Status s = GetNonNegative(*priority, "parameters.priority", UINT64_MAX, &value);
     if (!s.ok()) return s;
-    out->priority = static_cast<int>(value);
+    out->priority = V2PriorityToWire(value);
   }
   return Status::Ok();
 }
@@ -282,9 +282,8 @@ Status ParseV2InferRequest(std::shared_ptr<const std::string> body, size_t json_
   if (Status s = ParseBodyJson(std::string_view(*body).substr(0, json_bytes), &j); !s.ok()) {
     return s;
   }
-  if (Status s = CheckKeys(j, "request body", {"id", "parameters", "inputs", "outputs"}); !s.ok()) {
-    return s;
-  }
+  // Keys beyond these are ignored, as Triton and KServe do (KServe's client sends "model_name");
+  // the ones used keep their type checks.
   if (auto id = j.find("id"); id != j.end()) {
     if (!id->is_string()) return InvalidArgument("id: expected a string, got " + Got(*id));
     out->id = id->get<std::string>();
@@ -363,7 +362,7 @@ std::string V2ErrorBody(std::string_view message) {
 std::string V2ServerMetadataBody() {
   return json{{"name", "torchfarm"},
               {"version", TORCHFARM_VERSION},
-              {"extensions", {"binary_tensor_data"}}}
+              {"extensions", {"binary_tensor_data", "model_configuration", "statistics"}}}
       .dump();
 }
 

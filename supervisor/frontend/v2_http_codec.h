@@ -25,7 +25,6 @@ inline constexpr const char* kInferenceHeaderContentLength = "Inference-Header-C
 inline constexpr int kMaxV2JsonDepth = 32;
 // Triton's request parameter "timeout" is in microseconds; the farm's in milliseconds.
 inline constexpr int64_t kMicrosPerMilli = 1000;
-inline constexpr int kMaxV2Priority = 1000;  // the wire protocol's range (docs/protocol.md)
 
 // Reads an Inference-Header-Content-Length value: an integer 0..body_size.
 Status ParseInferenceHeaderLength(std::string_view value, size_t body_size, size_t* json_bytes);
@@ -49,7 +48,9 @@ V2HttpBody WriteV2InferResponse(const V2InferResponse& response);
 
 // {"error": message}
 std::string V2ErrorBody(std::string_view message);
-// {"name": "torchfarm", "version": ..., "extensions": [...]}
+// {"name": "torchfarm", "version": ..., "extensions": ["binary_tensor_data",
+// "model_configuration", "statistics"]}: the extensions this HTTP front end serves (gRPC lists
+// none).
 std::string V2ServerMetadataBody();
 // The v2 model metadata for one entry of the loop's "meta" reply (ModelMetadataJson):
 // {"name", "versions", "platform", "inputs", "outputs"}.

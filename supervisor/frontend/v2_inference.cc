@@ -6,14 +6,11 @@
 #include <unordered_set>
 #include <utility>
 
+#include "common/model_versions.h"
 #include "common/tensor_spec.h"
 
 namespace torchfarm {
 namespace {
-
-std::string InputWhere(size_t index, const std::string& name) {
-  return "inputs[" + std::to_string(index) + "] ('" + name + "')";
-}
 
 // The dtype, shape and byte count of one input, named `where`.
 Status CheckInput(const V2Tensor& input, const std::string& where, DType* dtype) {
@@ -50,7 +47,54 @@ std::string OutputName(const ReplyHeader& reply, size_t index) {
   return "OUTPUT__" + std::to_string(index);
 }
 
+// The most bytes `header` can take as JSON text without dumping it: every string byte may become
+// a 6-byte escape, a dimension 20 digits and a comma.
+size_t FarmHeaderBound(const V2InferRequest& request) {
+  constexpr size_t kEscape = 6;
+  size_t bound = 128 + kEscape * (request.model.size() + request.version.size());
+  for (const V2Tensor& input : request.inputs) {
+    bound += 64 + kEscape * input.name.size() + 21 * input.shape.size();
+  }
+  return bound;
+}
+
+// The header `request` became fits limits.max_header_bytes with the channel's "id"; else the
+// error names the limit, the size and where the bytes are.
+Status CheckFarmHeaderSize(const V2InferRequest& request, const nlohmann::json& header,
+                           const RequestLimits& limits) {
+  const size_t room = limits.max_header_bytes > kFarmIdReserveBytes
+                          ? limits.max_header_bytes - kFarmIdReserveBytes
+                          : 0;
+  if (FarmHeaderBound(request) <= room) return Status::Ok();
+  const size_t bytes = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
+  if (bytes <= room) return Status::Ok();
+  size_t names = 0;
+  size_t longest = 0;
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    names += request.inputs[i].name.size();
+    if (request.inputs[i].name.size() > request.inputs[longest].name.size()) longest = i;
+  }
+  std::string where = "model_name is " + std::to_string(request.model.size()) + " bytes";
+  if (!request.inputs.empty()) {
+    where += ", the " + std::to_string(request.inputs.size()) + " input names " +
+             std::to_string(names) + " bytes (the longest, inputs[" + std::to_string(longest) +
+             "], " + std::to_string(request.inputs[longest].name.size()) + " bytes)";
+  }
+  return InvalidArgument("the request needs a farm header of " +
+                         std::to_string(bytes + kFarmIdReserveBytes) +
+                         " bytes, over limits.max_header_bytes (" +
+                         std::to_string(limits.max_header_bytes) + "): " + where);
+}
+
 }  // namespace
+
+std::string V2InputWhere(size_t index, const std::string& name) {
+  constexpr size_t kMaxShown = 128;
+  const std::string shown = name.size() <= kMaxShown ? "'" + name + "'"
+                                                     : "'" + name.substr(0, kMaxShown) + "...' (" +
+                                                           std::to_string(name.size()) + " bytes)";
+  return "inputs[" + std::to_string(index) + "] (" + shown + ")";
+}
 
 Status DTypeFromV2(std::string_view datatype, const std::string& where, DType* out) {
   if (std::optional<DType> dtype = DTypeFromV2Name(datatype)) {
@@ -65,14 +109,19 @@ Status DTypeFromV2(std::string_view datatype, const std::string& where, DType* o
                          AllV2DatatypeNames());
 }
 
-Status ToFarmRequest(V2InferRequest& request, nlohmann::json* header,
+Status ToFarmRequest(V2InferRequest& request, const RequestLimits& limits, nlohmann::json* header,
                      std::vector<zmq::message_t>* frames) {
   if (request.inputs.empty()) return InvalidArgument("inputs: expected at least one input, got 0");
+  if (request.inputs.size() > limits.max_inputs) {
+    return InvalidArgument("inputs: expected at most " + std::to_string(limits.max_inputs) +
+                           " inputs (limits.max_frames " + std::to_string(limits.max_inputs + 1) +
+                           " less the header), got " + std::to_string(request.inputs.size()));
+  }
   nlohmann::json inputs = nlohmann::json::array();
   std::unordered_set<std::string> names;
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     const V2Tensor& input = request.inputs[i];
-    const std::string where = InputWhere(i, input.name);
+    const std::string where = V2InputWhere(i, input.name);
     if (input.name.empty()) {
       return InvalidArgument("inputs[" + std::to_string(i) + "].name: expected a non-empty name");
     }
@@ -99,6 +148,7 @@ Status ToFarmRequest(V2InferRequest& request, nlohmann::json* header,
   if (!request.version.empty()) (*header)["version"] = request.version;
   if (request.timeout_ms > 0) (*header)["timeout_ms"] = request.timeout_ms;
   if (request.priority != 0) (*header)["priority"] = request.priority;
+  if (Status s = CheckFarmHeaderSize(request, *header, limits); !s.ok()) return s;
   frames->clear();
   frames->reserve(request.inputs.size());
   for (V2Tensor& input : request.inputs) frames->push_back(std::move(input.data));
@@ -167,6 +217,10 @@ Status FromFarmReply(const V2InferRequest& request, const ReplyHeader& reply,
   return Status::Ok();
 }
 
+int V2PriorityToWire(uint64_t priority) {
+  return priority > static_cast<uint64_t>(kMaxPriority) ? 0 : static_cast<int>(priority);
+}
+
 int HttpStatusOf(StatusCode code) {
   switch (code) {
     case StatusCode::kOk: return 200;
@@ -186,7 +240,7 @@ Status FindModelVersionInMeta(const nlohmann::json& meta, const std::string& nam
   auto models = meta.find("models");
   const nlohmann::json& list = models != meta.end() && models->is_array() ? *models : kEmpty;
   std::vector<std::string> served;
-  std::string versions;
+  std::vector<std::string> versions;
   const nlohmann::json* first = nullptr;
   for (const nlohmann::json& model : list) {
     const std::string model_name = model.is_object() ? model.value("name", "") : "";
@@ -197,7 +251,7 @@ Status FindModelVersionInMeta(const nlohmann::json& meta, const std::string& nam
       continue;
     }
     const std::string model_version = model.value("version", "1");
-    versions += (versions.empty() ? "" : ", ") + model_version;
+    versions.push_back(model_version);
     if (!first) first = &model;
     const bool chosen = version.empty() ? model.value("default", false) : model_version == version;
     if (chosen) {
@@ -209,14 +263,8 @@ Status FindModelVersionInMeta(const nlohmann::json& meta, const std::string& nam
     *out = first;
     return Status::Ok();
   }
-  if (first) {
-    return NotFound("model '" + name + "' has no version '" + version +
-                    "'; its versions: " + versions);
-  }
-  std::string names;
-  for (const std::string& n : served) names += (names.empty() ? "" : ", ") + n;
-  return NotFound("model '" + name + "' is not served; served models: " +
-                  (names.empty() ? std::string("none") : names));
+  if (first) return VersionNotLoaded(name, version, versions);
+  return ModelNotServed(name, served);
 }
 
 }  // namespace torchfarm

@@ -29,6 +29,10 @@ namespace torchfarm {
 // `where` and listing the accepted names.
 Status DTypeFromV2(std::string_view datatype, const std::string& where, DType* out);
 
+// "inputs[1] ('x')": how errors name an input; a name over 128 bytes is shortened and its size
+// given, so a hostile name cannot swell the message (a gRPC status travels in HTTP/2 trailers).
+std::string V2InputWhere(size_t index, const std::string& name);
+
 // The entry of model `name`, version `version`, in a "meta" reply's "models" (farm_channel.h;
 // one entry per loaded version, admin/farm_status.cc). An empty `version` picks the entry marked
 // "default" (else the model's first). NOT_FOUND names the served models when `name` is not among
@@ -61,8 +65,14 @@ struct V2InferRequest {
   std::vector<V2RequestedOutput> outputs;
   bool binary_outputs = false;  // HTTP: "parameters": {"binary_data_output": true}
   int64_t timeout_ms = 0;       // parameters "timeout" (µs in Triton: converted) or 0
-  int priority = 0;             // parameters "priority"
+  // parameters "priority" in Triton's meaning (0: the model's default level, 1: its highest);
+  // the loop maps it to a level (JobAcceptor, TritonPriorityLevel). See V2PriorityToWire.
+  int priority = 0;
 };
+
+// A Triton priority (any uint64) as the farm header's "priority" (0..kMaxPriority): values past
+// every model's priority_levels mean "the default level" in Triton, as 0 does, so they become 0.
+int V2PriorityToWire(uint64_t priority);
 
 struct V2InferResponse {
   std::string model;
@@ -73,10 +83,16 @@ struct V2InferResponse {
   StageTimes timing;              // the farm's timing_us
 };
 
+// Room kept in the farm header for the "id" FarmChannel adds: ,"id":<20 digits>.
+inline constexpr size_t kFarmIdReserveBytes = 32;
+
 // The farm request for `request`: header (without "id"; FarmChannel adds it) and one data frame
 // per input, moved out of `request`. Inputs travel by name; the loop puts them in the model's
 // order. Errors name the input: "inputs[1] ('x'): datatype 'FP33' is not one of FP32, ...".
-Status ToFarmRequest(V2InferRequest& request, nlohmann::json* header,
+// `limits` (the loop's limits.request, FarmChannel::request_limits) bound the number of inputs
+// and the header's size: a request past them is INVALID_ARGUMENT naming the limit, the value
+// and the fields that made it (a 3 MiB input name, 5,000 inputs, a 70,000-byte model name).
+Status ToFarmRequest(V2InferRequest& request, const RequestLimits& limits, nlohmann::json* header,
                      std::vector<zmq::message_t>* frames);
 
 // Builds the v2 response from a farm reply to `request` (its outputs carry names; see

@@ -10,6 +10,11 @@
 
 namespace torchfarm {
 
+int TritonPriorityLevel(int priority, const ModelConfig& model) {
+  if (priority <= 0 || priority > model.priority_levels) return model.default_priority_level - 1;
+  return priority - 1;
+}
+
 bool SplitEnvelope(std::vector<zmq::message_t>& frames, PendingRequest* request,
                    size_t* payload_start) {
   if (frames.empty()) return false;

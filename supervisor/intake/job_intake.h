@@ -35,6 +35,12 @@ constexpr int64_t kMaxTimeoutMs = 36525LL * 24 * 3600 * 1000;  // 100 years of 3
 // 0, for values beyond kMaxTimeoutMs and where the sum would pass the clock's end.
 TimePoint DeadlineAfter(TimePoint now, int64_t timeout_ms);
 
+// A KServe v2 request's "priority" in Triton's meaning as the farm's level (0 is served first):
+// 1..priority_levels are levels 0..priority_levels-1; 0, and values past priority_levels, are
+// the model's default_priority_level (as Triton's InferenceRequest::SetPriority). ZeroMQ requests
+// name the level itself.
+int TritonPriorityLevel(int priority, const ModelConfig& model);
+
 // Splits the ROUTER envelope (identity, optional empty delimiter from REQ clients) from the
 // payload. Returns false when the message is too short to carry even an identity.
 bool SplitEnvelope(std::vector<zmq::message_t>& frames, PendingRequest* request,

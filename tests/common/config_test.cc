@@ -41,11 +41,29 @@ TEST(ConfigTest, MinimalConfigGetsDefaults) {
   EXPECT_EQ(m.max_queue_size, 1024);
   EXPECT_EQ(m.max_inflight_per_worker, 2);
   EXPECT_EQ(m.priority_levels, 1);
+  EXPECT_EQ(m.default_priority_level, 1);
   EXPECT_TRUE(m.fair_queueing);
   EXPECT_EQ(c.limits.max_unread_replies_per_client, 256);
   EXPECT_EQ(c.limits.max_unread_reply_bytes_per_client, int64_t{64} << 20);
   EXPECT_EQ(m.slot_bytes, uint64_t{4} << 20);
   EXPECT_EQ(m.ring_slots, 4);
+}
+
+// Triton's default_priority_level (docs/kserve-v2.md, "Priority"): 1..priority_levels.
+TEST(ConfigTest, DefaultPriorityLevelIsWithinThePriorityLevels) {
+  json j = MinimalConfig();
+  j["models"][0]["priority_levels"] = 4;
+  j["models"][0]["default_priority_level"] = 3;
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  EXPECT_EQ(c.models[0].default_priority_level, 3);
+  j["models"][0]["default_priority_level"] = 5;
+  EXPECT_THAT(ParseError(j), HasSubstr("default_priority_level: expected 1..4 (priority_levels), "
+                                       "got 5"));
+  j["models"][0]["default_priority_level"] = 0;
+  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].default_priority_level"));
+  j["models"][0]["default_priority_level"] = "high";
+  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].default_priority_level"));
 }
 
 TEST(ConfigTest, ExplicitValuesAreRead) {

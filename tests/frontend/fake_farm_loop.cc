@@ -4,6 +4,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/model_versions.h"
 #include "common/protocol.h"
 
 namespace torchfarm::testing {
@@ -58,34 +59,36 @@ json ModelMeta(const std::string& name) {
 }  // namespace
 
 void FakeFarmLoop::Answer(std::vector<zmq::message_t>& frames) {
-  // [identity][tag][header][data...]
-  if (frames.size() < 3) return;
+  // [identity][tag][call id][header][data...]; the reply carries the call id, as the loop's.
+  if (frames.size() < 4) return;
   const std::string tag = frames[1].to_string();
-  json header = json::parse(frames[2].to_string(), nullptr, false);
+  const json call_id = std::stoull(frames[2].to_string());
+  json header = json::parse(frames[3].to_string(), nullptr, false);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     last_header_ = header;
     last_header_["tag"] = tag;
   }
   ++requests_;
-  json reply = {{"v", 1}, {"id", header.value("id", json())}};
+  json reply = {{"v", 1}, {"id", call_id}};
   std::vector<zmq::message_t> data;
   const std::string model = header.value("model", "");
   if (tag != "meta" && model == "silent") return;  // never answered
   if (tag == "meta") {
     if (!model.empty() && model != "echo" && model != "named") {
-      reply.update({{"status", "error"}, {"code", "NOT_FOUND"},
-                    {"message", "model '" + model + "' is not served; served models: echo, named"}});
+      reply.update({{"status", "error"},
+                    {"code", "NOT_FOUND"},
+                    {"message", ModelNotServed(model, {"echo", "named"}).message()}});
     } else {
       reply.update({{"status", "ok"}, {"live", true}, {"ready", ready_.load()},
                     {"draining", false}, {"models", {ModelMeta("echo"), ModelMeta("named")}}});
     }
   } else if (header.value("version", "1") != "1") {
     // Like the farm (common/model_versions.h): a version it does not serve is NOT_FOUND.
-    reply.update({{"status", "error"},
-                  {"code", "NOT_FOUND"},
-                  {"message", "model '" + model + "' has no version '" +
-                                  header.value("version", "") + "'; its versions: 1"}});
+    reply.update(
+        {{"status", "error"},
+         {"code", "NOT_FOUND"},
+         {"message", VersionNotLoaded(model, header.value("version", ""), {"1"}).message()}});
   } else if (model.rfind("code-", 0) == 0) {
     reply.update({{"status", "error"}, {"code", model.substr(5)}, {"message", "fake " + model}});
   } else if (model == "echo" || model == "named") {
@@ -96,13 +99,14 @@ void FakeFarmLoop::Answer(std::vector<zmq::message_t>& frames) {
       json output = {{"dtype", inputs[from]["dtype"]}, {"shape", inputs[from]["shape"]}};
       if (model == "named") output["name"] = "out_" + inputs[from]["name"].get<std::string>();
       outputs.push_back(output);
-      data.emplace_back(frames[3 + from].data(), frames[3 + from].size());
+      data.emplace_back(frames[4 + from].data(), frames[4 + from].size());
     }
     reply.update({{"status", "ok"}, {"outputs", outputs},
                   {"timing_us", {{"queue", 1}, {"compute", 2}, {"total", 3}}}, {"worker", 0}});
   } else {
-    reply.update({{"status", "error"}, {"code", "NOT_FOUND"},
-                  {"message", "model '" + model + "' is not served"}});
+    reply.update({{"status", "error"},
+                  {"code", "NOT_FOUND"},
+                  {"message", ModelNotServed(model, {"echo", "named"}).message()}});
   }
   socket_.send(frames[0], zmq::send_flags::sndmore);
   const std::string text = reply.dump();

@@ -22,7 +22,7 @@ class FakeLoop {
     socket_.set(zmq::sockopt::linger, 0);
     socket_.bind(endpoint);
   }
-  // Reads one request: [routing][tag][header][frames...].
+  // Reads one request: [routing][tag][call id][header][frames...].
   bool Receive(std::vector<zmq::message_t>* frames, int timeout_ms = 5000) {
     zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) == 0) return false;
@@ -37,16 +37,20 @@ class FakeLoop {
   }
   // Answers `request` with an ok reply carrying one output: the request's first frame echoed.
   void Echo(std::vector<zmq::message_t>& request) {
-    const json header = json::parse(request[2].to_string());
-    json reply = {{"v", 1}, {"id", header["id"]}, {"status", "ok"},
-                  {"outputs", json::array({{{"dtype", "uint8"}, {"shape", {request[3].size()}}}})},
-                  {"timing_us", {{"queue", 1}, {"compute", 2}, {"total", 3}}}, {"worker", 0}};
+    const json header = json::parse(request[3].to_string());
+    EXPECT_EQ(header["id"].dump(), request[2].to_string());
+    json reply = {{"v", 1},
+                  {"id", header["id"]},
+                  {"status", "ok"},
+                  {"outputs", json::array({{{"dtype", "uint8"}, {"shape", {request[4].size()}}}})},
+                  {"timing_us", {{"queue", 1}, {"compute", 2}, {"total", 3}}},
+                  {"worker", 0}};
     socket_.send(request[0], zmq::send_flags::sndmore);
     socket_.send(zmq::buffer(reply.dump()), zmq::send_flags::sndmore);
-    socket_.send(request[3], zmq::send_flags::none);
+    socket_.send(request[4], zmq::send_flags::none);
   }
   void Error(std::vector<zmq::message_t>& request, const std::string& code) {
-    const json header = json::parse(request[2].to_string());
+    const json header = json::parse(request[3].to_string());
     json reply = {{"v", 1}, {"id", header["id"]}, {"status", "error"}, {"code", code},
                   {"message", "no such model"}};
     socket_.send(request[0], zmq::send_flags::sndmore);
@@ -81,9 +85,9 @@ TEST(FarmChannel, ARequestTravelsWithItsTagAndTheReplyComesBackOnTheChannelThrea
   });
   std::vector<zmq::message_t> request;
   ASSERT_TRUE(loop.Receive(&request));
-  ASSERT_EQ(request.size(), 4u);
+  ASSERT_EQ(request.size(), 5u);
   EXPECT_EQ(request[1].to_string(), "http 127.0.0.1:40000");
-  const json header = json::parse(request[2].to_string());
+  const json header = json::parse(request[3].to_string());
   EXPECT_EQ(header["model"], "m");
   EXPECT_TRUE(header["id"].is_number_unsigned());
   loop.Echo(request);
@@ -178,6 +182,47 @@ TEST(FarmChannel, StopAnswersEveryWaitingCallUnavailable) {
   channel.Stop();
   EXPECT_EQ(unavailable.load(), 3);
   channel.Stop();  // idempotent
+}
+
+// A header over the loop's limit is answered at once and never sent; a reply that matches no
+// call is counted (a dropped answer is a bug the tests must see).
+TEST(FarmChannel, AnOversizedHeaderIsRefusedAtOnceAndAnUnmatchedReplyIsCounted) {
+  zmq::context_t context;
+  FakeLoop loop(context, "inproc://farm-channel-5");
+  FarmChannel channel(context, "inproc://farm-channel-5");
+  ASSERT_TRUE(channel.Start().ok());
+  RequestLimits limits;
+  limits.max_header_bytes = 300;
+  channel.set_request_limits(limits);
+  EXPECT_EQ(channel.request_limits().max_header_bytes, 300u);
+  std::promise<FarmReply> refused;
+  channel.Post([&] {
+    channel.Call("grpc p", json{{"v", 1}, {"model", std::string(400, 'm')}}, OneFrame("x"),
+                 [&](FarmReply reply) { refused.set_value(std::move(reply)); });
+  });
+  FarmReply reply = refused.get_future().get();
+  EXPECT_EQ(reply.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(reply.status.message().find("over limits.max_header_bytes (300)"), std::string::npos)
+      << reply.status.message();
+  EXPECT_EQ(channel.pending(), 0u);
+
+  std::promise<FarmReply> answered;
+  channel.Post([&] {
+    channel.Call("grpc p", json{{"v", 1}, {"model", "m"}}, OneFrame("x"),
+                 [&](FarmReply reply) { answered.set_value(std::move(reply)); });
+  });
+  std::vector<zmq::message_t> request;
+  ASSERT_TRUE(loop.Receive(&request));  // the good call, not the refused one
+  EXPECT_EQ(json::parse(request[3].to_string())["model"], "m");
+  std::vector<zmq::message_t> stray;
+  stray.emplace_back(request[0].data(), request[0].size());
+  stray.emplace_back(request[1].data(), request[1].size());
+  stray.emplace_back(std::string("999"));
+  stray.emplace_back(std::string("{\"v\":1,\"id\":999}"));
+  loop.Error(stray, "INVALID_ARGUMENT");
+  loop.Echo(request);
+  EXPECT_TRUE(answered.get_future().get().status.ok());
+  EXPECT_EQ(channel.unmatched_replies(), 1u);
 }
 
 }  // namespace

@@ -142,7 +142,7 @@ TEST_F(HttpServerTest, HealthAndMetadataRoutes) {
   EXPECT_EQ(Get("/v2/models/echo/versions/1/ready").result_int(), 200);
   Response version = Get("/v2/models/echo/versions/2");
   EXPECT_EQ(version.result_int(), 404);
-  EXPECT_EQ(Error(version), "model 'echo' has no version '2'; its versions: 1");
+  EXPECT_EQ(Error(version), "model 'echo' has no version '2' (loaded versions: 1)");
   Response missing = Get("/v2/models/nope");
   EXPECT_EQ(missing.result_int(), 404);
   EXPECT_NE(Error(missing).find("model 'nope' is not served"), std::string::npos);
@@ -291,7 +291,7 @@ TEST_F(HttpServerTest, FarmCodesBecomeHttpStatuses) {
   EXPECT_EQ(missing.result_int(), 404);
   Response version = Send(socket, http::verb::post, "/v2/models/echo/versions/3/infer", kInferJson);
   EXPECT_EQ(version.result_int(), 404);
-  EXPECT_EQ(Error(version), "model 'echo' has no version '3'; its versions: 1");
+  EXPECT_EQ(Error(version), "model 'echo' has no version '3' (loaded versions: 1)");
   json stats = stats_.ToJson();
   for (int i = 0; i < 100 && stats["http"]["requests"] != 8; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -32,6 +32,31 @@ std::string BinaryBody(const json& header, const std::string& binary, size_t* js
   return text + binary;
 }
 
+// KServe's REST client always sends "model_name" (and may send "model_version"): ignored, as
+// Triton and KServe do, while the keys the farm uses keep their checks (issue 30 item 2).
+TEST(V2HttpCodecTest, UnknownTopLevelKeysAreIgnoredAndKnownOnesKeepTheirTypes) {
+  const std::string input = R"({"name": "x", "datatype": "FP32", "shape": [1], "data": [1]})";
+  V2InferRequest request;
+  Status s = Parse(R"({"model_name": "mlp", "model_version": "1", "whatever": [1, {"a": 2}],
+                       "inputs": [)" +
+                       input + "]}",
+                   &request);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(request.inputs.size(), 1u);
+  EXPECT_EQ(request.inputs[0].name, "x");
+  EXPECT_EQ(ParseError(R"({"model_name": "mlp", "id": 7, "inputs": [)" + input + "]}"),
+            "id: expected a string, got number 7");
+  EXPECT_EQ(ParseError(R"({"model_name": "mlp", "parameters": 1, "inputs": [)" + input + "]}"),
+            "parameters: expected an object, got number 1");
+  EXPECT_EQ(ParseError(R"({"model_name": "mlp", "outputs": 1, "inputs": [)" + input + "]}"),
+            "outputs: expected an array of {\"name\"}, got number 1");
+  // Triton priorities are any uint64; past the wire's range they mean "the default level" (0).
+  s = Parse(R"({"parameters": {"priority": 18446744073709551615}, "inputs": [)" + input + "]}",
+            &request);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(request.priority, 0);
+}
+
 TEST(V2HttpCodecTest, ParsesAJsonRequestOfEveryDatatype) {
   const json body = json::parse(R"({"id": "req-1",
     "parameters": {"timeout": 1500, "priority": 2, "binary_data_output": true},
@@ -179,8 +204,9 @@ TEST(V2HttpCodecTest, EveryRequestErrorSaysWhatWasExpectedAndWhatCame) {
   EXPECT_EQ(ParseError("[1]"), "request body: expected a JSON object, got array [1]");
   EXPECT_EQ(ParseError(std::string(40, '[') + std::string(40, ']')),
             "request body: expected JSON nested at most 32 levels deep, got deeper");
+  // Unknown top-level keys are ignored, as Triton and KServe do; the inputs are still required.
   EXPECT_EQ(ParseError("{\"input\": []}"),
-            "request body: unknown key 'input'; expected id, parameters, inputs, outputs");
+            "inputs: expected a non-empty array of tensors, got nothing");
   EXPECT_EQ(ParseError("{}"), "inputs: expected a non-empty array of tensors, got nothing");
   EXPECT_EQ(ParseError("{\"inputs\": []}"), "inputs: expected a non-empty array of tensors, got "
                                              "array []");
@@ -227,8 +253,11 @@ TEST(V2HttpCodecTest, EveryRequestErrorSaysWhatWasExpectedAndWhatCame) {
   EXPECT_EQ(ParseError("{" + one + ", \"parameters\": {\"timeout\": \"1s\"}}"),
             "parameters.timeout (microseconds): expected an integer 0..4611686018427387904, got "
             "string \"1s\"");
-  EXPECT_EQ(ParseError("{" + one + ", \"parameters\": {\"priority\": 1001}}"),
-            "parameters.priority: expected an integer 0..1000, got number 1001");
+  EXPECT_EQ(ParseError("{" + one + ", \"parameters\": {\"priority\": -1}}"),
+            "parameters.priority: expected an integer 0..18446744073709551615, got number -1");
+  EXPECT_EQ(ParseError("{" + one + ", \"parameters\": {\"priority\": \"high\"}}"),
+            "parameters.priority: expected an integer 0..18446744073709551615, got string "
+            "\"high\"");
   EXPECT_EQ(ParseError("{" + one + ", \"parameters\": {\"binary_data_output\": 1}}"),
             "parameters.binary_data_output: expected true or false, got number 1");
   EXPECT_EQ(ParseError("{" + one + ", \"parameters\": []}"),
@@ -316,7 +345,8 @@ TEST(V2HttpCodecTest, MetadataAndErrorBodies) {
   json server = json::parse(V2ServerMetadataBody());
   EXPECT_EQ(server["name"], "torchfarm");
   EXPECT_TRUE(server["version"].is_string());
-  EXPECT_EQ(server["extensions"], json::array({"binary_tensor_data"}));
+  EXPECT_EQ(server["extensions"],
+            json::array({"binary_tensor_data", "model_configuration", "statistics"}));
   json model = json::parse(R"({"name": "m", "versions": ["1"], "platform": "pytorch_libtorch",
       "ready": true, "inputs": [{"name": "INPUT__0", "datatype": "FP32", "shape": [-1, 4]}],
       "outputs": []})");

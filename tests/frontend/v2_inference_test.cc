@@ -65,7 +65,7 @@ TEST(V2InferenceTest, ToFarmRequestBuildsTheWireHeaderAndMovesTheFrames) {
   const void* first = request.inputs[0].data.data();
   json header;
   std::vector<zmq::message_t> frames;
-  ASSERT_TRUE(ToFarmRequest(request, &header, &frames).ok());
+  ASSERT_TRUE(ToFarmRequest(request, RequestLimits{}, &header, &frames).ok());
   EXPECT_EQ(header, json::parse(R"({"v": 1, "model": "m", "timeout_ms": 250, "priority": 3,
       "inputs": [{"name": "b", "dtype": "float32", "shape": [2, 32]},
                  {"name": "a", "dtype": "int8", "shape": [4]}]})"));
@@ -80,7 +80,7 @@ TEST(V2InferenceTest, ToFarmRequestOmitsDefaults) {
   request.inputs.push_back(Tensor("x", "BOOL", {}, 1));
   json header;
   std::vector<zmq::message_t> frames;
-  ASSERT_TRUE(ToFarmRequest(request, &header, &frames).ok());
+  ASSERT_TRUE(ToFarmRequest(request, RequestLimits{}, &header, &frames).ok());
   EXPECT_FALSE(header.contains("timeout_ms"));
   EXPECT_FALSE(header.contains("priority"));
   EXPECT_EQ(header["inputs"][0]["dtype"], "bool");
@@ -90,43 +90,121 @@ TEST(V2InferenceTest, ToFarmRequestErrorsNameTheInput) {
   json header;
   std::vector<zmq::message_t> frames;
   V2InferRequest empty;
-  EXPECT_EQ(ToFarmRequest(empty, &header, &frames).message(),
+  EXPECT_EQ(ToFarmRequest(empty, RequestLimits{}, &header, &frames).message(),
             "inputs: expected at least one input, got 0");
 
   V2InferRequest twice;
   twice.inputs.push_back(Tensor("x", "FP32", {1}, 4));
   twice.inputs.push_back(Tensor("x", "FP32", {1}, 4));
-  EXPECT_NE(ToFarmRequest(twice, &header, &frames).message().find("inputs[1] ('x'): the name is "
-                                                                  "used by an earlier input"),
+  EXPECT_NE(ToFarmRequest(twice, RequestLimits{}, &header, &frames)
+                .message()
+                .find("inputs[1] ('x'): the name is "
+                      "used by an earlier input"),
             std::string::npos);
 
   V2InferRequest short_data;
   short_data.inputs.push_back(Tensor("x", "FP32", {2, 3}, 20));
-  EXPECT_EQ(ToFarmRequest(short_data, &header, &frames).message(),
+  EXPECT_EQ(ToFarmRequest(short_data, RequestLimits{}, &header, &frames).message(),
             "inputs[0] ('x'): FP32 [2, 3] needs 24 bytes, got 20");
 
   V2InferRequest bad_type;
   bad_type.inputs.push_back(Tensor("x", "FP33", {1}, 4));
-  EXPECT_NE(ToFarmRequest(bad_type, &header, &frames).message().find(
-                "inputs[0] ('x'): datatype 'FP33' is not one of FP32"),
+  EXPECT_NE(ToFarmRequest(bad_type, RequestLimits{}, &header, &frames)
+                .message()
+                .find("inputs[0] ('x'): datatype 'FP33' is not one of FP32"),
             std::string::npos);
 
   V2InferRequest deep;
   deep.inputs.push_back(Tensor("x", "UINT8", {1, 1, 1, 1, 1, 1, 1, 1, 1}, 1));
-  EXPECT_NE(ToFarmRequest(deep, &header, &frames).message().find("rank 9; the most is 8"),
+  EXPECT_NE(ToFarmRequest(deep, RequestLimits{}, &header, &frames)
+                .message()
+                .find("rank 9; the most is 8"),
             std::string::npos);
 
   // Every transport: a repeated output would be copied once per repeat (FromFarmReply).
   V2InferRequest repeated;
   repeated.inputs.push_back(Tensor("x", "UINT8", {1}, 1));
   repeated.outputs = {{"y", false}, {"z", false}, {"y", true}};
-  EXPECT_EQ(ToFarmRequest(repeated, &header, &frames).message(),
+  EXPECT_EQ(ToFarmRequest(repeated, RequestLimits{}, &header, &frames).message(),
             "outputs[2].name: 'y' is requested twice");
 
   V2InferRequest unnamed;
   unnamed.inputs.push_back(Tensor("", "UINT8", {1}, 1));
-  EXPECT_EQ(ToFarmRequest(unnamed, &header, &frames).message(),
+  EXPECT_EQ(ToFarmRequest(unnamed, RequestLimits{}, &header, &frames).message(),
             "inputs[0].name: expected a non-empty name");
+}
+
+// Issue 35 item 1: what the loop would refuse for its header limits is refused here, at once,
+// naming the limit, the value and where the bytes are; just under the limit passes.
+TEST(V2InferenceTest, ToFarmRequestRefusesWhatPassesTheLoopsLimitsNamingThem) {
+  json header;
+  std::vector<zmq::message_t> frames;
+  const RequestLimits limits;  // 64 KiB header, 16 inputs: the documented defaults
+
+  V2InferRequest many;
+  many.model = "m";
+  for (int i = 0; i < 5000; ++i)
+    many.inputs.push_back(Tensor("i" + std::to_string(i), "FP32", {1}, 4));
+  EXPECT_EQ(ToFarmRequest(many, limits, &header, &frames).message(),
+            "inputs: expected at most 16 inputs (limits.max_frames 17 less the header), "
+            "got 5000");
+
+  V2InferRequest long_name;
+  long_name.model = "m";
+  long_name.inputs.push_back(Tensor(std::string(3 << 20, 'n'), "FP32", {1}, 4));
+  Status s = ToFarmRequest(long_name, limits, &header, &frames);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("over limits.max_header_bytes (65536): model_name is 1 "
+                             "bytes, the 1 input names 3145728 bytes (the longest, inputs[0], "
+                             "3145728 bytes)"),
+            std::string::npos)
+      << s.message().substr(0, 400);
+
+  V2InferRequest long_model;
+  long_model.model = std::string(70'000, 'm');
+  long_model.inputs.push_back(Tensor("x", "FP32", {1}, 4));
+  s = ToFarmRequest(long_model, limits, &header, &frames);
+  EXPECT_NE(s.message().find("model_name is 70000 bytes"), std::string::npos)
+      << s.message().substr(0, 400);
+
+  // Escapes count as the bytes they become; a name that fits passes.
+  V2InferRequest escaped;
+  escaped.model = "m";
+  escaped.inputs.push_back(Tensor(std::string(20'000, '\x01'), "FP32", {1}, 4));
+  EXPECT_EQ(ToFarmRequest(escaped, limits, &header, &frames).code(),
+            StatusCode::kInvalidArgument);  // 120,000 bytes as \u0001 escapes
+  V2InferRequest fits;
+  fits.model = "m";
+  fits.inputs.push_back(Tensor(std::string(60'000, 'n'), "FP32", {1}, 4));
+  s = ToFarmRequest(fits, limits, &header, &frames);
+  EXPECT_TRUE(s.ok()) << s.message().substr(0, 300);
+  EXPECT_LE(header.dump().size() + kFarmIdReserveBytes, limits.max_header_bytes);
+}
+
+TEST(V2InferenceTest, TritonPrioritiesPastTheWireRangeMeanTheDefault) {
+  EXPECT_EQ(V2PriorityToWire(0), 0);
+  EXPECT_EQ(V2PriorityToWire(1), 1);
+  EXPECT_EQ(V2PriorityToWire(1000), 1000);
+  EXPECT_EQ(V2PriorityToWire(1001), 0);
+  EXPECT_EQ(V2PriorityToWire(UINT64_MAX), 0);
+}
+
+TEST(V2InferenceTest, UnknownModelsAndVersionsAreNamedAsTheLoopNamesThem) {
+  const json meta = {{"models",
+                      {{{"name", "a"}, {"version", "1"}, {"default", true}},
+                       {{"name", "a"}, {"version", "2"}},
+                       {{"name", "b"}}}}};
+  const json* model = nullptr;
+  EXPECT_EQ(FindModelVersionInMeta(meta, "nope", "", &model).message(),
+            "model 'nope' is not served here (served: a, b)");
+  EXPECT_EQ(FindModelVersionInMeta(meta, "a", "7", &model).message(),
+            "model 'a' has no version '7' (loaded versions: 1, 2)");
+  const Status s = FindModelVersionInMeta(meta, std::string(70'000, 'x'), "", &model);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_LT(s.message().size(), 300u) << "a hostile name is shortened in the message";
+  EXPECT_NE(s.message().find("(70000 bytes)"), std::string::npos) << s.message();
+  ASSERT_TRUE(FindModelVersionInMeta(meta, "a", "", &model).ok());
+  EXPECT_EQ(model->value("version", ""), "1");
 }
 
 TEST(V2InferenceTest, FromFarmReplyNamesOutputsAndFallsBackToTritonNames) {

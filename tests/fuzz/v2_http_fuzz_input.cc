@@ -4,11 +4,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "common/tensor_spec.h"
+#include "supervisor/frontend/content_encoding.h"
 #include "supervisor/frontend/v2_http_codec.h"
 #include "supervisor/frontend/v2_inference.h"
 
@@ -47,7 +49,7 @@ void CheckAccepted(V2InferRequest& request) {
   if (!nlohmann::json::accept(text)) Broken("response JSON does not parse");
   nlohmann::json header;
   std::vector<zmq::message_t> frames;
-  const Status s = ToFarmRequest(request, &header, &frames);
+  const Status s = ToFarmRequest(request, RequestLimits{}, &header, &frames);
   if (!s.ok() && s.code() != StatusCode::kInvalidArgument) {
     Broken("ToFarmRequest: " + s.ToString());
   }
@@ -67,11 +69,44 @@ void CheckGoodV2StillParses() {
   }
 }
 
+// The input as a compressed body: refused with 400/413 and a message, or decoded within the
+// bound. Returns the decoded bytes of the first coding that takes it, or nothing.
+std::optional<std::string> DecodeAsCompressed(std::string_view input) {
+  std::optional<std::string> decoded;
+  for (const char* coding : {"gzip", "deflate"}) {
+    std::string out;
+    const DecodedBody result = DecodeContentEncoding(coding, input, kFuzzMaxDecodedBytes, &out);
+    if (out.size() > kFuzzMaxDecodedBytes) Broken(std::string(coding) + " decoded past the bound");
+    if (result.status.ok()) {
+      if (!decoded) decoded = std::move(out);
+      continue;
+    }
+    if ((result.http_status != 400 && result.http_status != 413) ||
+        result.status.message().empty()) {
+      Broken(std::string(coding) +
+             ": a refusal must be 400 or 413 with a message: " + result.status.ToString());
+    }
+  }
+  return decoded;
+}
+
+void RunV2Body(std::string input);
+
 }  // namespace
 
 void RunV2HttpInput(const uint8_t* data, size_t size) {
   CheckGoodV2StillParses();  // also after the previous input, whatever it was
   std::string input(reinterpret_cast<const char*>(data), size);
+  if (std::optional<std::string> decoded = DecodeAsCompressed(input)) {
+    RunV2Body(std::move(*decoded));
+  }
+  RunV2Body(std::move(input));
+}
+
+namespace {
+
+void RunV2Body(std::string input) {
+  const size_t size = input.size();
   const size_t end = input.find(kV2JsonEnd);
   const size_t json_bytes = end == std::string::npos ? size : end;
   if (end != std::string::npos) input.erase(end, kV2JsonEnd.size());
@@ -90,4 +125,5 @@ void RunV2HttpInput(const uint8_t* data, size_t size) {
   (void)ParseInferenceHeaderLength(std::string_view(*body).substr(0, 24), body->size(), &parsed);
 }
 
+}  // namespace
 }  // namespace torchfarm::fuzz

@@ -6,7 +6,10 @@
 // tensors follow the separator; otherwise the whole input is JSON. Every input runs through
 // ParseV2InferRequest; an accepted one must hold consistent tensors, translate with ToFarmRequest
 // or fail with INVALID_ARGUMENT, and its tensors written back as a response must be valid JSON.
-// Any broken invariant aborts.
+// Every input is also decoded as a gzip and as a deflate Content-Encoding body
+// (supervisor/frontend/content_encoding.h) with a kFuzzMaxDecodedBytes bound: the decoder answers
+// 400 or 413 with a message, or bytes within the bound; an input that decodes is then parsed as
+// the body it decodes to (seeds v2_corpus/gzip_* and deflate_*). Any broken invariant aborts.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +19,7 @@
 namespace torchfarm::fuzz {
 
 inline constexpr std::string_view kV2JsonEnd = "\n--\n";
+inline constexpr uint64_t kFuzzMaxDecodedBytes = 1 << 20;
 
 void RunV2HttpInput(const uint8_t* data, size_t size);
 

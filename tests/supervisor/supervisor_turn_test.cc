@@ -19,6 +19,7 @@
 #include "common/protocol.h"
 #include "ipc/control_protocol.h"
 #include "ipc/shm_layout.h"
+#include "supervisor/frontend/frontend_endpoint.h"
 #include "tests/supervisor/fake_worker.h"
 
 namespace torchfarm {
@@ -197,6 +198,55 @@ TEST_F(SupervisorTurnTest, AnUnknownModelIsAnsweredNotFoundInTheSameTurn) {
   ASSERT_TRUE(ParseReplyHeader(frames[0].to_string_view(), &reply).ok());
   EXPECT_EQ(reply.status.code(), StatusCode::kNotFound);
   EXPECT_NE(reply.status.message().find("resnet"), std::string::npos) << reply.status.message();
+}
+
+// A FarmChannel's message: [tag][call id][header][data].
+void SendAsChannel(zmq::socket_t& channel, const std::string& tag, const std::string& call_id,
+                   const std::string& header) {
+  const std::vector<float> values = {1, 2};
+  channel.send(zmq::buffer(tag), zmq::send_flags::sndmore);
+  channel.send(zmq::buffer(call_id), zmq::send_flags::sndmore);
+  channel.send(zmq::buffer(header),
+               tag == kMetaTag ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  if (tag != kMetaTag) channel.send(zmq::buffer(values), zmq::send_flags::none);
+}
+
+// Issue 35 item 1: the loop answers every front-end message with its call id, also one whose
+// header it cannot read (over limits.max_header_bytes, not JSON): no error reply is left
+// without an id for the front end to drop.
+TEST_F(SupervisorTurnTest, EveryFrontEndMessageIsAnsweredWithItsCallIdEvenAnUnreadableOne) {
+  config_.frontend.http_endpoint = "127.0.0.1:0";
+  StartFarm();
+  zmq::socket_t channel(supervisor_->context(), zmq::socket_type::dealer);
+  channel.set(zmq::sockopt::linger, 0);
+  channel.connect(kFrontendEndpoint);
+  const std::string inputs = R"("inputs":[{"dtype":"float32","shape":[1,2]}]})";
+  SendAsChannel(channel, "grpc ipv4:t", "41",
+                R"({"v":1,"id":41,"model":")" + std::string(70'000, 'm') + "\"," + inputs);
+  SendAsChannel(channel, "http t", "42", "not json");
+  SendAsChannel(channel, "http t", "43", R"({"v":1,"id":43,"model":"resnet",)" + inputs);
+  SendAsChannel(channel, kMetaTag, "44", R"({"id":44})");
+  // No "id" in the header, and a shape the model does not take.
+  SendAsChannel(channel, "http t", "45",
+                R"({"v":1,"model":"mlp","inputs":[{"dtype":"float32","shape":[1,3]}]})");
+  const std::vector<std::pair<uint64_t, StatusCode>> expected = {
+      {41, StatusCode::kInvalidArgument},
+      {42, StatusCode::kInvalidArgument},
+      {43, StatusCode::kNotFound},
+      {44, StatusCode::kOk},
+      {45, StatusCode::kInvalidArgument}};
+  for (const auto& [id, code] : expected) {
+    ASSERT_TRUE(TurnUntil([&] { return Readable(channel); })) << "no answer for call " << id;
+    std::vector<zmq::message_t> frames;
+    ASSERT_TRUE(zmq::recv_multipart(channel, std::back_inserter(frames)));
+    const json reply = json::parse(frames[0].to_string());
+    EXPECT_EQ(reply["id"], id) << reply.dump().substr(0, 300);
+    EXPECT_EQ(reply.value("status", ""), code == StatusCode::kOk ? "ok" : "error")
+        << reply.dump().substr(0, 300);
+    if (code != StatusCode::kOk) {
+      EXPECT_EQ(reply.value("code", ""), StatusCodeName(code)) << reply.dump().substr(0, 300);
+    }
+  }
 }
 
 }  // namespace

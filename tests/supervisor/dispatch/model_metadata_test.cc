@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "ipc/control_protocol.h"
+#include "supervisor/dispatch/model_stats.h"
 
 namespace torchfarm {
 namespace {
@@ -103,6 +104,43 @@ TEST(ModelMetadataTest, ReadyMessageOutputsRoundTrip) {
       json::parse(R"({"outputs":[{"dtype":"float32","shape":[-1]}]})"), &read));
   EXPECT_FALSE(ipc::ReadyOutputsFromMessage(json::parse(R"({"outputs":"x"})"), &read));
   EXPECT_EQ(read, outputs) << "a refused message leaves the output untouched";
+}
+
+// What the v2 model configuration (frontend/triton_model_config.h) is made of.
+TEST(ModelMetadataTest, SchedulingCarriesTheBatchingAndInstanceSettings) {
+  ModelConfig c;
+  c.max_batch_size = 8;
+  c.max_queue_delay_us = 200;
+  c.preferred_batch_sizes = {4, 8};
+  c.priority_levels = 3;
+  c.default_priority_level = 2;
+  InstanceConfig gpu;
+  gpu.device = "cuda:1";
+  gpu.count = 2;
+  c.instances = {gpu};
+  EXPECT_EQ(SchedulingJson(c), json::parse(R"({"max_batch_size": 8, "max_queue_delay_us": 200,
+      "preferred_batch_sizes": [4, 8], "priority_levels": 3, "default_priority_level": 2,
+      "max_queue_size": 1024, "instances": [{"device": "cuda:1", "count": 2}]})"));
+}
+
+// The lifetime sums the v2 statistics extension reports (frontend/triton_model_stats.h).
+TEST(ModelStatsTest, TotalsSumAnsweredRequestsAndRememberTheLastCompletion) {
+  const TimePoint start = Clock::now();
+  ModelStats stats(start);
+  EXPECT_EQ(stats.totals().last_completion, TimePoint{});
+  stats.RecordBatch(3);
+  stats.RecordOk(10, 100, 120, start + std::chrono::seconds(1));
+  stats.RecordOk(5, 50, 60, start + std::chrono::seconds(2));
+  stats.RecordError(start + std::chrono::seconds(3));
+  const ModelStats::Totals t = stats.totals();
+  EXPECT_EQ(t.requests, 2u);
+  EXPECT_EQ(t.errors, 1u);
+  EXPECT_EQ(t.batches, 1u);
+  EXPECT_EQ(t.rows, 3u);
+  EXPECT_EQ(t.queue_us, 15u);
+  EXPECT_EQ(t.compute_us, 150u);
+  EXPECT_EQ(t.total_us, 180u);
+  EXPECT_EQ(t.last_completion, start + std::chrono::seconds(3));
 }
 
 }  // namespace

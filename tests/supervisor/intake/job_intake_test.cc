@@ -35,6 +35,24 @@ void ExpectError(const Status& s, StatusCode code, const std::vector<std::string
   for (const auto& w : words) EXPECT_NE(s.message().find(w), std::string::npos) << s.message();
 }
 
+// The v2 front ends speak Triton's priorities (docs/kserve-v2.md): 1 is the highest level, 0 and
+// values past priority_levels the model's default_priority_level.
+TEST(TritonPriority, MapsToTheFarmsLevels) {
+  ModelConfig model;
+  model.priority_levels = 3;
+  model.default_priority_level = 2;
+  EXPECT_EQ(TritonPriorityLevel(0, model), 1);
+  EXPECT_EQ(TritonPriorityLevel(1, model), 0);
+  EXPECT_EQ(TritonPriorityLevel(2, model), 1);
+  EXPECT_EQ(TritonPriorityLevel(3, model), 2);
+  EXPECT_EQ(TritonPriorityLevel(4, model), 1);
+  EXPECT_EQ(TritonPriorityLevel(1000, model), 1);
+  ModelConfig plain;  // one level: everything runs at it
+  EXPECT_EQ(TritonPriorityLevel(0, plain), 0);
+  EXPECT_EQ(TritonPriorityLevel(1, plain), 0);
+  EXPECT_EQ(TritonPriorityLevel(7, plain), 0);
+}
+
 TEST_F(JobIntakeTest, ValidRequestIsAccepted) {
   PendingRequest r;
   size_t model = 9;
