@@ -24,6 +24,7 @@ packages=(
   libboost-dev           # Boost.Interprocess, Boost.Beast (HTTP front end), header-only
   libssl-dev             # TLS of the HTTP front end (Beast over OpenSSL)
   libgrpc++-dev protobuf-compiler protobuf-compiler-grpc  # the gRPC front end (KServe v2)
+  zlib1g-dev             # gzip/deflate request bodies of the v2 front ends (content_encoding.h)
   nlohmann-json3-dev
   libcli11-dev
   libgtest-dev libgmock-dev
