@@ -113,6 +113,8 @@ class Prober {
   int answered() const { return answered_; }
   int failed() const { return failed_; }
   int64_t slowest_us() const { return slowest_us_; }
+  // From now on: the first requests of a fresh client and worker are not what is measured.
+  void ResetSlowest() { slowest_us_ = 0; }
 
  private:
   std::atomic<bool> stop_{false};
@@ -179,6 +181,7 @@ TEST_F(UntrustedMemory, AResponseHeadFarPastItsTailFromADeadWorkerCostsOnlyThatW
   // The case: response_head 2^40 past the tail, then the worker dies.
   const uint64_t tail = header.get()->response_tail.value.load();
   header.get()->response_head.value.store(tail + (uint64_t{1} << 40));
+  good.ResetSlowest();
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   const auto killed = Steady::now();
   const int before = good.answered();
@@ -209,6 +212,8 @@ TEST_F(UntrustedMemory,
   ASSERT_NE(header.get(), nullptr) << "cannot map the segment of worker " << pid;
   Prober good(farm_->endpoint(), "good");
 
+  ASSERT_TRUE(WaitFor([&] { return good.answered() >= 3; }));
+  good.ResetSlowest();
   // One response for nothing; the worker's next real response makes it two for one batch.
   header.get()->response_head.value.fetch_add(1);
   Client client(farm_->endpoint(), 30'000);
