@@ -1,5 +1,7 @@
 #include "supervisor/dispatch/response_handler.h"
 
+#include <iterator>
+
 #include "common/log.h"
 #include "common/protocol.h"
 #include "ipc/slot_codec.h"
@@ -50,6 +52,14 @@ void ResponseHandler::Collect(WorkerSlot& slot) {
 
 double ResponseHandler::ServiceUs(const WorkerSlot& slot, const InflightBatch& batch,
                                   TimePoint now) {
+  // Slots are erased after an unload (ModelControl::ReclaimRemoved) and their addresses reused:
+  // an answer older than any batch still out can no longer matter, so the map is swept of them
+  // whenever it grows past a bound, and stays the size of the live pool.
+  if (last_answer_.size() >= kMaxLastAnswers) {
+    for (auto it = last_answer_.begin(); it != last_answer_.end();) {
+      it = now - it->second > kLastAnswerRelevance ? last_answer_.erase(it) : std::next(it);
+    }
+  }
   TimePoint& last = last_answer_[&slot];
   const TimePoint started = std::max(batch.dispatched, last);
   last = now;

@@ -1,17 +1,17 @@
 // A worker's finished batches back to their clients: reads each response from the worker's ring
 // (ipc/slot_codec.h, checked against what was asked), splits the batch's outputs per request,
 // answers each through the ReplyWriter (zero-copy when the ring allows), and records stats,
-// metrics and the model's measured batch cost. A batch one request's input failed runs again as
-// single requests, so only that request fails. Also gives zero-copy replies' ring slots back to
-// their workers (ReleasePinned).
+// metrics and the model's measured batch cost and service time. A batch one request's input failed
+// runs again as single requests, so only that request fails. Also gives zero-copy replies' ring
+// slots back to their workers (ReleasePinned).
 //
 // Owns nothing; reads and updates the models' stats and queues. Loop thread only.
 #pragma once
 
-#include <unordered_map>
-
+#include <chrono>
 #include <cstdint>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -55,6 +55,8 @@ class ResponseHandler {
   // Per worker slot, when its last answer arrived (ServiceUs). A slot that is gone leaves a time
   // older than any later batch's dispatch, which then counts instead.
   std::unordered_map<const WorkerSlot*, TimePoint> last_answer_;
+  static constexpr size_t kMaxLastAnswers = 1024;
+  static constexpr Clock::duration kLastAnswerRelevance = std::chrono::minutes(1);
   MetricsExporter* metrics_ = nullptr;
   TimePoint next_backlog_sweep_{};
   uint64_t detached_replies_ = 0;  // pinned replies whose slot was copied out for their worker
