@@ -50,26 +50,34 @@ double Dispatcher::SloBacklog(const ServedModel& model, const WorkerSlot& slot) 
   return backlog - 0.5 * backlog / static_cast<double>(slot.inflight());
 }
 
+namespace {
+
+// What a request's deadline is, for the messages that name it.
+const char* DeadlineName(const PendingRequest& request) {
+  return request.deadline_is_slo ? "latency_slo_ms" : "timeout_ms";
+}
+
+}  // namespace
+
 int64_t Dispatcher::ShedLateHeads(ServedModel& model, const WorkerSlot& slot, TimePoint now) {
   if (model.config.latency_slo_ms <= 0 || !model.cost.known()) return INT64_MAX;
   const SloCost cost = SloCostOf(model);
+  const double backlog_us = SloBacklog(model, slot);  // shedding does not change the worker
   while (const PendingRequest* head = model.queue.Head()) {
     if (head->deadline == TimePoint::max() || head->deadline_is_queue_wait) return INT64_MAX;
     const double until_us = static_cast<double>(ToMicros(head->deadline - now));
-    const int64_t rows = SloBatchRows(cost, SloBacklog(model, slot), until_us, head->rows);
+    const int64_t rows = SloBatchRows(cost, backlog_us, until_us, head->rows);
     if (rows > 0) return rows;
     PendingRequest late = model.queue.PopHead();
-    const double finish_ms =
-        (static_cast<double>(ToMicros(now - late.received)) + SloBacklog(model, slot) +
-         cost.fixed_us + cost.per_row_us * static_cast<double>(late.rows)) /
-        1000;
+    const double finish_ms = (static_cast<double>(ToMicros(now - late.received)) + backlog_us +
+                              cost.fixed_us + cost.per_row_us * static_cast<double>(late.rows)) /
+                             1000;
     model.stats.RecordSloRefused();
     Fail(model, late,
          Status(StatusCode::kDeadlineExceeded,
                 "would finish at ~" + std::to_string(std::lround(finish_ms)) +
                     " ms after arrival on the first free worker of model '" + model.config.name +
-                    "' (measured batch cost), past its " +
-                    (late.deadline_is_slo ? "latency_slo_ms" : "timeout_ms") + " of " +
+                    "' (measured batch cost), past its " + DeadlineName(late) + " of " +
                     std::to_string(ToMicros(late.deadline - late.received) / 1000) +
                     " ms; shed before running"));
   }
@@ -90,9 +98,8 @@ void Dispatcher::ExpireDeadlines() {
         if (r.deadline_is_slo) model.stats.RecordSloOutcome(false);
         Fail(model, r,
              Status(StatusCode::kDeadlineExceeded,
-                    std::string(r.deadline_is_slo ? "latency_slo_ms" : "timeout_ms") +
-                        " expired after " + waited + " in the queue of model '" +
-                        model.config.name + "'"));
+                    std::string(DeadlineName(r)) + " expired after " + waited +
+                        " in the queue of model '" + model.config.name + "'"));
       }
     }
   }
@@ -136,18 +143,17 @@ Status Dispatcher::CheckSloDeadline(const ServedModel& model, const PendingReque
     if (earliest_free_us < 0 || free_us < earliest_free_us) earliest_free_us = free_us;
   }
   if (ready == 0) return Status::Ok();  // no serving worker: max_queue_wait_ms rules
+  const int64_t rows_ahead = model.queue.rows_ahead_of(request.priority);
   const double finish_us =
-      EstimatedFinishUs(SloCostOf(model), earliest_free_us,
-                        model.queue.rows_ahead_of(request.priority), ready, request.rows);
+      EstimatedFinishUs(SloCostOf(model), earliest_free_us, rows_ahead, ready, request.rows);
   const TimePoint finish = now + Micros(static_cast<int64_t>(finish_us));
   if (finish <= request.deadline) return Status::Ok();
   return Status(
       StatusCode::kDeadlineExceeded,
       "would finish at ~" + std::to_string(ToMicros(finish - request.received) / 1000) +
           " ms, deadline " + std::to_string(ToMicros(request.deadline - request.received) / 1000) +
-          " ms (" + (request.deadline_is_slo ? "latency_slo_ms" : "timeout_ms") + " of model '" +
-          model.config.name + "'; " + std::to_string(model.queue.rows_ahead_of(request.priority)) +
-          " rows queued ahead, measured batch cost); refused at once");
+          " ms (" + DeadlineName(request) + " of model '" + model.config.name + "'; " +
+          std::to_string(rows_ahead) + " rows queued ahead, measured batch cost); refused at once");
 }
 
 void Dispatcher::UpdateDispatchLead(ServedModel& model) {
