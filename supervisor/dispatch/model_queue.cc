@@ -258,6 +258,7 @@ PendingRequest ModelQueue::PopHead() {
   PendingRequest head = std::move(level->requests.front());
   level->requests.pop_front();
   Removed(*level, head);
+  split_rows_left_ = std::min(split_rows_left_, rows_);  // as TakeExpired: rows that are gone
   return head;
 }
 
