@@ -20,13 +20,12 @@
 
 #include "ipc/control_protocol.h"
 #include "worker/process_title.h"
+#include "worker/reparented_fork.h"
 
 namespace torchfarm::worker {
 namespace {
 
 using nlohmann::json;
-
-constexpr int kReparentWaitMs = 2'000;
 
 void CloseAll(const std::vector<int>& fds) {
   for (int fd : fds) ::close(fd);
@@ -46,21 +45,6 @@ void CloseAllBut(std::vector<unsigned> keep) {
     next = fd + 1;
   }
   CloseRange(next, UINT_MAX);
-}
-
-// In the grandchild: the intermediate child exits right after forking us; until it has, our
-// parent is not yet the supervisor, and PR_SET_PDEATHSIG would watch the wrong process.
-void AwaitSupervisorAsParent(pid_t intermediate, pid_t supervisor) {
-  for (int waited = 0; ::getppid() == intermediate && waited < kReparentWaitMs * 10; ++waited) {
-    ::usleep(100);
-  }
-  if (::getppid() != supervisor) {
-    std::fprintf(stderr,
-                 "torchfarm-worker: zygote child not re-parented to the supervisor "
-                 "(pid %d, parent now %d)\n",
-                 static_cast<int>(supervisor), static_cast<int>(::getppid()));
-    std::_Exit(ipc::kExitSupervisorLost);
-  }
 }
 
 // In the worker child, before main runs the worker: see zygote_protocol.h.
@@ -132,44 +116,6 @@ Status CheckRequest(const Status& received, const std::string& payload, const st
   return s;
 }
 
-// Forks the process a request asks for as a grandchild, so that it is re-parented to the
-// supervisor. Returns 0 in the grandchild; in the zygote, its pid, or -1 with *error set.
-pid_t ForkGrandchild(int* error) {
-  int pid_pipe[2];
-  if (::pipe2(pid_pipe, O_CLOEXEC) != 0) {
-    *error = errno;
-    return -1;
-  }
-  const pid_t intermediate = ::fork();
-  if (intermediate == 0) {
-    ::close(pid_pipe[0]);
-    const pid_t grandchild = ::fork();
-    if (grandchild == 0) {
-      ::close(pid_pipe[1]);
-      return 0;
-    }
-    const int result[2] = {static_cast<int>(grandchild), errno};
-    ssize_t ignored = ::write(pid_pipe[1], result, sizeof(result));
-    (void)ignored;
-    std::_Exit(0);
-  }
-  *error = errno;
-  ::close(pid_pipe[1]);
-  int result[2] = {-1, *error};
-  if (intermediate > 0) {
-    ssize_t n;
-    do {
-      n = ::read(pid_pipe[0], result, sizeof(result));
-    } while (n < 0 && errno == EINTR);
-    if (n != sizeof(result)) result[0] = -1;
-    int status = 0;
-    ::waitpid(intermediate, &status, 0);
-  }
-  ::close(pid_pipe[0]);
-  *error = result[1];
-  return result[0] > 0 ? result[0] : -1;
-}
-
 }  // namespace
 
 bool RunZygote(int channel, ipc::ZygoteLaunch* launch, int* exit_code) {
@@ -201,11 +147,10 @@ bool RunZygote(int channel, ipc::ZygoteLaunch* launch, int* exit_code) {
       continue;
     }
     int error = 0;
-    const pid_t child = ForkGrandchild(&error);
+    // A worker goes by its own name from its first instruction on (ps, a storm's victim list).
+    const pid_t child = ForkReparentedChild(
+        request.supervisor, request.zygote ? std::string() : ipc::kWorkerProgramName, &error);
     if (child == 0) {
-      // A worker goes by its own name from its first instruction on (ps, a storm's victim list).
-      if (!request.zygote) SetProcessName(ipc::kWorkerProgramName);
-      AwaitSupervisorAsParent(::getppid(), request.supervisor);
       if (request.zygote) {
         BecomeZygote(channel, fds[0], request.supervisor);
         Answer(channel, {{"type", "zygote_ready"}, {"pid", ::getpid()}});
