@@ -55,6 +55,15 @@ std::string FileIdentity::Describe() const {
   return "size " + std::to_string(size) + ", hash " + hex;
 }
 
+bool FileIdentity::StatUnchanged(const struct stat& st) const {
+  const int64_t mtime =
+      static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  const int64_t ctime =
+      static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
+  return error.empty() && st.st_size == size && mtime == mtime_ns && ctime == ctime_ns &&
+         static_cast<uint64_t>(st.st_dev) == device && static_cast<uint64_t>(st.st_ino) == inode;
+}
+
 FileIdentity ReadFileIdentity(const std::string& path) {
   FileIdentity id;
   id.path = path;
@@ -65,6 +74,9 @@ FileIdentity ReadFileIdentity(const std::string& path) {
     return id;
   }
   id.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  id.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
+  id.device = static_cast<uint64_t>(st.st_dev);
+  id.inode = static_cast<uint64_t>(st.st_ino);
   std::vector<unsigned char> buffer(kReadChunk);
   uint64_t hash = 0;
   int64_t total = 0;

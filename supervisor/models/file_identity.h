@@ -7,6 +7,8 @@
 // identity of each served model is kept in its ServedModel.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <string>
 
@@ -18,6 +20,16 @@ struct FileIdentity {
   int64_t mtime_ns = 0;   // st_mtim, nanoseconds since the epoch
   uint64_t hash = 0;      // ContentHash of the bytes
   std::string error;      // empty when read
+  // What only the file system sets, for a cheap "unchanged" answer before any re-hash: a write
+  // in place moves st_ctim even when it keeps the size and restores the mtime (cp -p), and a
+  // file renamed over the path has another inode. Not part of ==: a touch is no new version.
+  int64_t ctime_ns = 0;  // st_ctim
+  uint64_t device = 0;   // st_dev
+  uint64_t inode = 0;    // st_ino
+
+  // True when `st` (a stat of `path`) shows the very file this identity was read from, with no
+  // write since: then its bytes are this identity's without reading them.
+  bool StatUnchanged(const struct stat& st) const;
 
   // Same file as far as a worker is concerned: same path, bytes and modification time. Two
   // unreadable files are the same when they fail the same way.

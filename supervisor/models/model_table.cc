@@ -138,9 +138,8 @@ Status ModelTable::CheckModelFile(const WorkerSlot& slot) const {
   if (loaded->size < 0 || loaded->path != slot.model_path()) return Status::Ok();
   struct stat st {};
   if (::stat(loaded->path.c_str(), &st) != 0) return Status::Ok();  // the worker says why
-  const int64_t mtime_ns =
-      static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-  if (st.st_size == loaded->size && mtime_ns == loaded->mtime_ns) return Status::Ok();
+  if (loaded->StatUnchanged(st)) return Status::Ok();
+  // Written, touched or renamed over since the load: the bytes decide.
   const FileIdentity now = ReadFileIdentity(loaded->path);
   if (now.size == loaded->size && now.hash == loaded->hash) return Status::Ok();  // touched only
   return Unavailable("model file changed since version " + model.config.version +

@@ -3,7 +3,9 @@
 // scale and retirement, on a WorkerPool whose launcher forks nothing
 // (tests/supervisor/fake_worker.h) and a fake clock. Slots become ready by MakeReady and die by
 // OnExit with a real wait status, as the loop would see them.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -389,6 +391,35 @@ TEST_F(ModelControlTest, AWorkerIsNotStartedOnAModelFileThatChangedSinceItsVersi
   clock_.Advance(workers_.policy().failed_retry + Millis(1));
   workers_.LaunchDue();
   EXPECT_EQ(restarted.state(), SlotState::kStarting);
+}
+
+// The same size and the old mtime back (`cp -p` over the file, which writes in place): the
+// inode's change time still moves, so the bytes are read and the worker is not started on them.
+TEST_F(ModelControlTest, AFileRewrittenInPlaceWithItsSizeAndMtimeKeptIsStillCaught) {
+  workers_.set_launch_check(
+      [this](const WorkerSlot& slot) { return models_.CheckModelFile(slot); });
+  ServedModel& model = AddRunning(Model("m", 2));
+  WorkerSlot& restarted = *workers_[model.slots[0]];
+  struct stat before {};
+  ASSERT_EQ(::stat(model_file_.c_str(), &before), 0);
+  std::string other(static_cast<size_t>(before.st_size), 'x');  // same size, other bytes
+  { std::ofstream(model_file_, std::ios::trunc | std::ios::binary) << other; }
+  const struct timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, model_file_.c_str(), times, 0), 0);
+  struct stat after {};
+  ASSERT_EQ(::stat(model_file_.c_str(), &after), 0);
+  ASSERT_EQ(after.st_size, before.st_size);
+  ASSERT_EQ(after.st_ino, before.st_ino) << "written in place";
+  ASSERT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+  ASSERT_EQ(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+  Kill(restarted);
+  clock_.Advance(Millis(60'000));
+  workers_.LaunchDue();
+  EXPECT_EQ(restarted.state(), SlotState::kFailed);
+  EXPECT_NE(restarted.failure_reason().find("model file changed since version 1 was loaded"),
+            std::string::npos)
+      << restarted.failure_reason();
+  EXPECT_EQ(workers_[model.slots[1]]->state(), SlotState::kReady) << "the other one serves on";
 }
 
 }  // namespace
