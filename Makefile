@@ -12,7 +12,7 @@ JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build models models-real run-images run test test-unit test-integration test-soak bench clean install \
+.PHONY: all deps configure build models models-real run-images run test test-unit test-integration test-soak bench bench-instructions clean install \
         test-asan fuzz test-debian
 
 all: build
@@ -58,6 +58,11 @@ test-soak: build
 BENCH_TARGETS = torchfarm torchfarm-supervisor torchfarm-worker torchfarm-mkmodel \
                 torchfarm-bench-inprocess torchfarm-microbench
 BENCH_ARGS ?=
+
+# Supervisor instructions per request for each client path under callgrind (bench/instructions.py):
+# deterministic, so it can run on a busy machine; about 1-2 minutes.
+bench-instructions: build
+	$(PYTHON) bench/instructions.py --build-dir $(BUILD_DIR) $(BENCH_ARGS)
 
 bench:
 	$(MAKE) configure BUILD_DIR=build-release BUILD_TYPE=Release

@@ -37,6 +37,7 @@ packages=(
   python3-yaml           # offline check of deploy/kubernetes (tests/multihost)
   iproute2               # ip netns: the multihost test (tests/multihost)
   libb64-0d              # NVIDIA's perf_analyzer binary links it (.venv-perf-analyzer, below)
+  valgrind               # make bench-instructions: supervisor instructions per request (callgrind)
 )
 
 # Optional groups, installed only when asked for, so `make test` stays as quick to set up:
