@@ -1,5 +1,6 @@
 #include "supervisor/supervisor.h"
 
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <system_error>
 
 #include "common/log.h"
 #include "common/protocol.h"
@@ -267,38 +269,39 @@ int Supervisor::Run() {
 Supervisor::TurnEvents Supervisor::Poll(TimePoint now) {
   // The fixed poll sources, by name; the workers' doorbells and pipes follow them (owners).
   enum FixedItem : size_t { kJobs, kControl, kAdmin, kSignals, kTimer, kFrontend, kFixedItems };
-  enum class Source { kResponses, kOutput };
-  std::vector<zmq::pollitem_t> items;
-  std::vector<std::pair<WorkerSlot*, Source>> owners;
-  items.push_back({static_cast<void*>(jobs_), 0, ZMQ_POLLIN, 0});
-  items.push_back({static_cast<void*>(control_), 0, ZMQ_POLLIN, 0});
-  items.push_back({static_cast<void*>(admin_), 0, ZMQ_POLLIN, 0});
-  items.push_back({nullptr, signals_.fd(), ZMQ_POLLIN, 0});
-  items.push_back({nullptr, timer_.fd(), ZMQ_POLLIN, 0});
+  LoopPoller& poller = poller_;
+  std::vector<std::pair<WorkerSlot*, PollSource>>& owners = poll_owners_;
+  poller.Reset();
+  owners.clear();
+  poller.AddSocket(static_cast<void*>(jobs_));
+  poller.AddSocket(static_cast<void*>(control_));
+  poller.AddSocket(static_cast<void*>(admin_));
+  poller.AddDescriptor(signals_.fd());
+  poller.AddDescriptor(timer_.fd());
   // An unbound socket never becomes readable: polling it always keeps the indices fixed.
-  items.push_back({static_cast<void*>(frontend_jobs_), 0, ZMQ_POLLIN, 0});
+  poller.AddSocket(static_cast<void*>(frontend_jobs_));
   for (auto& slot : workers_) {
     if (slot->response_fd() >= 0) {
-      items.push_back({nullptr, slot->response_fd(), ZMQ_POLLIN, 0});
-      owners.emplace_back(slot.get(), Source::kResponses);
+      poller.AddDescriptor(slot->response_fd());
+      owners.emplace_back(slot.get(), PollSource::kResponses);
     }
     if (slot->output_fd() >= 0) {
-      items.push_back({nullptr, slot->output_fd(), ZMQ_POLLIN, 0});
-      owners.emplace_back(slot.get(), Source::kOutput);
+      poller.AddDescriptor(slot->output_fd());
+      owners.emplace_back(slot.get(), PollSource::kOutput);
     }
   }
-  const size_t zap_item = items.size();
-  if (curve_.started()) items.push_back({curve_.socket_handle(), 0, ZMQ_POLLIN, 0});
-  const size_t monitor_item = items.size();
-  if (connections_.socket_handle())
-    items.push_back({connections_.socket_handle(), 0, ZMQ_POLLIN, 0});
+  const size_t zap_item = poller.size();
+  if (curve_.started()) poller.AddSocket(curve_.socket_handle());
+  const size_t monitor_item = poller.size();
+  if (connections_.socket_handle()) poller.AddSocket(connections_.socket_handle());
   // A starting zygote's ready message only wakes the loop; the "zygotes" duty reads it.
-  for (int fd : zygotes_.StartingChannels()) items.push_back({nullptr, fd, ZMQ_POLLIN, 0});
+  for (int fd : zygotes_.StartingChannels()) poller.AddDescriptor(fd);
   Guarded("timer", [&] { timer_.ArmAt(NextWakeUp(now)); });
   bool polled = false;
   Guarded("poll", [&] {
-    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
-    polled = true;
+    polled = poller.Wait(std::chrono::milliseconds(-1));
+    if (!polled && errno != EINTR) throw std::system_error(errno, std::generic_category(), "poll");
+    polled = true;  // EINTR: nothing ready, the duties run and the next turn waits again
   });
   TurnEvents events;
   if (!polled) {
@@ -307,20 +310,20 @@ Supervisor::TurnEvents Supervisor::Poll(TimePoint now) {
     ::usleep(static_cast<useconds_t>(ToMicros(kMaxPollTimeout)));
     return events;
   }
-  auto readable = [&](size_t i) { return i < items.size() && (items[i].revents & ZMQ_POLLIN); };
-  if (readable(kTimer)) timer_.Acknowledge();
-  events.jobs = readable(kJobs);
-  events.control = readable(kControl);
-  events.admin = readable(kAdmin);
-  events.signals = readable(kSignals);
-  events.frontend = readable(kFrontend);
-  events.zap = zap_item < monitor_item && readable(zap_item);
-  events.connections = connections_.socket_handle() && readable(monitor_item);
+  if (poller.Readable(kTimer)) timer_.Acknowledge();
+  events.jobs = poller.Readable(kJobs);
+  events.control = poller.Readable(kControl);
+  events.admin = poller.Readable(kAdmin);
+  events.signals = poller.Readable(kSignals);
+  events.frontend = poller.Readable(kFrontend);
+  events.zap = zap_item < monitor_item && poller.Readable(zap_item);
+  events.connections = connections_.socket_handle() && poller.Readable(monitor_item);
   for (size_t i = 0; i < owners.size(); ++i) {
-    const short revents = items[kFixedItems + i].revents;
-    if (owners[i].second == Source::kOutput && (revents & (ZMQ_POLLIN | ZMQ_POLLERR))) {
+    const size_t item = kFixedItems + i;
+    if (owners[i].second == PollSource::kOutput &&
+        (poller.Readable(item) || (poller.DescriptorEvents(item) & (POLLERR | POLLHUP)))) {
       events.output.push_back(owners[i].first);
-    } else if (owners[i].second == Source::kResponses && (revents & ZMQ_POLLIN)) {
+    } else if (owners[i].second == PollSource::kResponses && poller.Readable(item)) {
       events.responses.push_back(owners[i].first);
     }
   }

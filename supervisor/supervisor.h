@@ -55,6 +55,7 @@
 #include "supervisor/loop/duty_barrier.h"
 #include "supervisor/loop/farm_phase.h"
 #include "supervisor/loop/ipc_endpoint_file.h"
+#include "supervisor/loop/loop_poller.h"
 #include "supervisor/loop/loop_timer.h"
 #include "supervisor/loop/resource_errors.h"
 #include "supervisor/loop/run_dir_lock.h"
@@ -113,6 +114,7 @@ class Supervisor {
 
  private:
   struct TurnEvents;  // what one poll found ready (supervisor.cc)
+  enum class PollSource { kResponses, kOutput };  // what a worker's poll item is
 
   Status BindSockets(const std::string& control_endpoint);
   // Models, their slots, MPS and the zygotes; then every worker is launched.
@@ -168,6 +170,10 @@ class Supervisor {
   std::unique_ptr<ClientShmRegistry> client_shm_;
   SignalFd signals_;
   LoopTimer timer_;
+  // The loop's wait and the worker each descriptor after the fixed items belongs to; kept
+  // between turns so a turn allocates nothing (Poll).
+  LoopPoller poller_;
+  std::vector<std::pair<WorkerSlot*, PollSource>> poll_owners_;
   RunDirLock lock_;
   std::unique_ptr<MetricsExporter> metrics_;
   std::unique_ptr<ResourceMetrics> resource_metrics_;  // in metrics_'s registry

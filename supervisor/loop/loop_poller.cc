@@ -1,0 +1,77 @@
+#include "supervisor/loop/loop_poller.h"
+
+#include <zmq.h>
+
+#include <cerrno>
+
+namespace torchfarm {
+
+void LoopPoller::Reset() { items_.clear(); }
+
+size_t LoopPoller::AddSocket(void* socket) {
+  Item item;
+  item.socket = socket;
+  item.fd = socket ? SocketDescriptor(socket) : -1;
+  items_.push_back(item);
+  return items_.size() - 1;
+}
+
+size_t LoopPoller::AddDescriptor(int fd) {
+  Item item;
+  item.fd = fd;
+  items_.push_back(item);
+  return items_.size() - 1;
+}
+
+int LoopPoller::SocketDescriptor(void* socket) {
+  int fd = -1;
+  size_t size = sizeof(fd);
+  return zmq_getsockopt(socket, ZMQ_FD, &fd, &size) == 0 ? fd : -1;
+}
+
+bool LoopPoller::SocketHasInput(void* socket) {
+  int events = 0;
+  size_t size = sizeof(events);
+  return zmq_getsockopt(socket, ZMQ_EVENTS, &events, &size) == 0 && (events & ZMQ_POLLIN) != 0;
+}
+
+bool LoopPoller::Wait(std::chrono::milliseconds timeout) {
+  // Messages already queued in a socket: no wait, only a look at the descriptors.
+  bool any_socket_ready = false;
+  for (Item& item : items_) {
+    item.readable = item.socket != nullptr && SocketHasInput(item.socket);
+    item.revents = 0;
+    any_socket_ready |= item.readable;
+  }
+  pollfds_.clear();
+  for (const Item& item : items_) pollfds_.push_back({item.fd, POLLIN, 0});
+  const int wait_ms = any_socket_ready ? 0 : static_cast<int>(timeout.count());
+  if (::poll(pollfds_.data(), pollfds_.size(), wait_ms < 0 ? -1 : wait_ms) < 0) {
+    const int error = errno;
+    for (Item& item : items_) item.readable = false;
+    errno = error;
+    return false;
+  }
+  for (size_t i = 0; i < items_.size(); ++i) {
+    Item& item = items_[i];
+    const short revents = pollfds_[i].revents;
+    if (item.socket == nullptr) {
+      item.revents = revents;
+      item.readable = (revents & POLLIN) != 0;
+    } else if (!item.readable && revents != 0) {
+      // The descriptor fired: commands to process, perhaps a message.
+      item.readable = SocketHasInput(item.socket);
+    }
+  }
+  return true;
+}
+
+bool LoopPoller::Readable(size_t index) const {
+  return index < items_.size() && items_[index].readable;
+}
+
+short LoopPoller::DescriptorEvents(size_t index) const {
+  return index < items_.size() && items_[index].socket == nullptr ? items_[index].revents : 0;
+}
+
+}  // namespace torchfarm

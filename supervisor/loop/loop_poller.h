@@ -1,0 +1,67 @@
+// LoopPoller: the one wait of the supervisor's loop, over ZeroMQ sockets and plain descriptors
+// (doorbells, pipes, signalfd, timerfd), cheaper per turn than zmq::poll.
+//
+// zmq_poll asks every ZeroMQ socket for its events more than once a wait (about 13
+// zmq_getsockopt calls a turn with the loop's five sockets: docs/benchmarks.md, issue 36), and
+// builds its own poll list each call. Here each turn asks a socket for ZMQ_FD (cheap: no command
+// processing) and ZMQ_EVENTS once before waiting; only a socket whose descriptor fired is asked
+// for its events again after.
+//
+// Why that is enough (ZeroMQ's ZMQ_FD contract): the descriptor is edge-like: it signals that
+// the socket has commands to process, and asking ZMQ_EVENTS processes them. A message that
+// arrived before the pre-wait check shows in ZMQ_EVENTS (no wait then); one that arrives after
+// it signals the descriptor, which wakes ::poll. Sends or receives on a socket between turns may
+// consume a signal, which is why the check runs every turn, for every socket.
+//
+// Items keep their order and index; the caller reads results by index, as with zmq::poll. The
+// vectors keep their capacity between turns (Reset clears them): no allocation per turn. Runs on
+// the loop thread only.
+#pragma once
+
+#include <poll.h>
+
+#include <chrono>
+#include <cstddef>
+#include <vector>
+
+namespace torchfarm {
+
+class LoopPoller {
+ public:
+  // Empties the list for the next turn (keeps the memory and the descriptor cache).
+  void Reset();
+  // Adds a ZeroMQ socket (the void* handle of zmq::socket_t) to wait for input on; null
+  // handles are kept as items that are never ready (fixed indices for absent sockets).
+  size_t AddSocket(void* socket);
+  // Adds a plain descriptor to wait for input on (a negative one is never ready).
+  size_t AddDescriptor(int fd);
+
+  // Waits until an item is ready or `timeout` passes (negative: no limit). Returns false with
+  // errno set when the wait failed (EINTR included); every item then reads not ready.
+  bool Wait(std::chrono::milliseconds timeout);
+
+  // After Wait: whether item `index` has input (a socket: a message can be received without
+  // blocking; a descriptor: POLLIN).
+  bool Readable(size_t index) const;
+  // After Wait: a descriptor's poll(2) revents (POLLERR, POLLHUP), 0 for a socket.
+  short DescriptorEvents(size_t index) const;
+  size_t size() const { return items_.size(); }
+
+ private:
+  struct Item {
+    void* socket = nullptr;  // null: a plain descriptor
+    int fd = -1;             // the descriptor polled (the socket's ZMQ_FD for a socket)
+    bool readable = false;
+    short revents = 0;
+  };
+  // The socket's ZMQ_FD, asked every turn (a socket closed and another made at the same
+  // address must not inherit a stale descriptor); -1 when the question fails.
+  static int SocketDescriptor(void* socket);
+  // ZMQ_EVENTS & ZMQ_POLLIN; false when the question fails (a closed socket).
+  static bool SocketHasInput(void* socket);
+
+  std::vector<Item> items_;
+  std::vector<pollfd> pollfds_;
+};
+
+}  // namespace torchfarm

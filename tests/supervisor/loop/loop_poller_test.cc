@@ -1,0 +1,144 @@
+// LoopPoller (supervisor/loop/loop_poller.h) with real ZeroMQ sockets and descriptors: it must
+// see every message zmq::poll would, without a wait, including the ones whose descriptor signal
+// was consumed by a send or receive in between (the classic ZMQ_FD mistake).
+#include "supervisor/loop/loop_poller.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <zmq.hpp>
+
+namespace torchfarm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+long ElapsedMs(Clock::time_point since) {
+  return static_cast<long>(std::chrono::duration_cast<milliseconds>(Clock::now() - since).count());
+}
+
+class LoopPollerTest : public ::testing::Test {
+ protected:
+  LoopPollerTest()
+      : router_(context_, zmq::socket_type::router), dealer_(context_, zmq::socket_type::dealer) {
+    router_.bind("inproc://loop-poller");
+    dealer_.connect("inproc://loop-poller");
+  }
+  // The router's view: [identity, payload].
+  std::string ReceiveAtRouter() {
+    zmq::message_t identity, payload;
+    EXPECT_TRUE(router_.recv(identity, zmq::recv_flags::dontwait));
+    EXPECT_TRUE(router_.recv(payload, zmq::recv_flags::dontwait));
+    identity_ = identity.to_string();
+    return payload.to_string();
+  }
+  zmq::context_t context_;
+  zmq::socket_t router_;
+  zmq::socket_t dealer_;
+  std::string identity_;
+};
+
+TEST_F(LoopPollerTest, NothingPendingIsNotReadyAndATimeoutReturns) {
+  LoopPoller poller;
+  const size_t socket = poller.AddSocket(static_cast<void*>(router_));
+  const auto start = Clock::now();
+  ASSERT_TRUE(poller.Wait(milliseconds(50)));
+  EXPECT_FALSE(poller.Readable(socket));
+  EXPECT_GE(ElapsedMs(start), 40);
+}
+
+TEST_F(LoopPollerTest, AMessageQueuedBeforeTheWaitIsSeenWithoutWaiting) {
+  dealer_.send(zmq::buffer(std::string("one")));
+  LoopPoller poller;
+  // Let it arrive, then look: a message already in the socket does not wake its descriptor again.
+  std::this_thread::sleep_for(milliseconds(20));
+  const size_t socket = poller.AddSocket(static_cast<void*>(router_));
+  const auto start = Clock::now();
+  ASSERT_TRUE(poller.Wait(milliseconds(5'000)));
+  EXPECT_TRUE(poller.Readable(socket));
+  EXPECT_LT(ElapsedMs(start), 1'000);
+  EXPECT_EQ(ReceiveAtRouter(), "one");
+}
+
+TEST_F(LoopPollerTest, AMessageArrivingDuringTheWaitWakesIt) {
+  LoopPoller poller;
+  const size_t socket = poller.AddSocket(static_cast<void*>(router_));
+  std::thread sender([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    dealer_.send(zmq::buffer(std::string("late")));
+  });
+  const auto start = Clock::now();
+  bool readable = false;
+  // The descriptor may fire for commands that carry no message yet: wait again, as the loop does.
+  while (!readable && ElapsedMs(start) < 5'000) {
+    ASSERT_TRUE(poller.Wait(milliseconds(5'000)));
+    readable = poller.Readable(socket);
+  }
+  sender.join();
+  EXPECT_TRUE(readable);
+  EXPECT_LT(ElapsedMs(start), 2'000);
+  EXPECT_EQ(ReceiveAtRouter(), "late");
+}
+
+// Two messages arrive; the loop takes one and replies on the same socket, which processes the
+// socket's commands and consumes its descriptor's signal. The second must still be seen at once.
+TEST_F(LoopPollerTest, AMessageLeftAfterAReceiveAndASendIsStillSeen) {
+  dealer_.send(zmq::buffer(std::string("first")));
+  dealer_.send(zmq::buffer(std::string("second")));
+  LoopPoller poller;
+  for (const char* expected : {"first", "second"}) {
+    poller.Reset();
+    const size_t socket = poller.AddSocket(static_cast<void*>(router_));
+    bool readable = false;
+    const auto start = Clock::now();
+    while (!readable && ElapsedMs(start) < 3'000) {
+      ASSERT_TRUE(poller.Wait(milliseconds(3'000)));
+      readable = poller.Readable(socket);
+    }
+    ASSERT_TRUE(readable) << expected;
+    EXPECT_LT(ElapsedMs(start), 1'000) << expected;
+    EXPECT_EQ(ReceiveAtRouter(), expected);
+    router_.send(zmq::buffer(identity_), zmq::send_flags::sndmore);
+    router_.send(zmq::buffer(std::string("reply")));
+  }
+  zmq::message_t reply;
+  ASSERT_TRUE(dealer_.recv(reply));
+  EXPECT_EQ(reply.to_string(), "reply");
+}
+
+TEST_F(LoopPollerTest, DescriptorsKeepTheirIndicesAndReportReadinessAndHangUp) {
+  const int doorbell = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ASSERT_GE(doorbell, 0);
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  LoopPoller poller;
+  for (int turn = 0; turn < 2; ++turn) {  // Reset starts the indices again at 0
+    poller.Reset();
+    EXPECT_EQ(poller.AddSocket(nullptr), 0u);
+    EXPECT_EQ(poller.AddDescriptor(-1), 1u);
+    EXPECT_EQ(poller.AddDescriptor(doorbell), 2u);
+    EXPECT_EQ(poller.AddDescriptor(pipe_fds[0]), 3u);
+    EXPECT_EQ(poller.size(), 4u);
+  }
+  ASSERT_TRUE(poller.Wait(milliseconds(0)));
+  for (size_t i = 0; i < 4; ++i) EXPECT_FALSE(poller.Readable(i)) << i;
+  const uint64_t one = 1;
+  ASSERT_EQ(::write(doorbell, &one, sizeof(one)), static_cast<ssize_t>(sizeof(one)));
+  ::close(pipe_fds[1]);  // a worker's output pipe whose writer died: POLLHUP, no POLLIN
+  ASSERT_TRUE(poller.Wait(milliseconds(2'000)));
+  EXPECT_FALSE(poller.Readable(0));
+  EXPECT_FALSE(poller.Readable(1));
+  EXPECT_TRUE(poller.Readable(2));
+  EXPECT_NE(poller.DescriptorEvents(3) & POLLHUP, 0);
+  EXPECT_FALSE(poller.Readable(99)) << "an index past the list is never ready";
+  ::close(pipe_fds[0]);
+  ::close(doorbell);
+}
+
+}  // namespace
+}  // namespace torchfarm
