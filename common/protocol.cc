@@ -646,7 +646,7 @@ std::string MakeErrorReply(const json& id, const Status& status) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-Status ParseReplyHeader(std::string_view text, ReplyHeader* out) {
+Status ParseReplyHeaderJson(std::string_view text, ReplyHeader* out) {
   *out = ReplyHeader{};
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Internal("reply header is not a JSON object");
@@ -692,6 +692,88 @@ Status ParseReplyHeader(std::string_view text, ReplyHeader* out) {
   }
   out->worker_id = j.value("worker", -1);
   return Status::Ok();
+}
+
+namespace {
+
+// "key": of the reply's fixed layout.
+bool TakeKey(HeaderScanner& in, std::string_view key) {
+  std::string_view read;
+  return in.String(&read, KeyChar) && read == key && in.Take(':');
+}
+
+bool ScanSigned(HeaderScanner& in, int64_t max, int64_t* out) {
+  uint64_t value;
+  if (!in.Unsigned(&value) || value > static_cast<uint64_t>(max)) return false;
+  *out = static_cast<int64_t>(value);
+  return true;
+}
+
+// "timing_us":{"queue":N,"compute":N[,"decode":N][,"preprocess":N][,"postprocess":N],"total":N}
+bool ScanTiming(HeaderScanner& in, StageTimes* timing) {
+  if (!TakeKey(in, "timing_us") || !in.Take('{')) return false;
+  if (!TakeKey(in, "queue") || !ScanSigned(in, INT64_MAX, &timing->queue_us)) return false;
+  if (!in.Take(',') || !TakeKey(in, "compute") || !ScanSigned(in, INT64_MAX, &timing->compute_us)) {
+    return false;
+  }
+  for (;;) {
+    if (!in.Take(',')) return false;
+    std::string_view key;
+    if (!in.String(&key, KeyChar) || !in.Take(':')) return false;
+    int64_t* field = key == "decode"        ? &timing->decode_us
+                     : key == "preprocess"  ? &timing->preprocess_us
+                     : key == "postprocess" ? &timing->postprocess_us
+                     : key == "total"       ? &timing->total_us
+                                            : nullptr;
+    // Each optional stage at most once and in MakeOkReply's order; "total" ends the object.
+    if (field == nullptr || (field != &timing->total_us && *field != -1)) return false;
+    if (!ScanSigned(in, INT64_MAX, field)) return false;
+    if (field == &timing->total_us) return in.Take('}');
+  }
+}
+
+}  // namespace
+
+bool ParseReplyHeaderFast(std::string_view text, ReplyHeader* out) {
+  ReplyHeader reply;
+  HeaderScanner in(text);
+  std::string_view status;
+  if (!in.Take('{') || !TakeKey(in, "v") || !in.Literal("1") || !in.Take(',') ||
+      !TakeKey(in, "id") || !ScanId(in, &reply.id) || !in.Take(',') || !TakeKey(in, "status") ||
+      !in.String(&status, KeyChar) || status != "ok" || !in.Take(',') || !TakeKey(in, "outputs") ||
+      !in.Take('[')) {
+    return false;
+  }
+  if (!in.Take(']')) {
+    do {
+      TensorSpec spec;
+      std::string_view name;
+      if (!ScanTensorSpec(in, kMaxRank, &spec, &name)) return false;
+      reply.output_names.push_back(name.empty() ? DefaultOutputName(reply.outputs.size())
+                                                : std::string(name));
+      reply.outputs.push_back(std::move(spec));
+    } while (in.Take(','));
+    if (!in.Take(']')) return false;
+  }
+  reply.timing.decode_us = reply.timing.preprocess_us = reply.timing.postprocess_us = -1;
+  int64_t worker = -1;
+  if (!in.Take(',') || !ScanTiming(in, &reply.timing) || !in.Take(',') || !TakeKey(in, "worker") ||
+      !ScanSigned(in, INT32_MAX, &worker) || !in.Take('}') || !in.AtEnd()) {
+    return false;
+  }
+  reply.worker_id = static_cast<int>(worker);
+  reply.status = Status::Ok();
+  *out = std::move(reply);
+  return true;
+}
+
+Status ParseReplyHeader(std::string_view text, ReplyHeader* out) {
+  return ParseReplyHeaderJson(text, out);
+}
+
+Status ParseReplyHeaderLean(std::string_view text, ReplyHeader* out) {
+  if (ParseReplyHeaderFast(text, out)) return Status::Ok();
+  return ParseReplyHeaderJson(text, out);
 }
 
 }  // namespace torchfarm

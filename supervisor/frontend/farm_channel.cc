@@ -150,7 +150,9 @@ void FarmChannel::DrainReplies() {
     if (!complete || frames.empty()) return;
     FarmReply reply;
     const std::string_view text(static_cast<const char*>(frames[0].data()), frames[0].size());
-    const Status parsed = ParseReplyHeader(text, &reply.header);
+    // The typed fields only (no JSON object) for an infer answer; a metadata answer, read from
+    // `raw` by the caller, is parsed again whole below.
+    Status parsed = ParseReplyHeaderLean(text, &reply.header);
     const auto id = reply.header.id.is_number_unsigned() ? reply.header.id.get<uint64_t>() : 0;
     auto it = waiting_.find(id);
     if (it == waiting_.end()) {
@@ -165,6 +167,7 @@ void FarmChannel::DrainReplies() {
     Done done = std::move(it->second.done);
     const bool meta = it->second.meta;
     waiting_.erase(it);
+    if (meta && reply.header.raw.is_null()) parsed = ParseReplyHeader(text, &reply.header);
     pending_count_.store(waiting_.size(), std::memory_order_relaxed);
     reply.status = parsed.ok() ? reply.header.status : parsed;
     // A metadata answer has no tensors: it is well formed when the loop said "ok".

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/model_versions.h"
+#include "common/tensor_names.h"
 #include "common/tensor_spec.h"
 
 namespace torchfarm {
@@ -33,18 +34,11 @@ Status CheckInput(const V2Tensor& input, const std::string& where, DType* dtype)
   return Status::Ok();
 }
 
-// The reply's name for output `index`: "name" when the farm sent one, else Triton's default.
+// The reply's name for output `index`: "name" when the farm sent one, else Triton's default
+// (ParseReplyHeader fills output_names either way).
 std::string OutputName(const ReplyHeader& reply, size_t index) {
-  const nlohmann::json& raw = reply.raw;
-  auto outputs = raw.find("outputs");
-  if (outputs != raw.end() && outputs->is_array() && index < outputs->size()) {
-    const nlohmann::json& entry = (*outputs)[index];
-    if (entry.is_object()) {
-      auto name = entry.find("name");
-      if (name != entry.end() && name->is_string()) return name->get<std::string>();
-    }
-  }
-  return "OUTPUT__" + std::to_string(index);
+  if (index < reply.output_names.size()) return reply.output_names[index];
+  return DefaultOutputName(index);
 }
 
 // The most bytes `header` can take as JSON text without dumping it: every string byte may become

@@ -380,5 +380,84 @@ TEST(ProtocolReply, HandWrittenOkReplyEqualsTheJsonObject) {
   }
 }
 
+// The front ends' reply scan (ParseReplyHeaderLean): every reply MakeOkReply writes is read by
+// the fast path with the JSON parser's result, and everything else falls back to the JSON parser.
+void ExpectSameReply(const ReplyHeader& fast, const ReplyHeader& full, const std::string& text) {
+  EXPECT_EQ(fast.id, full.id) << text;
+  EXPECT_EQ(fast.id.type(), full.id.type()) << text;
+  EXPECT_EQ(fast.status.ToString(), full.status.ToString()) << text;
+  EXPECT_EQ(fast.outputs, full.outputs) << text;
+  EXPECT_EQ(fast.output_names, full.output_names) << text;
+  EXPECT_EQ(fast.output_shm.size(), full.output_shm.size()) << text;
+  EXPECT_EQ(fast.timing.queue_us, full.timing.queue_us) << text;
+  EXPECT_EQ(fast.timing.compute_us, full.timing.compute_us) << text;
+  EXPECT_EQ(fast.timing.total_us, full.timing.total_us) << text;
+  EXPECT_EQ(fast.timing.decode_us, full.timing.decode_us) << text;
+  EXPECT_EQ(fast.timing.preprocess_us, full.timing.preprocess_us) << text;
+  EXPECT_EQ(fast.timing.postprocess_us, full.timing.postprocess_us) << text;
+  EXPECT_EQ(fast.worker_id, full.worker_id) << text;
+}
+
+TEST(ProtocolReply, TheFastScanReadsEveryOkReplyAsTheJsonParserDoes) {
+  const std::vector<std::vector<TensorSpec>> output_sets = {
+      {}, {{DType::kFloat32, {1, 256}}}, {{DType::kFloat16, {2, 3}}, {DType::kBool, {}}}};
+  const std::vector<std::vector<std::string>> name_sets = {{}, {"probs", "labels.v2"}};
+  StageTimes plain{12, 340, 400};
+  StageTimes staged = plain;
+  staged.decode_us = 5;
+  staged.postprocess_us = 0;
+  StageTimes all = staged;
+  all.preprocess_us = 9;
+  for (const json& id : {json(nullptr), json(0), json(uint64_t{123456789012345678}), json("ab")}) {
+    for (const auto& outputs : output_sets) {
+      for (const auto& names : name_sets) {
+        for (const StageTimes& timing : {plain, staged, all}) {
+          for (int worker : {0, 7, 2'147'483'647}) {
+            const std::string text = MakeOkReply(id, outputs, names, timing, worker);
+            ReplyHeader fast, full, lean;
+            ASSERT_TRUE(ParseReplyHeaderFast(text, &fast)) << text;
+            ASSERT_TRUE(ParseReplyHeaderJson(text, &full).ok()) << text;
+            ExpectSameReply(fast, full, text);
+            ASSERT_TRUE(ParseReplyHeaderLean(text, &lean).ok()) << text;
+            EXPECT_TRUE(lean.raw.is_null()) << "no JSON object built for " << text;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ProtocolReply, EverythingElseFallsBackToTheJsonParserWithRaw) {
+  const std::vector<uint64_t> offsets = {64};
+  const std::string cases[] = {
+      MakeErrorReply(json(3), Status(StatusCode::kNotFound, "no model 'x'")),
+      MakeOkReply(json(3), {{DType::kFloat32, {1}}}, StageTimes{1, 2, 3}, 0, "tok", &offsets),
+      MakeOkReply(json(3), {{DType::kFloat32, {1}}}, {"a name with spaces"}, StageTimes{1, 2, 3},
+                  0),
+      MakeOkReply(json(-4), {{DType::kFloat32, {1}}}, StageTimes{1, 2, 3}, 0),
+      R"({"v":1,"id":1,"status":"ok","models":[{"name":"m"}]})",  // a metadata answer
+      R"({"v":1,"id":1,"status":"ok","outputs":[],"timing_us":{"queue":1,"compute":2,"total":3},"worker":0,"extra":1})",
+      R"({"v":1,"id":1,"status":"ok","outputs":[],"timing_us":{"queue":1,"compute":2,"total":3},"worker":-1})",
+      R"({"v":1,"id":1,"status":"ok","outputs":[],"timing_us":{"queue":1,"compute":2,"decode":1,"decode":2,"total":3},"worker":0})",
+      R"({"v":2,"id":1,"status":"ok","outputs":[],"timing_us":{"queue":1,"compute":2,"total":3},"worker":0})",
+  };
+  for (const std::string& text : cases) {
+    ReplyHeader fast;
+    EXPECT_FALSE(ParseReplyHeaderFast(text, &fast)) << text;
+    ReplyHeader lean, full;
+    const Status lean_status = ParseReplyHeaderLean(text, &lean);
+    const Status full_status = ParseReplyHeaderJson(text, &full);
+    EXPECT_EQ(lean_status.ToString(), full_status.ToString()) << text;
+    EXPECT_EQ(lean.raw, full.raw) << text;
+    EXPECT_FALSE(lean.raw.is_null()) << text;
+  }
+  // Truncated at every byte: never accepted by the scan, never a crash.
+  const std::string good = MakeOkReply(json(9), {{DType::kInt64, {2, 2}}}, StageTimes{1, 2, 3}, 1);
+  for (size_t cut = 0; cut < good.size(); ++cut) {
+    ReplyHeader r;
+    EXPECT_FALSE(ParseReplyHeaderFast(good.substr(0, cut), &r)) << cut;
+  }
+}
+
 }  // namespace
 }  // namespace torchfarm

@@ -61,8 +61,29 @@ void CheckFastPath(std::string_view header, const RequestLimits& limits) {
   }
 }
 
+// The same for a reply header (the front ends' channel reads replies with the fast scan first):
+// whatever ParseReplyHeaderFast accepts, ParseReplyHeaderJson reads the same.
+void CheckReplyFastPath(std::string_view header) {
+  ReplyHeader fast, full;
+  if (!ParseReplyHeaderFast(header, &fast)) return;
+  Status s = ParseReplyHeaderJson(header, &full);
+  if (!s.ok()) Fail("reply fast path accepted what the JSON parser refuses", s.message());
+  if (fast.id != full.id || fast.id.type() != full.id.type() || !full.status.ok() ||
+      !(fast.outputs == full.outputs) || fast.output_names != full.output_names ||
+      !full.output_shm.empty() || fast.timing.queue_us != full.timing.queue_us ||
+      fast.timing.compute_us != full.timing.compute_us ||
+      fast.timing.total_us != full.timing.total_us ||
+      fast.timing.decode_us != full.timing.decode_us ||
+      fast.timing.preprocess_us != full.timing.preprocess_us ||
+      fast.timing.postprocess_us != full.timing.postprocess_us ||
+      fast.worker_id != full.worker_id) {
+    Fail("reply fast path and JSON parser disagree", std::string(header.substr(0, 200)));
+  }
+}
+
 void Check(std::string_view input, const RequestLimits& limits) {
   CheckFastPath(SplitFrames(input)[0], limits);
+  CheckReplyFastPath(SplitFrames(input)[0]);
   std::vector<zmq::message_t> frames;
   frames.emplace_back(std::string("fuzz-client"));
   for (std::string_view frame : SplitFrames(input)) frames.emplace_back(frame.data(), frame.size());
