@@ -97,18 +97,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (Clock::now() >= totals_.end) return;
     sent_ = Clock::now();
     totals_.sent++;
-    http::async_write(stream_, request_, [self = shared_from_this()](beast::error_code error, size_t) {
-      if (error) return self->Reconnect("write: " + error.message());
-      self->Receive();
-    });
+    http::async_write(stream_, request_,
+                      [self = shared_from_this()](beast::error_code error, size_t) {
+                        if (error) return self->Reconnect("write: " + error.message());
+                        self->Receive();
+                      });
   }
   void Receive() {
     parser_.emplace();
     parser_->body_limit(kBodyLimit);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code error, size_t) {
-                       self->Answered(error);
-                     });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code error, size_t) { self->Answered(error); });
   }
   void Answered(beast::error_code error) {
     if (error) return Reconnect("read: " + error.message());
@@ -137,10 +137,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
 };
 
 std::string V2BinaryBody(const std::string& input_name, int elements, std::string* json_length) {
-  const nlohmann::json header = {
-      {"inputs", {{{"name", input_name}, {"datatype", "FP32"}, {"shape", {1, elements}},
-                   {"parameters", {{"binary_data_size", elements * 4}}}}}},
-      {"parameters", {{"binary_data_output", true}}}};
+  const nlohmann::json header = {{"inputs",
+                                  {{{"name", input_name},
+                                    {"datatype", "FP32"},
+                                    {"shape", {1, elements}},
+                                    {"parameters", {{"binary_data_size", elements * 4}}}}}},
+                                 {"parameters", {{"binary_data_output", true}}}};
   std::string body = header.dump();
   *json_length = std::to_string(body.size());
   std::vector<float> values(static_cast<size_t>(elements));
@@ -175,7 +177,8 @@ Clock::time_point After(Clock::time_point from, double seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"torchfarm-v2-http-load: closed-loop HTTP/1.1 keep-alive load (KServe v2 or any body)"};
+  CLI::App app{
+      "torchfarm-v2-http-load: closed-loop HTTP/1.1 keep-alive load (KServe v2 or any body)"};
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string path = "/v2/models/identity/infer";
@@ -190,7 +193,8 @@ int main(int argc, char** argv) {
   app.add_option("--port", port)->check(CLI::Range(1, 65535));
   app.add_option("--path", path, "request target");
   app.add_option("--input", input_name, "v2 input name (without --body-file)");
-  app.add_option("--elements", elements, "FP32 elements of the [1, N] v2 input (without --body-file)")
+  app.add_option("--elements", elements,
+                 "FP32 elements of the [1, N] v2 input (without --body-file)")
       ->check(CLI::Range(1, 1 << 26));
   app.add_option("--body-file", body_file, "send this file's bytes as the body instead")
       ->check(CLI::ExistingFile);
@@ -238,10 +242,14 @@ int main(int argc, char** argv) {
   auto pct = [&](double p) {
     return l.empty() ? 0 : l[std::min(l.size() - 1, static_cast<size_t>(p / 100.0 * l.size()))];
   };
-  nlohmann::json out = {{"requests", l.size()},        {"errors", totals.errors},
-                        {"req_s", l.size() / seconds}, {"p50_us", pct(50)},
-                        {"p99_us", pct(99)},           {"concurrency", concurrency},
-                        {"sent_total", totals.sent},   {"cpu_s", CpuSeconds() - cpu_before},
+  nlohmann::json out = {{"requests", l.size()},
+                        {"errors", totals.errors},
+                        {"req_s", l.size() / seconds},
+                        {"p50_us", pct(50)},
+                        {"p99_us", pct(99)},
+                        {"concurrency", concurrency},
+                        {"sent_total", totals.sent},
+                        {"cpu_s", CpuSeconds() - cpu_before},
                         {"first_error", totals.first_error}};
   std::printf("%s\n", out.dump().c_str());
   return totals.errors == 0 ? 0 : 1;

@@ -9,7 +9,8 @@ all; tuned: each server's own), per server in an order that rotates every round:
 with all models (2 workers x 1 thread per model), then per model and concurrency run the one
 HTTP/1.1 keep-alive generator (torchfarm-v2-http-load) against its natural endpoint
 (bench/peers/peer_wire.py); torchfarm also over ZeroMQ (`torchfarm bench`) and gRPC
-(torchfarm-bench-grpc, when built). The first round's c=1 answers are checked against PyTorch.
+(torchfarm-bench-grpc, when built) with the default setting. The tuned settings are measured at
+c >= 16 only. The first round's first step per model is checked against PyTorch (4 answers).
 The generator's own ceiling is measured against torchfarm-http-echo first.
 
     .venv/bin/python bench/peers/bench_peers.py --build-dir build-release \
@@ -81,6 +82,8 @@ def parse_args(argv):
                     help="1 round, 1 s per step after 0.5 s, default settings only")
     ap.add_argument("--json", help="write the rows here (a JSON list)")
     ap.add_argument("--markdown", help="write the 'Against other servers' section into this file")
+    ap.add_argument("--work", help="keep servers' configs and logs here (default: a temporary "
+                    "folder, removed at the end)")
     ap.add_argument("--install-log", help="install_peers.sh's output, quoted when it failed")
     ap.add_argument("--estimate-only", action="store_true", help="print the plan's duration")
     args = ap.parse_args(argv)
@@ -144,7 +147,8 @@ def main(argv=None) -> int:
     blocked = peers_state(args, peers_venv)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="torchfarm-bench-peers-") as tmp:
-        work = Path(tmp)
+        work = Path(args.work).resolve() if args.work else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         meter = peer_measure.Meter(bin_dir, models_dir, work, args.seconds, args.warmup)
         ceiling = meter.echo_ceiling(args.concurrency)
         rows = []
@@ -178,7 +182,9 @@ def main(argv=None) -> int:
         Path(args.json + ".meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     section = peer_report.section(rows, meta)
     print(section)
-    if args.markdown:
+    if args.markdown and args.quick:
+        print(f"bench-peers: --quick is a functional run: {args.markdown} left as it is")
+    elif args.markdown:
         peer_report.write_section(Path(args.markdown), section)
     print(f"bench-peers: done in {elapsed / 60:.1f} min (expected ~{expected / 60:.0f} min)")
     return 0 if all(r["errors"] == 0 and r["status"] == "ok" for r in rows) else 1
