@@ -3,6 +3,9 @@
 // keep-alive connections on one thread, each sending its next request as soon as the last answer
 // arrived, for `--warmup-s` unmeasured and then `--seconds` measured; prints one JSON line:
 // requests, errors, req_s, p50_us, p99_us, its own CPU seconds and the requests it sent in all.
+// The answers that arrive within the measured window count (latency and rate), whenever their
+// request was sent; nothing is sent after the window, and answers still on the way are awaited
+// but not counted.
 //
 // The request is the Open Inference Protocol's binary tensor body by default (`--input`,
 // `--elements`: FP32 [1, N] to `--path`), or any body from `--body-file` with `--content-type`
@@ -19,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -66,7 +70,8 @@ void SaveResponse(Totals& totals, const std::string& body) {
 }
 
 // One keep-alive connection sending the same request over and over; a broken connection counts
-// one error and is opened again, so the concurrency stays what was asked.
+// one error and is opened again (as is one the server closed after answering, without an error),
+// so the concurrency stays what was asked.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(asio::io_context& io, const tcp::endpoint& endpoint,
@@ -86,8 +91,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
  private:
+  // what: the error to count; empty when the server closed the connection after a good answer.
   void Reconnect(const std::string& what) {
-    CountError(totals_, what);
+    if (!what.empty()) CountError(totals_, what);
     beast::error_code ignored;
     stream_.socket().close(ignored);
     auto fresh = std::make_shared<Connection>(io_, endpoint_, request_, totals_);
@@ -117,12 +123,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (response.result() != http::status::ok) {
       CountError(totals_, "HTTP " + std::to_string(response.result_int()) + ": " +
                               response.body().substr(0, 300));
-    } else if (sent_ >= totals_.measure_from) {
+    } else if (now >= totals_.measure_from && now <= totals_.end) {
       totals_.latencies_us.push_back(
           std::chrono::duration_cast<std::chrono::microseconds>(now - sent_).count());
       SaveResponse(totals_, response.body());
     }
-    if (!response.keep_alive()) return Reconnect("the server closed the connection");
+    if (!response.keep_alive()) return Reconnect("");
     Send();
   }
 

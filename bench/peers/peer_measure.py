@@ -15,6 +15,7 @@ import json
 import resource
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -124,8 +125,11 @@ class Meter:
 
     def run_server(self, server, concurrency: list[int], rnd: int, check: bool) -> list[dict]:
         name, settings = server.name, server.settings.name
+        began = time.monotonic()
         try:
             server.start()
+            print(f"bench-peers: {name} ({settings}) ready in {time.monotonic() - began:.0f} s",
+                  flush=True)
         except Exception as e:  # a peer that does not start is reported, with its reason
             server.stop()
             print(f"bench-peers: {name} ({settings}) did not start: {e}", flush=True)
@@ -178,6 +182,9 @@ class Meter:
                    server_cpu_s_per_1000=round(1000 * server_cpu / total, 3),
                    generator_cpu_s_per_1000=round(1000 * gen_cpu / total, 3),
                    server_rss_mib=round(proc_tree.rss_mib(pids), 1))
+        if r["throughput_rps"] == 0:
+            row.update(p50_ms=None, p99_ms=None)
+            row["note"] = row["note"] or "no answer within the measured window"
         if r["errors"] and not row["note"]:
             row["note"] = r["first_error"][:300]
         print(json.dumps(row), flush=True)

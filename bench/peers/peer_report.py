@@ -167,7 +167,7 @@ def section(rows, meta) -> str:
     limits = ["", "**What limits these figures**: 2 cores shared by server, workers and generator "
               "(a server that burns CPU in its front end takes it from its own workers and from "
               "the generator); CPU s/1k counts warm-up too and only live processes of the server's "
-              "tree; RSS is the sum over that tree (shared pages counted once per process); "
+              "tree; RSS is the sum over that tree (a page shared by several processes counts in each); "
               "each peer runs pip's torch 2.15 with oneDNN/MKL, torchfarm's worker the LibTorch "
               "it was built with; the tuned settings are first guesses from each server's docs. "
               "resnet18-jpeg (JPEG -> class) and perf_analyzer are not run by this tool.", ""]
