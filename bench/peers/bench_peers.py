@@ -50,8 +50,9 @@ TUNED = {
     "rayserve": {"max_batch": 32, "delay_us": 10000},
     "litserve": {"max_batch": 32, "delay_us": 5000},
 }
-# Seconds a server takes to start with the three models on 2 cores (for the printed estimate).
-START_S = {"torchfarm": 8, "torchserve": 35, "triton": 30, "rayserve": 60, "litserve": 30}
+# Seconds a server takes to start with the three models on 2 cores (for the printed estimate;
+# seen on a busy machine on 2026-12-03: 4, 37, 8-30, 33, 63).
+START_S = {"torchfarm": 8, "torchserve": 40, "triton": 30, "rayserve": 45, "litserve": 60}
 
 
 def concurrency_for(args, setting: str) -> list[int]:
@@ -76,7 +77,7 @@ def parse_args(argv):
     ap.add_argument("--concurrency", default="1,16,64")
     ap.add_argument("--settings", default="default,tuned")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=3.0, help="measured seconds per step")
+    ap.add_argument("--seconds", type=float, default=2.5, help="measured seconds per step")
     ap.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds per step")
     ap.add_argument("--quick", action="store_true",
                     help="1 round, 1 s per step after 0.5 s, default settings only")

@@ -21,8 +21,10 @@ PINS=(
   "ray[serve]==2.60.0"
   litserve==0.2.19
 )
+# Their dependencies, as resolved when the pins were checked (pip freeze of that venv).
+CONSTRAINTS="$(dirname "$0")/constraints.txt"
 STAMP="$VENV/.torchfarm-peers-stamp"
-WANT="$(printf '%s\n' "${PINS[@]}")"
+WANT="$(printf '%s\n' "${PINS[@]}"; sha256sum <"$CONSTRAINTS" | cut -d' ' -f1)"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
   echo "peers: $VENV is up to date"
@@ -41,7 +43,7 @@ fi
 
 [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip wheel
-"$VENV/bin/python" -m pip install --quiet "${PINS[@]}"
+"$VENV/bin/python" -m pip install --quiet -c "$CONSTRAINTS" "${PINS[@]}"
 # Each peer's import is checked here, so a broken install stops now rather than mid-benchmark.
 "$VENV/bin/python" - <<'PY'
 import importlib

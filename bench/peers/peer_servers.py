@@ -100,6 +100,7 @@ class Server:
         return str(self.peers_venv / "bin" / "python")
 
     def start(self) -> None:
+        self.procs, self.logs = [], []  # a retried start begins afresh
         if self.work.exists():
             shutil.rmtree(self.work)
         self.work.mkdir(parents=True)

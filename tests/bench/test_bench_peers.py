@@ -158,6 +158,39 @@ def test_a_step_yields_a_full_checked_row(echo, tmp_path):
     json.dumps([row, wrong])  # the rows are JSON as they are
 
 
+class FlakyEchoServer(EchoAsTorchServe):
+    """Fails its first `failures` starts, as PyTriton's stub handshake sometimes does."""
+
+    def __init__(self, proc, port, failures):
+        super().__init__(proc, port)
+        self.models = {"mlp": {"in_shape": [8], "out_shape": [8]}}
+        self.failures, self.stops = failures, 0
+
+    def start(self):
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("handshake refused")
+
+    def stop(self):
+        self.stops += 1
+
+
+def test_a_failed_start_is_retried_once_then_reported(echo, tmp_path):
+    proc, port = echo
+    x = np.random.default_rng(1).standard_normal((1, 8)).astype(np.float32)
+    np.save(tmp_path / "mlp.in.npy", x)
+    np.save(tmp_path / "mlp.out.npy", x)
+    meter = peer_measure.Meter(BIN, tmp_path, tmp_path, 0.2, 0.05)
+    rows = meter.run_server(FlakyEchoServer(proc, port, 1), [1, 4], 1, check=True)
+    assert [r["status"] for r in rows] == ["ok", "ok"] and all(r["errors"] == 0 for r in rows)
+    assert all("2nd try" in r["note"] and "handshake refused" in r["note"] for r in rows)
+    assert rows[0]["checked"].startswith("4/4 match")
+    server = FlakyEchoServer(proc, port, 2)
+    rows = meter.run_server(server, [1, 4], 1, check=True)
+    assert [r["status"] for r in rows] == ["not_run", "not_run"] and server.stops == 2
+    assert all("did not start (twice): handshake refused" in r["note"] for r in rows)
+
+
 def test_not_run_rows_carry_the_reason(tmp_path):
     meter = peer_measure.Meter(BIN, tmp_path, tmp_path, 1, 1)
     rows = meter.not_run("rayserve", {"mlp": {}}, [1, 16], Settings("tuned", 2, 32, 10000), 2,
