@@ -11,6 +11,7 @@ HTTP/1.1 keep-alive generator (torchfarm-v2-http-load) against its natural endpo
 (bench/peers/peer_wire.py); torchfarm also over ZeroMQ (`torchfarm bench`) and gRPC
 (torchfarm-bench-grpc, when built) with the default setting. The tuned settings are measured at
 c >= 16 only. The first round's first step per model is checked against PyTorch (4 answers).
+perf_analyzer (tools/perf-analyzer) drives the two v2 servers too, once per model at c=16.
 The generator's own ceiling is measured against torchfarm-http-echo first.
 
     .venv/bin/python bench/peers/bench_peers.py --build-dir build-release \
@@ -83,6 +84,9 @@ def parse_args(argv):
                     help="1 round, 1 s per step after 0.5 s, default settings only")
     ap.add_argument("--json", help="write the rows here (a JSON list)")
     ap.add_argument("--markdown", help="write the 'Against other servers' section into this file")
+    ap.add_argument("--no-perf-analyzer", dest="perf_analyzer", action="store_false",
+                    help="skip perf_analyzer (by default it runs once per v2 server and model, "
+                         "c=16, first round, default settings)")
     ap.add_argument("--work", help="keep servers' configs and logs here (default: a temporary "
                     "folder, removed at the end)")
     ap.add_argument("--install-log", help="install_peers.sh's output, quoted when it failed")
@@ -115,7 +119,9 @@ def estimate_s(args) -> float:
             protocols = 3 if server == "torchfarm" and setting == "default" else 1
             steps += protocols * len(args.models) * len(concurrency_for(args, setting))
             starts += START_S[server]
-    return args.rounds * (steps * step + starts) + len(args.concurrency) * step
+    analyzed = len([s for s in args.servers if s in ("torchfarm", "triton")]) * len(args.models)
+    perf_analyzer = analyzed * (4 * args.seconds + 3) if args.perf_analyzer else 0
+    return args.rounds * (steps * step + starts) + len(args.concurrency) * step + perf_analyzer
 
 
 def peers_state(args, peers_venv: Path) -> dict:
@@ -165,8 +171,9 @@ def main(argv=None) -> int:
                         continue
                     cls = SERVER_CLASSES[server]
                     instance = cls(settings, models, models_dir, work, peers_venv, bin_dir)
+                    pa = 16 if rnd == 1 and setting == "default" and args.perf_analyzer else 0
                     rows += meter.run_server(instance, concurrency_for(args, setting), rnd,
-                                             check=(rnd == 1))
+                                             check=(rnd == 1), perf_analyzer_c=pa)
     elapsed = time.time() - started
     meta = {
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),

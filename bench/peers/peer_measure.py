@@ -3,7 +3,8 @@ against a started server at one concurrency, the server's CPU and memory around 
 check of a sample of answers against PyTorch.
 
 Row fields (the JSON of `--json FILE`, a list): server, model, protocol (http, grpc, zmq),
-concurrency, settings (default/tuned), round, throughput_rps, p50_ms, p99_ms, errors,
+generator (torchfarm-v2-http-load, the one for all; perf_analyzer, in addition for the v2
+servers; torchfarm bench and torchfarm-bench-grpc for torchfarm's ZeroMQ and gRPC), concurrency, settings (default/tuned), round, throughput_rps, p50_ms, p99_ms, errors,
 server_cpu_s_per_1000 and generator_cpu_s_per_1000 (CPU seconds per 1,000 requests, warm-up
 included in both the seconds and the requests), server_rss_mib (all of the server's processes,
 at the end of the step), checked ("4/4 match PyTorch", "" when not checked), status (ok, failed,
@@ -24,13 +25,22 @@ import proc_tree
 from peer_models import ATOL, RTOL
 from peer_wire import decode_response, request_for, v2_binary_request
 
-ROW_FIELDS = ("server", "model", "protocol", "concurrency", "settings", "round", "throughput_rps",
+ROW_FIELDS = ("server", "model", "protocol", "generator", "concurrency", "settings", "round",
+              "throughput_rps",
               "p50_ms", "p99_ms", "errors", "server_cpu_s_per_1000", "generator_cpu_s_per_1000",
               "server_rss_mib", "checked", "status", "note")
 
 
+GENERATORS = {"http": "torchfarm-v2-http-load", "zmq": "torchfarm bench",
+              "grpc": "torchfarm-bench-grpc", "perf_analyzer": "perf_analyzer"}
+PERF_ANALYZER = Path(__file__).resolve().parents[2] / "tools" / "perf-analyzer"
+
+
 def empty_row(server, model, protocol, c, settings, rnd, status, note) -> dict:
-    return {"server": server, "model": model, "protocol": protocol, "concurrency": c,
+    """protocol: http, zmq, grpc, or perf_analyzer (HTTP driven by perf_analyzer)."""
+    return {"server": server, "model": model,
+            "protocol": "http" if protocol == "perf_analyzer" else protocol,
+            "generator": GENERATORS[protocol], "concurrency": c,
             "settings": settings, "round": rnd, "throughput_rps": 0.0, "p50_ms": None,
             "p99_ms": None, "errors": 0, "server_cpu_s_per_1000": None,
             "generator_cpu_s_per_1000": None, "server_rss_mib": None, "checked": "",
@@ -89,6 +99,25 @@ class Meter:
                       "--warmup", str(self.warmup), "--json"], self.timeout)
         return self._steps(r)
 
+    def perf_analyzer(self, port: int, model: str, c: int) -> dict:
+        """NVIDIA's perf_analyzer (tools/perf-analyzer) over HTTP with binary tensors, reading
+        the model's config from the server; its own windows (self.seconds each, up to 5, the
+        last 3 within 100% of each other: a loose bound, so a busy machine still gets a figure)."""
+        csv = self.work / f"perf-analyzer-{port}-{model}-{c}.csv"
+        done = subprocess.run([str(PERF_ANALYZER), "-m", model, "-u", f"127.0.0.1:{port}",
+                               "-i", "http", "--concurrency-range", str(c),
+                               "-p", str(int(self.seconds * 1000)), "-r", "5", "-s", "100",
+                               "-f", str(csv)], capture_output=True, text=True,
+                              timeout=self.timeout + 60)
+        if done.returncode != 0 or not csv.exists():
+            raise RuntimeError(f"perf_analyzer exited with {done.returncode}: "
+                               f"{(done.stderr or done.stdout).strip()[-300:]}")
+        header, values = csv.read_text().splitlines()[:2]
+        r = dict(zip(header.split(","), values.split(",")))
+        return {"throughput_rps": float(r["Inferences/Second"]),
+                "p50_ms": float(r["p50 latency"]) / 1000, "p99_ms": float(r["p99 latency"]) / 1000,
+                "errors": 0, "total": None, "first_error": ""}
+
     def _steps(self, r: dict) -> dict:
         step = r["steps"][0]
         rate = step["ok_per_s"]
@@ -123,7 +152,10 @@ class Meter:
         return [empty_row(server, m, "http", c, settings.name, rnd, "not_run", reason)
                 for m in models for c in concurrency]
 
-    def run_server(self, server, concurrency: list[int], rnd: int, check: bool) -> list[dict]:
+    def run_server(self, server, concurrency: list[int], rnd: int, check: bool,
+                   perf_analyzer_c: int = 0) -> list[dict]:
+        """All steps of one started server; perf_analyzer_c > 0: also perf_analyzer at that
+        concurrency where the server speaks v2 (torchfarm, triton)."""
         name, settings = server.name, server.settings.name
         began, first_failure = time.monotonic(), ""
         for attempt in (1, 2):  # one retry: PyTriton's stub handshake sometimes fails under load
@@ -137,7 +169,7 @@ class Meter:
                 if attempt == 2:
                     return self.not_run(name, server.models, concurrency, server.settings, rnd,
                                         f"did not start (twice): {e}")
-                first_failure = f"started at the 2nd try; the 1st: {str(e)[:200]}"
+                first_failure = f"started at the 2nd try; the 1st: {str(e)[:120]}"
         print(f"bench-peers: {name} ({settings}) ready in {time.monotonic() - began:.0f} s",
               flush=True)
         rows = []
@@ -146,6 +178,8 @@ class Meter:
                 x = np.load(self.models_dir / f"{model}.in.npy")
                 want = np.load(self.models_dir / f"{model}.out.npy")
                 steps = [("http", c) for c in concurrency]
+                if perf_analyzer_c and name in ("torchfarm", "triton"):
+                    steps.append(("perf_analyzer", perf_analyzer_c))
                 if name == "torchfarm" and settings == "default":
                     steps += [("zmq", c) for c in concurrency]
                     if (self.bin_dir / "torchfarm-bench-grpc").exists():
@@ -173,6 +207,8 @@ class Meter:
                         if bad:
                             row["errors"] += bad
                             row["note"] = f"answers differ from PyTorch: {row['checked']}"
+                elif protocol == "perf_analyzer":
+                    r = self.perf_analyzer(server.endpoint(model), model, c)
                 elif protocol == "zmq":
                     r = self.zmq(server.zmq_endpoint, model, spec["in_shape"], c)
                 else:
@@ -183,12 +219,13 @@ class Meter:
         pids = server.pids()
         server_cpu = proc_tree.cpu_seconds(pids) - cpu_before
         gen_cpu = children_cpu_s() - gen_before
-        total = max(1.0, r["total"])
         row.update(throughput_rps=round(r["throughput_rps"], 1), p50_ms=round(r["p50_ms"], 3),
                    p99_ms=round(r["p99_ms"], 3), errors=row["errors"] + r["errors"],
-                   server_cpu_s_per_1000=round(1000 * server_cpu / total, 3),
-                   generator_cpu_s_per_1000=round(1000 * gen_cpu / total, 3),
                    server_rss_mib=round(proc_tree.rss_mib(pids), 1))
+        if r["total"] is not None:  # perf_analyzer does not say how many it sent in all
+            total = max(1.0, r["total"])
+            row.update(server_cpu_s_per_1000=round(1000 * server_cpu / total, 3),
+                       generator_cpu_s_per_1000=round(1000 * gen_cpu / total, 3))
         if r["throughput_rps"] == 0:
             row.update(p50_ms=None, p99_ms=None)
             row["note"] = row["note"] or "no answer within the measured window"

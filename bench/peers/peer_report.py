@@ -61,12 +61,14 @@ def aggregate(rows) -> list[dict]:
     errors summed, notes joined."""
     groups = {}
     for r in rows:
-        key = (r["model"], r["server"], r["protocol"], r["settings"], r["concurrency"])
+        key = (r["model"], r["server"], r["protocol"], r["settings"], r["concurrency"],
+               r.get("generator", "torchfarm-v2-http-load"))
         groups.setdefault(key, []).append(r)
     out = []
-    for (model, server, protocol, settings, c), rs in groups.items():
+    for (model, server, protocol, settings, c, generator), rs in groups.items():
         ok = [r for r in rs if r["status"] == "ok"]
-        out.append({"model": model, "server": server, "protocol": protocol, "settings": settings,
+        shown = protocol if generator != "perf_analyzer" else "http (perf_analyzer)"
+        out.append({"model": model, "server": server, "protocol": shown, "settings": settings,
                     "concurrency": c, "rounds": f"{len(ok)}/{len(rs)}",
                     "throughput_rps": _median(ok, "throughput_rps"), "p50_ms": _median(ok, "p50_ms"),
                     "p99_ms": _median(ok, "p99_ms"), "errors": sum(r["errors"] for r in rs),

@@ -39,14 +39,17 @@ def main():
     parser.add_argument("--delay-us", type=int, default=2000)
     args = parser.parse_args()
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-    from pytriton.triton import Triton, TritonConfig
+    from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
     torch.set_num_threads(1)
     with open(os.path.join(args.models_dir, "models.json")) as f:
         specs = json.load(f)["models"]
     config = TritonConfig(http_address="127.0.0.1", http_port=args.port, grpc_port=args.port + 1,
                           metrics_port=args.port + 2, allow_grpc=True, allow_metrics=False)
-    with Triton(config=config) as triton:
+    # No token on statistics and the rest (loopback only): perf_analyzer reads the statistics,
+    # and torchfarm asks no token either.
+    with Triton(config=config,
+                security_config=TritonSecurityConfig(restricted_endpoints=[])) as triton:
         for name in args.models.split(","):
             path = os.path.join(args.models_dir, name + ".pt")
             triton.bind(
