@@ -78,7 +78,7 @@ def parse_args(argv):
     ap.add_argument("--concurrency", default="1,16,64")
     ap.add_argument("--settings", default="default,tuned")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=2.5, help="measured seconds per step")
+    ap.add_argument("--seconds", type=float, default=2.0, help="measured seconds per step")
     ap.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds per step")
     ap.add_argument("--quick", action="store_true",
                     help="1 round, 1 s per step after 0.5 s, default settings only")
