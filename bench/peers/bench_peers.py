@@ -120,7 +120,7 @@ def estimate_s(args) -> float:
             steps += protocols * len(args.models) * len(concurrency_for(args, setting))
             starts += START_S[server]
     analyzed = len([s for s in args.servers if s in ("torchfarm", "triton")]) * len(args.models)
-    perf_analyzer = analyzed * (4 * args.seconds + 3) if args.perf_analyzer else 0
+    perf_analyzer = analyzed * (4 * max(args.seconds, 3.0) + 3) if args.perf_analyzer else 0
     return args.rounds * (steps * step + starts) + len(args.concurrency) * step + perf_analyzer
 
 

@@ -101,13 +101,15 @@ class Meter:
 
     def perf_analyzer(self, port: int, model: str, c: int) -> dict:
         """NVIDIA's perf_analyzer (tools/perf-analyzer) over HTTP with binary tensors, reading
-        the model's config from the server; its own windows (self.seconds each, up to 5, the
-        last 3 within 100% of each other: a loose bound, so a busy machine still gets a figure)."""
+        the model's config from the server; its own windows, >= 3 s each (one must hold answers
+        of resnet18 at c=16 on 2 cores), up to 5, the last 3 within 100% of each other (a loose
+        bound, so a busy machine still gets a figure)."""
         csv = self.work / f"perf-analyzer-{port}-{model}-{c}.csv"
+        window_ms = int(max(self.seconds, 3.0) * 1000)
         done = subprocess.run([str(PERF_ANALYZER), "-m", model, "-u", f"127.0.0.1:{port}",
-                               "-i", "http", "--concurrency-range", str(c),
-                               "-p", str(int(self.seconds * 1000)), "-r", "5", "-s", "100",
-                               "-f", str(csv)], capture_output=True, text=True,
+                               "-i", "http", "--concurrency-range", str(c), "-p", str(window_ms),
+                               "-r", "5", "-s", "100", "-f", str(csv)],
+                              capture_output=True, text=True,
                               timeout=self.timeout + 60)
         if done.returncode != 0 or not csv.exists():
             raise RuntimeError(f"perf_analyzer exited with {done.returncode}: "
