@@ -173,8 +173,14 @@ def section(rows, meta) -> str:
               "each peer runs pip's torch 2.15 with oneDNN/MKL, torchfarm's worker the LibTorch "
               "it was built with; the tuned settings are first guesses from each server's docs. "
               "resnet18-jpeg (JPEG -> class) and perf_analyzer are not run by this tool.", ""]
+    goal_lines = goals(agg)
+    if any("**missed**" in line for line in goal_lines):
+        goal_lines += ["", "Where a goal is missed, where torchfarm's time goes is not measured by "
+                       "this tool: profile the supervisor and a worker at that load (`perf record "
+                       "-g -p PID` while the step runs; bench/callgrind_per_request.sh for the "
+                       "supervisor's instructions per request) and add the finding here."]
     return "\n".join(head + ceiling + ["### Goals (HTTP, best setting per server)", ""] +
-                     goals(agg) + ["", "### All rows (median over rounds)", ""] + table(agg) +
+                     goal_lines + ["", "### All rows (median over rounds)", ""] + table(agg) +
                      limits + [END]) + "\n"
 
 

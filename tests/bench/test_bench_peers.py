@@ -233,6 +233,7 @@ def test_report_section_goals_and_markers(tmp_path):
     assert "| 4.50x | met |" in text  # 9000 / 2000 at c=16, p99 2 <= 9
     assert "litserve 1.20 ms | 1.25x | **missed** |" in text  # c=1 p50 1.5 vs 1.2
     assert "did not start: x" in text
+    assert "where torchfarm's time goes is not measured" in text  # a goal was missed
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# head\n\n" + peer_report.BEGIN + "\nold\n" + peer_report.END + "\n\n## tail\n")
     peer_report.write_section(doc, text)
