@@ -16,7 +16,8 @@ The generator's own ceiling is measured against torchfarm-http-echo first.
 
     .venv/bin/python bench/peers/bench_peers.py --build-dir build-release \
         [--quick] [--json FILE] [--markdown docs/benchmarks.md] [--servers torchfarm,litserve]
-        [--models mlp] [--rounds 3] [--seconds 4] [--warmup 1] [--settings default,tuned]
+        [--models mlp] [--rounds 3] [--seconds 2] [--warmup 1] [--settings default,tuned]
+        [--tune torchserve=64/10000] [--no-perf-analyzer] [--work DIR] [--estimate-only]
 
 A server that fails to install or start, or answers wrongly, is reported in its rows (status,
 note) and in the section, never left out.
@@ -84,6 +85,8 @@ def parse_args(argv):
                     help="1 round, 1 s per step after 0.5 s, default settings only")
     ap.add_argument("--json", help="write the rows here (a JSON list)")
     ap.add_argument("--markdown", help="write the 'Against other servers' section into this file")
+    ap.add_argument("--tune", action="append", default=[], metavar="SERVER=BATCH/DELAY_US",
+                    help="replace a server's tuned setting, e.g. torchserve=64/10000 (repeatable)")
     ap.add_argument("--no-perf-analyzer", dest="perf_analyzer", action="store_false",
                     help="skip perf_analyzer (by default it runs once per v2 server and model, "
                          "c=16, first round, default settings)")
@@ -101,6 +104,16 @@ def parse_args(argv):
         if bad or not items:
             ap.error(f"--{what}: expected some of {','.join(allowed)}, got '{getattr(args, what)}'")
         setattr(args, what, items)
+    for text in args.tune:
+        try:
+            server, value = text.split("=")
+            batch, delay = (int(v) for v in value.split("/"))
+            if server not in TUNED or not 1 <= batch <= 1024 or not 0 <= delay <= 1_000_000:
+                raise ValueError(text)
+        except ValueError:
+            ap.error(f"--tune: expected SERVER=BATCH/DELAY_US with SERVER one of "
+                     f"{','.join(TUNED)}, BATCH 1..1024, DELAY_US 0..1000000, got '{text}'")
+        TUNED[server] = {"max_batch": batch, "delay_us": delay}
     try:
         args.concurrency = [int(c) for c in args.concurrency.split(",")]
     except ValueError:

@@ -243,11 +243,24 @@ def test_report_section_goals_and_markers(tmp_path):
     assert new.startswith("# head") and new.rstrip().endswith("## tail")
 
 
+def test_a_tuned_setting_can_be_given():
+    saved = dict(bench_peers.TUNED)
+    try:
+        bench_peers.parse_args(["--tune", "rayserve=48/7000"])
+        s = bench_peers.settings_for("rayserve", "tuned")
+        assert (s.workers, s.max_batch, s.delay_us) == (2, 48, 7000)
+        assert bench_peers.settings_for("rayserve", "default").max_batch == 16
+    finally:
+        bench_peers.TUNED.clear()
+        bench_peers.TUNED.update(saved)
+
+
 def test_arguments_and_the_full_plan_fits():
     args = bench_peers.parse_args([])
     assert bench_peers.estimate_s(args) <= 40 * 60
     assert bench_peers.parse_args(["--quick"]).rounds == 1
     for bad in (["--servers", "tgi"], ["--models", "bert"], ["--concurrency", "x"],
-                ["--rounds", "0"], ["--settings", "fast"]):
+                ["--rounds", "0"], ["--settings", "fast"], ["--tune", "torchserve=32"],
+                ["--tune", "tgi=32/100"], ["--tune", "litserve=0/100"]):
         with pytest.raises(SystemExit):
             bench_peers.parse_args(bad)
