@@ -4,6 +4,9 @@
 # and the benchmark suite (not part of make test):
 #   make bench builds in Release (build-release), writes its models, runs bench/run_suite.py:
 #              prints one table and writes docs/benchmarks.md. BENCH_ARGS=--quick shortens it.
+#   make bench-peers  torchfarm beside TorchServe, Triton (PyTriton), Ray Serve and LitServe
+#              (issue 31, bench/peers/): installs them into $(PEERS_VENV), ~35 min on 2 cores;
+#              BENCH_ARGS=--quick (~6 min, docs left as they are), --json FILE for the rows.
 BUILD_DIR ?= build
 # The project's Python (tools/install-deps.sh: torch 2.15, torchvision, numpy, pyzmq, the client).
 PYTHON ?= .venv/bin/python
@@ -12,7 +15,7 @@ JOBS ?= $(shell nproc)
 PREFIX ?= /usr/local
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build models models-real run-images run test test-unit test-integration test-soak bench bench-instructions clean install \
+.PHONY: all deps configure build models models-real run-images run test test-unit test-integration test-soak bench bench-instructions bench-peers clean install \
         test-asan fuzz test-debian
 
 all: build
@@ -68,6 +71,25 @@ bench:
 	$(MAKE) configure BUILD_DIR=build-release BUILD_TYPE=Release
 	cmake --build build-release -j $(JOBS) --target $(BENCH_TARGETS)
 	$(PYTHON) bench/run_suite.py --build-dir build-release --out docs/benchmarks.md $(BENCH_ARGS)
+
+# Issue 31 (docs/benchmarks.md, "Against other servers"): the peers go into their own venv (pinned
+# by bench/peers/install_peers.sh, never .venv); a peer that fails to install is reported as not
+# run, with install_peers.sh's last lines, and the rest still runs.
+PEERS_VENV ?= $(BUILD_DIR)/peers-venv
+PEER_MODELS ?= $(BUILD_DIR)/peer-models
+PEER_TARGETS = torchfarm torchfarm-supervisor torchfarm-worker torchfarm-v2-http-load \
+               torchfarm-http-echo
+
+bench-peers:
+	$(MAKE) configure BUILD_DIR=build-release BUILD_TYPE=Release
+	cmake --build build-release -j $(JOBS) --target $(PEER_TARGETS)
+	-cmake --build build-release -j $(JOBS) --target torchfarm-bench-grpc
+	mkdir -p $(BUILD_DIR)
+	-./bench/peers/install_peers.sh $(PEERS_VENV) 2>&1 | tee $(BUILD_DIR)/peers-install.log
+	$(PYTHON) bench/peers/peer_models.py --out $(PEER_MODELS)
+	$(PYTHON) bench/peers/bench_peers.py --build-dir build-release --peers-venv $(PEERS_VENV) \
+	  --models-dir $(PEER_MODELS) --install-log $(BUILD_DIR)/peers-install.log \
+	  --markdown docs/benchmarks.md $(BENCH_ARGS)
 
 # Binaries, the C++ client + find_package(torchfarm) files, the Python client, configs, docs
 # (layout: docs/clients.md).
