@@ -181,12 +181,7 @@ json FarmStatus::Stats() {
     if (slot->retiring() && slot->state() == SlotState::kStopped) continue;
     workers.push_back(Worker(*slot, now));
   }
-  // The CPU samples of processes that are gone: a few bytes each, but one per worker ever run.
-  for (auto it = samples_.begin(); it != samples_.end();) {
-    const bool live = std::any_of(s_.workers.begin(), s_.workers.end(),
-                                  [&](const auto& slot) { return slot->pid() == it->first; });
-    it = live ? std::next(it) : samples_.erase(it);
-  }
+  ForgetGoneSamples();
   json zygote = s_.zygotes.ToJson(now);
   for (auto& place : zygote["zygotes"]) {
     // A standby forked from the primary shares most of these pages with it (copy-on-write).
@@ -227,6 +222,15 @@ json FarmStatus::Stats() {
   json out = {{"supervisor", supervisor}, {"gpu", gpu},         {"client_shm", client_shm},
               {"models", models},         {"workers", workers}, {"resources", Resources()}};
   return out;
+}
+
+void FarmStatus::ForgetGoneSamples() {
+  // The CPU samples of processes that are gone: a few bytes each, but one per worker ever run.
+  for (auto it = samples_.begin(); it != samples_.end();) {
+    const bool live = std::any_of(s_.workers.begin(), s_.workers.end(),
+                                  [&](const auto& slot) { return slot->pid() == it->first; });
+    it = live ? std::next(it) : samples_.erase(it);
+  }
 }
 
 json FarmStatus::Models() const {
@@ -411,6 +415,7 @@ json FarmStatus::DashboardBody(TimePoint now) {
     restarts += slot->restarts();
     workers.push_back(std::move(w));
   }
+  ForgetGoneSamples();
   json supervisor = {{"pid", ::getpid()},
                      {"uptime_s", ToMicros(now - started_) / 1e6},
                      {"version", kVersion},

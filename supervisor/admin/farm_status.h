@@ -83,6 +83,7 @@ class FarmStatus {
  private:
   nlohmann::json Worker(const WorkerSlot& slot, TimePoint now);
   nlohmann::json DashboardBody(TimePoint now);
+  void ForgetGoneSamples();
 
   Sources s_;
   TimePoint started_{};

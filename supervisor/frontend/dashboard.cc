@@ -47,6 +47,9 @@ std::string Integer(const json& j, const char* key) {
 
 std::string Rate(double value) { return Printf("%.1f", value); }
 
+// A stage's "p50 / p99" ("40us / 900us"); "-" before one.
+std::string Quantiles(const json& model, const char* stage);
+
 // The latency of a stage ("total", "queue", ...) at `quantile` ("p50", "p99"); "-" before one.
 std::string Latency(const json& model, const char* stage, const char* quantile) {
   auto latency = model.find("latency_us");
@@ -54,6 +57,11 @@ std::string Latency(const json& model, const char* stage, const char* quantile) 
   auto s = latency->find(stage);
   if (s == latency->end() || !s->is_object() || Number(*s, "count") <= 0) return "-";
   return FormatMicros(s->value(quantile, json()));
+}
+
+std::string Quantiles(const json& model, const char* stage) {
+  const std::string p50 = Latency(model, stage, "p50");
+  return p50 == "-" ? p50 : p50 + " / " + Latency(model, stage, "p99");
 }
 
 // "UNAVAILABLE 3, RESOURCE_EXHAUSTED 1"; "" when none.
@@ -82,7 +90,7 @@ std::string Stages(const json& model) {
   for (const char* stage : {"decode", "preprocess", "postprocess"}) {
     auto s = latency->find(stage);
     if (s == latency->end() || Number(*s, "count") <= 0) continue;
-    out += (out.empty() ? "" : " ") + std::string(stage) + " " + Latency(model, stage, "p99");
+    out += (out.empty() ? "" : ", ") + std::string(stage) + " " + Quantiles(model, stage);
   }
   return out.empty() ? "-" : out;
 }
@@ -111,8 +119,8 @@ void Cell(std::string* out, const char* key, const std::string& text, const char
 
 // Column heads; text columns (names, states, causes) are aligned left, numbers right.
 void Head(std::string* out, std::initializer_list<const char*> columns) {
-  static const std::set<std::string> kText = {"model",  "state",      "device", "last exit",
-                                              "errors", "stages p99", "rollout"};
+  static const std::set<std::string> kText = {"model",  "state",          "device", "last exit",
+                                              "errors", "stages p50/p99", "rollout"};
   *out += "<thead><tr>";
   for (const char* c : columns) {
     *out += kText.count(c) ? "<th class=\"l\">" : "<th>";
@@ -151,7 +159,7 @@ void Summary(std::string* out, const json& status) {
 void Models(std::string* out, const json& status) {
   *out += "<table id=\"models\">";
   Head(out, {"model", "state", "workers", "spares", "queue", "req/s", "requests", "errors", "p50",
-             "p99", "queue p99", "compute p99", "stages p99", "batch", "rollout"});
+             "p99", "queue p50/p99", "compute p50/p99", "stages p50/p99", "batch", "rollout"});
   *out += "<tbody>";
   for (const json& m : status.value("models", json::array())) {
     const std::string name = Text(m, "name");
@@ -159,10 +167,11 @@ void Models(std::string* out, const json& status) {
     for (const json& v : m.value("versions", json::array())) {
       versions += (versions.empty() ? "" : ",") + (v.is_string() ? v.get<std::string>() : v.dump());
     }
-    if (versions.empty()) versions = Text(m, "version");
     *out += "<tr data-model=\"" + HtmlEscape(name) + "\" data-version=\"" +
             HtmlEscape(Text(m, "version")) + "\">";
-    Cell(out, "name", name + " v" + versions);
+    // One row per served version; the others loaded beside it are named.
+    Cell(out, "name", name + " v" + Text(m, "version") +
+                          (versions.find(',') != std::string::npos ? " (of " + versions + ")" : ""));
     const std::string state = Text(m, "state");
     Cell(out, "state", state, StateClass(state).c_str());
     Cell(out, "workers", Integer(m, "ready_workers") + "/" + Integer(m, "workers"));
@@ -175,8 +184,8 @@ void Models(std::string* out, const json& status) {
     Cell(out, "errors", std::to_string(errors) + (codes.empty() ? "" : " (" + codes + ")"));
     Cell(out, "p50", Latency(m, "total", "p50"));
     Cell(out, "p99", Latency(m, "total", "p99"));
-    Cell(out, "queue_p99", Latency(m, "queue", "p99"));
-    Cell(out, "compute_p99", Latency(m, "compute", "p99"));
+    Cell(out, "queue_latency", Quantiles(m, "queue"));
+    Cell(out, "compute_latency", Quantiles(m, "compute"));
     Cell(out, "stages", Stages(m));
     Cell(out, "batch", Printf("%.2f", Number(m, "mean_batch_size")));
     Cell(out, "rollout", Rollout(m));
@@ -431,7 +440,7 @@ void HandleDashboardRequest(const HttpRequest& request, bool enabled, FarmChanne
   const auto start = std::chrono::steady_clock::now();
   channel.Call(kMetaTag, std::move(query), {},
                [status_json, start, done = std::move(done)](FarmReply reply) {
-                 json status = reply.header.raw;
+                 json status = std::move(reply.header.raw);
                  const bool ok = status.is_object() && status.value("status", "") == "ok" &&
                                  status.contains("models");
                  V2HttpAnswer answer;

@@ -66,6 +66,10 @@
     var l = stage(model, name);
     return l ? micros(l[q]) : '-';
   }
+  function quantiles(model, name) {
+    var l = stage(model, name);
+    return l ? micros(l.p50) + ' / ' + micros(l.p99) : '-';
+  }
 
   function el(tag, attrs, text) {
     var node = document.createElement(tag);
@@ -115,8 +119,9 @@
     var rows = document.createDocumentFragment();
     (s.models || []).forEach(function (m) {
       var tr = el('tr', {'data-model': m.name, 'data-version': m.version});
-      var versions = (m.versions && m.versions.length ? m.versions : [m.version]).join(',');
-      cell(tr, 'name', m.name + ' v' + versions);
+      // One row per served version; the others loaded beside it are named.
+      var versions = m.versions && m.versions.length > 1 ? ' (of ' + m.versions.join(',') + ')' : '';
+      cell(tr, 'name', m.name + ' v' + m.version + versions);
       cell(tr, 'state', m.state, stateClass(m.state));
       cell(tr, 'workers', int(m.ready_workers) + '/' + int(m.workers));
       cell(tr, 'spares', int(m.spares_ready) + '/' + int(m.spares));
@@ -130,13 +135,13 @@
            errors > 0 ? 'bad' : null);
       cell(tr, 'p50', latency(m, 'total', 'p50'));
       cell(tr, 'p99', latency(m, 'total', 'p99'));
-      cell(tr, 'queue_p99', latency(m, 'queue', 'p99'));
-      cell(tr, 'compute_p99', latency(m, 'compute', 'p99'));
+      cell(tr, 'queue_latency', quantiles(m, 'queue'));
+      cell(tr, 'compute_latency', quantiles(m, 'compute'));
       var stages = [];
       ['decode', 'preprocess', 'postprocess'].forEach(function (name) {
-        if (stage(m, name)) stages.push(name + ' ' + latency(m, name, 'p99'));
+        if (stage(m, name)) stages.push(name + ' ' + quantiles(m, name));
       });
-      cell(tr, 'stages', stages.length ? stages.join(' ') : '-');
+      cell(tr, 'stages', stages.length ? stages.join(', ') : '-');
       cell(tr, 'batch', fixed(num(m.mean_batch_size), 2));
       var r = m.rollout;
       var rollout = '-';
@@ -396,17 +401,20 @@
   }
 
   function render(s) {
-    if (supervisorPid !== null && s.supervisor && s.supervisor.pid !== supervisorPid) {
-      // Another supervisor: its events and counters start again.
+    var restarted = supervisorPid !== null && s.supervisor && s.supervisor.pid !== supervisorPid;
+    if (restarted) {
+      // Another supervisor: its events and counters start again (this answer's events were
+      // picked by the old supervisor's numbers: the next refresh asks for them all).
       lastSeq = 0;
       events = [];
       history = {};
+      document.getElementById('events').removeAttribute('data-live');
     }
     if (s.supervisor) supervisorPid = s.supervisor.pid;
     summary(s);
     models(s);
     workers(s);
-    eventList(s);
+    if (!restarted) eventList(s);
     record(s);
     lastNow = typeof s.time_ms === 'number' ? s.time_ms : Date.now();
     drawAll(lastNow);
