@@ -170,8 +170,9 @@ void Models(std::string* out, const json& status) {
     *out += "<tr data-model=\"" + HtmlEscape(name) + "\" data-version=\"" +
             HtmlEscape(Text(m, "version")) + "\">";
     // One row per served version; the others loaded beside it are named.
-    Cell(out, "name", name + " v" + Text(m, "version") +
-                          (versions.find(',') != std::string::npos ? " (of " + versions + ")" : ""));
+    Cell(out, "name",
+         name + " v" + Text(m, "version") +
+             (versions.find(',') != std::string::npos ? " (of " + versions + ")" : ""));
     const std::string state = Text(m, "state");
     Cell(out, "state", state, StateClass(state).c_str());
     Cell(out, "workers", Integer(m, "ready_workers") + "/" + Integer(m, "workers"));
