@@ -201,6 +201,9 @@ struct FrontendConfig {
   // written); a request beyond it is refused RESOURCE_EXHAUSTED (429). >= max_body_bytes.
   uint64_t max_inflight_body_bytes = uint64_t{1} << 30;
   TlsConfig tls;
+  // GET /dashboard and its status JSON (GET /v2/torchfarm/stats) on http_endpoint
+  // (docs/operations.md "Dashboard"); false: both answer 404.
+  bool dashboard = true;
   bool enabled() const { return !http_endpoint.empty() || !grpc_endpoint.empty(); }
 };
 

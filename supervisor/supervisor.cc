@@ -159,6 +159,11 @@ Status Supervisor::StartWorkers(LaunchContext launch) {
   rollouts_.set_metrics(metrics_.get());
   worker_events_.set_metrics(metrics_.get());
   job_acceptor_.set_metrics(metrics_.get());
+  worker_events_.set_events(&events_);
+  workers_.set_events(&events_);
+  spares_.set_events(&events_);
+  rollouts_.set_events(&events_);
+  status_.set_events(&events_);
   // In place only while regions are owner-only: a region shared with an ipc_group could be
   // truncated or rewritten by another user while the model reads it (docs/security.md).
   dispatcher_.set_options(
@@ -223,32 +228,46 @@ void Supervisor::RegisterAdminCommands() {
     if (frontend_) stats["frontend"] = frontend_->ToJson();
     return stats;
   });
-  admin_service_.Register("drain", {}, [this](const json&) { return Drain(); });
+  admin_service_.Register("drain", {}, [this](const json&) {
+    json reply = Drain();
+    NoteAction("drain", reply);
+    return reply;
+  });
   admin_service_.Register("reload", {}, [this](const json&) { return Reload(); });
   admin_service_.Register("restart", {Field{"worker", false}}, [this](const json& request) {
     const int id = request["worker"].get<int>();
     const Status s = workers_.RequestRestart(id, "restart requested over the admin socket");
     if (!s.ok()) return AdminError(s.message());
-    return AdminOk("worker " + std::to_string(id) + " will be replaced after its " +
-                   std::to_string(workers_[static_cast<size_t>(id)]->inflight()) +
-                   " batch(es) in flight");
+    json reply = AdminOk("worker " + std::to_string(id) + " will be replaced after its " +
+                         std::to_string(workers_[static_cast<size_t>(id)]->inflight()) +
+                         " batch(es) in flight");
+    NoteAction("restart", reply);
+    return reply;
   });
-  admin_service_.Register("scale",
-                          {Field{"model", true}, Field{"count", false, 0, kMaxWorkersPerModel}},
-                          [this](const json& request) {
-                            return ScaleReply(model_control_.Scale(
-                                request["model"].get<std::string>(), request["count"].get<int>()));
-                          });
+  admin_service_.Register(
+      "scale", {Field{"model", true}, Field{"count", false, 0, kMaxWorkersPerModel}},
+      [this](const json& request) {
+        const std::string model = request["model"].get<std::string>();
+        json reply = ScaleReply(model_control_.Scale(model, request["count"].get<int>()));
+        NoteAction("scale", reply, model);
+        return reply;
+      });
   admin_service_.Register("models", {}, [this](const json&) { return status_.Models(); });
   admin_service_.Register("load", {Field{"model", true}}, [this](const json& request) {
     std::vector<ModelConfig> configs;
     if (Status s = ParseLoadRequest(request, config_.source_path, &configs); !s.ok()) {
       return AdminError(s.message());
     }
-    return LoadReply(model_control_.Load(request["model"].get<std::string>(), configs));
+    const std::string model = request["model"].get<std::string>();
+    json reply = LoadReply(model_control_.Load(model, configs));
+    NoteAction("load", reply, model);
+    return reply;
   });
   admin_service_.Register("unload", {Field{"model", true}}, [this](const json& request) {
-    return UnloadReply(model_control_.Unload(request["model"].get<std::string>()));
+    const std::string model = request["model"].get<std::string>();
+    json reply = UnloadReply(model_control_.Unload(model));
+    NoteAction("unload", reply, model);
+    return reply;
   });
 }
 
@@ -347,8 +366,10 @@ void Supervisor::RunTurn(TimePoint now) {
   if (events.jobs) Guarded("jobs", [&] { job_acceptor_.ReadJobs(jobs_); });
   if (events.frontend) {
     Guarded("front end", [&] {
-      job_acceptor_.ReadFrontend(
-          frontend_jobs_, [this](bool statistics) { return status_.FrontendMeta(statistics); });
+      job_acceptor_.ReadFrontend(frontend_jobs_, [this](const JobAcceptor::MetaQuery& query) {
+        return query.dashboard ? status_.Dashboard(query.events_after)
+                               : status_.FrontendMeta(query.statistics);
+      });
     });
   }
   if (events.admin) Guarded("admin", [&] { admin_service_.HandleRequests(admin_); });
@@ -468,7 +489,9 @@ json Supervisor::Reload() {
   Status s = LoadConfigFile(config_.source_path, &fresh);
   if (!s.ok()) {
     TF_LOG(kError) << "reload refused; keeping the running config" << Kv("error", s.message());
-    return AdminError("reload refused, the running config stays: " + s.message());
+    json reply = AdminError("reload refused, the running config stays: " + s.message());
+    NoteAction("reload", reply);
+    return reply;
   }
   notifier_.Reloading();
   const ModelReloadReport report = model_control_.Reload(config_, fresh);
@@ -504,7 +527,31 @@ json Supervisor::Reload() {
   for (const auto& [model, rollout] : report.rollouts)
     rollouts.push_back(RolloutJson(model, rollout));
   reply["rollouts"] = std::move(rollouts);
+  NoteAction("reload", reply);
   return reply;
+}
+
+void Supervisor::NoteAction(const char* kind, const json& reply, const std::string& model) {
+  const bool ok = reply.value("ok", false);
+  std::string text = ok ? reply.value("message", "") : "refused: " + reply.value("error", "");
+  // The dashboard is read over HTTP: messages that quote a file name keep only its last part.
+  events_.Add(kind, RedactPaths(text), model);
+}
+
+void Supervisor::NoteRefusedConnections() {
+  const ResourceReport r = limits_.Report();
+  const uint64_t refused = r.refused_max_connections + r.refused_descriptor_reserve;
+  if (refused <= refused_seen_) {
+    refused_seen_ = refused;
+    return;
+  }
+  events_.Add("refused", std::to_string(refused - refused_seen_) +
+                             " connection(s) refused as they arrived (" +
+                             std::to_string(r.refused_max_connections) + " at max_connections " +
+                             std::to_string(r.max_connections) + ", " +
+                             std::to_string(r.refused_descriptor_reserve) +
+                             " at the descriptor reserve, since start)");
+  refused_seen_ = refused;
 }
 
 void Supervisor::WatchFiles(TimePoint now) {
@@ -541,6 +588,7 @@ void Supervisor::Housekeeping(TimePoint now) {
     }
   }
   connections_.Report(now);
+  NoteRefusedConnections();
   if (resource_metrics_) resource_metrics_->Export(limits_.Report());
   WatchFiles(now);
   ExportGauges(now);

@@ -53,6 +53,7 @@
 #include "supervisor/intake/client_shm_registry.h"
 #include "supervisor/intake/shm_budget.h"
 #include "supervisor/loop/duty_barrier.h"
+#include "supervisor/loop/event_ring.h"
 #include "supervisor/loop/farm_phase.h"
 #include "supervisor/loop/ipc_endpoint_file.h"
 #include "supervisor/loop/loop_poller.h"
@@ -130,6 +131,11 @@ class Supervisor {
   // models' part by ModelControl.
   nlohmann::json Reload();
   void Housekeeping(TimePoint now);
+  // Connections refused since the last housekeeping (max_connections, descriptor reserve), as
+  // one event of the ring.
+  void NoteRefusedConnections();
+  // An admin action's outcome as an event of the ring ("reload", "drain", ...).
+  void NoteAction(const char* kind, const nlohmann::json& reply, const std::string& model = {});
   // Per-model gauges (Prometheus) and the status line systemd shows.
   void ExportGauges(TimePoint now);
   // Every model_repository_poll_s: reload when a watched file changed.
@@ -188,6 +194,9 @@ class Supervisor {
   ZygotePool zygotes_;
   WorkerPool workers_;
   FarmState farm_;  // serving, drained, draining, stopping workers, done (loop/farm_phase.h)
+  // The farm's recent events, newest last (the dashboard's list; loop/event_ring.h).
+  EventRing events_;
+  uint64_t refused_seen_ = 0;  // connections refused, as of the last NoteRefusedConnections
 
   // The collaborators, each with the narrow set of the above it works on.
   ModelTable models_{workers_, clock_};

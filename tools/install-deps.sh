@@ -38,6 +38,8 @@ packages=(
   iproute2               # ip netns: the multihost test (tests/multihost)
   libb64-0d              # NVIDIA's perf_analyzer binary links it (.venv-perf-analyzer, below)
   valgrind               # make bench-instructions: supervisor instructions per request (callgrind)
+  chromium               # headless, for the dashboard's browser test (tests/browser)
+  nodejs                 # runs tests/browser's playwright-core driver (npm ci below)
 )
 
 # Optional groups, installed only when asked for, so `make test` stays as quick to set up:
@@ -165,5 +167,27 @@ install_perf_analyzer() {
   }
 }
 
+# The dashboard's browser test (tests/browser/dashboard_browser_check.py) drives Debian's chromium
+# with playwright-core from npm (pinned in tests/browser/package-lock.json; it downloads no
+# browser). Debian's nodejs has no npm of its own (NodeSource's does): Debian's npm then.
+install_browser_driver() {
+  local dir=tests/browser
+  local want have
+  want=$(sed -n 's/.*"playwright-core": "\([0-9.]*\)".*/\1/p' $dir/package.json)
+  have=$(sed -n 's/.*"version": "\([0-9.]*\)".*/\1/p' \
+         $dir/node_modules/playwright-core/package.json 2>/dev/null | head -n 1)
+  if [ -n "$want" ] && [ "$want" = "$have" ]; then
+    echo "install-deps: $dir/node_modules holds playwright-core $have"
+    return
+  fi
+  if ! command -v npm >/dev/null; then
+    missing=(npm)
+    install_debian_packages
+  fi
+  echo "install-deps: $dir: npm ci (playwright-core $want)"
+  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix $dir --no-audit --no-fund --loglevel=error
+}
+
 install_debian_packages
+install_browser_driver
 if [ "$with_venv" = 1 ]; then install_venv; install_perf_analyzer; fi

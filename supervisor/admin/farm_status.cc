@@ -181,12 +181,7 @@ json FarmStatus::Stats() {
     if (slot->retiring() && slot->state() == SlotState::kStopped) continue;
     workers.push_back(Worker(*slot, now));
   }
-  // The CPU samples of processes that are gone: a few bytes each, but one per worker ever run.
-  for (auto it = samples_.begin(); it != samples_.end();) {
-    const bool live = std::any_of(s_.workers.begin(), s_.workers.end(),
-                                  [&](const auto& slot) { return slot->pid() == it->first; });
-    it = live ? std::next(it) : samples_.erase(it);
-  }
+  ForgetGoneSamples();
   json zygote = s_.zygotes.ToJson(now);
   for (auto& place : zygote["zygotes"]) {
     // A standby forked from the primary shares most of these pages with it (copy-on-write).
@@ -227,6 +222,15 @@ json FarmStatus::Stats() {
   json out = {{"supervisor", supervisor}, {"gpu", gpu},         {"client_shm", client_shm},
               {"models", models},         {"workers", workers}, {"resources", Resources()}};
   return out;
+}
+
+void FarmStatus::ForgetGoneSamples() {
+  // The CPU samples of processes that are gone: a few bytes each, but one per worker ever run.
+  for (auto it = samples_.begin(); it != samples_.end();) {
+    const bool live = std::any_of(s_.workers.begin(), s_.workers.end(),
+                                  [&](const auto& slot) { return slot->pid() == it->first; });
+    it = live ? std::next(it) : samples_.erase(it);
+  }
 }
 
 json FarmStatus::Models() const {
@@ -302,6 +306,149 @@ json StatisticsJson(const ModelStats::Totals& totals, TimePoint now) {
           {"batches", totals.batches},   {"rows", totals.rows},
           {"queue_us", totals.queue_us}, {"compute_us", totals.compute_us},
           {"total_us", totals.total_us}, {"last_inference_ms", last_ms}};
+}
+
+std::string RedactPaths(const std::string& text) {
+  auto ends_path = [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\'' || c == '"' || c == '(' || c == ')' ||
+           c == '[' || c == ']' || c == ',' || c == ';';
+  };
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    const bool starts = text[i] == '/' && (i == 0 || ends_path(text[i - 1]) || text[i - 1] == '=' ||
+                                           text[i - 1] == ':');
+    if (!starts) {
+      out += text[i++];
+      continue;
+    }
+    size_t end = i;
+    while (end < text.size() && !ends_path(text[end])) ++end;
+    std::string path = text.substr(i, end - i);
+    // A trailing full stop or colon ends the sentence, not the path.
+    std::string tail;
+    while (!path.empty() && (path.back() == '.' || path.back() == ':')) {
+      tail.insert(tail.begin(), path.back());
+      path.pop_back();
+    }
+    const size_t last = path.find_last_of('/');
+    const size_t first_real = path.find_first_not_of('/');
+    if (first_real != std::string::npos && last > first_real) {
+      out += ".../" + path.substr(last + 1) + tail;  // two or more components: a path
+    } else {
+      out += path + tail;  // "/" or "/name": nothing to hide
+    }
+    i = end;
+  }
+  return out;
+}
+
+json FarmStatus::Dashboard(uint64_t events_after) {
+  const TimePoint now = s_.clock.Now();
+  if (dashboard_.is_null() || now - dashboard_at_ >= kDashboardReuse || now < dashboard_at_) {
+    dashboard_ = DashboardBody(now);
+    dashboard_at_ = now;
+  }
+  json out = dashboard_;
+  out["events"] = events_ ? events_->ToJson(kDashboardEvents, events_after) : json::array();
+  out["last_event"] = events_ ? events_->last_seq() : 0;
+  return out;
+}
+
+json FarmStatus::DashboardBody(TimePoint now) {
+  json models = json::array();
+  uint64_t requests = 0, errors = 0;
+  double rps = 0;
+  size_t queued = 0;
+  for (const auto& model : s_.models) {
+    if (model.removed && model.slots.empty()) continue;
+    if (LoadFailed(s_.models, model)) continue;
+    const ModelWorkerTally tally = s_.models.Tally(model);
+    ModelWorkerCounts counts;
+    counts.ready = tally.ready;
+    counts.starting = tally.starting;
+    const ModelLifecycle state =
+        LifecycleOf(model.removed, model.rollout.state == RolloutState::kRolling, counts);
+    json m = model.stats.ToJson(now);
+    m["name"] = model.config.name;
+    m["version"] = model.config.version;
+    m["versions"] = s_.models.ServedVersions(model.config.name);
+    m["state"] = ModelLifecycleName(state);
+    m["ready_workers"] = tally.ready;
+    m["workers"] = model.slots.size();
+    m["spares"] = model.spares.size();
+    m["spares_ready"] = tally.spares_ready;
+    m["spare_promotions"] = model.spare_promotions;
+    m["queue_depth"] = model.queue.size();
+    m["reason"] = RedactPaths(tally.failure_reason);
+    if (model.config.latency_slo_ms > 0) m["slo"]["latency_slo_ms"] = model.config.latency_slo_ms;
+    if (model.rollout.state != RolloutState::kNone) {
+      json rollout = RolloutJson(model.config.name, model.rollout);
+      rollout["reason"] = RedactPaths(rollout.value("reason", ""));
+      m["rollout"] = std::move(rollout);
+    }
+    requests += model.stats.requests();
+    errors += model.stats.errors() + model.stats.rejected();
+    rps += m.value("throughput_rps_1s", 0.0);
+    queued += model.queue.size();
+    models.push_back(std::move(m));
+  }
+  json workers = json::array();
+  int ready = 0, serving = 0, restarts = 0;
+  for (const auto& slot : s_.workers) {
+    if (slot->retiring() && slot->state() == SlotState::kStopped) continue;
+    json full = Worker(*slot, now);
+    json w;
+    for (const char* key :
+         {"id", "model", "version", "pid", "device", "fallback", "state", "role", "promotions",
+          "uptime_s", "restarts", "restart_in_ms", "requests", "batches", "mean_batch_size",
+          "inflight", "rss_bytes", "cpu_percent", "gpu_mem_bytes"}) {
+      w[key] = std::move(full[key]);
+    }
+    w["last_exit"] = RedactPaths(slot->last_exit());
+    w["failure_reason"] = RedactPaths(slot->failure_reason());
+    if (!slot->spare() && !slot->retiring()) {
+      ++serving;
+      ready += slot->state() == SlotState::kReady;
+    }
+    restarts += slot->restarts();
+    workers.push_back(std::move(w));
+  }
+  ForgetGoneSamples();
+  json supervisor = {{"pid", ::getpid()},
+                     {"uptime_s", ToMicros(now - started_) / 1e6},
+                     {"version", kVersion},
+                     {"draining", IsDraining(s_.farm.phase)},
+                     {"ready", Health().value("ready", false)}};
+  if (auto self = SampleProcess(::getpid(), now)) {
+    supervisor["rss_bytes"] = self->rss_bytes;
+    if (self_sample_ && now - self_sample_->taken > Millis(100)) {
+      supervisor["cpu_percent"] = CpuPercent(*self_sample_, *self);
+    }
+    if (!self_sample_ || now - self_sample_->taken > Millis(900)) self_sample_ = *self;
+  }
+  const ResourceReport r = s_.limits.Report();
+  const int64_t wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  return {{"time_ms", wall_ms},
+          {"supervisor", std::move(supervisor)},
+          {"totals",
+           {{"requests", requests},
+            {"errors", errors},
+            {"throughput_rps_1s", rps},
+            {"queue_depth", queued},
+            {"workers", serving},
+            {"ready_workers", ready},
+            {"restarts", restarts}}},
+          {"models", std::move(models)},
+          {"workers", std::move(workers)},
+          {"resources",
+           {{"job_connections", r.job_connections},
+            {"max_connections", r.max_connections},
+            {"refused_connections", r.refused_max_connections},
+            {"refused_descriptor_reserve", r.refused_descriptor_reserve}}}};
 }
 
 json FarmStatus::Resources() const {

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "supervisor/dispatch/reply_writer.h"
 #include "supervisor/dispatch/response_handler.h"
 #include "supervisor/intake/client_shm_registry.h"
+#include "supervisor/loop/event_ring.h"
 #include "supervisor/loop/farm_phase.h"
 #include "supervisor/models/model_control.h"
 #include "supervisor/models/model_table.h"
@@ -35,6 +37,10 @@ namespace torchfarm {
 
 // A model's lifetime counters for the v2 statistics extension (FarmStatus::FrontendMeta).
 nlohmann::json StatisticsJson(const ModelStats::Totals& totals, TimePoint now);
+
+// `text` with every absolute filesystem path replaced by ".../" and its last component (what the
+// dashboard shows of exit causes and reasons: a client of the HTTP endpoint learns no paths).
+std::string RedactPaths(const std::string& text);
 
 class FarmStatus {
  public:
@@ -54,6 +60,7 @@ class FarmStatus {
   explicit FarmStatus(Sources sources) : s_(sources) {}
   void set_started(TimePoint started) { started_ = started; }
   void set_client_shm(const ClientShmRegistry* registry) { client_shm_ = registry; }
+  void set_events(const EventRing* events) { events_ = events; }
 
   // Liveness, readiness (every model has a ready worker and the farm is not draining), per model.
   nlohmann::json Health() const;
@@ -64,14 +71,28 @@ class FarmStatus {
   // `statistics`, each entry's lifetime counters too (StatisticsJson).
   nlohmann::json FrontendMeta(bool statistics = false) const;
   nlohmann::json Resources() const;
+  // The live dashboard's status (GET /v2/torchfarm/stats, docs/operations.md "Dashboard"): the
+  // farm, each model and each worker as `stats` has them, less what an HTTP client should not
+  // see (no file paths, no keys, no config), and the events after `events_after` (newest first,
+  // at most kDashboardEvents). Models and workers are rebuilt at most every kDashboardReuse: five
+  // open dashboards cost the loop one build a refresh, not five.
+  nlohmann::json Dashboard(uint64_t events_after = 0);
+  static constexpr size_t kDashboardEvents = 100;
+  static constexpr Clock::duration kDashboardReuse = std::chrono::milliseconds(250);
 
  private:
   nlohmann::json Worker(const WorkerSlot& slot, TimePoint now);
+  nlohmann::json DashboardBody(TimePoint now);
+  void ForgetGoneSamples();
 
   Sources s_;
   TimePoint started_{};
   const ClientShmRegistry* client_shm_ = nullptr;
   std::map<pid_t, ProcessSample> samples_;
+  const EventRing* events_ = nullptr;
+  nlohmann::json dashboard_;  // the last DashboardBody
+  TimePoint dashboard_at_{};
+  std::optional<ProcessSample> self_sample_;  // the supervisor's CPU between two dashboards
 };
 
 nlohmann::json RolloutJson(const std::string& model, const ModelRollout& rollout);

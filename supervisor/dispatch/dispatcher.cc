@@ -9,7 +9,7 @@
 namespace torchfarm {
 
 void Dispatcher::Fail(ServedModel& model, PendingRequest& request, const Status& status) {
-  model.stats.RecordError(clock_.Now());
+  model.stats.RecordError(clock_.Now(), status.code());
   if (metrics_)
     metrics_->RequestDone(model.config.name, model.config.version, status.code(), request.origin);
   replies_.SendError(request, status);

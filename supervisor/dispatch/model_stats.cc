@@ -54,8 +54,9 @@ ModelStats::Totals ModelStats::totals() const {
                 queue_us_, compute_us_, total_us_, last_completion_};
 }
 
-void ModelStats::RecordError(TimePoint now) {
+void ModelStats::RecordError(TimePoint now, StatusCode code) {
   ++errors_;
+  CountCode(code);
   last_completion_ = now;
   CountCompletion(now);
 }
@@ -97,6 +98,12 @@ json ModelStats::ToJson(TimePoint now) const {
     latency["preprocess"] = stage(preprocess_);
     latency["postprocess"] = stage(postprocess_);
   }
+  json by_code = json::object();
+  for (size_t i = 0; i < errors_by_code_.size(); ++i) {
+    if (errors_by_code_[i] > 0) {
+      by_code[std::string(StatusCodeName(static_cast<StatusCode>(i)))] = errors_by_code_[i];
+    }
+  }
   return {{"requests", requests_},
           {"errors", errors_},
           {"rejected", rejected_},
@@ -105,7 +112,8 @@ json ModelStats::ToJson(TimePoint now) const {
           {"latency_us", latency},
           {"throughput_rps_1s", ThroughputOver(now, 1)},
           {"throughput_rps_60s", ThroughputOver(now, 60)},
-          {"slo", {{"within", within_slo_}, {"missed", missed_slo_}, {"refused", slo_refused_}}}};
+          {"slo", {{"within", within_slo_}, {"missed", missed_slo_}, {"refused", slo_refused_}}},
+          {"errors_by_code", by_code}};
 }
 
 }  // namespace torchfarm

@@ -37,8 +37,13 @@ class ModelStats {
   void RecordOk(int64_t queue_us, int64_t compute_us, int64_t total_us, TimePoint now);
   // The worker pipeline's stages of an answered request (those >= 0; worker/pipeline_stages.h).
   void RecordStages(const StageTimes& times, TimePoint now);
-  void RecordError(TimePoint now);
-  void RecordRejected() { ++rejected_; }
+  // An error reply with `code` (counted in errors and errors_by_code).
+  void RecordError(TimePoint now, StatusCode code = StatusCode::kInternal);
+  // A request refused at intake with `code` (counted in rejected and errors_by_code).
+  void RecordRejected(StatusCode code = StatusCode::kResourceExhausted) {
+    ++rejected_;
+    CountCode(code);
+  }
   void RecordBatch(int64_t rows);
   // Latency objective (latency_slo_ms): an OK answer within it or not, and a request refused
   // or shed because its measured cost said it could not make it (also counted as an error).
@@ -47,7 +52,8 @@ class ModelStats {
 
   // {requests, errors, rejected, batches, mean_batch_size, latency_us: {queue: {p50, p99}, …},
   //  (with a pipeline, latency_us also has decode, preprocess, postprocess)
-  //  throughput_rps_1s, throughput_rps_60s, slo: {within, missed, refused}}
+  //  throughput_rps_1s, throughput_rps_60s, slo: {within, missed, refused},
+  //  errors_by_code: {"UNAVAILABLE": n, ...}: error replies and intake refusals by code}
   nlohmann::json ToJson(TimePoint now) const;
 
   // Lifetime sums for the v2 statistics extension (Triton's model statistics): microseconds
@@ -75,11 +81,16 @@ class ModelStats {
 
  private:
   void CountCompletion(TimePoint now);
+  void CountCode(StatusCode code) {
+    const auto i = static_cast<size_t>(code);
+    if (i < errors_by_code_.size()) ++errors_by_code_[i];
+  }
 
   TimePoint started_;
   uint64_t requests_ = 0;
   uint64_t errors_ = 0;
   uint64_t rejected_ = 0;
+  std::array<uint64_t, 8> errors_by_code_{};  // by StatusCode
   uint64_t within_slo_ = 0, missed_slo_ = 0, slo_refused_ = 0;
   uint64_t batches_ = 0;
   uint64_t rows_ = 0;

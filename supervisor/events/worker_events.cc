@@ -45,6 +45,23 @@ void ReadTelemetry(const json& message, DeviceTelemetry* t) {
   }
 }
 
+// The event ring's sentence for a worker's exit: its cause, the batches it held, what comes next.
+std::string ExitEventText(const WorkerSlot& slot, pid_t pid, size_t orphans, bool expected,
+                          TimePoint now) {
+  std::string text = "worker " + std::to_string(slot.id()) + " pid " + std::to_string(pid) +
+                     " exited: " + slot.last_exit();
+  if (orphans > 0) text += "; " + std::to_string(orphans) + " batch(es) in flight served again";
+  if (slot.state() == SlotState::kBackoff) {
+    const int64_t ms = std::max<int64_t>(0, ToMicros(slot.restart_at() - now) / 1000);
+    text += "; restarting in " + std::to_string(ms) + " ms";
+  } else if (slot.state() == SlotState::kFailed) {
+    text += "; failed: " + slot.failure_reason();
+  } else if (expected) {
+    text += " (asked to stop)";
+  }
+  return text;
+}
+
 }  // namespace
 
 void FailIfNoWorkers(const ModelTable& models, Dispatcher& dispatcher, ServedModel& model) {
@@ -110,6 +127,9 @@ void WorkerEvents::OnChildExit(pid_t pid, int wait_status, TimePoint death) {
     d_.dispatcher.Requeue(orphans[i], slot->model_index(), slot->last_exit(),
                           i < static_cast<size_t>(running));
   }
+  if (events_)
+    events_->Add("exit", ExitEventText(*slot, pid, orphans.size(), expected, d_.clock.Now()),
+                 slot->model_name(), slot->id());
   if (metrics_ && slot->state() == SlotState::kBackoff && !expected) {
     metrics_->WorkerRestart(slot->model_name(), slot->model_version());
   }

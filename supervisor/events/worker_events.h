@@ -46,6 +46,8 @@ class WorkerEvents {
   };
   explicit WorkerEvents(Deps deps) : d_(deps) {}
   void set_metrics(MetricsExporter* metrics) { metrics_ = metrics; }
+  // The farm's event ring (the dashboard): every worker exit, with its cause. Null: none.
+  void set_events(EventRing* events) { events_ = events; }
 
   // The control socket is readable: up to kMaxMessagesPerTurn messages.
   void OnControl();
@@ -65,6 +67,7 @@ class WorkerEvents {
 
   Deps d_;
   MetricsExporter* metrics_ = nullptr;
+  EventRing* events_ = nullptr;
 };
 
 }  // namespace torchfarm

@@ -24,6 +24,7 @@
 #include <boost/beast/http/write.hpp>
 
 #include "supervisor/frontend/content_encoding.h"
+#include "supervisor/frontend/dashboard.h"
 #include "supervisor/frontend/http_v2_handler.h"
 #include "supervisor/frontend/v2_http_codec.h"
 
@@ -277,12 +278,16 @@ class HttpSession : public HttpConnection,
     keep_alive_ = request_.keep_alive();
     if (!DecodeBody()) return;
     const uint64_t request = ++requests_;
-    HandleV2Request(request_, peer_, *channel_,
-                    [self = this->shared_from_this(), request](V2HttpAnswer answer) {
-                      // Not when OnShutdown answered this request already.
-                      if (request != self->requests_ || self->phase_ != Phase::kFarm) return;
-                      self->Respond(std::move(answer));
-                    });
+    auto done = [self = this->shared_from_this(), request](V2HttpAnswer answer) {
+      // Not when OnShutdown answered this request already.
+      if (request != self->requests_ || self->phase_ != Phase::kFarm) return;
+      self->Respond(std::move(answer));
+    };
+    const auto target = request_.target();
+    if (IsDashboardTarget(std::string_view(target.data(), target.size()))) {
+      return HandleDashboardRequest(request_, state_->config.dashboard, *channel_, std::move(done));
+    }
+    HandleV2Request(request_, peer_, *channel_, std::move(done));
   }
 
   // An error the session itself found: answer it, then close (the stream cannot be trusted).
@@ -305,6 +310,7 @@ class HttpSession : public HttpConnection,
       response_.set(kInferenceHeaderContentLength, std::to_string(*answer.json_bytes));
     }
     if (!answer.allow.empty()) response_.set(http::field::allow, answer.allow);
+    for (const auto& [name, value] : answer.headers) response_.set(name, value);
     response_.body() = std::move(answer.body);
     response_.keep_alive(keep_alive_ && !state_->stopping);
     response_.prepare_payload();

@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -53,6 +55,7 @@ struct V2HttpAnswer {
   std::string content_type = "application/json";
   std::optional<size_t> json_bytes;  // Inference-Header-Content-Length for binary outputs
   std::string allow;                 // 405
+  std::vector<std::pair<std::string, std::string>> headers;  // more response headers
   StatusCode code = StatusCode::kOk;  // for FrontendStats
   int64_t farm_us = 0;               // time the farm held the request (0: never reached it)
 };

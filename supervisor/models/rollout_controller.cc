@@ -41,6 +41,12 @@ void RolloutController::Start(ServedModel& model, std::vector<size_t> outdated,
                 << Kv("max_surge", limits.max_surge)
                 << Kv("max_unavailable", limits.max_unavailable)
                 << Kv("min_ready", model.rollout.min_ready) << Kv("file", model.file.Describe());
+  if (events_) {
+    events_->Add("rollout",
+                 "rollout " + std::to_string(model.rollout.id) +
+                     " started: " + std::to_string(model.rollout.total) + " worker(s) to replace",
+                 model.config.name);
+  }
 }
 
 RolloutView RolloutController::ViewOf(ServedModel& model) {
@@ -156,6 +162,14 @@ void RolloutController::Finish(ServedModel& model, RolloutState outcome,
   r.outdated.clear();
   r.not_launched.clear();
   if (metrics_) metrics_->Rollout(model.config.name, RolloutStateName(outcome));
+  if (events_) {
+    events_->Add("rollout",
+                 "rollout " + std::to_string(r.id) + " " + RolloutStateName(outcome) + ": " +
+                     std::to_string(r.replaced()) + "/" + std::to_string(r.total) +
+                     " replaced in " + std::to_string(took_ms) + " ms" +
+                     (reason.empty() ? std::string() : "; rolled back: " + reason),
+                 model.config.name);
+  }
 }
 
 void RolloutController::AdvanceAll() {

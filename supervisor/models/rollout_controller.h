@@ -25,6 +25,7 @@ class RolloutController {
                     const TimeSource& clock)
       : models_(models), workers_(workers), spares_(spares), clock_(clock) {}
   void set_metrics(MetricsExporter* metrics) { metrics_ = metrics; }
+  void set_events(EventRing* events) { events_ = events; }
 
   // Starts replacing `outdated` (slot indices of `model`) by workers with `replacements`'
   // instances; `previous_*` is what a rollback restores, `ready_before` the ready workers the
@@ -47,6 +48,7 @@ class RolloutController {
   SpareManager& spares_;
   const TimeSource& clock_;
   MetricsExporter* metrics_ = nullptr;
+  EventRing* events_ = nullptr;
   uint64_t next_id_ = 1;
 };
 

@@ -41,6 +41,14 @@ void SpareManager::Promote(ServedModel& model, std::optional<TimePoint> death) {
     replaced.set_spare(true);
     ++model.spare_promotions;
     if (metrics_) metrics_->SparePromoted(model.config.name, model.config.version);
+    if (events_) {
+      events_->Add(
+          "promotion",
+          "spare worker " + std::to_string(spare.id()) + " (pid " + std::to_string(spare.pid()) +
+              ") took worker " + std::to_string(replaced.id()) +
+              "'s place: " + (replaced.last_exit().empty() ? "not ready" : replaced.last_exit()),
+          model.config.name, spare.id());
+    }
     TF_LOG(kInfo) << "spare promoted" << Kv("worker", spare.id()) << Kv("pid", spare.pid())
                   << Kv("model", model.config.name) << Kv("replaces", replaced.id())
                   << Kv("replaced_state", SlotStateName(replaced.state()))

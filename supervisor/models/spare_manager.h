@@ -25,6 +25,7 @@ class SpareManager {
   SpareManager(ModelTable& models, WorkerPool& workers, const FarmState& farm)
       : models_(models), workers_(workers), farm_(farm) {}
   void set_metrics(MetricsExporter* metrics) { metrics_ = metrics; }
+  void set_events(EventRing* events) { events_ = events; }
 
   // Adds model `index`'s spares as its config asks (not launched).
   void Add(size_t index);
@@ -44,6 +45,7 @@ class SpareManager {
   WorkerPool& workers_;
   const FarmState& farm_;
   MetricsExporter* metrics_ = nullptr;
+  EventRing* events_ = nullptr;
 };
 
 }  // namespace torchfarm

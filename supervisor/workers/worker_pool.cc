@@ -87,7 +87,16 @@ void WorkerPool::LaunchDue() {
   const TimePoint now = clock_.Now();
   for (auto& slot : slots_) {
     if (launches_this_turn_ >= kMaxLaunchesPerTurn) break;  // the rest stay due: next turn
-    if (slot->RestartDue(now)) Launch(*slot);
+    if (!slot->RestartDue(now)) continue;
+    const bool restart = slot->generation() >= 0;  // launched before: this is a restart
+    Launch(*slot);
+    if (restart && events_ && slot->pid() > 0) {
+      events_->Add("restart",
+                   "worker " + std::to_string(slot->id()) + " restarted as pid " +
+                       std::to_string(slot->pid()) + " (restart " +
+                       std::to_string(slot->restarts()) + ")",
+                   slot->model_name(), slot->id());
+    }
   }
 }
 
@@ -114,6 +123,12 @@ void WorkerPool::KillUnresponsive(const HangLimit& hang_limit) {
     TF_LOG(kWarn) << "worker unresponsive; killing it" << Kv("worker", slot->id())
                   << Kv("pid", slot->pid()) << Kv("why", why);
     slot->NoteKill("worker hung: " + why);
+    if (events_) {
+      events_->Add("kill",
+                   "worker " + std::to_string(slot->id()) + " pid " + std::to_string(slot->pid()) +
+                       " killed: " + why,
+                   slot->model_name(), slot->id());
+    }
     ::kill(slot->pid(), SIGKILL);
     slot->OnKillSent(now);  // one kill per silence; the exit arrives through SIGCHLD
   }

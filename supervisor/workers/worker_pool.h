@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "supervisor/loop/event_ring.h"
 #include "supervisor/workers/restart_policy.h"
 #include "supervisor/workers/worker_slot.h"
 
@@ -37,6 +38,9 @@ class WorkerPool {
   void set_heartbeat_ms(int heartbeat_ms) { context_.heartbeat_ms = heartbeat_ms; }
   const RestartPolicy& policy() const { return policy_; }
   void set_launch_check(LaunchCheck check) { launch_check_ = std::move(check); }
+  // The farm's event ring (the dashboard): restarts and kills are noted there. Null: none.
+  void set_events(EventRing* events) { events_ = events; }
+  EventRing* events() const { return events_; }
 
   // Adds a slot (not launched); returns its index. Its id is new for the farm's life (ids of
   // erased slots are not reused).
@@ -91,6 +95,7 @@ class WorkerPool {
   Slots slots_;
   int launches_this_turn_ = 0;
   int next_id_ = 0;
+  EventRing* events_ = nullptr;
   LaunchCheck launch_check_;  // ids are unique over the farm's life, also after EraseSlots
   uint64_t protocol_violations_ = 0;
 };

@@ -547,6 +547,17 @@ TEST(ConfigTest, FrontendKeysAtTheirDocumentedLimits) {
   EXPECT_EQ(f.max_body_bytes, 64u << 20);
   EXPECT_EQ(f.max_inflight_body_bytes, uint64_t{1} << 30);
   EXPECT_FALSE(f.tls.enabled());
+  EXPECT_TRUE(f.dashboard) << "the dashboard is on wherever http_endpoint is";
+}
+
+TEST(ConfigTest, FrontendDashboardIsABoolean) {
+  json j = MinimalConfig();
+  j["frontend"] = {{"dashboard", false}};
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  EXPECT_FALSE(c.frontend.dashboard);
+  j["frontend"] = {{"dashboard", "off"}};
+  EXPECT_THAT(ParseError(j), HasSubstr("config.frontend.dashboard"));
 }
 
 TEST(ConfigTest, FrontendEndpointsFollowTheLoopbackRule) {

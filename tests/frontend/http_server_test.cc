@@ -173,6 +173,75 @@ TEST_F(HttpServerTest, UnknownPathsAndWrongMethods) {
   EXPECT_EQ(get_infer[http::field::allow], "POST");
 }
 
+// Issue 33: the dashboard's page, its assets and its status JSON.
+TEST_F(HttpServerTest, TheDashboardServesItsPageAssetsAndStatusFromItsOwnOrigin) {
+  StartServer();
+  Response page = Get("/dashboard");
+  ASSERT_EQ(page.result_int(), 200) << page.body();
+  EXPECT_EQ(page[http::field::content_type], "text/html; charset=utf-8");
+  EXPECT_NE(page["Content-Security-Policy"].find("default-src 'none'"), std::string::npos);
+  EXPECT_NE(page["Content-Security-Policy"].find("connect-src 'self'"), std::string::npos);
+  EXPECT_EQ(page[http::field::cache_control], "no-store");
+  EXPECT_EQ(loop_->last_header()["tag"], "meta");
+  EXPECT_EQ(loop_->last_header()["dashboard"], true);
+  const std::string& html = page.body();
+  // Server-rendered: what curl (or a browser without JavaScript) shows.
+  EXPECT_NE(html.find("<tr data-model=\"echo\""), std::string::npos) << html;
+  EXPECT_NE(html.find("<td data-k=\"workers\">1/2</td>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<td data-k=\"requests\">24691</td>"), std::string::npos) << html;
+  EXPECT_NE(html.find(">3 (RESOURCE_EXHAUSTED 1, UNAVAILABLE 2)</td>"), std::string::npos) << html;
+  EXPECT_NE(html.find("worker hung: &lt;b&gt;no heartbeat&lt;/b&gt; (killed by SIGKILL)"),
+            std::string::npos)
+      << "an exit cause is text, never markup";
+  EXPECT_NE(html.find("rolling 1/2"), std::string::npos);
+  EXPECT_NE(html.find("worker 1 pid 4002 exited: killed by SIGKILL"), std::string::npos);
+  EXPECT_LT(html.find("data-seq=\"2\""), html.find("data-seq=\"1\"")) << "newest first";
+  EXPECT_NE(html.find("<script src=\"/dashboard/dashboard.js\"></script>"), std::string::npos);
+  for (const std::string& body :
+       {html, Get("/dashboard/dashboard.js").body(), Get("/dashboard/dashboard.css").body()}) {
+    EXPECT_EQ(body.find("http://"), std::string::npos) << "nothing from another origin";
+    EXPECT_EQ(body.find("https://"), std::string::npos) << "nothing from another origin";
+  }
+
+  Response script = Get("/dashboard/dashboard.js");
+  ASSERT_EQ(script.result_int(), 200);
+  EXPECT_EQ(script[http::field::content_type], "text/javascript; charset=utf-8");
+  EXPECT_NE(script.body().find("/v2/torchfarm/stats"), std::string::npos);
+  Response style = Get("/dashboard/dashboard.css");
+  ASSERT_EQ(style.result_int(), 200);
+  EXPECT_EQ(style[http::field::content_type], "text/css; charset=utf-8");
+
+  Response status = Get("/v2/torchfarm/stats?events_after=1");
+  ASSERT_EQ(status.result_int(), 200);
+  EXPECT_EQ(status[http::field::content_type], "application/json");
+  EXPECT_EQ(loop_->last_header()["events_after"], 1);
+  const json j = json::parse(status.body());
+  EXPECT_EQ(j["models"][0]["name"], "echo");
+  for (const char* key : {"id", "status", "v"}) EXPECT_FALSE(j.contains(key)) << key;
+
+  EXPECT_EQ(Get("/dashboard/").result_int(), 200);
+  Response missing = Get("/dashboard/nope.js");
+  EXPECT_EQ(missing.result_int(), 404);
+  EXPECT_NE(Error(missing).find("no such path"), std::string::npos);
+  Response post = Post("/dashboard", "");
+  EXPECT_EQ(post.result_int(), 405);
+  EXPECT_EQ(post[http::field::allow], "GET");
+}
+
+TEST_F(HttpServerTest, DashboardFalseTurnsThePageAndItsStatusOff) {
+  FrontendConfig config;
+  config.dashboard = false;
+  StartServer(config);
+  for (const std::string target :
+       {"/dashboard", "/dashboard/dashboard.js", "/v2/torchfarm/stats"}) {
+    Response r = Get(target);
+    EXPECT_EQ(r.result_int(), 404) << target;
+    EXPECT_NE(Error(r).find("frontend.dashboard is false"), std::string::npos) << target;
+  }
+  EXPECT_EQ(loop_->requests(), 0) << "the farm was never asked";
+  EXPECT_EQ(Get("/v2/health/live").result_int(), 200);
+}
+
 TEST_F(HttpServerTest, JsonInferenceOverKeepAlive) {
   StartServer();
   tcp::socket socket = Connect();

@@ -249,5 +249,73 @@ TEST_F(SupervisorTurnTest, EveryFrontEndMessageIsAnsweredWithItsCallIdEvenAnUnre
   }
 }
 
+// Issue 33: the dashboard's status over the front-end socket: models, workers and the event
+// ring, what an HTTP client may see only: no config path, no model path.
+TEST_F(SupervisorTurnTest, TheDashboardStatusHasModelsWorkersAndEventsAndNoPaths) {
+  config_.frontend.http_endpoint = "127.0.0.1:0";
+  StartFarm();
+  const auto& launch = launcher_.last();
+  zmq::socket_t control(context_, zmq::socket_type::dealer);
+  control.set(zmq::sockopt::linger, 0);
+  control.set(zmq::sockopt::routing_id, launch.spec.args.RoutingId());
+  control.connect(launch.spec.args.control_endpoint);
+  control.send(
+      zmq::buffer(json{{"type", ipc::kMsgHello}, {"layout_version", ipc::kLayoutVersion}}.dump()),
+      zmq::send_flags::none);
+  control.send(zmq::buffer(json{{"type", ipc::kMsgReady}, {"load_ms", 1.0}}.dump()),
+               zmq::send_flags::none);
+  ASSERT_TRUE(TurnUntil([&] { return AdminCommand({{"cmd", "health"}}).value("ready", false); }));
+  // Two admin actions: each is an event of the ring.
+  EXPECT_TRUE(AdminCommand({{"cmd", "scale"}, {"model", "mlp"}, {"count", 2}}).value("ok", false));
+  EXPECT_FALSE(AdminCommand({{"cmd", "scale"}, {"model", "nope"}, {"count", 2}}).value("ok", true));
+
+  zmq::socket_t channel(supervisor_->context(), zmq::socket_type::dealer);
+  channel.set(zmq::sockopt::linger, 0);
+  channel.connect(kFrontendEndpoint);
+  auto ask = [&](const std::string& call_id, const json& query) {
+    SendAsChannel(channel, kMetaTag, call_id, query.dump());
+    json reply;
+    if (!TurnUntil([&] { return Readable(channel); })) return reply;
+    std::vector<zmq::message_t> frames;
+    if (!zmq::recv_multipart(channel, std::back_inserter(frames))) return reply;
+    return json::parse(frames[0].to_string());
+  };
+  const json status = ask("51", {{"id", 51}, {"dashboard", true}});
+  ASSERT_EQ(status.value("status", ""), "ok") << status.dump().substr(0, 300);
+  EXPECT_EQ(status["id"], 51);
+  ASSERT_EQ(status["models"].size(), 1u);
+  const json& model = status["models"][0];
+  EXPECT_EQ(model["name"], "mlp");
+  EXPECT_EQ(model["ready_workers"], 1);
+  EXPECT_EQ(model["workers"], 2) << "scaled to 2: one ready, one starting";
+  EXPECT_TRUE(model.contains("errors_by_code"));
+  EXPECT_TRUE(model["latency_us"].contains("total"));
+  ASSERT_EQ(status["workers"].size(), 2u);
+  for (const char* key : {"id", "state", "pid", "device", "restarts", "last_exit", "uptime_s",
+                          "rss_bytes", "cpu_percent", "requests", "mean_batch_size", "inflight"}) {
+    EXPECT_TRUE(status["workers"][0].contains(key)) << key;
+  }
+  EXPECT_EQ(status["totals"]["ready_workers"], 1);
+  EXPECT_EQ(status["totals"]["workers"], 2);
+  EXPECT_FALSE(status["supervisor"].contains("config")) << "the config file's path stays home";
+  const std::string text = status.dump();
+  EXPECT_EQ(text.find(dir_.string()), std::string::npos)
+      << "no path of this farm's files in the status: " << text.substr(0, 500);
+  EXPECT_EQ(text.find("path"), std::string::npos) << text.substr(0, 500);
+
+  const json& events = status["events"];
+  ASSERT_EQ(events.size(), 2u) << events.dump();
+  EXPECT_EQ(events[0]["kind"], "scale");
+  EXPECT_NE(events[0]["text"].get<std::string>().find("refused"), std::string::npos)
+      << "newest first: the refused scale of an unknown model";
+  EXPECT_EQ(events[1]["model"], "mlp");
+  EXPECT_EQ(status["last_event"], events[0]["seq"]);
+
+  const json later = ask(
+      "52", {{"id", 52}, {"dashboard", true}, {"events_after", events[1]["seq"].get<uint64_t>()}});
+  ASSERT_EQ(later["events"].size(), 1u) << "only what came after the reader's last event";
+  EXPECT_EQ(later["events"][0]["seq"], events[0]["seq"]);
+}
+
 }  // namespace
 }  // namespace torchfarm

@@ -154,6 +154,31 @@ TEST_F(WorkerEventsTest, AnExitAnswersWhatWasDoneAndSendsTheRestToAPromotedSpare
   EXPECT_EQ(reply.header.worker_id, workers_[spare]->id());
 }
 
+// The dashboard's event ring (issue 33): the exit with its cause, and the spare that took over.
+TEST_F(WorkerEventsTest, AnExitAndThePromotionThatFollowsAreEventsWithTheirCause) {
+  EventRing ring;
+  events_.set_events(&ring);
+  spares_.set_events(&ring);
+  ServedModel& model = Serve(1, /*spares=*/1);
+  const size_t serving = model.slots[0], spare = model.spares[0];
+  MakeReady(*workers_[serving], clock_.Now());
+  MakeReady(*workers_[spare], clock_.Now());
+  const pid_t pid = workers_[serving]->pid();
+  events_.OnChildExit(pid, SIGKILL, clock_.Now());
+  const json list = ring.ToJson();
+  ASSERT_EQ(list.size(), 2u) << list.dump();
+  EXPECT_EQ(list[0]["kind"], "exit") << "newest first: the exit is noted after the promotion";
+  EXPECT_EQ(list[0]["model"], "m");
+  EXPECT_EQ(list[0]["worker"], workers_[serving]->id());
+  const std::string text = list[0]["text"];
+  EXPECT_NE(text.find("pid " + std::to_string(pid) + " exited: killed by SIGKILL"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(list[1]["kind"], "promotion");
+  EXPECT_NE(list[1]["text"].get<std::string>().find("killed by SIGKILL"), std::string::npos)
+      << list[1]["text"];
+}
+
 TEST_F(WorkerEventsTest, WhenTheLastWorkerFailsItsModelsQueuedRequestsAreAnsweredAtOnce) {
   ServedModel& model = Serve(1);
   Submit("waiting", {1, 2});
