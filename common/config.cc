@@ -122,11 +122,14 @@ static Status ParseFrontendEndpoint(const json& j, const char* key, const FarmCo
 static Status ParseFrontend(const json& j, const std::string& base_dir, FrontendConfig* out) {
   const std::string where = "config.frontend";
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
-  Status s = CheckKeys(j, where, {"threads", "max_connections", "idle_timeout_ms",
-                                  "request_timeout_ms", "max_header_bytes", "max_body_bytes",
-                                  "max_inflight_body_bytes", "tls"});
+  Status s = CheckKeys(
+      j, where,
+      {"threads", "max_connections", "idle_timeout_ms", "request_timeout_ms", "max_header_bytes",
+       "max_body_bytes", "max_inflight_body_bytes", "tls", "model_control", "log_control"});
   if (!s.ok()) return s;
   FrontendConfig f;
+  if (s = GetBool(j, "model_control", where, &f.model_control); !s.ok()) return s;
+  if (s = GetBool(j, "log_control", where, &f.log_control); !s.ok()) return s;
   if (s = GetInt(j, "threads", where, 1, 64, &f.threads); !s.ok()) return s;
   if (s = GetInt(j, "max_connections", where, 1, 1'000'000, &f.max_connections); !s.ok()) return s;
   if (s = GetInt(j, "idle_timeout_ms", where, 100, 86'400'000, &f.idle_timeout_ms); !s.ok())

@@ -344,8 +344,13 @@ void Supervisor::RunTurn(TimePoint now) {
   if (events.jobs) Guarded("jobs", [&] { job_acceptor_.ReadJobs(jobs_); });
   if (events.frontend) {
     Guarded("front end", [&] {
-      job_acceptor_.ReadFrontend(
-          frontend_jobs_, [this](bool statistics) { return status_.FrontendMeta(statistics); });
+      job_acceptor_.ReadFrontend(frontend_jobs_, [this](const json& query) {
+        if (query.contains("repository")) return repository_.Answer(query);
+        if (query.contains("logging")) {
+          return LogSettingsAnswer(query["logging"], config_.frontend.log_control);
+        }
+        return status_.FrontendMeta(query.contains("statistics") && query["statistics"] == true);
+      });
     });
   }
   if (events.admin) Guarded("admin", [&] { admin_service_.HandleRequests(admin_); });

@@ -130,18 +130,18 @@ bool ReadCallId(const zmq::message_t& frame, json* out) {
 void JobAcceptor::AnswerFrontendMeta(zmq::socket_t& frontend, std::vector<zmq::message_t>& frames,
                                      const json& call_id, const MetaAnswer& meta) {
   // [routing][tag][call id][query]: the query is the channel's own small object.
-  bool statistics = false;
+  json query = json::object();
   if (frames.size() > 3) {
     const std::string_view text(static_cast<const char*>(frames[3].data()), frames[3].size());
     if (text.size() <= d_.limits.max_header_bytes && JsonNestingWithin(text, kMaxHeaderDepth)) {
-      const json query = json::parse(text, nullptr, false);
-      statistics = query.is_object() && query.contains("statistics") && query["statistics"] == true;
+      query = json::parse(text, nullptr, false);
+      if (!query.is_object()) query = json::object();
     }
   }
-  json reply = meta(statistics);
+  json reply = meta(query);
   reply["v"] = kProtocolVersion;
   reply["id"] = call_id;
-  reply["status"] = "ok";
+  if (!reply.contains("status")) reply["status"] = "ok";
   frontend.send(frames[0], zmq::send_flags::sndmore);
   frontend.send(zmq::buffer(reply.dump()), zmq::send_flags::none);
 }

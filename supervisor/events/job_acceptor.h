@@ -40,8 +40,10 @@ class JobAcceptor {
     const TimeSource& clock;
   };
   // The answer to a front end's "meta" query (health and model metadata, with each model's
-  // statistics when the query says {"statistics": true}), built by the caller.
-  using MetaAnswer = std::function<nlohmann::json(bool statistics)>;
+  // statistics when the query says {"statistics": true}; the repository extension's calls when it
+  // has "repository"), built by the caller from the query object (null when unreadable). An
+  // answer with "status": "error" is sent as the error it is.
+  using MetaAnswer = std::function<nlohmann::json(const nlohmann::json& query)>;
 
   explicit JobAcceptor(Deps deps) : d_(deps) {}
   void set_metrics(MetricsExporter* metrics) { metrics_ = metrics; }

@@ -49,7 +49,8 @@ TEST_F(GrpcTritonTest, ModelConfigAndStatisticsAreTritonsMessages) {
   inference::ServerMetadataResponse server;
   ASSERT_TRUE(stub_->ServerMetadata(&server_context, {}, &server).ok());
   EXPECT_EQ(std::vector<std::string>(server.extensions().begin(), server.extensions().end()),
-            (std::vector<std::string>{"model_configuration", "statistics"}));
+            (std::vector<std::string>{"model_configuration", "statistics", "model_repository",
+                                      "classification", "logging"}));
 
   grpc::ClientContext config_context;
   inference::ModelConfigRequest config_request;
