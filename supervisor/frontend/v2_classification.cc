@@ -1,8 +1,10 @@
 #include "supervisor/frontend/v2_classification.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string_view>
 #include <vector>
@@ -107,6 +109,8 @@ Status ClassifyOutput(int64_t class_count, V2Tensor* tensor) {
     for (size_t c = 0; c < classes; ++c) {
       bool floating = false;
       ClassValue(dtype, data, r * classes + c, &values[c], &floating);
+      // NaN ranks last, so the order is a strict weak one (partial_sort needs it).
+      if (std::isnan(values[c])) values[c] = -std::numeric_limits<double>::infinity();
     }
     std::iota(order.begin(), order.end(), size_t{0});
     std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),

@@ -2,6 +2,7 @@
 // repository's HTTP bodies (v2_repository.h), with hostile input before a good one.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -47,6 +48,11 @@ TEST(V2ClassificationTest, TopKPerRowAsScoreColonIndexStrings) {
   uint32_t first = 0;
   std::memcpy(&first, t.data.data(), 4);
   EXPECT_EQ(first, 10u);
+
+  const float odd[] = {std::nanf(""), -INFINITY, 2.0f, std::nanf("")};
+  V2Tensor nan = Tensor("FP32", {4}, odd, sizeof(odd));
+  ASSERT_TRUE(ClassifyOutput(4, &nan).ok());
+  EXPECT_EQ(Items(nan)[0], "2.000000:2") << "NaN ranks last";
 
   const int64_t labels[] = {3, 9, -2};
   V2Tensor ints = Tensor("INT64", {3}, labels, sizeof(labels));
