@@ -204,6 +204,12 @@ struct FrontendConfig {
   // GET /dashboard and its status JSON (GET /v2/torchfarm/stats) on http_endpoint
   // (docs/operations.md "Dashboard"); false: both answer 404.
   bool dashboard = true;
+  // The v2 model repository extension's load and unload (docs/kserve-v2.md): off by default, as
+  // Triton's model control mode "none"; the index is always served.
+  bool model_control = false;
+  // The v2 logging extension's changes (POST /v2/logging, gRPC LogSettings with settings): off by
+  // default; reading the settings is always served.
+  bool log_control = false;
   bool enabled() const { return !http_endpoint.empty() || !grpc_endpoint.empty(); }
 };
 
@@ -273,6 +279,18 @@ Status SplitHostPort(const std::string& text, const std::string& where, std::str
 // {"dtype", "shape"}; and back.
 std::string WarmupToJson(const std::vector<std::vector<TensorSpec>>& warmup);
 Status WarmupFromJson(const std::string& text, std::vector<std::vector<TensorSpec>>* out);
+
+// The dry runs a worker makes at load to learn what a model returns, so its metadata lists the
+// outputs at ready (docs/kserve-v2.md): for a model whose config declares `inputs` but no
+// `outputs`, no `warmup` (which reports them already) and no `pipeline` (its stages change what
+// the model sees), one batch of 1 row with every other variable dim at kProbeDimSmall and, when
+// there are such dims (or a variable dim 0 in a model with max_batch_size 1, whose rows the
+// metadata cannot mark -1 otherwise), a second of 2 rows at kProbeDimLarge (output dims that
+// differ between the two are variable, -1).
+// Empty otherwise. In the --warmup JSON form (WarmupToJson).
+constexpr int64_t kProbeDimSmall = 8;
+constexpr int64_t kProbeDimLarge = 16;
+std::vector<std::vector<TensorSpec>> OutputProbeBatches(const ModelConfig& model);
 
 // Total worker count after "auto" resolution with `available_cores`.
 int ResolveInstanceCount(const InstanceConfig& instance, int available_cores);

@@ -516,6 +516,30 @@ Status WarmupFromJson(const std::string& text, std::vector<std::vector<TensorSpe
   return Status::Ok();
 }
 
+std::vector<std::vector<TensorSpec>> OutputProbeBatches(const ModelConfig& model) {
+  if (model.inputs.empty() || !model.outputs.empty() || !model.warmup.empty() ||
+      model.pipeline.enabled()) {
+    return {};
+  }
+  // A variable dim whose output dims the metadata must find: any but a batching model's dim 0
+  // (LearnOutputs writes -1 there).
+  bool variable = false;
+  auto batch = [&](int64_t rows, int64_t size) {
+    std::vector<TensorSpec> entry = model.inputs;
+    for (TensorSpec& spec : entry) {
+      for (size_t d = 0; d < spec.shape.size(); ++d) {
+        if (spec.shape[d] >= 0) continue;
+        if (d > 0 || model.max_batch_size <= 1) variable = true;
+        spec.shape[d] = d == 0 ? rows : size;
+      }
+    }
+    return entry;
+  };
+  std::vector<std::vector<TensorSpec>> batches{batch(1, kProbeDimSmall)};
+  if (variable) batches.push_back(batch(2, kProbeDimLarge));
+  return batches;
+}
+
 std::string ModelConfig::input_name(size_t k) const {
   return k < input_names.size() ? input_names[k] : DefaultInputName(k);
 }

@@ -22,7 +22,8 @@ bool ReadyOutputsFromMessage(const nlohmann::json& message, std::vector<TensorSp
   std::vector<TensorSpec> specs;
   for (size_t i = 0; i < list->size(); ++i) {
     TensorSpec spec;
-    if (!TensorSpecFromJson((*list)[i], "outputs[" + std::to_string(i) + "]", false, &spec).ok())
+    // -1: a dim the worker's dry runs found variable (common/config.h, OutputProbeBatches).
+    if (!TensorSpecFromJson((*list)[i], "outputs[" + std::to_string(i) + "]", true, &spec).ok())
       return false;
     specs.push_back(std::move(spec));
   }
@@ -60,6 +61,10 @@ std::vector<std::string> WorkerLaunchArgs::ToArgv(const std::string& worker_bina
   if (!warmup.empty()) {
     argv.push_back("--warmup");
     argv.push_back(warmup);
+  }
+  if (!probe.empty()) {
+    argv.push_back("--probe");
+    argv.push_back(probe);
   }
   if (!pipeline.empty()) {
     argv.push_back("--pipeline");
@@ -100,6 +105,7 @@ Status WorkerLaunchArgs::Parse(int argc, char** argv, WorkerLaunchArgs* out) {
   bool no_pin = false;
   app.add_flag("--no-pin-memory", no_pin);
   app.add_option("--warmup", a.warmup);
+  app.add_option("--probe", a.probe);
   app.add_option("--pipeline", a.pipeline);
   try {
     app.parse(argc, argv);

@@ -81,6 +81,9 @@ struct WorkerLaunchArgs {
   bool pin_memory = true;
   int idle_spin_us = 0;
   std::string warmup;  // JSON (common/config.h, WarmupToJson); empty: no warm-up
+  // Dry runs that learn the outputs when nothing else reports them (common/config.h,
+  // OutputProbeBatches; the --warmup JSON form); a failed one only leaves them unreported.
+  std::string probe;
   std::string pipeline;  // JSON (common/pipeline_config.h, PipelineToJson); empty: no stages
 
   std::vector<std::string> ToArgv(const std::string& worker_binary) const;

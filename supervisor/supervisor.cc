@@ -366,9 +366,20 @@ void Supervisor::RunTurn(TimePoint now) {
   if (events.jobs) Guarded("jobs", [&] { job_acceptor_.ReadJobs(jobs_); });
   if (events.frontend) {
     Guarded("front end", [&] {
-      job_acceptor_.ReadFrontend(frontend_jobs_, [this](const JobAcceptor::MetaQuery& query) {
-        return query.dashboard ? status_.Dashboard(query.events_after)
-                               : status_.FrontendMeta(query.statistics);
+      job_acceptor_.ReadFrontend(frontend_jobs_, [this](const json& query) {
+        if (query.contains("repository")) return repository_.Answer(query);
+        if (query.contains("logging")) {
+          return LogSettingsAnswer(query["logging"], config_.frontend.log_control);
+        }
+        auto flag = [&](const char* key) { return query.contains(key) && query[key] == true; };
+        if (flag("dashboard")) {
+          uint64_t after = 0;
+          if (auto it = query.find("events_after"); it != query.end() && it->is_number_unsigned()) {
+            after = it->get<uint64_t>();
+          }
+          return status_.Dashboard(after);
+        }
+        return status_.FrontendMeta(flag("statistics"));
       });
     });
   }

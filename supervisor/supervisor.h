@@ -42,7 +42,9 @@
 #include "common/status.h"
 #include "supervisor/admin/admin_service.h"
 #include "supervisor/admin/farm_status.h"
+#include "supervisor/admin/log_settings.h"
 #include "supervisor/admin/metrics_exporter.h"
+#include "supervisor/admin/repository_api.h"
 #include "supervisor/admin/resource_metrics.h"
 #include "supervisor/dispatch/dispatcher.h"
 #include "supervisor/dispatch/reply_writer.h"
@@ -213,6 +215,7 @@ class Supervisor {
   ResourceLimits limits_{shm_budget_, connections_};
   FarmStatus status_{{config_, models_, workers_, dispatcher_, replies_, responses_, zygotes_, mps_,
                       farm_, limits_, clock_}};
+  RepositoryApi repository_{config_, status_, model_control_, models_};  // v2 model repository
 };
 
 }  // namespace torchfarm

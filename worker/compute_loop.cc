@@ -46,6 +46,11 @@ std::string ForwardErrorText(std::string text) {
   return tail + " [" + text.substr(0, at) + "]";
 }
 
+std::string WarmupShapesText(const std::vector<TensorSpec>& entry) {
+  std::string shapes;
+  for (const TensorSpec& spec : entry) shapes += (shapes.empty() ? "" : ", ") + SpecToString(spec);
+  return shapes;
+}
 }  // namespace
 
 ComputeLoop::ComputeLoop(ComputeLoopConfig config, ipc::WorkerSegment* segment,
@@ -212,6 +217,7 @@ bool ComputeLoop::LoadModel() {
     }
     const TimePoint warmup_start = Clock::now();
     if (Status warmed = RunWarmup(&report); !warmed.ok()) report.error = warmed.message();
+    if (report.error.empty() && !report.warmup_outputs_known) RunProbe(&report);
     report.warmup_ms = ToMicros(Clock::now() - warmup_start) / 1000.0;
   }
   if (!report.error.empty()) {
@@ -273,46 +279,88 @@ Status ComputeLoop::ConvertPrecision() {
   return Status::Ok();
 }
 
+Status ComputeLoop::ForwardZeros(const std::vector<TensorSpec>& entry,
+                                 std::vector<TensorSpec>* outputs, bool* outputs_known) {
+  const std::string shapes = WarmupShapesText(entry);
+  try {
+    accelerator_->UseLane(0);
+    accelerator_->Mark(0, Stage::kStart);
+    std::vector<c10::IValue> inputs;
+    for (const TensorSpec& spec : entry) {
+      at::Tensor host =
+          torch::zeros(spec.shape, at::TensorOptions().dtype(ToScalarType(spec.dtype)));
+      inputs.emplace_back(PrepareInput(host));
+    }
+    if (Status fits = model_->CheckInputs(inputs); !fits.ok()) {
+      return InvalidArgument("inputs [" + shapes + "]: " + fits.message());
+    }
+    const c10::IValue output = model_->Forward(inputs);
+    accelerator_->Mark(0, Stage::kComputed);
+    accelerator_->Wait(0);
+    std::vector<at::Tensor> tensors;
+    // Outputs a batch could not carry fail every batch, where the client hears why; here they
+    // only leave the outputs unreported.
+    *outputs_known = CollectOutputs(output, &tensors).ok();
+    outputs->clear();
+    for (const at::Tensor& tensor : tensors) {
+      if (!*outputs_known) break;
+      outputs->push_back(TensorSpec{*FromScalarType(tensor.scalar_type()), tensor.sizes().vec()});
+    }
+  } catch (const c10::Error& e) {
+    return Internal("inputs [" + shapes + "] failed: " + ForwardErrorText(ErrorText(e)));
+  } catch (const std::exception& e) {
+    return Internal("inputs [" + shapes + "] failed: " + e.what());
+  }
+  return Status::Ok();
+}
+
 Status ComputeLoop::RunWarmup(LoadReport* report) {
   InferenceModeGuard inference_mode;
   for (const auto& entry : config_.warmup) {
-    std::string shapes;
-    for (const TensorSpec& spec : entry)
-      shapes += (shapes.empty() ? "" : ", ") + SpecToString(spec);
-    try {
-      accelerator_->UseLane(0);
-      accelerator_->Mark(0, Stage::kStart);
-      std::vector<c10::IValue> inputs;
-      for (const TensorSpec& spec : entry) {
-        at::Tensor host =
-            torch::zeros(spec.shape, at::TensorOptions().dtype(ToScalarType(spec.dtype)));
-        inputs.emplace_back(PrepareInput(host));
-      }
-      if (Status fits = model_->CheckInputs(inputs); !fits.ok()) {
-        return InvalidArgument("warm-up with inputs [" + shapes + "]: " + fits.message());
-      }
-      const c10::IValue output = model_->Forward(inputs);
-      accelerator_->Mark(0, Stage::kComputed);
-      accelerator_->Wait(0);
-      std::vector<at::Tensor> tensors;
-      // Outputs a batch could not carry fail every batch, where the client hears why; here they
-      // only leave the outputs unreported.
-      if (!report->warmup_outputs_known && CollectOutputs(output, &tensors).ok()) {
-        for (const at::Tensor& tensor : tensors) {
-          report->warmup_outputs.push_back(
-              TensorSpec{*FromScalarType(tensor.scalar_type()), tensor.sizes().vec()});
-        }
-        report->warmup_outputs_known = true;
-      }
-    } catch (const c10::Error& e) {
-      return Internal("warm-up with inputs [" + shapes +
-                      "] failed: " + ForwardErrorText(ErrorText(e)));
-    } catch (const std::exception& e) {
-      return Internal("warm-up with inputs [" + shapes + "] failed: " + e.what());
+    std::vector<TensorSpec> outputs;
+    bool known = false;
+    if (Status s = ForwardZeros(entry, &outputs, &known); !s.ok()) {
+      return Status(s.code(), "warm-up with " + s.message());
     }
-    TF_LOG(kInfo) << "warm-up batch done" << Kv("inputs", shapes);
+    if (!report->warmup_outputs_known && known) {
+      report->warmup_outputs = std::move(outputs);
+      report->warmup_outputs_known = true;
+    }
+    TF_LOG(kInfo) << "warm-up batch done" << Kv("inputs", WarmupShapesText(entry));
   }
   return Status::Ok();
+}
+
+void ComputeLoop::RunProbe(LoadReport* report) {
+  InferenceModeGuard inference_mode;
+  std::vector<std::vector<TensorSpec>> runs;
+  for (const auto& entry : config_.probe) {
+    std::vector<TensorSpec> outputs;
+    bool known = false;
+    Status s = ForwardZeros(entry, &outputs, &known);
+    if (s.ok() && !known) s = InvalidArgument("the model returned no tensor or tuple of tensors");
+    if (!s.ok()) {
+      TF_LOG(kWarn) << "output dry run failed; metadata lists the outputs after the first batch"
+                    << Kv("error", s.message());
+      return;
+    }
+    runs.push_back(std::move(outputs));
+  }
+  if (runs.empty()) return;
+  // A dim that differs between the runs follows a variable input dim: -1.
+  for (size_t r = 1; r < runs.size(); ++r) {
+    for (size_t k = 0; k < runs[0].size() && k < runs[r].size(); ++k) {
+      auto& shape = runs[0][k].shape;
+      const auto& other = runs[r][k].shape;
+      for (size_t d = 0; d < shape.size() && d < other.size(); ++d) {
+        if (shape[d] != other[d]) shape[d] = -1;
+      }
+    }
+  }
+  report->warmup_outputs = std::move(runs[0]);
+  report->warmup_outputs_known = true;
+  TF_LOG(kInfo) << "outputs learned by a dry run"
+                << Kv("outputs", WarmupShapesText(report->warmup_outputs));
 }
 
 void ComputeLoop::Serve() {

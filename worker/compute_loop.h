@@ -77,6 +77,9 @@ struct ComputeLoopConfig {
   AcceleratorOptions accelerator;
   // One forward per entry (one spec per model input, zero-filled) before the load is reported.
   std::vector<std::vector<TensorSpec>> warmup;
+  // Dry runs after warm-up when it reported no outputs (common/config.h, OutputProbeBatches):
+  // their outputs become warmup_outputs, a failure only leaves them unknown (logged).
+  std::vector<std::vector<TensorSpec>> probe;
   // After a pass that answered something, poll the ring up to this long before sleeping, while
   // adaptive_spin.h finds it pays (config.h); 0: never.
   int idle_spin_us = 0;
@@ -154,6 +157,10 @@ class ComputeLoop {
   bool SetUpDevice(LoadReport* report);
   Status ConvertPrecision();
   Status RunWarmup(LoadReport* report);
+  // One zero-filled forward of `entry` on lane 0; the output specs when they are tensors.
+  Status ForwardZeros(const std::vector<TensorSpec>& entry, std::vector<TensorSpec>* outputs,
+                      bool* outputs_known);
+  void RunProbe(LoadReport* report);
   // Answers what the request ring holds; false when the loop must return (abandoned).
   bool AnswerPendingRequests();
   bool Abandoned() const;

@@ -95,6 +95,12 @@ bool Worker::Setup(int* exit_code) {
       return false;
     }
   }
+  if (!args_.probe.empty()) {
+    if (status = WarmupFromJson(args_.probe, &config.probe); !status.ok()) {
+      *exit_code = FatalError(status.message(), ipc::kExitBadArguments);
+      return false;
+    }
+  }
   if (status = PipelineFromJson(args_.pipeline, &config.pipeline); !status.ok()) {
     *exit_code = FatalError(status.message(), ipc::kExitBadArguments);
     return false;

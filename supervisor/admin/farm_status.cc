@@ -250,13 +250,10 @@ json FarmStatus::Models() const {
     const std::string& reason = tally.failure_reason;
     const ModelLifecycle state =
         LifecycleOf(model.removed, model.rollout.state == RolloutState::kRolling, counts);
-    json m = {{"name", model.config.name},
-              {"path", model.config.path},
-              {"state", ModelLifecycleName(state)},
-              {"ready_workers", counts.ready},
-              {"workers", model.slots.size()},
-              {"queue_depth", model.queue.size()},
-              {"reason", reason}};
+    json m = {{"name", model.config.name},         {"version", model.config.version},
+              {"path", model.config.path},         {"state", ModelLifecycleName(state)},
+              {"ready_workers", counts.ready},     {"workers", model.slots.size()},
+              {"queue_depth", model.queue.size()}, {"reason", reason}};
     if (model.rollout.state != RolloutState::kNone)
       m["rollout"] = RolloutJson(model.config.name, model.rollout);
     models.push_back(std::move(m));

@@ -130,26 +130,18 @@ bool ReadCallId(const zmq::message_t& frame, json* out) {
 void JobAcceptor::AnswerFrontendMeta(zmq::socket_t& frontend, std::vector<zmq::message_t>& frames,
                                      const json& call_id, const MetaAnswer& meta) {
   // [routing][tag][call id][query]: the query is the channel's own small object.
-  MetaQuery query;
+  json query = json::object();
   if (frames.size() > 3) {
     const std::string_view text(static_cast<const char*>(frames[3].data()), frames[3].size());
     if (text.size() <= d_.limits.max_header_bytes && JsonNestingWithin(text, kMaxHeaderDepth)) {
-      const json parsed = json::parse(text, nullptr, false);
-      if (parsed.is_object()) {
-        auto flag = [&](const char* key) { return parsed.contains(key) && parsed[key] == true; };
-        query.statistics = flag("statistics");
-        query.dashboard = flag("dashboard");
-        if (auto after = parsed.find("events_after");
-            after != parsed.end() && after->is_number_unsigned()) {
-          query.events_after = after->get<uint64_t>();
-        }
-      }
+      query = json::parse(text, nullptr, false);
+      if (!query.is_object()) query = json::object();
     }
   }
   json reply = meta(query);
   reply["v"] = kProtocolVersion;
   reply["id"] = call_id;
-  reply["status"] = "ok";
+  if (!reply.contains("status")) reply["status"] = "ok";
   frontend.send(frames[0], zmq::send_flags::sndmore);
   frontend.send(zmq::buffer(reply.dump()), zmq::send_flags::none);
 }

@@ -39,17 +39,13 @@ class JobAcceptor {
     const RequestLimits& limits;  // the config's: a reload changes them in place
     const TimeSource& clock;
   };
-  // What a front end's "meta" query asks (frontend/farm_channel.h): health and model metadata,
-  // with each model's statistics when it says {"statistics": true}; the dashboard's status
-  // (FarmStatus::Dashboard) when it says {"dashboard": true}, with the events after
-  // "events_after" (a sequence number; 0: the latest ones).
-  struct MetaQuery {
-    bool statistics = false;
-    bool dashboard = false;
-    uint64_t events_after = 0;
-  };
-  // The answer to a "meta" query, built by the caller.
-  using MetaAnswer = std::function<nlohmann::json(const MetaQuery& query)>;
+  // The answer to a front end's "meta" query, built by the caller from the query object (null
+  // when unreadable): health and model metadata, with each model's statistics when the query
+  // says {"statistics": true}; the dashboard's status (FarmStatus::Dashboard) when it says
+  // {"dashboard": true}, with the events after "events_after" (a sequence number; 0: the latest
+  // ones); the repository extension's calls when it has "repository", the logging extension's
+  // when it has "logging". An answer with "status": "error" is sent as the error it is.
+  using MetaAnswer = std::function<nlohmann::json(const nlohmann::json& query)>;
 
   explicit JobAcceptor(Deps deps) : d_(deps) {}
   void set_metrics(MetricsExporter* metrics) { metrics_ = metrics; }

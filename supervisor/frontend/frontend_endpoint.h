@@ -8,4 +8,9 @@ namespace torchfarm {
 inline constexpr const char* kFrontendEndpoint = "inproc://torchfarm-frontend";
 inline constexpr const char* kMetaTag = "meta";
 
+// The Triton extensions both v2 front ends serve (server metadata "extensions", docs/kserve-v2.md);
+// HTTP also lists binary_tensor_data.
+inline constexpr const char* kV2Extensions[] = {"model_configuration", "statistics",
+                                                "model_repository", "classification", "logging"};
+
 }  // namespace torchfarm

@@ -20,9 +20,11 @@
 
 #include "proto/grpc_service.grpc.pb.h"
 #include "supervisor/frontend/grpc_service.h"
+#include "supervisor/frontend/grpc_stream.h"
 #include "supervisor/frontend/triton_model_config.h"
 #include "supervisor/frontend/triton_model_stats.h"
 #include "supervisor/frontend/v2_inference.h"
+#include "supervisor/frontend/v2_repository.h"
 
 namespace torchfarm {
 namespace {
@@ -144,13 +146,62 @@ class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
                                            const inference::ServerMetadataRequest*,
                                            inference::ServerMetadataResponse* response) override;
+  // The model repository extension (v2_repository.h).
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
+                                            const inference::RepositoryIndexRequest* request,
+                                            inference::RepositoryIndexResponse* response) override {
+    return OnChannel(
+        context, [ready = request->ready(), response](FarmChannel& channel, Finish finish) {
+          RepositoryIndexCall(channel, ready, [response, finish](Status s, json models) {
+            finish(s, [&] { return MessageFromJson({{"models", models}}, response); });
+          });
+        });
+  }
+  // The logging extension: an empty map reads the settings, a map sets them.
+  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* context,
+                                        const inference::LogSettingsRequest* request,
+                                        inference::LogSettingsResponse* response) override {
+    json settings = json::object();
+    Status refused = LogSettingsFromProto(*request, &settings);
+    return OnChannel(context, [refused, settings, response](FarmChannel& channel, Finish finish) {
+      if (!refused.ok()) return finish(refused, [] { return Status::Ok(); });
+      LogSettingsCall(channel, settings, [response, finish](Status s, json now) {
+        finish(s, [&] {
+          LogSettingsToProto(now, response);
+          return Status::Ok();
+        });
+      });
+    });
+  }
+  grpc::ServerUnaryReactor* RepositoryModelLoad(
+      grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
+      inference::RepositoryModelLoadResponse*) override {
+    return Control(context, true, request->model_name(), request->parameters());
+  }
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
+      inference::RepositoryModelUnloadResponse*) override {
+    return Control(context, false, request->model_name(), request->parameters());
+  }
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
 
  private:
   class Call;
   using OnReply = std::function<Status(FarmReply& reply)>;
+  // Ends a call begun by OnChannel: `fill` writes the response (only while the call is the
+  // caller's to finish) when `status` is OK, and its status finishes the call.
+  using Finish = std::function<void(Status status, const std::function<Status()>& fill)>;
+
+  // Runs `work` on the next channel's thread; it ends the call with `finish`, once.
+  grpc::ServerUnaryReactor* OnChannel(grpc::CallbackServerContext* context,
+                                      std::function<void(FarmChannel&, Finish)> work);
+  grpc::ServerUnaryReactor* Control(
+      grpc::CallbackServerContext* context, bool load, const std::string& model,
+      const google::protobuf::Map<std::string, inference::ModelRepositoryParameter>& parameters);
 
   // A registered call, or null when the server is stopping (the call is then finished already).
   std::shared_ptr<Call> Begin(grpc::ServerUnaryReactor* reactor);
@@ -171,8 +222,9 @@ class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackS
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::atomic<size_t> next_channel_{0};
-  std::mutex mutex_;  // guards live_ and stopping_
+  std::mutex mutex_;  // guards live_, streams_ and stopping_
   std::unordered_map<Call*, std::shared_ptr<Call>> live_;
+  std::unordered_map<GrpcStream*, std::weak_ptr<GrpcStream>> streams_;
   bool stopping_ = false;
 };
 
@@ -242,11 +294,17 @@ Status GrpcServer::Impl::Start() {
 
 void GrpcServer::Impl::Stop() {
   std::unordered_map<Call*, std::shared_ptr<Call>> calls;
+  std::unordered_map<GrpcStream*, std::weak_ptr<GrpcStream>> streams;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
     calls.swap(live_);
+    streams.swap(streams_);
+  }
+  for (const auto& [address, weak] : streams) {
+    if (auto stream = weak.lock())
+      stream->Close(ToGrpcStatus(Unavailable("the gRPC front end is shutting down")));
   }
   for (const auto& [address, call] : calls) {
     if (call->Claim()) call->Finish(Unavailable("the gRPC front end is shutting down"));
@@ -314,6 +372,39 @@ grpc::ServerUnaryReactor* GrpcServer::Impl::Meta(grpc::CallbackServerContext* co
   return reactor;
 }
 
+grpc::ServerUnaryReactor* GrpcServer::Impl::OnChannel(
+    grpc::CallbackServerContext* context, std::function<void(FarmChannel&, Finish)> work) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::shared_ptr<Call> call = Begin(reactor);
+  if (!call) return reactor;
+  FarmChannel* channel =
+      channels_[next_channel_.fetch_add(1, std::memory_order_relaxed) % channels_.size()];
+  channel->Post([channel, call = std::move(call), work = std::move(work)]() {
+    call->MarkSent();
+    work(*channel, [call](Status status, const std::function<Status()>& fill) {
+      if (!call->Claim()) return;  // Stop finished it already
+      call->MarkAnswered();
+      if (status.ok()) status = fill();
+      call->Finish(status);
+    });
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GrpcServer::Impl::Control(
+    grpc::CallbackServerContext* context, bool load, const std::string& model,
+    const google::protobuf::Map<std::string, inference::ModelRepositoryParameter>& parameters) {
+  Status refused = Status::Ok();
+  for (const auto& [name, value] : parameters) {
+    if (refused = CheckRepositoryParameter(name); !refused.ok()) break;
+  }
+  return OnChannel(context, [refused, load, model](FarmChannel& channel, Finish finish) {
+    auto ok = [] { return Status::Ok(); };
+    if (!refused.ok()) return finish(refused, ok);
+    RepositoryControlCall(channel, load, model, [finish, ok](Status s) { finish(s, ok); });
+  });
+}
+
 grpc::ServerUnaryReactor* GrpcServer::Impl::ServerMetadata(
     grpc::CallbackServerContext* context, const inference::ServerMetadataRequest*,
     inference::ServerMetadataResponse* response) {
@@ -350,6 +441,28 @@ grpc::ServerUnaryReactor* GrpcServer::Impl::ModelInfer(grpc::CallbackServerConte
            return s;
          });
   return reactor;
+}
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+GrpcServer::Impl::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  auto stream = std::make_shared<GrpcStream>(
+      [this] {
+        return channels_[next_channel_.fetch_add(1, std::memory_order_relaxed) % channels_.size()];
+      },
+      stats_, context->peer(),
+      [this](GrpcStream* done) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        streams_.erase(done);
+      });
+  bool stopping = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping = stopping_;
+    if (!stopping) streams_.emplace(stream.get(), stream);
+  }
+  stream->Start();
+  if (stopping) stream->Close(ToGrpcStatus(Unavailable("the gRPC front end is shutting down")));
+  return stream.get();
 }
 
 Status GrpcServer::Start(const FrontendConfig& config, std::vector<FarmChannel*> channels,

@@ -8,6 +8,8 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "common/tensor_spec.h"
+#include "supervisor/frontend/frontend_endpoint.h"
+#include "supervisor/frontend/v2_classification.h"
 
 #ifndef TORCHFARM_VERSION
 #define TORCHFARM_VERSION "unknown"
@@ -217,12 +219,10 @@ Status RefuseExtensions(const ModelInferRequest& request) {
     }
   }
   for (int i = 0; i < request.outputs_size(); ++i) {
-    for (const char* key : {"shared_memory_region", "classification"}) {
-      if (request.outputs(i).parameters().count(key) > 0) {
-        return InvalidArgument("outputs[" + std::to_string(i) + "].parameters." + key +
-                               ": the shared-memory and classification extensions are not "
-                               "supported");
-      }
+    if (request.outputs(i).parameters().count("shared_memory_region") > 0) {
+      return InvalidArgument("outputs[" + std::to_string(i) +
+                             "].parameters.shared_memory_region: the shared-memory extension is "
+                             "not supported");
     }
   }
   return Status::Ok();
@@ -290,8 +290,26 @@ Status V2RequestFromProto(const ModelInferRequest& request, V2InferRequest* out)
     }
     out->inputs.push_back(std::move(tensor));
   }
-  for (const auto& output : request.outputs()) {
-    out->outputs.push_back(V2RequestedOutput{output.name(), false});
+  for (int i = 0; i < request.outputs_size(); ++i) {
+    const auto& output = request.outputs(i);
+    V2RequestedOutput requested{output.name(), false};
+    if (auto it = output.parameters().find("classification"); it != output.parameters().end()) {
+      const auto& p = it->second;
+      const bool integer = p.parameter_choice_case() == inference::InferParameter::kInt64Param ||
+                           p.parameter_choice_case() == inference::InferParameter::kUint64Param;
+      const int64_t count =
+          p.parameter_choice_case() == inference::InferParameter::kInt64Param
+              ? p.int64_param()
+              : static_cast<int64_t>(std::min<uint64_t>(p.uint64_param(), kMaxClassCount + 1));
+      if (!integer || count < 1 || count > kMaxClassCount) {
+        return InvalidArgument("outputs[" + std::to_string(i) +
+                               "].parameters.classification: expected an int64_param class count "
+                               "in 1.." +
+                               std::to_string(kMaxClassCount));
+      }
+      requested.class_count = count;
+    }
+    out->outputs.push_back(std::move(requested));
   }
   return Status::Ok();
 }
@@ -342,8 +360,42 @@ Status ModelMetadataFromJson(const nlohmann::json& model, inference::ModelMetada
 void FillServerMetadata(inference::ServerMetadataResponse* out) {
   out->set_name("torchfarm");
   out->set_version(TORCHFARM_VERSION);
-  out->add_extensions("model_configuration");
-  out->add_extensions("statistics");
+  for (const char* extension : kV2Extensions) out->add_extensions(extension);
+}
+
+Status LogSettingsFromProto(const inference::LogSettingsRequest& request, nlohmann::json* out) {
+  using Value = inference::LogSettingsRequest::SettingValue;
+  *out = nlohmann::json::object();
+  for (const auto& [key, value] : request.settings()) {
+    switch (value.parameter_choice_case()) {
+      case Value::kBoolParam:
+        (*out)[key] = value.bool_param();
+        break;
+      case Value::kUint32Param:
+        (*out)[key] = value.uint32_param();
+        break;
+      case Value::kStringParam:
+        (*out)[key] = value.string_param();
+        break;
+      default:
+        return InvalidArgument("settings['" + key.substr(0, 100) +
+                               "']: expected a bool_param, uint32_param or string_param");
+    }
+  }
+  return Status::Ok();
+}
+
+void LogSettingsToProto(const nlohmann::json& settings, inference::LogSettingsResponse* out) {
+  auto& map = *out->mutable_settings();
+  for (const auto& [key, value] : settings.items()) {
+    if (value.is_boolean()) {
+      map[key].set_bool_param(value.get<bool>());
+    } else if (value.is_number_unsigned()) {
+      map[key].set_uint32_param(value.get<uint32_t>());
+    } else if (value.is_string()) {
+      map[key].set_string_param(value.get<std::string>());
+    }
+  }
 }
 
 Status MessageFromJson(const nlohmann::json& json, google::protobuf::Message* out) {

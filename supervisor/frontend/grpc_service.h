@@ -51,6 +51,11 @@ Status ModelMetadataFromJson(const nlohmann::json& model, inference::ModelMetada
 // serves (model_configuration, statistics).
 void FillServerMetadata(inference::ServerMetadataResponse* out);
 
+// LogSettings' map <-> the JSON object of supervisor/admin/log_settings.h. A value with no
+// parameter set is INVALID_ARGUMENT naming its key.
+Status LogSettingsFromProto(const inference::LogSettingsRequest& request, nlohmann::json* out);
+void LogSettingsToProto(const nlohmann::json& settings, inference::LogSettingsResponse* out);
+
 // Fills `out` from Triton's JSON form of it (TritonModelConfigJson, TritonModelStatsJson: field
 // names as in the .proto, enums by name); INTERNAL naming the message when it does not fit.
 Status MessageFromJson(const nlohmann::json& json, google::protobuf::Message* out);

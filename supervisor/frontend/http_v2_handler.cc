@@ -11,6 +11,7 @@
 #include "supervisor/frontend/triton_model_stats.h"
 #include "supervisor/frontend/v2_http_codec.h"
 #include "supervisor/frontend/v2_inference.h"
+#include "supervisor/frontend/v2_repository.h"
 
 namespace torchfarm {
 namespace {
@@ -179,7 +180,8 @@ V2Target ParseV2Target(http::verb method, std::string_view target) {
   not_found.http_status = 404;
   not_found.error = "no such path: '" + std::string(path.substr(0, 200)) +
                     "'; expected /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}"
-                    "[/versions/{v}][/ready|/config|/stats|/infer], /v2/models/stats";
+                    "[/versions/{v}][/ready|/config|/stats|/infer], /v2/models/stats, "
+                    "/v2/repository/index, /v2/repository/models/{name}/load|unload, /v2/logging";
   if (!SplitPath(path, &seg) || seg.empty() || seg[0] != "v2") return not_found;
   const http::verb get = http::verb::get;
   if (seg.size() == 1) return Routed(V2Route::kServerMetadata, method, get);
@@ -188,6 +190,21 @@ V2Target ParseV2Target(http::verb method, std::string_view target) {
   }
   if (seg.size() == 3 && seg[1] == "health" && seg[2] == "ready") {
     return Routed(V2Route::kHealthReady, method, get);
+  }
+  const http::verb post = http::verb::post;
+  if (seg.size() == 2 && seg[1] == "logging") {
+    V2Target logging = Routed(V2Route::kLogging, method, method == post ? post : get,
+                              method == post ? "POST" : "GET");
+    if (logging.http_status == 405) logging.allow = "GET, POST";
+    return logging;
+  }
+  if (seg.size() == 3 && seg[1] == "repository" && seg[2] == "index") {
+    return Routed(V2Route::kRepositoryIndex, method, post);
+  }
+  if (seg.size() == 5 && seg[1] == "repository" && seg[2] == "models" &&
+      (seg[4] == "load" || seg[4] == "unload")) {
+    return Routed(seg[4] == "load" ? V2Route::kRepositoryLoad : V2Route::kRepositoryUnload, method,
+                  post, seg[3]);
   }
   if (seg.size() < 3 || seg[1] != "models" || seg[2].empty()) return not_found;
   // As Triton: every model's statistics (a model named "stats" is reached with /versions/).
@@ -243,6 +260,11 @@ void HandleV2Request(HttpRequest& request, const std::string& peer, FarmChannel&
       return done(std::move(answer));
     }
     case V2Route::kInfer: return HandleInfer(target, request, peer, channel, std::move(done));
+    case V2Route::kRepositoryIndex:
+    case V2Route::kRepositoryLoad:
+    case V2Route::kRepositoryUnload:
+    case V2Route::kLogging:
+      return HandleRepositoryHttp(target, request.body(), channel, std::move(done));
     default: return HandleMeta(target, channel, std::move(done));
   }
 }

@@ -2,10 +2,11 @@
 //
 // Owns: routing (GET /v2/health/live|ready, GET /v2,
 // GET /v2/models/{name}[/versions/{v}][/ready|/config|/stats], GET /v2/models/stats,
-// POST /v2/models/{name}[/versions/{v}]/infer; 404 unknown path, 405 wrong method), the farm calls
-// each route makes (kMetaTag for health and metadata, "http <peer>" for inference) and the status
-// and body of the answer. Knows nothing of sockets, keep-alive or limits (HttpSession does). Runs
-// on the FarmChannel's thread; `done` runs there too, exactly once.
+// POST /v2/models/{name}[/versions/{v}]/infer, POST /v2/repository/index,
+// POST /v2/repository/models/{name}/load|unload; 404 unknown path, 405 wrong method), the farm
+// calls each route makes (kMetaTag for health and metadata, "http <peer>" for inference) and the
+// status and body of the answer. Knows nothing of sockets, keep-alive or limits (HttpSession does).
+// Runs on the FarmChannel's thread; `done` runs there too, exactly once.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,11 @@ enum class V2Route {
   kModelReady,
   kModelConfig,
   kModelStats,
-  kInfer
+  kInfer,
+  kRepositoryIndex,   // POST /v2/repository/index (v2_repository.h)
+  kRepositoryLoad,    // POST /v2/repository/models/{name}/load
+  kRepositoryUnload,  // POST /v2/repository/models/{name}/unload
+  kLogging,           // GET /v2/logging (read) and POST (set): `model` holds the method
 };
 
 // A parsed request target. `http_status` is 0 when the target routes; else 404 or 405 (then

@@ -9,6 +9,8 @@
 
 #include "common/protocol.h"
 #include "common/tensor_spec.h"
+#include "supervisor/frontend/frontend_endpoint.h"
+#include "supervisor/frontend/v2_classification.h"
 #include "supervisor/frontend/v2_json_data.h"
 
 #ifndef TORCHFARM_VERSION
@@ -192,9 +194,20 @@ Status ParseOutputs(const json& outputs, V2InferRequest* out) {
       if (!params->is_object()) {
         return InvalidArgument(where + ".parameters: expected an object, got " + Got(*params));
       }
-      if (params->contains("classification") || params->contains("shared_memory_region")) {
-        return InvalidArgument(where + ".parameters: expected only binary_data; the "
-                               "classification and shared-memory extensions are not supported");
+      if (params->contains("shared_memory_region")) {
+        return InvalidArgument(where +
+                               ".parameters.shared_memory_region: the shared-memory "
+                               "extension is not supported");
+      }
+      if (auto count = params->find("classification"); count != params->end()) {
+        if (!count->is_number_integer() || count->get<int64_t>() < 1 ||
+            count->get<int64_t>() > kMaxClassCount) {
+          return InvalidArgument(where +
+                                 ".parameters.classification: expected a class count in "
+                                 "1.." +
+                                 std::to_string(kMaxClassCount) + ", got " + Got(*count));
+        }
+        requested.class_count = count->get<int64_t>();
       }
       if (auto binary = params->find("binary_data"); binary != params->end()) {
         if (!binary->is_boolean()) {
@@ -329,7 +342,8 @@ V2HttpBody WriteV2InferResponse(const V2InferResponse& response) {
     const V2Tensor& output = response.outputs[k];
     const bool binary = k < response.binary.size() && response.binary[k];
     DType dtype = DType::kFloat32;
-    DTypeFromV2(output.datatype, "outputs", &dtype);
+    const bool bytes = output.datatype == "BYTES";  // a classification (v2_classification.h)
+    if (!bytes) DTypeFromV2(output.datatype, "outputs", &dtype);
     if (k > 0) text += ',';
     text += "{\"name\":" + Quote(output.name) + ",\"datatype\":\"" + output.datatype +
             "\",\"shape\":" + json(output.shape).dump();
@@ -338,7 +352,11 @@ V2HttpBody WriteV2InferResponse(const V2InferResponse& response) {
       text += ",\"parameters\":{\"binary_data_size\":" + std::to_string(output.data.size()) + "}}";
     } else {
       text += ",\"data\":";
-      AppendJsonData(dtype, output.data.data(), output.data.size() / DTypeSize(dtype), &text);
+      if (bytes) {
+        text += BytesDataJson(output).dump(-1, ' ', false, json::error_handler_t::replace);
+      } else {
+        AppendJsonData(dtype, output.data.data(), output.data.size() / DTypeSize(dtype), &text);
+      }
       text += '}';
     }
   }
@@ -360,9 +378,10 @@ std::string V2ErrorBody(std::string_view message) {
 }
 
 std::string V2ServerMetadataBody() {
-  return json{{"name", "torchfarm"},
-              {"version", TORCHFARM_VERSION},
-              {"extensions", {"binary_tensor_data", "model_configuration", "statistics"}}}
+  json extensions = {"binary_tensor_data"};
+  for (const char* extension : kV2Extensions) extensions.push_back(extension);
+  return json{
+      {"name", "torchfarm"}, {"version", TORCHFARM_VERSION}, {"extensions", std::move(extensions)}}
       .dump();
 }
 

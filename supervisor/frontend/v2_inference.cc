@@ -1,5 +1,6 @@
 // The v2 <-> farm translation (v2_inference.h); the datatype names are common/dtype.h's.
 #include "supervisor/frontend/v2_inference.h"
+#include "supervisor/frontend/v2_classification.h"
 
 #include <algorithm>
 #include <array>
@@ -205,6 +206,10 @@ Status FromFarmReply(const V2InferRequest& request, const ReplyHeader& reply,
       tensor.data.copy(frames[k]);
     } else {
       tensor.data = std::move(frames[k]);
+    }
+    const size_t i = out->outputs.size();
+    if (i < request.outputs.size() && request.outputs[i].class_count > 0) {
+      if (Status s = ClassifyOutput(request.outputs[i].class_count, &tensor); !s.ok()) return s;
     }
     out->outputs.push_back(std::move(tensor));
   }

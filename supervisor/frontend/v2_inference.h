@@ -53,6 +53,9 @@ struct V2Tensor {
 struct V2RequestedOutput {
   std::string name;
   bool binary = false;  // HTTP binary extension: "binary_data": true
+  // Triton's classification extension: > 0 returns the top class_count as BYTES
+  // (v2_classification.h).
+  int64_t class_count = 0;
 };
 
 struct V2InferRequest {

@@ -27,6 +27,11 @@ bool IsMpsServerFault(const std::string& reason) {
 
 constexpr int kRequestDoorbellFd = 3;
 constexpr int kResponseDoorbellFd = 4;
+
+std::string ProbeJson(const ModelConfig& model) {
+  const auto batches = OutputProbeBatches(model);
+  return batches.empty() ? std::string() : WarmupToJson(batches);
+}
 }  // namespace
 
 const char* SlotStateName(SlotState state) {
@@ -70,6 +75,7 @@ WorkerSlot::WorkerSlot(int id, const ModelConfig& model, const InstanceConfig& i
       instance_(instance),
       pipeline_json_(PipelineToJson(model.pipeline)),
       warmup_json_(model.warmup.empty() ? std::string() : WarmupToJson(model.warmup)),
+      probe_json_(ProbeJson(model)),
       ring_slots_(model.ring_slots),
       slot_data_bytes_(model.slot_bytes),
       max_inflight_(model.max_inflight_per_worker),
@@ -110,6 +116,7 @@ ipc::WorkerLaunchArgs WorkerSlot::LaunchArgs(const LaunchContext& context) const
   args.heartbeat_ms = context.heartbeat_ms;
   args.log_level = context.log_level;
   args.warmup = warmup_json_;
+  args.probe = probe_json_;
   args.pipeline = pipeline_json_;
   args.idle_spin_us = instance_.idle_spin_us;
   if (device_.rfind("cuda", 0) == 0) {
@@ -407,6 +414,7 @@ void WorkerSlot::UpdateConfig(const ModelConfig& model, const InstanceConfig& in
   slot_data_bytes_ = model.slot_bytes;
   max_inflight_ = model.max_inflight_per_worker;
   warmup_json_ = model.warmup.empty() ? std::string() : WarmupToJson(model.warmup);
+  probe_json_ = ProbeJson(model);
   pipeline_json_ = PipelineToJson(model.pipeline);
   if (!fallen_back_) device_ = instance.device;
   instance_ = instance;

@@ -313,6 +313,7 @@ class WorkerSlot {
   InstanceConfig instance_;
   std::string pipeline_json_;  // the model's stages as the worker's --pipeline takes them
   std::string warmup_json_;  // the model's warm-up batches as the worker's --warmup takes them
+  std::string probe_json_;   // --probe: OutputProbeBatches (common/config.h); empty: none
   int ring_slots_;
   uint64_t slot_data_bytes_;
   int max_inflight_;

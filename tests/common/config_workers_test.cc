@@ -65,5 +65,39 @@ TEST(ConfigWorkersTest, WorkerLaunchIsZygoteOrExec) {
   EXPECT_NE(ParseError(j).find("config.worker_launch"), std::string::npos);
 }
 
+// Issue 30 item 5: a model with inputs only gets dry runs at load that learn its outputs.
+TEST(ConfigWorkersTest, OutputProbeBatchesOnlyWhenNothingElseReportsOutputs) {
+  json j = MinimalConfig();
+  j["models"][0]["inputs"] = json::parse(
+      R"([{"dtype": "float32", "shape": [-1, 4]}, {"dtype": "int64", "shape": [-1, -1, 3]}])");
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  auto batches = OutputProbeBatches(c.models[0]);
+  ASSERT_EQ(batches.size(), 2u) << "a variable dim past the batch's: two sizes";
+  EXPECT_EQ(batches[0][0].shape, (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(batches[0][1].shape, (std::vector<int64_t>{1, kProbeDimSmall, 3}));
+  EXPECT_EQ(batches[1][1].shape, (std::vector<int64_t>{2, kProbeDimLarge, 3}));
+  EXPECT_EQ(batches[1][1].dtype, DType::kInt64);
+  std::vector<std::vector<TensorSpec>> back;
+  ASSERT_TRUE(WarmupFromJson(WarmupToJson(batches), &back).ok());
+  EXPECT_EQ(back[1][1].shape, batches[1][1].shape);
+
+  ASSERT_TRUE(ParseConfig(MinimalConfig(), "/base", &c).ok());
+  ASSERT_EQ(OutputProbeBatches(c.models[0]).size(), 2u) << "max_batch_size 1: rows vary too";
+  EXPECT_EQ(OutputProbeBatches(c.models[0])[1][0].shape, (std::vector<int64_t>{2, 4}));
+  j = MinimalConfig();
+  j["models"][0]["max_batch_size"] = 8;
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  ASSERT_EQ(OutputProbeBatches(c.models[0]).size(), 1u) << "only the batch dim varies: one run";
+  j = MinimalConfig();
+  j["models"][0]["outputs"] = json::parse(R"([{"dtype": "float32", "shape": [-1, 2]}])");
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  EXPECT_TRUE(OutputProbeBatches(c.models[0]).empty()) << "declared outputs";
+  j = MinimalConfig();
+  j["models"][0]["warmup"] = json::array({1});
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  EXPECT_TRUE(OutputProbeBatches(c.models[0]).empty()) << "warm-up reports them";
+}
+
 }  // namespace
 }  // namespace torchfarm

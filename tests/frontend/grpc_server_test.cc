@@ -245,11 +245,16 @@ TEST_F(GrpcServerTest, MalformedRequestsAreInvalidArgumentAndNeverReachTheFarm) 
              "region0");
        },
        "shared-memory extension"},
-      {"classification",
+      {"classification as a string",
        [](auto* r) {
-         (*r->add_outputs()->mutable_parameters())["classification"].set_int64_param(3);
+         (*r->add_outputs()->mutable_parameters())["classification"].set_string_param("3");
        },
-       "classification"},
+       "outputs[0].parameters.classification: expected an int64_param class count"},
+      {"classification 0",
+       [](auto* r) {
+         (*r->add_outputs()->mutable_parameters())["classification"].set_int64_param(0);
+       },
+       "outputs[0].parameters.classification"},
       // Each repeat used to copy the output's bytes once more: a few MB of repeated names made
       // the supervisor allocate without bound.
       {"output twice",

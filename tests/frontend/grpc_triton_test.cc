@@ -1,6 +1,9 @@
 // GrpcServer as Triton's clients meet it (issue 30): ModelReady false for an unknown model,
-// priority and timeout as uint64_param, ModelConfig and ModelStatistics; against the fake loop of
-// grpc_server_fixture.h.
+// priority and timeout as uint64_param, ModelConfig and ModelStatistics, ModelStreamInfer; against
+// the fake loop of grpc_server_fixture.h.
+#include <map>
+
+#include "supervisor/frontend/grpc_stream.h"
 #include "tests/frontend/grpc_server_fixture.h"
 
 namespace torchfarm {
@@ -49,7 +52,8 @@ TEST_F(GrpcTritonTest, ModelConfigAndStatisticsAreTritonsMessages) {
   inference::ServerMetadataResponse server;
   ASSERT_TRUE(stub_->ServerMetadata(&server_context, {}, &server).ok());
   EXPECT_EQ(std::vector<std::string>(server.extensions().begin(), server.extensions().end()),
-            (std::vector<std::string>{"model_configuration", "statistics"}));
+            (std::vector<std::string>{"model_configuration", "statistics", "model_repository",
+                                      "classification", "logging"}));
 
   grpc::ClientContext config_context;
   inference::ModelConfigRequest config_request;
@@ -113,6 +117,58 @@ TEST_F(GrpcTritonTest, PriorityAndTimeoutComeAsUint64ParamToo) {
   EXPECT_NE(status.error_message().find("got no value of those kinds"), std::string::npos);
   request.mutable_parameters()->erase("priority");
   EXPECT_TRUE(Infer(request, &response).ok());
+}
+
+// ModelStreamInfer (issue 30): one response per request, errors in error_message with the
+// stream going on; past kStreamWindow unanswered requests the server stops reading the stream.
+TEST_F(GrpcTritonTest, StreamAnswersEachRequestAndStopsReadingPastItsWindow) {
+  grpc::ClientContext context;
+  auto stream = stub_->ModelStreamInfer(&context);
+  inference::ModelInferRequest good = RawRequest("identity", {1, 2});
+  good.set_id("a");
+  inference::ModelInferRequest bad = good;
+  bad.set_id("b");
+  bad.mutable_inputs(0)->set_datatype("FP33");
+  inference::ModelInferRequest failing = RawRequest("fail_INTERNAL", {1, 2});
+  failing.set_id("c");
+  for (const auto* request : {&good, &bad, &failing}) ASSERT_TRUE(stream->Write(*request));
+  std::map<std::string, inference::ModelStreamInferResponse> got;
+  for (int i = 0; i < 3; ++i) {
+    inference::ModelStreamInferResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    got[response.infer_response().id()] = response;
+  }
+  EXPECT_EQ(got["a"].error_message(), "");
+  ASSERT_EQ(got["a"].infer_response().raw_output_contents_size(), 1);
+  EXPECT_EQ(got["a"].infer_response().raw_output_contents(0), good.raw_input_contents(0));
+  EXPECT_NE(got["b"].error_message().find("FP33"), std::string::npos);
+  EXPECT_EQ(got["c"].error_message(), "fake INTERNAL");
+
+  // The farm never answers "silent": the stream holds kStreamWindow of them and reads no more.
+  const inference::ModelInferRequest silent = RawRequest("silent", {1, 2});
+  for (int i = 0; i < kStreamWindow + 50; ++i) ASSERT_TRUE(stream->Write(silent));
+  auto pending = [&] { return channels_[0]->pending() + channels_[1]->pending(); };
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (pending() < static_cast<size_t>(kStreamWindow) &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(pending(), static_cast<size_t>(kStreamWindow));
+  context.TryCancel();
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // The server goes on: a unary call, and a fresh stream, are answered.
+  inference::ModelInferResponse response;
+  EXPECT_TRUE(Infer(good, &response).ok());
+  grpc::ClientContext again;
+  auto next = stub_->ModelStreamInfer(&again);
+  ASSERT_TRUE(next->Write(good));
+  ASSERT_TRUE(next->WritesDone());
+  inference::ModelStreamInferResponse last;
+  ASSERT_TRUE(next->Read(&last));
+  EXPECT_EQ(last.error_message(), "");
+  EXPECT_FALSE(next->Read(&last));
+  EXPECT_TRUE(next->Finish().ok());
 }
 
 }  // namespace

@@ -273,10 +273,17 @@ TEST(V2HttpCodecTest, EveryRequestErrorSaysWhatWasExpectedAndWhatCame) {
   EXPECT_EQ(ParseError("{" + one +
                        ", \"outputs\": [{\"name\": \"y\", \"parameters\": {\"binary_data\": 1}}]}"),
             "outputs[0].parameters.binary_data: expected true or false, got number 1");
-  EXPECT_NE(ParseError("{" + one + ", \"outputs\": [{\"name\": \"y\", \"parameters\": "
-                                   "{\"classification\": 3}}]}")
-                .find("classification"),
-            std::string::npos);
+  // Classification (issue 30): a class count in 1..2^30, nothing else.
+  for (const char* count :
+       {"0", "-1", "\"3\"", "2.5", "1099511627776", "18446744073709551615", "null", "[3]"}) {
+    EXPECT_NE(ParseError("{" + one +
+                         ", \"outputs\": [{\"name\": \"y\", \"parameters\": "
+                         "{\"classification\": " +
+                         count + "}}]}")
+                  .find("outputs[0].parameters.classification: expected a class count in 1.."),
+              std::string::npos)
+        << count;
+  }
 }
 
 V2Tensor Output(const std::string& name, const std::string& datatype, std::vector<int64_t> shape,
@@ -346,7 +353,8 @@ TEST(V2HttpCodecTest, MetadataAndErrorBodies) {
   EXPECT_EQ(server["name"], "torchfarm");
   EXPECT_TRUE(server["version"].is_string());
   EXPECT_EQ(server["extensions"],
-            json::array({"binary_tensor_data", "model_configuration", "statistics"}));
+            json::array({"binary_tensor_data", "model_configuration", "statistics",
+                         "model_repository", "classification", "logging"}));
   json model = json::parse(R"({"name": "m", "versions": ["1"], "platform": "pytorch_libtorch",
       "ready": true, "inputs": [{"name": "INPUT__0", "datatype": "FP32", "shape": [-1, 4]}],
       "outputs": []})");

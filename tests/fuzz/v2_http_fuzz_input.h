@@ -9,7 +9,8 @@
 // Every input is also decoded as a gzip and as a deflate Content-Encoding body
 // (supervisor/frontend/content_encoding.h) with a kFuzzMaxDecodedBytes bound: the decoder answers
 // 400 or 413 with a message, or bytes within the bound; an input that decodes is then parsed as
-// the body it decodes to (seeds v2_corpus/gzip_* and deflate_*). Any broken invariant aborts.
+// the body it decodes to (seeds v2_corpus/gzip_* and deflate_*). Every third accepted input is
+// also classified (v2_classification.h) as an output would be. Any broken invariant aborts.
 #pragma once
 
 #include <cstddef>

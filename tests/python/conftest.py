@@ -85,6 +85,11 @@ def _config(scratch: Path, models: Path) -> dict:
         model("mlp", "mlp.pt", [{"dtype": "float32", "shape": [-1, 256]}],
               max_batch_size=8, max_queue_delay_us=200),
         model("slow", "slow.pt", [{"dtype": "float32", "shape": [-1, 4]}]),
+        # Inputs only, no warm-up, never inferred: their metadata lists the outputs the worker's
+        # dry run at load found (test_triton_compat.py).
+        model("probed_mlp", "mlp.pt", [{"dtype": "float32", "shape": [-1, 256]}],
+              max_batch_size=8),
+        model("probed_identity", "identity.pt", [{"dtype": "int32", "shape": [-1, -1]}]),
         model("add2", "add2.pt", [{"name": "x", "dtype": "float32", "shape": [-1, 3]},
                                   {"name": "y", "dtype": "float32", "shape": [-1, 3]}],
               outputs=[{"name": "sum", "dtype": "float32", "shape": [-1, 3]}]),

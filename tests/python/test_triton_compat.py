@@ -64,6 +64,27 @@ def test_is_model_ready_of_an_unknown_model_is_false(http_client, grpc_client):
         http_client.get_model_metadata("no_such_model")
 
 
+# --- item 5: metadata lists the outputs at ready, learned by a dry run at load --------------------
+
+def test_metadata_has_outputs_at_ready_without_a_request(farm, http_client, grpc_client):
+    # Nothing infers probed_* in this session: the outputs come from the worker's dry run.
+    mlp = http_client.get_model_metadata("probed_mlp")
+    assert mlp["outputs"] == [{"name": "OUTPUT__0", "datatype": "FP32", "shape": [-1, 128]}]
+    grpc_mlp = grpc_client.get_model_metadata("probed_mlp")
+    assert [(o.name, o.datatype, list(o.shape)) for o in grpc_mlp.outputs] == \
+        [("OUTPUT__0", "FP32", [-1, 128])]
+    # A variable input dim gives a variable output dim (two dry runs at different sizes).
+    identity = http_client.get_model_metadata("probed_identity")
+    assert identity["outputs"] == [{"name": "OUTPUT__0", "datatype": "INT32", "shape": [-1, -1]}]
+    grpc_identity = grpc_client.get_model_metadata("probed_identity")
+    assert [list(o.shape) for o in grpc_identity.outputs] == [[-1, -1]]
+    config = http_client.get_model_config("probed_mlp")
+    assert [(o["name"], o["data_type"], o["dims"]) for o in config["output"]] == \
+        [("OUTPUT__0", "TYPE_FP32", [128])]
+    stats = http_client.get_inference_statistics("probed_mlp")["model_stats"][0]
+    assert stats["execution_count"] == 0  # the dry run is not a request
+
+
 # --- items 1 and 7: priority as tritonclient sends it ---------------------------------------------
 
 @pytest.mark.parametrize("priority", [0, 1, 2, 2**40])
@@ -213,3 +234,110 @@ def test_grpc_model_statistics(grpc_client):
     assert "statistics" in grpc_client.get_server_metadata().extensions
     everything = grpc_client.get_inference_statistics(as_json=True)["model_stats"]
     assert {"add2", "mlp"} <= {entry["name"] for entry in everything}
+
+
+# --- item 6 (part): gRPC streaming (ModelStreamInfer) -------------------------------------------
+
+def test_grpc_stream_of_1000_requests_with_64_in_flight(farm):
+    import queue
+    import threading
+
+    client = grpcclient.InferenceServerClient(url=farm.grpc_endpoint)
+    answers: "queue.Queue" = queue.Queue()
+    window = threading.Semaphore(64)
+
+    def callback(result, error):
+        answers.put((result, error))
+        window.release()
+
+    client.start_stream(callback=callback)
+    expected = {}
+    bad = 500
+    try:
+        for i in range(1000):
+            window.acquire()
+            if i == bad:  # wrong width: this one fails, the stream goes on
+                x = np.zeros((1, 4), dtype=np.float32)
+                inputs = [grpcclient.InferInput("x", [1, 4], "FP32"),
+                          grpcclient.InferInput("y", [1, 4], "FP32")]
+                inputs[0].set_data_from_numpy(x)
+                inputs[1].set_data_from_numpy(x)
+            else:
+                inputs, expected[str(i)] = add2_inputs(grpcclient, rows=1 + i % 4, seed=i)
+            client.async_stream_infer("add2", inputs, request_id=str(i),
+                                      outputs=[grpcclient.InferRequestedOutput("sum")])
+        got, errors = {}, []
+        for _ in range(1000):
+            result, error = answers.get(timeout=60)
+            if error is not None:
+                errors.append(str(error))
+            else:
+                got[result.get_response().id] = result.as_numpy("sum")
+    finally:
+        client.stop_stream()
+        client.close()
+    assert len(errors) == 1 and "shape" in errors[0], errors
+    assert sorted(got) == sorted(expected)
+    for key, value in expected.items():
+        np.testing.assert_array_equal(got[key], value)
+
+
+def test_grpc_stream_hostile_requests_then_a_good_one(farm):
+    import queue
+
+    client = grpcclient.InferenceServerClient(url=farm.grpc_endpoint)
+    answers: "queue.Queue" = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        x = np.zeros((1, 3), dtype=np.float32)
+        good, _ = add2_inputs(grpcclient, rows=1)
+        lying = [grpcclient.InferInput("x", [1, 3], "FP32"),
+                 grpcclient.InferInput("y", [1, 3], "FP32")]
+        lying[0].set_data_from_numpy(x)
+        lying[1].set_data_from_numpy(x)
+        lying[0]._input.shape[:] = [1000, 3]  # says 1,000 rows, carries one
+        client.async_stream_infer("add2", lying, request_id="lying")
+        client.async_stream_infer("no_such_model", good, request_id="unknown")
+        wrong_type = [grpcclient.InferInput("x", [1, 3], "FP32")]
+        wrong_type[0].set_data_from_numpy(x)
+        wrong_type[0]._input.datatype = "FP33"
+        client.async_stream_infer("add2", wrong_type, request_id="type")
+        errors = [answers.get(timeout=30)[1] for _ in range(3)]
+        assert all(e is not None for e in errors), errors
+        text = " ".join(str(e) for e in errors)
+        assert "not served here" in text and "FP33" in text
+        inputs, expected = add2_inputs(grpcclient, rows=3)
+        client.async_stream_infer("add2", inputs, request_id="good")
+        result, error = answers.get(timeout=30)
+        assert error is None, error
+        np.testing.assert_array_equal(result.as_numpy("sum"), expected)
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+# --- item 6 (part): classification (class_count) as Triton's "score:index" BYTES ---------------
+
+def test_classification_top_k_http_and_grpc(http_client, grpc_client):
+    for client, module in ((http_client, httpclient), (grpc_client, grpcclient)):
+        for binary in ((True, False) if module is httpclient else (True,)):
+            inputs, expected = add2_inputs(module, rows=3, seed=7)
+            kwargs = {"binary_data": binary} if module is httpclient else {}
+            result = client.infer("add2", inputs, outputs=[
+                module.InferRequestedOutput("sum", class_count=2, **kwargs)])
+            top = result.as_numpy("sum")
+            assert top.shape == (3, 2)
+            for row, values in enumerate(expected):
+                order = sorted(range(3), key=lambda i: (-values[i], i))[:2]
+                want = [f"{values[i]:f}:{i}" for i in order]
+                got = [t.decode() if isinstance(t, bytes) else str(t) for t in top[row]]
+                assert got == want, (module.__name__, binary, got, want)
+    assert "classification" in http_client.get_server_metadata()["extensions"]
+    # Hostile class counts, then a good request.
+    inputs, _ = add2_inputs(httpclient)
+    for count in (-3, -1):
+        with pytest.raises(InferenceServerException, match="classification"):
+            http_client.infer("add2", inputs, outputs=[
+                httpclient.InferRequestedOutput("sum", class_count=count)])
+    result = http_client.infer("add2", inputs, outputs=[httpclient.InferRequestedOutput("sum")])
+    assert result.as_numpy("sum").dtype == np.float32

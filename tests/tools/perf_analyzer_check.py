@@ -8,7 +8,8 @@ runs tools/perf-analyzer (2.51.0 from .venv-perf-analyzer, tools/install-deps.sh
 HTTP at concurrency 1..16: each run must exit 0, report a throughput above 0 at every
 concurrency, and print no error. perf_analyzer reads the model's configuration first over HTTP;
 the HTTP run is made when the farm's server metadata advertises "model_configuration" (it is
-skipped, saying so, on a farm that does not), over gRPC it runs either way with --shape. Exit 77
+skipped, saying so, on a farm that does not), over gRPC it runs either way with --shape; gRPC
+also with --streaming (ModelStreamInfer). Exit 77
 (ctest: skipped) without perf_analyzer. Standard library only.
 """
 import json
@@ -103,6 +104,10 @@ class PerfAnalyzerTest(unittest.TestCase):
                           f"client stops at 'failed to get model config' (extensions: "
                           f"{self.extensions})")
         self.run_perf_analyzer("http", f"127.0.0.1:{self.http}", [])
+
+    def test_grpc_streaming_at_concurrency_1_to_16(self):
+        # ModelStreamInfer: one stream per concurrent client, one response per request.
+        self.run_perf_analyzer("grpc", f"127.0.0.1:{self.grpc}", ["--streaming"])
 
 
 if __name__ == "__main__":

@@ -99,9 +99,16 @@ TEST(ModelMetadataTest, ReadyMessageOutputsRoundTrip) {
   std::vector<TensorSpec> read;
   ASSERT_TRUE(ipc::ReadyOutputsFromMessage(ready, &read));
   EXPECT_EQ(read, outputs);
+  // -1: a dim the worker's dry runs found variable (issue 30, common/config.h OutputProbeBatches).
+  std::vector<TensorSpec> variable;
+  ASSERT_TRUE(ipc::ReadyOutputsFromMessage(
+      json::parse(R"({"outputs":[{"dtype":"float32","shape":[-1, 3]}]})"), &variable));
+  EXPECT_EQ(variable, (std::vector<TensorSpec>{TensorSpec{DType::kFloat32, {-1, 3}}}));
   EXPECT_FALSE(ipc::ReadyOutputsFromMessage(json{{"type", "ready"}}, &read));
   EXPECT_FALSE(ipc::ReadyOutputsFromMessage(
-      json::parse(R"({"outputs":[{"dtype":"float32","shape":[-1]}]})"), &read));
+      json::parse(R"({"outputs":[{"dtype":"float32","shape":[-2]}]})"), &read));
+  EXPECT_FALSE(ipc::ReadyOutputsFromMessage(
+      json::parse(R"({"outputs":[{"dtype":"float99","shape":[1]}]})"), &read));
   EXPECT_FALSE(ipc::ReadyOutputsFromMessage(json::parse(R"({"outputs":"x"})"), &read));
   EXPECT_EQ(read, outputs) << "a refused message leaves the output untouched";
 }
