@@ -175,7 +175,7 @@ install_browser_driver() {
   local want have
   want=$(sed -n 's/.*"playwright-core": "\([0-9.]*\)".*/\1/p' $dir/package.json)
   have=$(sed -n 's/.*"version": "\([0-9.]*\)".*/\1/p' \
-         $dir/node_modules/playwright-core/package.json 2>/dev/null | head -n 1)
+         $dir/node_modules/playwright-core/package.json 2>/dev/null | head -n 1 || true)
   if [ -n "$want" ] && [ "$want" = "$have" ]; then
     echo "install-deps: $dir/node_modules holds playwright-core $have"
     return
