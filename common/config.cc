@@ -122,11 +122,10 @@ static Status ParseFrontendEndpoint(const json& j, const char* key, const FarmCo
 static Status ParseFrontend(const json& j, const std::string& base_dir, FrontendConfig* out) {
   const std::string where = "config.frontend";
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
-  Status s = CheckKeys(
-      j, where,
-      {"threads", "max_connections", "idle_timeout_ms", "request_timeout_ms", "max_header_bytes",
-       "max_body_bytes", "max_inflight_body_bytes", "tls", "dashboard", "model_control",
-       "log_control"});
+  Status s = CheckKeys(j, where,
+                       {"threads", "max_connections", "idle_timeout_ms", "request_timeout_ms",
+                        "max_header_bytes", "max_body_bytes", "max_inflight_body_bytes", "tls",
+                        "dashboard", "model_control", "log_control"});
   if (!s.ok()) return s;
   FrontendConfig f;
   if (s = GetBool(j, "model_control", where, &f.model_control); !s.ok()) return s;
