@@ -24,6 +24,26 @@ def _random(dtype: str, shape=(3, 5)) -> np.ndarray:
     return random_array(RNG, dtype, shape)
 
 
+def _slow_input(endpoint: str, seconds: float) -> np.ndarray:
+    """An input that keeps the slow model busy about `seconds` on this machine.
+
+    The slow model runs x[0, 0] matmuls of 128x128; one of them costs 0.025 ms on a fast core and
+    0.3 ms on a slow one, so a fixed count is either too short to outlast a client's timeout or
+    minutes long. Two calibration runs of 2,000 (the faster counts) decide the count here.
+    """
+    probe = np.zeros((1, 4), np.float32)
+    probe[0, 0] = 2000
+    best = float("inf")
+    with torchfarm.Client(endpoint, timeout=30) as c:
+        for _ in range(2):
+            start = time.monotonic()
+            c.infer("slow", probe)
+            best = min(best, time.monotonic() - start)
+    x = np.zeros((1, 4), np.float32)
+    x[0, 0] = min(2_000_000, max(20_000, int(seconds * 2000 / max(best, 1e-4))))
+    return x
+
+
 @pytest.mark.parametrize("dtype", IDENTITY_DTYPES)
 def test_identity_returns_the_exact_input(client, dtype):
     x = _random(dtype)
@@ -85,10 +105,9 @@ def test_wrong_shape_raises_invalid_argument(client):
 
 
 def test_client_timeout_raises_deadline_exceeded(farm):
-    x = np.zeros((1, 4), np.float32)
-    # 20000 matmuls of 128x128: 0.8 s at 0.04 ms each, 6 s at the 0.3 ms of one slow core; the
-    # session's farm runs it to the end, so later tests of the slow model wait for it.
-    x[0, 0] = 20000
+    # About 1.5 s of work, well past the client's 0.5 s; the session's farm runs it to the end, so
+    # later tests of the slow model wait for it.
+    x = _slow_input(farm.endpoint, 1.5)
     with torchfarm.Client(farm.endpoint, timeout=0.5) as client:
         start = time.monotonic()
         with pytest.raises(torchfarm.DeadlineExceeded) as info:
@@ -163,10 +182,8 @@ def test_async_client_timeout_and_admin(farm):
         client = torchfarm.AsyncClient(farm.endpoint, timeout=0.3,
                                        admin_endpoint=farm.admin_endpoint)
         try:
-            x = np.zeros((1, 4), np.float32)
-            # 40000 matmuls of 128x128: >= 1 s at the 0.027 ms of this machine's fastest runs,
-            # well past the 0.3 s the client waits (10000 finished in 0.27 s there).
-            x[0, 0] = 40000
+            # About 1.2 s of work, well past the 0.3 s the client waits.
+            x = _slow_input(farm.endpoint, 1.2)
             with pytest.raises(torchfarm.DeadlineExceeded, match="no reply from"):
                 await client.infer("slow", x, deadline=0.1)
             return await client.health()
