@@ -114,11 +114,12 @@ test-debian: deps
 #   make test-asan  ASan+UBSan build of the non-LibTorch parts in build-asan; runs their unit tests
 #                   and the end-to-end security tests against a sanitized supervisor (the workers,
 #                   torchfarm-mkmodel and the torchfarm CLI come unsanitized from $(BUILD_DIR)).
-#   make fuzz       libFuzzer for FUZZ_SECONDS in all (clang-14, build-fuzz), split five ways
+#   make fuzz       libFuzzer for FUZZ_SECONDS in all (clang-14, build-fuzz), split six ways
 #                   between request intake (protocol_fuzzer), the ring slot decoders
 #                   (slot_codec_fuzzer), the supervisor's reader of a worker's rings
-#                   (ring_reader_fuzzer), the v2 HTTP request parser (v2_http_fuzzer) and the JPEG
-#                   decoder (jpeg_fuzzer); crash inputs land in build-fuzz/artifacts/: copy them to
+#                   (ring_reader_fuzzer), the v2 HTTP request parser (v2_http_fuzzer), the v2 gRPC
+#                   request conversion and the system shared memory parsers (v2_grpc_fuzzer) and
+#                   the JPEG decoder (jpeg_fuzzer); crash inputs land in build-fuzz/artifacts/: copy them to
 #                   tests/fuzz/regressions/, tests/fuzz/slot_codec_regressions/,
 #                   tests/fuzz/ring_reader_corpus/, tests/fuzz/v2_regressions/ or
 #                   tests/fuzz/jpeg_regressions/.
@@ -135,12 +136,13 @@ FUZZ_DIR ?= build-fuzz
 FUZZ_SECONDS ?= 60
 # OSS-Fuzz's optimisation and debug level: line tables are all a crash report needs.
 FUZZ_OPT ?= -O1 -gline-tables-only
-# One total for the five fuzzers (the last takes the remainder); each gets at least a second.
-FUZZ_PROTOCOL_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 5 )); echo $$(( s > 0 ? s : 1 )))
-FUZZ_SLOT_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 5 )); echo $$(( s > 0 ? s : 1 )))
-FUZZ_RING_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 5 )); echo $$(( s > 0 ? s : 1 )))
-FUZZ_V2_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 5 )); echo $$(( s > 0 ? s : 1 )))
-FUZZ_JPEG_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) - 4 * ($(FUZZ_SECONDS) / 5) )); echo $$(( s > 0 ? s : 1 )))
+# One total for the six fuzzers (the last takes the remainder); each gets at least a second.
+FUZZ_PROTOCOL_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 6 )); echo $$(( s > 0 ? s : 1 )))
+FUZZ_SLOT_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 6 )); echo $$(( s > 0 ? s : 1 )))
+FUZZ_RING_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 6 )); echo $$(( s > 0 ? s : 1 )))
+FUZZ_V2_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 6 )); echo $$(( s > 0 ? s : 1 )))
+FUZZ_V2_GRPC_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) / 6 )); echo $$(( s > 0 ? s : 1 )))
+FUZZ_JPEG_SECONDS = $(shell s=$$(( $(FUZZ_SECONDS) - 5 * ($(FUZZ_SECONDS) / 6) )); echo $$(( s > 0 ? s : 1 )))
 
 test-asan: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target torchfarm-worker torchfarm-mkmodel torchfarm
@@ -160,9 +162,10 @@ fuzz:
 	CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(FUZZ_OPT) -DNDEBUG" -DTORCHFARM_FUZZ=ON
 	cmake --build $(FUZZ_DIR) -j $(JOBS) --target protocol_fuzzer slot_codec_fuzzer v2_http_fuzzer \
-	  jpeg_fuzzer ring_reader_fuzzer
+	  v2_grpc_fuzzer jpeg_fuzzer ring_reader_fuzzer
 	mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/slot_codec_corpus $(FUZZ_DIR)/v2_corpus \
-	  $(FUZZ_DIR)/jpeg_corpus $(FUZZ_DIR)/ring_reader_corpus $(FUZZ_DIR)/artifacts
+	  $(FUZZ_DIR)/v2_grpc_corpus $(FUZZ_DIR)/jpeg_corpus $(FUZZ_DIR)/ring_reader_corpus \
+	  $(FUZZ_DIR)/artifacts
 	$(FUZZ_DIR)/bin/protocol_fuzzer -max_total_time=$(FUZZ_PROTOCOL_SECONDS) -max_len=80000 \
 	  -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/ \
 	  $(FUZZ_DIR)/corpus tests/fuzz/corpus
@@ -175,6 +178,9 @@ fuzz:
 	$(FUZZ_DIR)/bin/v2_http_fuzzer -max_total_time=$(FUZZ_V2_SECONDS) -max_len=80000 \
 	  -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/v2-http- \
 	  $(FUZZ_DIR)/v2_corpus tests/fuzz/v2_corpus
+	$(FUZZ_DIR)/bin/v2_grpc_fuzzer -max_total_time=$(FUZZ_V2_GRPC_SECONDS) -max_len=16384 \
+	  -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/v2-grpc- \
+	  $(FUZZ_DIR)/v2_grpc_corpus tests/fuzz/v2_grpc_corpus
 	$(FUZZ_DIR)/bin/jpeg_fuzzer -max_total_time=$(FUZZ_JPEG_SECONDS) -max_len=16384 \
 	  -timeout=10 -rss_limit_mb=2048 -artifact_prefix=$(FUZZ_DIR)/artifacts/jpeg- \
 	  $(FUZZ_DIR)/jpeg_corpus tests/fuzz/jpeg_corpus

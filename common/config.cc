@@ -125,11 +125,12 @@ static Status ParseFrontend(const json& j, const std::string& base_dir, Frontend
   Status s = CheckKeys(j, where,
                        {"threads", "max_connections", "idle_timeout_ms", "request_timeout_ms",
                         "max_header_bytes", "max_body_bytes", "max_inflight_body_bytes", "tls",
-                        "dashboard", "model_control", "log_control"});
+                        "dashboard", "model_control", "log_control", "system_shared_memory"});
   if (!s.ok()) return s;
   FrontendConfig f;
   if (s = GetBool(j, "model_control", where, &f.model_control); !s.ok()) return s;
   if (s = GetBool(j, "log_control", where, &f.log_control); !s.ok()) return s;
+  if (s = GetBool(j, "system_shared_memory", where, &f.system_shared_memory); !s.ok()) return s;
   if (s = GetInt(j, "threads", where, 1, 64, &f.threads); !s.ok()) return s;
   if (s = GetBool(j, "dashboard", where, &f.dashboard); !s.ok()) return s;
   if (s = GetInt(j, "max_connections", where, 1, 1'000'000, &f.max_connections); !s.ok()) return s;

@@ -210,6 +210,10 @@ struct FrontendConfig {
   // The v2 logging extension's changes (POST /v2/logging, gRPC LogSettings with settings): off by
   // default; reading the settings is always served.
   bool log_control = false;
+  // Triton's system shared memory extension (docs/kserve-v2.md, "System shared memory"): off by
+  // default; on, loopback clients (127.0.0.0/8, ::1, unix sockets) may register POSIX shared-memory
+  // objects of the supervisor's user and name them in inference requests.
+  bool system_shared_memory = false;
   bool enabled() const { return !http_endpoint.empty() || !grpc_endpoint.empty(); }
 };
 

@@ -389,6 +389,11 @@ Status ReadOptionalFields(const json& j, RequestHeader* out) {
     if (Status s = ShmRefFromJson(*o, "header field 'output_shm'", true, &out->output_shm); !s.ok())
       return s;
   }
+  if (auto o = j.find("outputs_shm"); o != j.end()) {
+    if (Status s = OutputPlacesFromJson(*o, "header field 'outputs_shm'", &out->output_places);
+        !s.ok())
+      return s;
+  }
   return Status::Ok();
 }
 
@@ -396,10 +401,10 @@ Status ReadOptionalFields(const json& j, RequestHeader* out) {
 Status CheckHeaderFields(const json& j) {
   for (const auto& [key, value] : j.items()) {
     if (key != "v" && key != "id" && key != "op" && key != "model" && key != "version" &&
-        key != "inputs" && key != "timeout_ms" && key != "priority" && key != "output_shm") {
+        key != "inputs" && key != "timeout_ms" && key != "priority" && key != "output_shm" && key != "outputs_shm") {
       return InvalidArgument("header: unknown field '" + key +
                              "' (expected v, id, op, model, version, inputs, timeout_ms, "
-                             "priority, output_shm)");
+                             "priority, output_shm, outputs_shm)");
     }
   }
   return Status::Ok();

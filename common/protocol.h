@@ -65,6 +65,9 @@ struct RequestHeader {
   // entries travel as data frames); output_shm.used(): outputs go to that range, not to frames.
   std::vector<ShmRef> input_shm;
   ShmRef output_shm;
+  // The v2 front ends' outputs in system shared memory ("outputs_shm", shm_reference.h); the
+  // job socket refuses them (supervisor/intake/job_intake.cc).
+  std::vector<OutputPlace> output_places;
   // Commands instead of inference: shm_create takes shm_bytes, shm_release shm_region.
   RequestOp op = RequestOp::kInfer;
   uint64_t shm_bytes = 0;

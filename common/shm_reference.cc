@@ -50,6 +50,55 @@ Status ShmRefFromJson(const json& j, const std::string& where, bool is_output, S
   return Status::Ok();
 }
 
+Status OutputPlacesFromJson(const json& j, const std::string& where,
+                            std::vector<OutputPlace>* out) {
+  const char* expected = "[{\"name\", \"region\", \"offset\", \"bytes\"}]";
+  if (!j.is_array() || j.empty() || j.size() > kMaxOutputPlaces) {
+    return InvalidArgument(where + ": expected an array of 1.." + std::to_string(kMaxOutputPlaces) +
+                           " " + expected + ", got " +
+                           (j.is_array() ? std::to_string(j.size()) + " entries" : j.type_name()));
+  }
+  out->clear();
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    const json& entry = j[i];
+    if (!entry.is_object()) {
+      return InvalidArgument(at + ": expected an object " + std::string(expected) + ", got " +
+                             entry.type_name());
+    }
+    auto name = entry.find("name");
+    if (name == entry.end() || !name->is_string() || name->get<std::string>().empty()) {
+      return InvalidArgument(at + ".name: expected an output name, got " +
+                             (name == entry.end() ? std::string("nothing") : name->dump()));
+    }
+    for (const OutputPlace& earlier : *out) {
+      if (earlier.name == name->get<std::string>()) {
+        return InvalidArgument(at + ".name: output '" + earlier.name + "' is placed twice");
+      }
+    }
+    // Any offset: the supervisor copies the output there (no alignment, unlike output_shm).
+    json ref = entry;
+    ref.erase("name");
+    ref.erase("bytes");
+    OutputPlace place;
+    place.name = name->get<std::string>();
+    if (Status s = ShmRefFromJson(ref, at, false, &place.ref); !s.ok()) return s;
+    if (Status s = GetOffset(entry, "bytes", at, &place.ref.bytes); !s.ok()) return s;
+    out->push_back(std::move(place));
+  }
+  return Status::Ok();
+}
+
+json OutputPlacesToJson(const std::vector<OutputPlace>& places) {
+  json j = json::array();
+  for (const OutputPlace& place : places) {
+    json entry = ShmRefToJson(place.ref, true);
+    entry["name"] = place.name;
+    j.push_back(std::move(entry));
+  }
+  return j;
+}
+
 json ShmRefToJson(const ShmRef& ref, bool is_output) {
   json j = {{"region", ref.region}, {"offset", ref.offset}};
   if (is_output) j["bytes"] = ref.bytes;

@@ -30,6 +30,23 @@ struct ShmRef {
   bool used() const { return !region.empty(); }
 };
 
+// An output the v2 front ends place in a registered system shared-memory region (Triton's
+// output parameters shared_memory_region/offset/byte_size; docs/kserve-v2.md "System shared
+// memory"): header field "outputs_shm", [{"name", "region", "offset", "bytes"}], refused on the
+// job socket. `ref.region` is the registered region's name, `ref.offset` counts from the start of
+// the registered range, `ref.bytes` is shared_memory_byte_size.
+struct OutputPlace {
+  std::string name;
+  ShmRef ref;
+};
+// At most this many entries in "outputs_shm" (a model has no more outputs than this).
+inline constexpr size_t kMaxOutputPlaces = 64;
+
+// Reads "outputs_shm"; errors name `where`.
+Status OutputPlacesFromJson(const nlohmann::json& j, const std::string& where,
+                            std::vector<OutputPlace>* out);
+nlohmann::json OutputPlacesToJson(const std::vector<OutputPlace>& places);
+
 enum class RequestOp { kInfer, kShmCreate, kShmRelease };
 
 // Reads {"region": "<token>", "offset": N} (and "bytes" when `is_output`). Errors name `where`.

@@ -38,7 +38,8 @@ uint64_t SharedRegion::CurrentSize() const {
 }
 
 bool SharedRegion::Covers(uint64_t offset, uint64_t bytes) const {
-  const uint64_t now = std::min(CurrentSize(), size_);
+  const uint64_t object = CurrentSize();
+  const uint64_t now = object > base_ ? std::min(object - base_, size_) : 0;
   return offset <= now && bytes <= now - offset;
 }
 
@@ -86,6 +87,33 @@ Status SharedRegion::Open(const std::string& name, std::unique_ptr<SharedRegion>
                                                            bip::read_write);
     auto mapping = std::make_unique<bip::mapped_region>(*shm, bip::read_write);
     out->reset(new SharedRegion(name, false, std::move(shm), std::move(mapping)));
+    return Status::Ok();
+  } catch (const bip::interprocess_exception& e) {
+    return NotFound("cannot open shared-memory object '" + name + "': " + e.what());
+  }
+}
+
+Status SharedRegion::OpenRange(const std::string& name, uint64_t offset, uint64_t bytes,
+                               struct stat* identity, std::unique_ptr<SharedRegion>* out) {
+  try {
+    auto shm = std::make_unique<bip::shared_memory_object>(bip::open_only, name.c_str(),
+                                                           bip::read_write);
+    if (::fstat(shm->get_mapping_handle().handle, identity) != 0) {
+      return Internal("cannot fstat shared-memory object '" + name + "': " + std::strerror(errno));
+    }
+    // A range past the object's end would map pages that SIGBUS when touched: the caller checks
+    // the size from *identity, but only after this returns, so check here too.
+    const auto size = static_cast<uint64_t>(identity->st_size);
+    if (bytes == 0 || offset > size || bytes > size - offset) {
+      return InvalidArgument("shared-memory object '" + name + "' has " + std::to_string(size) +
+                             " bytes; bytes [" + std::to_string(offset) + ", " +
+                             std::to_string(offset) + " + " + std::to_string(bytes) +
+                             ") are not inside it");
+    }
+    auto mapping = std::make_unique<bip::mapped_region>(
+        *shm, bip::read_write, static_cast<bip::offset_t>(offset), static_cast<size_t>(bytes));
+    out->reset(new SharedRegion(name, false, std::move(shm), std::move(mapping)));
+    (*out)->base_ = offset;
     return Status::Ok();
   } catch (const bip::interprocess_exception& e) {
     return NotFound("cannot open shared-memory object '" + name + "': " + e.what());

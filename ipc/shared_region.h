@@ -14,6 +14,8 @@
 
 #include "common/status.h"
 
+struct stat;
+
 namespace boost::interprocess {
 class mapped_region;
 class shared_memory_object;
@@ -29,6 +31,12 @@ class SharedRegion {
                        std::unique_ptr<SharedRegion>* out);
   // Maps an existing object whole.
   static Status Open(const std::string& name, std::unique_ptr<SharedRegion>* out);
+  // Maps bytes [offset, offset + bytes) of an existing object (Triton's system shared memory,
+  // registered by a client: supervisor/intake/system_shm_object.h); data() is the byte at
+  // `offset`, size() is `bytes`, and Covers() counts from `offset`. *identity: the object's
+  // fstat, from the descriptor that was mapped. Never unlinks the name.
+  static Status OpenRange(const std::string& name, uint64_t offset, uint64_t bytes,
+                          struct stat* identity, std::unique_ptr<SharedRegion>* out);
 
   ~SharedRegion();
   SharedRegion(const SharedRegion&) = delete;
@@ -39,6 +47,7 @@ class SharedRegion {
 
   uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }  // as mapped
+  uint64_t base_offset() const { return base_; }  // where data() lies in the object (OpenRange)
   // The object's size now: less than size() when whoever may write it truncated it, and then
   // touching the mapping past that point raises SIGBUS (ipc/guarded_copy.h).
   uint64_t CurrentSize() const;
@@ -57,6 +66,7 @@ class SharedRegion {
   std::unique_ptr<boost::interprocess::mapped_region> mapping_;
   uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
+  uint64_t base_ = 0;
 };
 
 }  // namespace torchfarm::ipc

@@ -146,6 +146,7 @@ Status Supervisor::StartWorkers(LaunchContext launch) {
       std::make_unique<ClientShmRegistry>(config_.client_shm, launch.segment_prefix, ipc_gid_);
   client_shm_->set_budget(&shm_budget_);
   job_acceptor_.set_client_shm(client_shm_.get());
+  job_acceptor_.set_system_shm(config_.frontend.system_shared_memory);
   status_.set_client_shm(client_shm_.get());
   if (!config_.metrics_endpoint.empty()) {
     if (Status m = MetricsExporter::Start(config_.metrics_endpoint, &metrics_); !m.ok()) return m;
@@ -368,6 +369,9 @@ void Supervisor::RunTurn(TimePoint now) {
     Guarded("front end", [&] {
       job_acceptor_.ReadFrontend(frontend_jobs_, [this](const json& query) {
         if (query.contains("repository")) return repository_.Answer(query);
+        if (query.contains(kSystemShmQuery)) {
+          return SystemShmAnswer(client_shm_.get(), config_.frontend.system_shared_memory, query);
+        }
         if (query.contains("logging")) {
           return LogSettingsAnswer(query["logging"], config_.frontend.log_control);
         }

@@ -54,6 +54,7 @@
 #include "supervisor/intake/client_quota.h"
 #include "supervisor/intake/client_shm_registry.h"
 #include "supervisor/intake/shm_budget.h"
+#include "supervisor/intake/system_shm_api.h"
 #include "supervisor/loop/duty_barrier.h"
 #include "supervisor/loop/event_ring.h"
 #include "supervisor/loop/farm_phase.h"

@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "common/shm_reference.h"
+#include "common/tensor_names.h"
 #include "ipc/guarded_copy.h"
 #include "supervisor/intake/job_intake.h"
 
@@ -88,6 +89,7 @@ void ReplyWriter::Send(PendingRequest& request, const std::string& header,
   request.frames.clear();
   request.input_regions.clear();
   request.output_region.reset();
+  request.output_places.clear();
   zmq::socket_t& socket =
       request.origin != RequestOrigin::kZmq && frontend_ ? *frontend_ : jobs_;
   // Everything that allocates happens before the envelope goes: once its first frame is taken, a
@@ -128,6 +130,7 @@ Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
     if (share.batched) share.outputs[i].shape[0] = request.rows;
   }
   frames_.clear();
+  if (!request.output_places.empty()) return SendPlacedOutputs(request, share, names, slices);
   if (request.output_shm.used()) {
     // In place, ReadResponse checked the worker put the outputs at these offsets.
     Status placed = PlaceOutputs(share.outputs, request.output_shm, &shm_offsets_);
@@ -160,6 +163,53 @@ Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
   }
   Send(request, MakeOkReply(request.id, share.outputs, names, share.timing, share.worker_id),
        &frames_);
+  return Status::Ok();
+}
+
+Status ReplyWriter::SendPlacedOutputs(
+    PendingRequest& request, const BatchShare& share, const std::vector<std::string>& names,
+    const std::vector<std::pair<const uint8_t*, uint64_t>>& slices) {
+  // Its client may have truncated a region since dispatch: check before touching it, then copy
+  // under the SIGBUS guard for a truncation during the copy.
+  if (Status s = CheckRegionsIntact(request); !s.ok()) return s;
+  std::vector<const PendingRequest::PlacedOutput*> placed(share.outputs.size(), nullptr);
+  for (size_t i = 0; i < share.outputs.size(); ++i) {
+    const std::string name = i < names.size() ? names[i] : DefaultOutputName(i);
+    for (const PendingRequest::PlacedOutput& p : request.output_places) {
+      if (p.place.name == name) placed[i] = &p;
+    }
+  }
+  for (size_t i = 0; i < share.outputs.size(); ++i) {
+    if (!placed[i]) {
+      frames_.emplace_back(slices[i].first, slices[i].second);
+      continue;
+    }
+    const OutputPlace& place = placed[i]->place;
+    if (slices[i].second > place.ref.bytes) {
+      return InvalidArgument("output '" + place.name + "': shared_memory_byte_size is " +
+                             std::to_string(place.ref.bytes) + " bytes, the output is " +
+                             SpecToString(share.outputs[i]) + ", " +
+                             std::to_string(slices[i].second) + " bytes; shared memory size "
+                             "specified with the request for output '" + place.name +
+                             "' should be at least " + std::to_string(slices[i].second) +
+                             " bytes to hold the results");
+    }
+    if (!ipc::GuardedCopy(placed[i]->region->data() + place.ref.offset, slices[i].first,
+                          slices[i].second)) {
+      return InvalidArgument("output '" + place.name + "': the region '" + place.ref.region +
+                             "' shrank while the output was written into it");
+    }
+  }
+  // The reply names each placed output's region and offset and carries no frame for it
+  // (ParseReplyHeader reads "shm"); the front end answers with Triton's parameters.
+  nlohmann::json header = nlohmann::json::parse(
+      MakeOkReply(request.id, share.outputs, names, share.timing, share.worker_id));
+  for (size_t i = 0; i < share.outputs.size(); ++i) {
+    if (!placed[i]) continue;
+    header["outputs"][i]["shm"] = {{"region", placed[i]->place.ref.region},
+                                   {"offset", placed[i]->place.ref.offset}};
+  }
+  Send(request, header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), &frames_);
   return Status::Ok();
 }
 

@@ -89,6 +89,11 @@ class ReplyWriter {
   Status SendOutputs(PendingRequest& request, BatchShare share);
 
  private:
+  // SendOutputs for a front-end request with outputs in system shared memory ("outputs_shm"):
+  // each placed output is copied into its region, the others travel as frames.
+  Status SendPlacedOutputs(PendingRequest& request, const BatchShare& share,
+                           const std::vector<std::string>& names,
+                           const std::vector<std::pair<const uint8_t*, uint64_t>>& slices);
   // Whether libzmq took the reply (ROUTER_MANDATORY, no wait); counts and logs it when not.
   bool SendEnvelope(zmq::socket_t& socket, PendingRequest& request);
   void CountUndeliverable(const PendingRequest& request, int error);

@@ -36,11 +36,13 @@ void JobAcceptor::Accept(std::vector<zmq::message_t>& frames, RequestOrigin orig
   if (!SplitEnvelope(frames, &request, &payload)) return;
   size_t served = d_.models.served_index().size();
   ShmCommand command;
-  // Front-end requests never name client regions: those belong to ZeroMQ clients on this host.
-  Status s =
-      ParseJob(frames, payload, d_.models.served_configs(), d_.clock.Now(), &request, &served,
-               d_.limits, origin == RequestOrigin::kZmq ? client_shm_ : nullptr, &command,
-               [this](size_t served) { return d_.models.ServedVersionLoaded(served); });
+  // Front-end requests never name the job socket's token regions, only the system regions their
+  // clients registered (frontend.system_shared_memory); ParseJob keeps the two apart.
+  const bool front_end = origin != RequestOrigin::kZmq;
+  Status s = ParseJob(
+      frames, payload, d_.models.served_configs(), d_.clock.Now(), &request, &served, d_.limits,
+      !front_end || system_shm_ ? client_shm_ : nullptr, &command,
+      [this](size_t served) { return d_.models.ServedVersionLoaded(served); }, front_end);
   // The front end waits for this id; the header's may be missing or unreadable.
   if (call_id) request.id = *call_id;
   if (s.ok() && command.op != RequestOp::kInfer) {

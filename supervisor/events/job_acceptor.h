@@ -51,6 +51,8 @@ class JobAcceptor {
   void set_metrics(MetricsExporter* metrics) { metrics_ = metrics; }
   // Client regions (config client_shm); null: shared-memory commands and inputs are refused.
   void set_client_shm(ClientShmRegistry* registry) { client_shm_ = registry; }
+  // frontend.system_shared_memory: front-end requests may name the registry's system regions.
+  void set_system_shm(bool enabled) { system_shm_ = enabled; }
   // CURVE on: the quota key is the client's public key, not its routing id.
   void set_curve(bool curve) { curve_ = curve; }
 
@@ -75,6 +77,7 @@ class JobAcceptor {
   Deps d_;
   MetricsExporter* metrics_ = nullptr;
   ClientShmRegistry* client_shm_ = nullptr;
+  bool system_shm_ = false;
   bool curve_ = false;
   uint64_t unanswerable_frontend_ = 0;
 };

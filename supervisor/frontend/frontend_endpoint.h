@@ -12,5 +12,7 @@ inline constexpr const char* kMetaTag = "meta";
 // HTTP also lists binary_tensor_data.
 inline constexpr const char* kV2Extensions[] = {"model_configuration", "statistics",
                                                 "model_repository", "classification", "logging"};
+// Listed beside them only when frontend.system_shared_memory is on.
+inline constexpr const char* kV2SystemShmExtension = "system_shared_memory";
 
 }  // namespace torchfarm

@@ -25,6 +25,7 @@
 #include "supervisor/frontend/triton_model_stats.h"
 #include "supervisor/frontend/v2_inference.h"
 #include "supervisor/frontend/v2_repository.h"
+#include "supervisor/frontend/v2_system_shm.h"
 
 namespace torchfarm {
 namespace {
@@ -183,6 +184,43 @@ class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackS
       inference::RepositoryModelUnloadResponse*) override {
     return Control(context, false, request->model_name(), request->parameters());
   }
+  // Triton's system shared memory extension (v2_system_shm.h), for loopback peers when
+  // frontend.system_shared_memory is on.
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
+      inference::SystemSharedMemoryStatusResponse* response) override {
+    json query = {{"system_shared_memory", "status"}};
+    if (!request->name().empty()) query["name"] = request->name();
+    return SystemShm(context, std::move(query), [response](const json& answer) {
+      auto& regions = *response->mutable_regions();
+      for (const json& r : answer.value("regions", json::array())) {
+        auto& region = regions[r.value("name", "")];
+        region.set_name(r.value("name", ""));
+        region.set_key(r.value("key", ""));
+        region.set_offset(r.value("offset", uint64_t{0}));
+        region.set_byte_size(r.value("byte_size", uint64_t{0}));
+      }
+    });
+  }
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryRegisterRequest* request,
+      inference::SystemSharedMemoryRegisterResponse*) override {
+    json query = {{"system_shared_memory", "register"},
+                  {"name", request->name()},
+                  {"key", request->key()},
+                  {"offset", request->offset()},
+                  {"byte_size", request->byte_size()}};
+    return SystemShm(context, std::move(query), [](const json&) {});
+  }
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse*) override {
+    json query = {{"system_shared_memory", "unregister"}};
+    if (!request->name().empty()) query["name"] = request->name();
+    return SystemShm(context, std::move(query), [](const json&) {});
+  }
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
@@ -199,6 +237,10 @@ class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackS
   // Runs `work` on the next channel's thread; it ends the call with `finish`, once.
   grpc::ServerUnaryReactor* OnChannel(grpc::CallbackServerContext* context,
                                       std::function<void(FarmChannel&, Finish)> work);
+  // A system shared memory query (v2_system_shm.h) after the config and peer checks; `fill`
+  // writes the response from the loop's answer.
+  grpc::ServerUnaryReactor* SystemShm(grpc::CallbackServerContext* context, json query,
+                                      std::function<void(const json&)> fill);
   grpc::ServerUnaryReactor* Control(
       grpc::CallbackServerContext* context, bool load, const std::string& model,
       const google::protobuf::Map<std::string, inference::ModelRepositoryParameter>& parameters);
@@ -405,13 +447,30 @@ grpc::ServerUnaryReactor* GrpcServer::Impl::Control(
   });
 }
 
+grpc::ServerUnaryReactor* GrpcServer::Impl::SystemShm(grpc::CallbackServerContext* context,
+                                                      json query,
+                                                      std::function<void(const json&)> fill) {
+  const Status refused =
+      SystemShmAllowed(config_.system_shared_memory, context->peer(), StatusCode::kUnavailable);
+  return OnChannel(context, [refused, query = std::move(query), fill = std::move(fill)](
+                                FarmChannel& channel, Finish finish) mutable {
+    if (!refused.ok()) return finish(refused, [] { return Status::Ok(); });
+    SystemShmCall(channel, std::move(query), [fill, finish](Status s, json answer) {
+      finish(s, [&] {
+        fill(answer);
+        return Status::Ok();
+      });
+    });
+  });
+}
+
 grpc::ServerUnaryReactor* GrpcServer::Impl::ServerMetadata(
     grpc::CallbackServerContext* context, const inference::ServerMetadataRequest*,
     inference::ServerMetadataResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::shared_ptr<Call> call = Begin(reactor);
   if (call && call->Claim()) {
-    FillServerMetadata(response);
+    FillServerMetadata(response, config_.system_shared_memory);
     call->Finish(Status::Ok());
   }
   return reactor;
@@ -427,6 +486,7 @@ grpc::ServerUnaryReactor* GrpcServer::Impl::ModelInfer(grpc::CallbackServerConte
   json header;
   std::vector<zmq::message_t> frames;
   Status status = V2RequestFromProto(*request, v2.get());
+  if (status.ok()) status = CheckV2ShmAllowed(*v2, config_.system_shared_memory, context->peer());
   if (status.ok()) status = ApplyDeadline(*context, v2.get());
   if (status.ok()) status = ToFarmRequest(*v2, channels_[0]->request_limits(), &header, &frames);
   if (!status.ok()) {
@@ -453,7 +513,8 @@ GrpcServer::Impl::ModelStreamInfer(grpc::CallbackServerContext* context) {
       [this](GrpcStream* done) {
         std::lock_guard<std::mutex> lock(mutex_);
         streams_.erase(done);
-      });
+      },
+      config_.system_shared_memory);
   bool stopping = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -4,7 +4,7 @@
 //
 // Owns: the grpc::Server (its own completion threads, bounded by a ResourceQuota), the service's
 // handlers (ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelConfig,
-// ModelStatistics, ModelInfer; Triton's other RPCs answer UNIMPLEMENTED) and the
+// ModelStatistics, ModelInfer, SystemSharedMemory*; the other RPCs answer UNIMPLEMENTED) and the
 // mapping of farm codes to gRPC status codes (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED,
 // DEADLINE_EXCEEDED, UNAVAILABLE, INTERNAL). Each call is handed to a FarmChannel's thread
 // (FarmChannel::Post) and answered from there; nothing runs on the supervisor's loop. Uses the

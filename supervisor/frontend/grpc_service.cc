@@ -1,4 +1,5 @@
 #include "supervisor/frontend/grpc_service.h"
+#include "supervisor/frontend/v2_shm_parameters.h"
 
 #include <algorithm>
 #include <cstring>
@@ -208,24 +209,27 @@ Status ReadParameters(const ModelInferRequest& request, V2InferRequest* out) {
   return Status::Ok();
 }
 
-// Triton's shared-memory and classification extensions name tensors by parameters; silently
-// ignoring those would fail later with a message about missing contents.
-Status RefuseExtensions(const ModelInferRequest& request) {
-  for (int i = 0; i < request.inputs_size(); ++i) {
-    if (request.inputs(i).parameters().count("shared_memory_region") > 0) {
-      return InvalidArgument("inputs[" + std::to_string(i) +
-                             "].parameters.shared_memory_region: the shared-memory extension is "
-                             "not supported; send the tensor in raw_input_contents");
+// Triton's shared-memory parameters of one tensor, as the JSON ParseV2ShmParameters reads (the
+// same parser as HTTP's): string_param, int64_param, uint64_param, bool_param and double_param
+// become the JSON value of that kind, so a wrong kind is refused with what came.
+Status ShmPlaceFromProto(const google::protobuf::Map<std::string, InferParameter>& parameters,
+                         const std::string& where, V2ShmPlace* out) {
+  nlohmann::json params = nlohmann::json::object();
+  for (const char* key :
+       {"shared_memory_region", "shared_memory_offset", "shared_memory_byte_size"}) {
+    auto it = parameters.find(key);
+    if (it == parameters.end()) continue;
+    const InferParameter& value = it->second;
+    switch (value.parameter_choice_case()) {
+      case InferParameter::kStringParam: params[key] = value.string_param(); break;
+      case InferParameter::kInt64Param: params[key] = value.int64_param(); break;
+      case InferParameter::kUint64Param: params[key] = value.uint64_param(); break;
+      case InferParameter::kBoolParam: params[key] = value.bool_param(); break;
+      case InferParameter::kDoubleParam: params[key] = value.double_param(); break;
+      default: params[key] = nullptr; break;
     }
   }
-  for (int i = 0; i < request.outputs_size(); ++i) {
-    if (request.outputs(i).parameters().count("shared_memory_region") > 0) {
-      return InvalidArgument("outputs[" + std::to_string(i) +
-                             "].parameters.shared_memory_region: the shared-memory extension is "
-                             "not supported");
-    }
-  }
-  return Status::Ok();
+  return ParseV2ShmParameters(params, where, out);
 }
 
 }  // namespace
@@ -261,29 +265,44 @@ Status V2RequestFromProto(const ModelInferRequest& request, V2InferRequest* out)
   out->version = request.model_version();
   out->id = request.id();
   if (Status s = ReadParameters(request, out); !s.ok()) return s;
+  // Inputs in system shared memory have no raw_input_contents entry (as Triton and tritonclient).
+  std::vector<V2ShmPlace> places(static_cast<size_t>(request.inputs_size()));
+  int in_shm = 0;
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const auto& input = request.inputs(i);
+    const std::string where = V2InputWhere(static_cast<size_t>(i), input.name());
+    if (Status s = ShmPlaceFromProto(input.parameters(), where, &places[i]); !s.ok()) return s;
+    if (places[i].used() && input.has_contents()) {
+      return InvalidArgument(where + ": expected either parameters.shared_memory_region or "
+                             "contents, got both");
+    }
+    in_shm += places[i].used() ? 1 : 0;
+  }
   const bool raw = request.raw_input_contents_size() > 0;
-  if (raw && request.raw_input_contents_size() != request.inputs_size()) {
+  if (raw && request.raw_input_contents_size() != request.inputs_size() - in_shm) {
     return InvalidArgument("raw_input_contents holds " +
                            std::to_string(request.raw_input_contents_size()) + " entries for " +
-                           std::to_string(request.inputs_size()) +
-                           " inputs; it needs one per input");
+                           std::to_string(request.inputs_size() - in_shm) +
+                           " inputs not in shared memory; it needs one per such input");
   }
-  if (Status s = RefuseExtensions(request); !s.ok()) return s;
   out->inputs.reserve(request.inputs_size());
-  for (int i = 0; i < request.inputs_size(); ++i) {
+  for (int i = 0, next_raw = 0; i < request.inputs_size(); ++i) {
     const auto& input = request.inputs(i);
     const std::string where = V2InputWhere(static_cast<size_t>(i), input.name());
     V2Tensor tensor;
     tensor.name = input.name();
     tensor.datatype = input.datatype();
     tensor.shape.assign(input.shape().begin(), input.shape().end());
-    if (raw) {
+    tensor.shm = places[i];
+    if (tensor.shm.used()) {
+      // The bytes are in the region; ToFarmRequest checks shared_memory_byte_size.
+    } else if (raw) {
       if (input.has_contents()) {
         return InvalidArgument(where +
                                ": has contents, but the request uses "
                                "raw_input_contents (use one or the other)");
       }
-      const std::string& bytes = request.raw_input_contents(i);
+      const std::string& bytes = request.raw_input_contents(next_raw++);
       tensor.data = zmq::message_t(bytes.data(), bytes.size());
     } else if (Status s = InputFromContents(input, where, &tensor); !s.ok()) {
       return s;
@@ -309,6 +328,15 @@ Status V2RequestFromProto(const ModelInferRequest& request, V2InferRequest* out)
       }
       requested.class_count = count;
     }
+    const std::string where = "outputs[" + std::to_string(i) + "]";
+    if (Status s = ShmPlaceFromProto(output.parameters(), where, &requested.shm); !s.ok()) {
+      return s;
+    }
+    if (requested.shm.used() && requested.class_count > 0) {
+      return InvalidArgument(where + ": expected parameters.classification or "
+                             "parameters.shared_memory_region, got both (classification strings "
+                             "are not placed in shared memory)");
+    }
     out->outputs.push_back(std::move(requested));
   }
   return Status::Ok();
@@ -323,6 +351,14 @@ void V2ResponseToProto(const V2InferResponse& response, inference::ModelInferRes
     output->set_name(tensor.name);
     output->set_datatype(tensor.datatype);
     for (int64_t dim : tensor.shape) output->add_shape(dim);
+    if (tensor.shm.used()) {
+      // As Triton: the bytes are in the client's region; the output says where, and its
+      // raw_output_contents entry is empty so the others keep their index.
+      auto& params = *output->mutable_parameters();
+      params["shared_memory_region"].set_string_param(tensor.shm.region);
+      params["shared_memory_offset"].set_int64_param(static_cast<int64_t>(tensor.shm.offset));
+      params["shared_memory_byte_size"].set_int64_param(static_cast<int64_t>(tensor.shm.byte_size));
+    }
     out->add_raw_output_contents(static_cast<const char*>(tensor.data.data()), tensor.data.size());
   }
 }
@@ -357,10 +393,11 @@ Status ModelMetadataFromJson(const nlohmann::json& model, inference::ModelMetada
   return Status::Ok();
 }
 
-void FillServerMetadata(inference::ServerMetadataResponse* out) {
+void FillServerMetadata(inference::ServerMetadataResponse* out, bool system_shared_memory) {
   out->set_name("torchfarm");
   out->set_version(TORCHFARM_VERSION);
   for (const char* extension : kV2Extensions) out->add_extensions(extension);
+  if (system_shared_memory) out->add_extensions(kV2SystemShmExtension);
 }
 
 Status LogSettingsFromProto(const inference::LogSettingsRequest& request, nlohmann::json* out) {

@@ -48,8 +48,8 @@ Status FindModelInMeta(const nlohmann::json& meta, const std::string& name,
 Status ModelMetadataFromJson(const nlohmann::json& model, inference::ModelMetadataResponse* out);
 
 // ServerMetadataResponse: name "torchfarm", the build's version, the extensions the gRPC front end
-// serves (model_configuration, statistics).
-void FillServerMetadata(inference::ServerMetadataResponse* out);
+// serves (kV2Extensions, and system_shared_memory when `system_shared_memory`).
+void FillServerMetadata(inference::ServerMetadataResponse* out, bool system_shared_memory = false);
 
 // LogSettings' map <-> the JSON object of supervisor/admin/log_settings.h. A value with no
 // parameter set is INVALID_ARGUMENT naming its key.

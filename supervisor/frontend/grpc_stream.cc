@@ -1,4 +1,5 @@
 #include "supervisor/frontend/grpc_stream.h"
+#include "supervisor/frontend/v2_shm_parameters.h"
 
 #include <chrono>
 #include <utility>
@@ -31,10 +32,13 @@ GrpcStream::Response StreamErrorResponse(const inference::ModelInferRequest& req
 }  // namespace
 
 GrpcStream::GrpcStream(std::function<FarmChannel*()> next_channel, FrontendStats* stats,
-                       std::string peer, std::function<void(GrpcStream*)> on_done)
+                       std::string peer, std::function<void(GrpcStream*)> on_done,
+                       bool system_shared_memory)
     : next_channel_(std::move(next_channel)),
       stats_(stats),
+      peer_(peer),
       tag_("grpc " + std::move(peer)),
+      system_shared_memory_(system_shared_memory),
       on_done_(std::move(on_done)) {}
 
 void GrpcStream::Start() {
@@ -158,6 +162,7 @@ void GrpcStream::Handle(const inference::ModelInferRequest& request) {
   };
   auto payload = std::make_shared<Payload>();
   Status s = V2RequestFromProto(request, v2.get());
+  if (s.ok()) s = CheckV2ShmAllowed(*v2, system_shared_memory_, peer_);
   if (s.ok()) s = ToFarmRequest(*v2, channel->request_limits(), &payload->header, &payload->frames);
   if (!s.ok()) {
     Answer(StreamErrorResponse(request, s), s.code(), StreamMicrosSince(received), 0);

@@ -37,8 +37,10 @@ class GrpcStream : public grpc::ServerBidiReactor<inference::ModelInferRequest,
  public:
   using Response = inference::ModelStreamInferResponse;
   // `next_channel` picks the FarmChannel of each request; `on_done` runs once, from OnDone.
+  // `system_shared_memory`: frontend.system_shared_memory (requests may name registered regions
+  // when the peer is on loopback).
   GrpcStream(std::function<FarmChannel*()> next_channel, FrontendStats* stats, std::string peer,
-             std::function<void(GrpcStream*)> on_done);
+             std::function<void(GrpcStream*)> on_done, bool system_shared_memory = false);
 
   // Starts reading (call once, after the stream is held by a shared_ptr).
   void Start();
@@ -68,7 +70,9 @@ class GrpcStream : public grpc::ServerBidiReactor<inference::ModelInferRequest,
 
   const std::function<FarmChannel*()> next_channel_;
   FrontendStats* const stats_;
+  const std::string peer_;
   const std::string tag_;  // "grpc <peer>": the client identity of its requests
+  const bool system_shared_memory_;
   const std::function<void(GrpcStream*)> on_done_;
   std::shared_ptr<GrpcStream> self_;
   inference::ModelInferRequest request_;  // the buffer of the read in progress

@@ -12,6 +12,7 @@
 #include "supervisor/frontend/v2_http_codec.h"
 #include "supervisor/frontend/v2_inference.h"
 #include "supervisor/frontend/v2_repository.h"
+#include "supervisor/frontend/v2_system_shm.h"
 
 namespace torchfarm {
 namespace {
@@ -133,7 +134,8 @@ void HandleMeta(const V2Target& target, FarmChannel& channel,
 }
 
 void HandleInfer(const V2Target& target, HttpRequest& http_request, const std::string& peer,
-                 FarmChannel& channel, std::function<void(V2HttpAnswer)> done) {
+                 FarmChannel& channel, std::function<void(V2HttpAnswer)> done,
+                 bool system_shared_memory) {
   auto body = std::make_shared<const std::string>(std::move(http_request.body()));
   size_t json_bytes = body->size();
   auto length = http_request.find(kInferenceHeaderContentLength);
@@ -145,6 +147,7 @@ void HandleInfer(const V2Target& target, HttpRequest& http_request, const std::s
   request->model = target.model;
   request->version = target.version;
   Status s = ParseV2InferRequest(std::move(body), json_bytes, request.get());
+  if (s.ok()) s = CheckV2ShmAllowed(*request, system_shared_memory, peer);
   json header;
   std::vector<zmq::message_t> frames;
   if (s.ok()) s = ToFarmRequest(*request, channel.request_limits(), &header, &frames);
@@ -181,9 +184,30 @@ V2Target ParseV2Target(http::verb method, std::string_view target) {
   not_found.error = "no such path: '" + std::string(path.substr(0, 200)) +
                     "'; expected /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}"
                     "[/versions/{v}][/ready|/config|/stats|/infer], /v2/models/stats, "
-                    "/v2/repository/index, /v2/repository/models/{name}/load|unload, /v2/logging";
+                    "/v2/repository/index, /v2/repository/models/{name}/load|unload, /v2/logging, "
+                    "/v2/systemsharedmemory[/region/{name}]/status|register|unregister";
   if (!SplitPath(path, &seg) || seg.empty() || seg[0] != "v2") return not_found;
   const http::verb get = http::verb::get;
+  if (seg.size() >= 3 && seg[1] == "systemsharedmemory") {
+    std::string region;
+    size_t action = 2;
+    if (seg.size() == 5 && seg[2] == "region" && !seg[3].empty()) {
+      region = seg[3];
+      action = 4;
+    } else if (seg.size() != 3) {
+      return not_found;
+    }
+    if (seg[action] == "status") {
+      return Routed(V2Route::kSystemShmStatus, method, get, std::move(region));
+    }
+    if (seg[action] == "unregister") {
+      return Routed(V2Route::kSystemShmUnregister, method, http::verb::post, std::move(region));
+    }
+    if (seg[action] == "register" && action == 4) {
+      return Routed(V2Route::kSystemShmRegister, method, http::verb::post, std::move(region));
+    }
+    return not_found;
+  }
   if (seg.size() == 1) return Routed(V2Route::kServerMetadata, method, get);
   if (seg.size() == 3 && seg[1] == "health" && seg[2] == "live") {
     return Routed(V2Route::kHealthLive, method, get);
@@ -243,7 +267,7 @@ V2HttpAnswer V2ErrorAnswer(const Status& status) {
 }
 
 void HandleV2Request(HttpRequest& request, const std::string& peer, FarmChannel& channel,
-                     std::function<void(V2HttpAnswer)> done) {
+                     std::function<void(V2HttpAnswer)> done, bool system_shared_memory) {
   const auto path = request.target();
   V2Target target = ParseV2Target(request.method(), std::string_view(path.data(), path.size()));
   if (target.http_status != 0) {
@@ -256,10 +280,16 @@ void HandleV2Request(HttpRequest& request, const std::string& peer, FarmChannel&
   switch (target.route) {
     case V2Route::kServerMetadata: {
       V2HttpAnswer answer;
-      answer.body = V2ServerMetadataBody();
+      answer.body = V2ServerMetadataBody(system_shared_memory);
       return done(std::move(answer));
     }
-    case V2Route::kInfer: return HandleInfer(target, request, peer, channel, std::move(done));
+    case V2Route::kInfer:
+      return HandleInfer(target, request, peer, channel, std::move(done), system_shared_memory);
+    case V2Route::kSystemShmStatus:
+    case V2Route::kSystemShmRegister:
+    case V2Route::kSystemShmUnregister:
+      return HandleSystemShmHttp(target, request.body(), peer, system_shared_memory, channel,
+                                 std::move(done));
     case V2Route::kRepositoryIndex:
     case V2Route::kRepositoryLoad:
     case V2Route::kRepositoryUnload:

@@ -3,7 +3,7 @@
 // Owns: routing (GET /v2/health/live|ready, GET /v2,
 // GET /v2/models/{name}[/versions/{v}][/ready|/config|/stats], GET /v2/models/stats,
 // POST /v2/models/{name}[/versions/{v}]/infer, POST /v2/repository/index,
-// POST /v2/repository/models/{name}/load|unload; 404 unknown path, 405 wrong method), the farm
+// POST /v2/repository/models/{name}/load|unload, /v2/systemsharedmemory/...; 404 unknown path, 405 wrong method), the farm
 // calls each route makes (kMetaTag for health and metadata, "http <peer>" for inference) and the
 // status and body of the answer. Knows nothing of sockets, keep-alive or limits (HttpSession does).
 // Runs on the FarmChannel's thread; `done` runs there too, exactly once.
@@ -40,6 +40,10 @@ enum class V2Route {
   kRepositoryLoad,    // POST /v2/repository/models/{name}/load
   kRepositoryUnload,  // POST /v2/repository/models/{name}/unload
   kLogging,           // GET /v2/logging (read) and POST (set): `model` holds the method
+  // Triton's system shared memory (v2_system_shm.h); `model` holds the region name (empty: all).
+  kSystemShmStatus,      // GET /v2/systemsharedmemory[/region/{r}]/status
+  kSystemShmRegister,    // POST /v2/systemsharedmemory/region/{r}/register
+  kSystemShmUnregister,  // POST /v2/systemsharedmemory[/region/{r}]/unregister
 };
 
 // A parsed request target. `http_status` is 0 when the target routes; else 404 or 405 (then
@@ -68,8 +72,10 @@ struct V2HttpAnswer {
 // An error answer: {"error": message} with the HTTP status of `status`'s code.
 V2HttpAnswer V2ErrorAnswer(const Status& status);
 
-// Answers `request` from `peer` ("ip:port"); takes the request's body.
+// Answers `request` from `peer` ("ip:port"); takes the request's body. `system_shared_memory`:
+// the config's frontend.system_shared_memory (server metadata lists the extension, and loopback
+// clients may use it).
 void HandleV2Request(HttpRequest& request, const std::string& peer, FarmChannel& channel,
-                     std::function<void(V2HttpAnswer)> done);
+                     std::function<void(V2HttpAnswer)> done, bool system_shared_memory = false);
 
 }  // namespace torchfarm

@@ -2,6 +2,7 @@
 // what was expected and what came; nesting is bounded before nlohmann parses (its parser and
 // destructor recurse once per level).
 #include "supervisor/frontend/v2_http_codec.h"
+#include "supervisor/frontend/v2_shm_parameters.h"
 
 #include <charconv>
 #include <unordered_set>
@@ -132,9 +133,14 @@ Status ParseInput(const json& input, size_t index, BinaryCursor* binary, V2Tenso
     if (!params->is_object()) {
       return InvalidArgument(where + ".parameters: expected an object, got " + Got(*params));
     }
-    if (params->contains("shared_memory_region")) {
-      return InvalidArgument(where + ".parameters.shared_memory_region: the shared-memory "
-                             "extension is not supported; send data or binary_data_size");
+    if (s = ParseV2ShmParameters(*params, where, &out->shm); !s.ok()) return s;
+    if (out->shm.used()) {
+      if (input.contains("data") || params->contains("binary_data_size")) {
+        return InvalidArgument(where + ": expected either parameters.shared_memory_region or "
+                               "\"data\" / parameters.binary_data_size, got both");
+      }
+      // The bytes are in the region; ToFarmRequest checks shared_memory_byte_size.
+      return Status::Ok();
     }
     if (auto size = params->find("binary_data_size"); size != params->end()) {
       uint64_t value;
@@ -194,11 +200,7 @@ Status ParseOutputs(const json& outputs, V2InferRequest* out) {
       if (!params->is_object()) {
         return InvalidArgument(where + ".parameters: expected an object, got " + Got(*params));
       }
-      if (params->contains("shared_memory_region")) {
-        return InvalidArgument(where +
-                               ".parameters.shared_memory_region: the shared-memory "
-                               "extension is not supported");
-      }
+      if (s = ParseV2ShmParameters(*params, where, &requested.shm); !s.ok()) return s;
       if (auto count = params->find("classification"); count != params->end()) {
         if (!count->is_number_integer() || count->get<int64_t>() < 1 ||
             count->get<int64_t>() > kMaxClassCount) {
@@ -208,6 +210,11 @@ Status ParseOutputs(const json& outputs, V2InferRequest* out) {
                                  std::to_string(kMaxClassCount) + ", got " + Got(*count));
         }
         requested.class_count = count->get<int64_t>();
+        if (requested.shm.used()) {
+          return InvalidArgument(where + ": expected parameters.classification or "
+                                 "parameters.shared_memory_region, got both (classification "
+                                 "strings are not placed in shared memory)");
+        }
       }
       if (auto binary = params->find("binary_data"); binary != params->end()) {
         if (!binary->is_boolean()) {
@@ -347,7 +354,12 @@ V2HttpBody WriteV2InferResponse(const V2InferResponse& response) {
     if (k > 0) text += ',';
     text += "{\"name\":" + Quote(output.name) + ",\"datatype\":\"" + output.datatype +
             "\",\"shape\":" + json(output.shape).dump();
-    if (binary) {
+    if (output.shm.used()) {
+      // As Triton: the output's bytes are in the client's region; the answer says where.
+      text += ",\"parameters\":{\"shared_memory_region\":" + Quote(output.shm.region) +
+              ",\"shared_memory_offset\":" + std::to_string(output.shm.offset) +
+              ",\"shared_memory_byte_size\":" + std::to_string(output.shm.byte_size) + "}}";
+    } else if (binary) {
       any_binary = true;
       text += ",\"parameters\":{\"binary_data_size\":" + std::to_string(output.data.size()) + "}}";
     } else {
@@ -377,9 +389,10 @@ std::string V2ErrorBody(std::string_view message) {
                                                     json::error_handler_t::replace);
 }
 
-std::string V2ServerMetadataBody() {
+std::string V2ServerMetadataBody(bool system_shared_memory) {
   json extensions = {"binary_tensor_data"};
   for (const char* extension : kV2Extensions) extensions.push_back(extension);
+  if (system_shared_memory) extensions.push_back(kV2SystemShmExtension);
   return json{
       {"name", "torchfarm"}, {"version", TORCHFARM_VERSION}, {"extensions", std::move(extensions)}}
       .dump();

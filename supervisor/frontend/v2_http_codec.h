@@ -48,10 +48,10 @@ V2HttpBody WriteV2InferResponse(const V2InferResponse& response);
 
 // {"error": message}
 std::string V2ErrorBody(std::string_view message);
-// {"name": "torchfarm", "version": ..., "extensions": ["binary_tensor_data",
-// "model_configuration", "statistics"]}: the extensions this HTTP front end serves (gRPC lists
-// none).
-std::string V2ServerMetadataBody();
+// {"name": "torchfarm", "version": ..., "extensions": ["binary_tensor_data", kV2Extensions...,
+// and "system_shared_memory" when `system_shared_memory` (frontend.system_shared_memory)]}: the
+// extensions this HTTP front end serves.
+std::string V2ServerMetadataBody(bool system_shared_memory = false);
 // The v2 model metadata for one entry of the loop's "meta" reply (ModelMetadataJson):
 // {"name", "versions", "platform", "inputs", "outputs"}.
 std::string V2ModelMetadataBody(const nlohmann::json& model);

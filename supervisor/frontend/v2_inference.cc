@@ -27,6 +27,15 @@ Status CheckInput(const V2Tensor& input, const std::string& where, DType* dtype)
     return InvalidArgument(where + ": shape " + ShapeToString(input.shape) +
                            " must have dimensions >= 0 and fewer than 2^62 elements");
   }
+  if (input.shm.used()) {
+    if (*bytes != input.shm.byte_size) {
+      return InvalidArgument(where + ": " + input.datatype + " " + ShapeToString(input.shape) +
+                             " needs " + std::to_string(*bytes) +
+                             " bytes, parameters.shared_memory_byte_size is " +
+                             std::to_string(input.shm.byte_size));
+    }
+    return Status::Ok();
+  }
   if (*bytes != input.data.size()) {
     return InvalidArgument(where + ": " + input.datatype + " " + ShapeToString(input.shape) +
                            " needs " + std::to_string(*bytes) + " bytes, got " +
@@ -129,6 +138,17 @@ Status ToFarmRequest(V2InferRequest& request, const RequestLimits& limits, nlohm
     inputs.push_back({{"name", input.name},
                       {"dtype", std::string(DTypeName(dtype))},
                       {"shape", input.shape}});
+    if (input.shm.used()) {
+      inputs.back()["shm"] = {{"region", input.shm.region}, {"offset", input.shm.offset}};
+    }
+  }
+  nlohmann::json places = nlohmann::json::array();
+  for (const V2RequestedOutput& output : request.outputs) {
+    if (!output.shm.used()) continue;
+    places.push_back({{"name", output.name},
+                      {"region", output.shm.region},
+                      {"offset", output.shm.offset},
+                      {"bytes", output.shm.byte_size}});
   }
   // A name asked for again would be answered with another copy of the output's bytes: with
   // thousands of repeats in one message, memory without bound.
@@ -143,24 +163,42 @@ Status ToFarmRequest(V2InferRequest& request, const RequestLimits& limits, nlohm
   if (!request.version.empty()) (*header)["version"] = request.version;
   if (request.timeout_ms > 0) (*header)["timeout_ms"] = request.timeout_ms;
   if (request.priority != 0) (*header)["priority"] = request.priority;
+  if (!places.empty()) (*header)["outputs_shm"] = std::move(places);
   if (Status s = CheckFarmHeaderSize(request, *header, limits); !s.ok()) return s;
   frames->clear();
   frames->reserve(request.inputs.size());
-  for (V2Tensor& input : request.inputs) frames->push_back(std::move(input.data));
+  for (V2Tensor& input : request.inputs) {
+    if (!input.shm.used()) frames->push_back(std::move(input.data));
+  }
   return Status::Ok();
 }
 
 Status FromFarmReply(const V2InferRequest& request, const ReplyHeader& reply,
                      std::vector<zmq::message_t> frames, V2InferResponse* out) {
   if (!reply.status.ok()) return reply.status;
-  if (frames.size() != reply.outputs.size()) {
-    return Internal("the farm's reply declares " + std::to_string(reply.outputs.size()) +
-                    " outputs but carries " + std::to_string(frames.size()) + " data frames");
+  // Outputs the farm placed in system shared memory carry no frame: give each of the others its
+  // frame, and the placed ones an empty message.
+  auto in_shm = [&reply](size_t k) {
+    return k < reply.output_shm.size() && reply.output_shm[k].used();
+  };
+  size_t framed = 0;
+  for (size_t k = 0; k < reply.outputs.size(); ++k) framed += in_shm(k) ? 0 : 1;
+  if (frames.size() != framed) {
+    return Internal("the farm's reply declares " + std::to_string(framed) +
+                    " outputs with data but carries " + std::to_string(frames.size()) +
+                    " data frames");
+  }
+  if (framed != reply.outputs.size()) {
+    std::vector<zmq::message_t> spread(reply.outputs.size());
+    for (size_t k = 0, next = 0; k < reply.outputs.size(); ++k) {
+      if (!in_shm(k)) spread[k] = std::move(frames[next++]);
+    }
+    frames = std::move(spread);
   }
   std::vector<std::string> names;
   for (size_t k = 0; k < reply.outputs.size(); ++k) {
     const std::optional<uint64_t> bytes = ByteSize(reply.outputs[k]);
-    if (!bytes || *bytes != frames[k].size()) {
+    if (!bytes || (!in_shm(k) && *bytes != frames[k].size())) {
       return Internal("the farm's reply output " + std::to_string(k) + " is " +
                       SpecToString(reply.outputs[k]) + " but its frame holds " +
                       std::to_string(frames[k].size()) + " bytes");
@@ -185,7 +223,8 @@ Status FromFarmReply(const V2InferRequest& request, const ReplyHeader& reply,
                              (there.empty() ? "none" : there));
     }
     picks.push_back(k);
-    binary.push_back(request.outputs[i].binary || request.binary_outputs);
+    binary.push_back(!request.outputs[i].shm.used() &&
+                     (request.outputs[i].binary || request.binary_outputs));
   }
   *out = V2InferResponse{};
   out->model = request.model;
@@ -208,12 +247,27 @@ Status FromFarmReply(const V2InferRequest& request, const ReplyHeader& reply,
       tensor.data = std::move(frames[k]);
     }
     const size_t i = out->outputs.size();
+    if (in_shm(k) && i < request.outputs.size()) {
+      tensor.shm = request.outputs[i].shm;
+    } else if (in_shm(k)) {
+      return Internal("the farm placed output '" + names[k] + "' in shared memory unasked");
+    }
     if (i < request.outputs.size() && request.outputs[i].class_count > 0) {
       if (Status s = ClassifyOutput(request.outputs[i].class_count, &tensor); !s.ok()) return s;
     }
     out->outputs.push_back(std::move(tensor));
   }
   return Status::Ok();
+}
+
+bool UsesSystemShm(const V2InferRequest& request) {
+  for (const V2Tensor& input : request.inputs) {
+    if (input.shm.used()) return true;
+  }
+  for (const V2RequestedOutput& output : request.outputs) {
+    if (output.shm.used()) return true;
+  }
+  return false;
 }
 
 int V2PriorityToWire(uint64_t priority) {

@@ -41,13 +41,24 @@ std::string V2InputWhere(size_t index, const std::string& name);
 Status FindModelVersionInMeta(const nlohmann::json& meta, const std::string& name,
                               const std::string& version, const nlohmann::json** out);
 
+// Triton's system shared memory parameters of a tensor (docs/kserve-v2.md "System shared
+// memory"): shared_memory_region (a registered region's name), shared_memory_offset (from the
+// start of the registered range) and shared_memory_byte_size. Unused: region empty.
+struct V2ShmPlace {
+  std::string region;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+  bool used() const { return !region.empty(); }
+};
+
 // One tensor. Its bytes are C-contiguous little-endian (row-major), itemsize x prod(shape) long,
 // held in a zmq message so they travel to the loop without another copy.
 struct V2Tensor {
   std::string name;
   std::string datatype;  // v2 name
   std::vector<int64_t> shape;
-  zmq::message_t data;
+  zmq::message_t data;  // empty when `shm` is used: the bytes are in the region
+  V2ShmPlace shm;
 };
 
 struct V2RequestedOutput {
@@ -56,6 +67,7 @@ struct V2RequestedOutput {
   // Triton's classification extension: > 0 returns the top class_count as BYTES
   // (v2_classification.h).
   int64_t class_count = 0;
+  V2ShmPlace shm;  // used: the output goes into this place of a registered region, not the body
 };
 
 struct V2InferRequest {
@@ -82,12 +94,15 @@ struct V2InferResponse {
   std::string version;
   std::string id;
   std::vector<V2Tensor> outputs;  // in the requested order; data holds the farm's frame
-  std::vector<bool> binary;       // per output: send as binary (HTTP only)
+  std::vector<bool> binary;       // per output: send as binary (HTTP only); false for shm ones
   StageTimes timing;              // the farm's timing_us
 };
 
 // Room kept in the farm header for the "id" FarmChannel adds: ,"id":<20 digits>.
 inline constexpr size_t kFarmIdReserveBytes = 32;
+
+// True when an input or a requested output of `request` names a system shared-memory region.
+bool UsesSystemShm(const V2InferRequest& request);
 
 // The farm request for `request`: header (without "id"; FarmChannel adds it) and one data frame
 // per input, moved out of `request`. Inputs travel by name; the loop puts them in the model's
@@ -95,6 +110,9 @@ inline constexpr size_t kFarmIdReserveBytes = 32;
 // `limits` (the loop's limits.request, FarmChannel::request_limits) bound the number of inputs
 // and the header's size: a request past them is INVALID_ARGUMENT naming the limit, the value
 // and the fields that made it (a 3 MiB input name, 5,000 inputs, a 70,000-byte model name).
+// An input in system shared memory travels as "shm": {"region", "offset"} with no frame, its
+// shared_memory_byte_size checked against its datatype and shape; outputs in it as the header's
+// "outputs_shm" (common/shm_reference.h).
 Status ToFarmRequest(V2InferRequest& request, const RequestLimits& limits, nlohmann::json* header,
                      std::vector<zmq::message_t>* frames);
 

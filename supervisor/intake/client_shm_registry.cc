@@ -1,13 +1,114 @@
 #include "supervisor/intake/client_shm_registry.h"
 
+#include <unistd.h>
+
 #include "common/log.h"
 #include "common/random_hex.h"
+#include "supervisor/intake/system_shm_object.h"
 #include "supervisor/loop/resource_errors.h"
 
 namespace torchfarm {
 
 ClientShmRegistry::ClientShmRegistry(ClientShmConfig config, std::string name_prefix, int group)
-    : config_(config), prefix_(std::move(name_prefix)), group_(group) {}
+    : config_(config),
+      prefix_(std::move(name_prefix)),
+      group_(group),
+      system_owner_(::geteuid()),
+      system_directory_(kShmDirectory) {}
+
+void ClientShmRegistry::set_system_owner(uid_t owner, std::string directory) {
+  system_owner_ = owner;
+  system_directory_ = std::move(directory);
+}
+
+namespace {
+
+std::string RegionQuoted(const std::string& name) {
+  constexpr size_t kMaxShown = 100;
+  return "'" + name.substr(0, kMaxShown) + (name.size() > kMaxShown ? "...'" : "'");
+}
+
+}  // namespace
+
+Status ClientShmRegistry::RegisterSystem(const std::string& name, const std::string& key,
+                                         uint64_t offset, uint64_t byte_size) {
+  if (name.empty()) return InvalidArgument("region name: expected a non-empty name");
+  if (system_.count(name)) {
+    return InvalidArgument("shared memory region " + RegionQuoted(name) + " already in manager");
+  }
+  if (system_.size() >= kMaxSystemRegions) {
+    return ResourceExhausted("register " + RegionQuoted(name) + ": " + std::to_string(system_.size()) +
+                             " system shared-memory regions are registered, the most there may "
+                             "be; unregister one first");
+  }
+  std::unique_ptr<ipc::SharedRegion> region;
+  if (Status s = OpenSystemShmObject(key, offset, byte_size, system_owner_, system_directory_,
+                                     &region);
+      !s.ok()) {
+    return Status(s.code(), "register " + RegionQuoted(name) + ": " + s.message());
+  }
+  ShmBudget::Reservation reservation;
+  if (Status s = ShmBudget::Reserve(budget_, byte_size, "system shared memory " + RegionQuoted(name),
+                                    &reservation);
+      !s.ok()) {
+    return s;
+  }
+  system_[name] = SystemEntry{SystemRegionInfo{name, key, offset, byte_size},
+                              std::shared_ptr<ipc::SharedRegion>(std::move(region)),
+                              std::move(reservation)};
+  TF_LOG(kInfo) << "system shared memory registered" << Kv("name", name) << Kv("key", key)
+                << Kv("offset", offset) << Kv("byte_size", byte_size);
+  return Status::Ok();
+}
+
+Status ClientShmRegistry::UnregisterSystem(const std::string& name) {
+  if (name.empty()) {
+    system_.clear();
+    return Status::Ok();
+  }
+  auto it = system_.find(name);
+  if (it == system_.end()) {
+    return NotFound("Unable to find shared memory region: " + RegionQuoted(name) +
+                    " (it is not registered)");
+  }
+  system_.erase(it);
+  TF_LOG(kInfo) << "system shared memory unregistered" << Kv("name", name);
+  return Status::Ok();
+}
+
+Status ClientShmRegistry::SystemStatus(const std::string& name,
+                                       std::vector<SystemRegionInfo>* out) const {
+  out->clear();
+  if (!name.empty()) {
+    auto it = system_.find(name);
+    if (it == system_.end()) {
+      return NotFound("Unable to find system shared memory region: " + RegionQuoted(name));
+    }
+    out->push_back(it->second.info);
+    return Status::Ok();
+  }
+  for (const auto& [region, entry] : system_) out->push_back(entry.info);
+  return Status::Ok();
+}
+
+Status ClientShmRegistry::ResolveSystem(const std::string& name, uint64_t offset, uint64_t bytes,
+                                        const std::string& where,
+                                        std::shared_ptr<ipc::SharedRegion>* out) const {
+  auto it = system_.find(name);
+  if (it == system_.end()) {
+    return NotFound(where + ": Unable to find shared memory region: " + RegionQuoted(name) +
+                    " (register it first: POST /v2/systemsharedmemory/region/{name}/register)");
+  }
+  const uint64_t size = it->second.info.byte_size;
+  if (offset > size || bytes > size - offset) {
+    return InvalidArgument(where + ": Invalid offset + byte size for shared memory region: " +
+                           RegionQuoted(name) + ": offset " + std::to_string(offset) + " + " +
+                           std::to_string(bytes) + " bytes = " + std::to_string(offset + bytes) +
+                           ", the region has " + std::to_string(size) + " bytes");
+  }
+  *out = it->second.region;
+  return Status::Ok();
+}
 
 Status ClientShmRegistry::Create(uint64_t bytes, const std::string& client, TimePoint now,
                                  CreatedRegion* out) {
@@ -116,6 +217,7 @@ int ClientShmRegistry::ExpireIdle(TimePoint now) {
 
 void ClientShmRegistry::ReleaseAll() {
   while (!regions_.empty()) Erase(regions_.begin());
+  system_.clear();
 }
 
 void ClientShmRegistry::Erase(std::map<std::string, Entry>::iterator it) {

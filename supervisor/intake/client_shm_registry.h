@@ -11,10 +11,13 @@
 // Runs on the supervisor's loop thread.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/config.h"
@@ -29,6 +32,17 @@ struct CreatedRegion {
   std::string name;  // POSIX shared-memory name, with its leading slash
   uint64_t bytes = 0;
 };
+
+// A region registered through Triton's system shared memory extension (status answers).
+struct SystemRegionInfo {
+  std::string name;
+  std::string key;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+
+// Registered system regions at most (each holds a descriptor and a mapping).
+inline constexpr size_t kMaxSystemRegions = 1024;
 
 class ClientShmRegistry {
  public:
@@ -45,6 +59,27 @@ class ClientShmRegistry {
   // refreshes its idle time. Errors name `where` (e.g. "inputs[0].shm").
   Status Resolve(const std::string& token, uint64_t offset, uint64_t bytes, const std::string& where,
                  TimePoint now, std::shared_ptr<ipc::SharedRegion>* out);
+  // Triton's system shared memory (docs/kserve-v2.md "System shared memory"): a region the
+  // client made and registers by `name`, mapped from [offset, offset + byte_size) of the object
+  // `key` (system_shm_object.h checks), counted in the budget. A name registered already is
+  // refused as Triton refuses it. Separate from the token regions above: a job-socket request
+  // never reaches these, a front-end request never reaches the others (ParseJob).
+  Status RegisterSystem(const std::string& name, const std::string& key, uint64_t offset,
+                        uint64_t byte_size);
+  // Unregisters `name` (empty: every system region); NOT_FOUND for a name not registered.
+  // Requests already accepted keep the mapping until they are answered (shared_ptr), so an
+  // unregister never unmaps memory under a running batch.
+  Status UnregisterSystem(const std::string& name);
+  // Every system region, or only `name` (NOT_FOUND when it is not registered).
+  Status SystemStatus(const std::string& name, std::vector<SystemRegionInfo>* out) const;
+  // The system region `name`, after checking [offset, offset + bytes) lies inside its
+  // registered range; errors name `where`.
+  Status ResolveSystem(const std::string& name, uint64_t offset, uint64_t bytes,
+                       const std::string& where, std::shared_ptr<ipc::SharedRegion>* out) const;
+  size_t system_regions() const { return system_.size(); }
+  // For tests: where keys are looked up (default /dev/shm) and the uid they must belong to.
+  void set_system_owner(uid_t owner, std::string directory);
+
   // Releases regions unused for idle_timeout_s; returns how many.
   int ExpireIdle(TimePoint now);
   void ReleaseAll();
@@ -63,12 +98,20 @@ class ClientShmRegistry {
     ShmBudget::Reservation budget;  // given back when the entry goes
   };
   void Erase(std::map<std::string, Entry>::iterator it);
+  struct SystemEntry {
+    SystemRegionInfo info;
+    std::shared_ptr<ipc::SharedRegion> region;
+    ShmBudget::Reservation budget;
+  };
 
   ClientShmConfig config_;
   std::string prefix_;
   int group_;
   ShmBudget* budget_ = nullptr;
   std::map<std::string, Entry> regions_;  // by token
+  std::map<std::string, SystemEntry> system_;  // by the client's name for it
+  uid_t system_owner_;
+  std::string system_directory_;
   std::map<std::string, int> per_client_;  // live regions of each client that has any
   uint64_t bytes_ = 0;
   uint64_t next_name_ = 0;

@@ -46,10 +46,53 @@ void SetRows(PendingRequest* request) {
   request->rows = request->batchable ? rows : 1;
 }
 
+// A front-end request's system shared-memory regions (docs/kserve-v2.md "System shared
+// memory"), by the names their client registered: inputs read from them, outputs placed in them.
+// Any offset will do: the supervisor copies (the worker never maps a client-named object).
+Status ResolveSystemShm(const RequestHeader& header, ClientShmRegistry* regions,
+                        PendingRequest* request) {
+  if (header.output_shm.used()) {
+    return InvalidArgument("header field 'output_shm': the v2 front ends place outputs with "
+                           "outputs_shm");
+  }
+  const bool any_input = !header.input_shm.empty();
+  if (!any_input && header.output_places.empty()) return Status::Ok();
+  if (!regions) {
+    return InvalidArgument("system shared memory is off on this farm (frontend."
+                           "system_shared_memory)");
+  }
+  if (any_input) request->input_regions.resize(header.inputs.size());
+  for (size_t i = 0; i < header.inputs.size(); ++i) {
+    if (!header.input_in_shm(i)) continue;
+    const ShmRef& ref = header.input_shm[i];
+    const std::string where = i < header.input_names.size()
+                                  ? "input '" + header.input_names[i] + "'"
+                                  : "inputs[" + std::to_string(i) + "]";
+    Status s = regions->ResolveSystem(ref.region, ref.offset, *ByteSize(header.inputs[i]), where,
+                                      &request->input_regions[i]);
+    if (!s.ok()) return s;
+  }
+  request->input_shm = header.input_shm;
+  for (const OutputPlace& place : header.output_places) {
+    PendingRequest::PlacedOutput placed{place, nullptr};
+    Status s = regions->ResolveSystem(place.ref.region, place.ref.offset, place.ref.bytes,
+                                      "output '" + place.name + "'", &placed.region);
+    if (!s.ok()) return s;
+    request->output_places.push_back(std::move(placed));
+  }
+  return Status::Ok();
+}
+
 // Looks up every region the header names, checks ranges and alignment, and keeps the regions
-// in the request, one entry per input.
+// in the request, one entry per input. Front-end requests name system regions only, job-socket
+// requests token regions only.
 Status ResolveShm(const RequestHeader& header, ClientShmRegistry* regions, TimePoint now,
-                  PendingRequest* request) {
+                  PendingRequest* request, bool front_end) {
+  if (front_end) return ResolveSystemShm(header, regions, request);
+  if (!header.output_places.empty()) {
+    return InvalidArgument("header field 'outputs_shm': only the v2 front ends' requests place "
+                           "outputs in system shared memory; use output_shm (docs/protocol.md)");
+  }
   const bool any_input = !header.input_shm.empty();
   if (!any_input && !header.output_shm.used()) return Status::Ok();
   if (!regions || !regions->enabled()) {
@@ -258,7 +301,8 @@ TimePoint DeadlineAfter(TimePoint now, int64_t timeout_ms) {
 Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                 const std::vector<ModelConfig>& models, TimePoint now, PendingRequest* request,
                 size_t* model_index, const RequestLimits& limits, ClientShmRegistry* regions,
-                ShmCommand* command, const std::function<bool(size_t index)>& loaded) {
+                ShmCommand* command, const std::function<bool(size_t index)>& loaded,
+                bool front_end) {
   if (frames.size() <= payload_start) {
     return InvalidArgument("empty message: expected a JSON header frame followed by one frame "
                            "per input tensor");
@@ -270,6 +314,7 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   request->id = std::move(header.id);
   if (!s.ok()) return s;
   if (header.op != RequestOp::kInfer) {
+    if (front_end) return InvalidArgument("header field 'op': the v2 front ends send inferences");
     return TakeShmCommand(header, frames, payload_start, regions, command);
   }
   if (s = CheckMessageSize(frames, payload_start, limits); !s.ok()) return s;
@@ -290,7 +335,7 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   uint64_t slot_bytes = 0;
   if (s = CheckInputsAgainstModel(model, header, sizes, &slot_bytes); !s.ok()) return s;
 
-  if (s = ResolveShm(header, regions, now, request); !s.ok()) return s;
+  if (s = ResolveShm(header, regions, now, request, front_end); !s.ok()) return s;
   TakeInputFrames(header, sizes, frames, payload_start + 1, request);
   request->inputs = std::move(header.inputs);
   request->slot_bytes = slot_bytes;
@@ -309,7 +354,8 @@ Status CheckRegionsIntact(const PendingRequest& request) {
                            std::to_string(region.CurrentSize()) + " bytes after the request was "
                            "accepted, it needs bytes [" + std::to_string(offset) + ", " +
                            std::to_string(offset) + " + " + std::to_string(bytes) +
-                           "); a region must keep the size shm_create gave it");
+                           "); a region must keep its size while requests use it (the size "
+                           "shm_create gave it, or the size it had when it was registered)");
   };
   for (size_t i = 0; i < request.input_regions.size(); ++i) {
     const auto& region = request.input_regions[i];
@@ -322,6 +368,12 @@ Status CheckRegionsIntact(const PendingRequest& request) {
       !request.output_region->Covers(request.output_shm.offset, request.output_shm.bytes)) {
     return shrunk("output_shm", *request.output_region, request.output_shm.offset,
                   request.output_shm.bytes);
+  }
+  for (const PendingRequest::PlacedOutput& placed : request.output_places) {
+    if (!placed.region->Covers(placed.place.ref.offset, placed.place.ref.bytes)) {
+      return shrunk("output '" + placed.place.name + "'", *placed.region,
+                    placed.place.ref.offset, placed.place.ref.bytes);
+    }
   }
   return Status::Ok();
 }

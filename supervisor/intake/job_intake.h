@@ -55,12 +55,15 @@ bool SplitEnvelope(std::vector<zmq::message_t>& frames, PendingRequest* request,
 // shm_release command is returned in *command (op != kInfer), not as a request.
 // `models` hold one entry per (name, version): the header's "version" picks one, none the default
 // (common/model_versions.h, SelectServedVersion, with `loaded` saying which versions have a ready
-// worker; empty: all).
+// worker; empty: all). `front_end`: the request came from the HTTP or gRPC front end; its shared-
+// memory references then name system regions (ClientShmRegistry::RegisterSystem, with inputs'
+// "shm" and "outputs_shm"), never the job socket's token regions, and it may not be a command.
 Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                 const std::vector<ModelConfig>& models, TimePoint now, PendingRequest* request,
                 size_t* model_index, const RequestLimits& limits = RequestLimits{},
                 ClientShmRegistry* regions = nullptr, ShmCommand* command = nullptr,
-                const std::function<bool(size_t index)>& loaded = {});
+                const std::function<bool(size_t index)>& loaded = {},
+                bool front_end = false);
 
 // OK while every client region `request` reads or writes still covers its range; else the
 // INVALID_ARGUMENT to answer with (its client truncated a region after the request was accepted).

@@ -35,6 +35,13 @@ struct PendingRequest {
   std::vector<std::shared_ptr<ipc::SharedRegion>> input_regions;
   ShmRef output_shm;  // used(): the outputs go to this range of output_region, not to frames
   std::shared_ptr<ipc::SharedRegion> output_region;
+  // The v2 front ends' outputs in system shared memory (header "outputs_shm"): each named output
+  // is copied into its place in its registered region, which the request keeps mapped.
+  struct PlacedOutput {
+    OutputPlace place;
+    std::shared_ptr<ipc::SharedRegion> region;
+  };
+  std::vector<PlacedOutput> output_places;
   int64_t rows = 1;         // dim 0 shared by every input; what batching counts
   bool batchable = true;    // false when inputs disagree on dim 0 or a scalar is involved
   uint64_t slot_bytes = 0;  // bytes this request takes in a ring slot (64-byte aligned tensors)

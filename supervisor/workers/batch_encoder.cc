@@ -75,7 +75,9 @@ BatchEncoding EncodeBatch(const InflightBatch& batch, bool shm_in_place, uint8_t
   const PendingRequest& first = batch.requests.front();
   BatchEncoding result;
   ipc::RequestBatch in_place;
-  if (shm_in_place && batch.requests.size() == 1 &&
+  // System regions (front-end requests) never go in place: their names are the client's, who
+  // may re-create an object under the same name, and the worker's mappings are keyed by name.
+  if (shm_in_place && batch.requests.size() == 1 && first.origin == RequestOrigin::kZmq &&
       (!first.input_regions.empty() || first.output_shm.used()) &&
       NameClientRegions(first, encoded, &in_place)) {
     encoded = std::move(in_place);

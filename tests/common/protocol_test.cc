@@ -158,7 +158,7 @@ TEST(ProtocolTest, RejectsUnknownFields) {
   EXPECT_EQ(
       ProtocolError(j),
       "header: unknown field 'deadline' (expected v, id, op, model, version, inputs, timeout_ms, "
-      "priority, output_shm)");
+      "priority, output_shm, outputs_shm)");
   j = ValidHeader();
   j["inputs"][0]["layout"] = "nchw";
   EXPECT_EQ(ProtocolError(j), "inputs[0]: unknown key 'layout' (expected dtype, shape, name)");

@@ -239,12 +239,29 @@ TEST_F(GrpcServerTest, MalformedRequestsAreInvalidArgumentAndNeverReachTheFarm) 
          r->mutable_inputs(0)->mutable_contents()->add_int_contents(300);
        },
        "300"},
-      {"shared memory",
+      {"shared memory without its byte size",
        [](auto* r) {
          (*r->mutable_inputs(0)->mutable_parameters())["shared_memory_region"].set_string_param(
              "region0");
        },
-       "shared-memory extension"},
+       ".parameters.shared_memory_byte_size: expected an integer 1..2^62 with "
+       "shared_memory_region, got nothing"},
+      {"shared memory on a farm without frontend.system_shared_memory",
+       [](auto* r) {
+         auto& params = *r->mutable_inputs(0)->mutable_parameters();
+         params["shared_memory_region"].set_string_param("region0");
+         params["shared_memory_byte_size"].set_int64_param(8);
+         r->clear_raw_input_contents();
+       },
+       "parameters.shared_memory_region: system shared memory is off on this farm: set "
+       "\"frontend\": {\"system_shared_memory\": true}"},
+      {"shared memory byte size of the wrong kind",
+       [](auto* r) {
+         auto& params = *r->mutable_inputs(0)->mutable_parameters();
+         params["shared_memory_region"].set_string_param("region0");
+         params["shared_memory_byte_size"].set_string_param("8");
+       },
+       ".parameters.shared_memory_byte_size: expected an integer 1..2^62, got string \"8\""},
       {"classification as a string",
        [](auto* r) {
          (*r->add_outputs()->mutable_parameters())["classification"].set_string_param("3");

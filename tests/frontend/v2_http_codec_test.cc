@@ -242,10 +242,10 @@ TEST(V2HttpCodecTest, EveryRequestErrorSaysWhatWasExpectedAndWhatCame) {
                                       "parameters": {"binary_data_size": -4}})")),
             "inputs[0].parameters.binary_data_size: expected an integer 0..4611686018427387904, "
             "got number -4");
-  EXPECT_NE(ParseError(with_input(R"({"name": "x", "datatype": "FP32", "shape": [1],
-                                      "parameters": {"shared_memory_region": "r"}})"))
-                .find("shared-memory extension is not supported"),
-            std::string::npos);
+  EXPECT_EQ(ParseError(with_input(R"({"name": "x", "datatype": "FP32", "shape": [1],
+                                      "parameters": {"shared_memory_region": "r"}})")),
+            "inputs[0].parameters.shared_memory_byte_size: expected an integer 1..2^62 with "
+            "shared_memory_region, got nothing");
   EXPECT_EQ(ParseError(with_input(R"({"name": "x", "datatype": "FP32", "shape": [1],
                                       "parameters": 3})")),
             "inputs[0].parameters: expected an object, got number 3");

@@ -7,6 +7,7 @@
 //   v2_http_fuzzer     tests/fuzz/v2_regressions/ (when there is one), tests/fuzz/v2_corpus/
 //   jpeg_fuzzer        tests/fuzz/jpeg_regressions/, tests/fuzz/jpeg_corpus/
 //   ring_reader_fuzzer tests/fuzz/ring_reader_corpus/
+//   v2_grpc_fuzzer     tests/fuzz/v2_grpc_corpus/ (with gRPC)
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -19,6 +20,9 @@
 #include "ring_reader_fuzz_input.h"
 #include "slot_codec_fuzz_input.h"
 #include "v2_http_fuzz_input.h"
+#ifdef TORCHFARM_FUZZ_GRPC
+#include "v2_grpc_fuzz_input.h"
+#endif
 
 namespace torchfarm::fuzz {
 namespace {
@@ -73,6 +77,14 @@ TEST(FuzzRegressionTest, V2HttpRegressionsStayFixed) {
 TEST(FuzzRegressionTest, V2HttpSeedCorpusPasses) {
   EXPECT_GT(ReplayFolder(TORCHFARM_SOURCE_DIR "/tests/fuzz/v2_corpus", RunV2HttpInput), 10);
 }
+
+#ifdef TORCHFARM_FUZZ_GRPC
+// The gRPC request conversion with Triton's shared-memory parameters, and the extension's text
+// parsers (register bodies, parameters, peers), over their seeds.
+TEST(FuzzRegressionTest, V2GrpcSeedCorpusPasses) {
+  EXPECT_GT(ReplayFolder(TORCHFARM_SOURCE_DIR "/tests/fuzz/v2_grpc_corpus", RunV2GrpcInput), 10);
+}
+#endif
 
 // Every seed (good JPEGs of every layout, truncated ones, each bad kind) decodes or is refused,
 // and after each the reference JPEGs still decode to the same pixels.

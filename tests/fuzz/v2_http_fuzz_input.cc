@@ -35,7 +35,13 @@ void CheckAccepted(V2InferRequest& request) {
       Broken("accepted datatype " + input.datatype);
     }
     const std::optional<uint64_t> bytes = ByteSize(TensorSpec{dtype, input.shape});
-    if (!bytes || *bytes != input.data.size()) Broken("input bytes disagree with its shape");
+    // An input in system shared memory has no bytes here; ToFarmRequest checks its byte size.
+    if (!bytes || (!input.shm.used() && *bytes != input.data.size())) {
+      Broken("input bytes disagree with its shape");
+    }
+    if (input.shm.used() && (input.data.size() != 0 || input.shm.byte_size == 0)) {
+      Broken("an input in shared memory with data, or without a byte size");
+    }
     V2Tensor copy;
     copy.name = input.name;
     copy.datatype = input.datatype;
@@ -64,7 +70,9 @@ void CheckAccepted(V2InferRequest& request) {
   if (!s.ok() && s.code() != StatusCode::kInvalidArgument) {
     Broken("ToFarmRequest: " + s.ToString());
   }
-  if (s.ok() && frames.size() != header["inputs"].size()) Broken("frame count");
+  size_t in_shm = 0;
+  for (const auto& input : header["inputs"]) in_shm += input.contains("shm") ? 1 : 0;
+  if (s.ok() && frames.size() != header["inputs"].size() - in_shm) Broken("frame count");
 }
 
 // Bad input, then good input: a well-formed request parses to what it says after anything.

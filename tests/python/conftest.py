@@ -106,7 +106,9 @@ def _config(scratch: Path, models: Path) -> dict:
             "admin_endpoint": f"ipc://{scratch}/admin.sock", "run_dir": str(scratch / "run"),
             "http_endpoint": f"127.0.0.1:{_free_port()}",
             "grpc_endpoint": f"127.0.0.1:{_free_port()}",
-            "heartbeat_ms": 200, "models": entries}
+            "heartbeat_ms": 200, "models": entries,
+            # Triton's system shared memory extension, for loopback clients (test_triton_shm.py).
+            "frontend": {"system_shared_memory": True}}
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,8 @@ HTTP at concurrency 1..16: each run must exit 0, report a throughput above 0 at 
 concurrency, and print no error. perf_analyzer reads the model's configuration first over HTTP;
 the HTTP run is made when the farm's server metadata advertises "model_configuration" (it is
 skipped, saying so, on a farm that does not), over gRPC it runs either way with --shape; gRPC
-also with --streaming (ModelStreamInfer). Exit 77
+also with --streaming (ModelStreamInfer); both with --shared-memory system (Triton's system shared
+memory extension, on in this farm's config). Exit 77
 (ctest: skipped) without perf_analyzer. Standard library only.
 """
 import json
@@ -53,7 +54,9 @@ class PerfAnalyzerTest(unittest.TestCase):
                   "grpc_endpoint": f"127.0.0.1:{cls.grpc}",
                   "models": [{"name": "mlp", "path": cls.tmp + "/models/mlp.pt",
                               "inputs": [{"dtype": "float32", "shape": [-1, 256]}],
-                              "instances": [{"device": "cpu", "count": 2}]}]}
+                              "instances": [{"device": "cpu", "count": 2}]}],
+                  # perf_analyzer's --shared-memory system (Triton's extension, loopback only).
+                  "frontend": {"system_shared_memory": True}}
         with open(cls.tmp + "/config.json", "w") as f:
             json.dump(config, f)
         cls.farm = subprocess.Popen([os.path.join(BIN_DIR, "torchfarm-supervisor"), "--config",
@@ -104,6 +107,16 @@ class PerfAnalyzerTest(unittest.TestCase):
                           f"client stops at 'failed to get model config' (extensions: "
                           f"{self.extensions})")
         self.run_perf_analyzer("http", f"127.0.0.1:{self.http}", [])
+
+    def test_system_shared_memory_over_grpc_and_http(self):
+        # perf_analyzer creates its regions (shm_open), registers them, names them in every
+        # request's inputs and outputs, and unregisters them at the end.
+        self.assertIn("system_shared_memory", self.extensions)
+        self.run_perf_analyzer("grpc", f"127.0.0.1:{self.grpc}", ["--shared-memory", "system"])
+        self.run_perf_analyzer("http", f"127.0.0.1:{self.http}", ["--shared-memory", "system"])
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v2/systemsharedmemory/status",
+                                    timeout=5) as r:
+            self.assertEqual(json.load(r), [], "perf_analyzer unregisters its regions")
 
     def test_grpc_streaming_at_concurrency_1_to_16(self):
         # ModelStreamInfer: one stream per concurrent client, one response per request.
