@@ -401,7 +401,8 @@ Status ReadOptionalFields(const json& j, RequestHeader* out) {
 Status CheckHeaderFields(const json& j) {
   for (const auto& [key, value] : j.items()) {
     if (key != "v" && key != "id" && key != "op" && key != "model" && key != "version" &&
-        key != "inputs" && key != "timeout_ms" && key != "priority" && key != "output_shm" && key != "outputs_shm") {
+        key != "inputs" && key != "timeout_ms" && key != "priority" && key != "output_shm" &&
+        key != "outputs_shm") {
       return InvalidArgument("header: unknown field '" + key +
                              "' (expected v, id, op, model, version, inputs, timeout_ms, "
                              "priority, output_shm, outputs_shm)");

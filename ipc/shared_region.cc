@@ -96,8 +96,8 @@ Status SharedRegion::Open(const std::string& name, std::unique_ptr<SharedRegion>
 Status SharedRegion::OpenRange(const std::string& name, uint64_t offset, uint64_t bytes,
                                struct stat* identity, std::unique_ptr<SharedRegion>* out) {
   try {
-    auto shm = std::make_unique<bip::shared_memory_object>(bip::open_only, name.c_str(),
-                                                           bip::read_write);
+    auto shm =
+        std::make_unique<bip::shared_memory_object>(bip::open_only, name.c_str(), bip::read_write);
     if (::fstat(shm->get_mapping_handle().handle, identity) != 0) {
       return Internal("cannot fstat shared-memory object '" + name + "': " + std::strerror(errno));
     }

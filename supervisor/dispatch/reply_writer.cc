@@ -189,10 +189,11 @@ Status ReplyWriter::SendPlacedOutputs(
       return InvalidArgument("output '" + place.name + "': shared_memory_byte_size is " +
                              std::to_string(place.ref.bytes) + " bytes, the output is " +
                              SpecToString(share.outputs[i]) + ", " +
-                             std::to_string(slices[i].second) + " bytes; shared memory size "
-                             "specified with the request for output '" + place.name +
-                             "' should be at least " + std::to_string(slices[i].second) +
-                             " bytes to hold the results");
+                             std::to_string(slices[i].second) +
+                             " bytes; shared memory size "
+                             "specified with the request for output '" +
+                             place.name + "' should be at least " +
+                             std::to_string(slices[i].second) + " bytes to hold the results");
     }
     if (!ipc::GuardedCopy(placed[i]->region->data() + place.ref.offset, slices[i].first,
                           slices[i].second)) {

@@ -187,7 +187,8 @@ class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackS
   // Triton's system shared memory extension (v2_system_shm.h), for loopback peers when
   // frontend.system_shared_memory is on.
   grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
-      grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryStatusRequest* request,
       inference::SystemSharedMemoryStatusResponse* response) override {
     json query = {{"system_shared_memory", "status"}};
     if (!request->name().empty()) query["name"] = request->name();

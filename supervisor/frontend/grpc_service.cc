@@ -221,12 +221,24 @@ Status ShmPlaceFromProto(const google::protobuf::Map<std::string, InferParameter
     if (it == parameters.end()) continue;
     const InferParameter& value = it->second;
     switch (value.parameter_choice_case()) {
-      case InferParameter::kStringParam: params[key] = value.string_param(); break;
-      case InferParameter::kInt64Param: params[key] = value.int64_param(); break;
-      case InferParameter::kUint64Param: params[key] = value.uint64_param(); break;
-      case InferParameter::kBoolParam: params[key] = value.bool_param(); break;
-      case InferParameter::kDoubleParam: params[key] = value.double_param(); break;
-      default: params[key] = nullptr; break;
+      case InferParameter::kStringParam:
+        params[key] = value.string_param();
+        break;
+      case InferParameter::kInt64Param:
+        params[key] = value.int64_param();
+        break;
+      case InferParameter::kUint64Param:
+        params[key] = value.uint64_param();
+        break;
+      case InferParameter::kBoolParam:
+        params[key] = value.bool_param();
+        break;
+      case InferParameter::kDoubleParam:
+        params[key] = value.double_param();
+        break;
+      default:
+        params[key] = nullptr;
+        break;
     }
   }
   return ParseV2ShmParameters(params, where, out);
@@ -273,7 +285,8 @@ Status V2RequestFromProto(const ModelInferRequest& request, V2InferRequest* out)
     const std::string where = V2InputWhere(static_cast<size_t>(i), input.name());
     if (Status s = ShmPlaceFromProto(input.parameters(), where, &places[i]); !s.ok()) return s;
     if (places[i].used() && input.has_contents()) {
-      return InvalidArgument(where + ": expected either parameters.shared_memory_region or "
+      return InvalidArgument(where +
+                             ": expected either parameters.shared_memory_region or "
                              "contents, got both");
     }
     in_shm += places[i].used() ? 1 : 0;
@@ -333,7 +346,8 @@ Status V2RequestFromProto(const ModelInferRequest& request, V2InferRequest* out)
       return s;
     }
     if (requested.shm.used() && requested.class_count > 0) {
-      return InvalidArgument(where + ": expected parameters.classification or "
+      return InvalidArgument(where +
+                             ": expected parameters.classification or "
                              "parameters.shared_memory_region, got both (classification strings "
                              "are not placed in shared memory)");
     }

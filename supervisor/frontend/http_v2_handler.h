@@ -3,10 +3,10 @@
 // Owns: routing (GET /v2/health/live|ready, GET /v2,
 // GET /v2/models/{name}[/versions/{v}][/ready|/config|/stats], GET /v2/models/stats,
 // POST /v2/models/{name}[/versions/{v}]/infer, POST /v2/repository/index,
-// POST /v2/repository/models/{name}/load|unload, /v2/systemsharedmemory/...; 404 unknown path, 405 wrong method), the farm
-// calls each route makes (kMetaTag for health and metadata, "http <peer>" for inference) and the
-// status and body of the answer. Knows nothing of sockets, keep-alive or limits (HttpSession does).
-// Runs on the FarmChannel's thread; `done` runs there too, exactly once.
+// POST /v2/repository/models/{name}/load|unload, /v2/systemsharedmemory/...; 404 unknown path, 405
+// wrong method), the farm calls each route makes (kMetaTag for health and metadata, "http <peer>"
+// for inference) and the status and body of the answer. Knows nothing of sockets, keep-alive or
+// limits (HttpSession does). Runs on the FarmChannel's thread; `done` runs there too, exactly once.
 #pragma once
 
 #include <cstdint>

@@ -136,7 +136,8 @@ Status ParseInput(const json& input, size_t index, BinaryCursor* binary, V2Tenso
     if (s = ParseV2ShmParameters(*params, where, &out->shm); !s.ok()) return s;
     if (out->shm.used()) {
       if (input.contains("data") || params->contains("binary_data_size")) {
-        return InvalidArgument(where + ": expected either parameters.shared_memory_region or "
+        return InvalidArgument(where +
+                               ": expected either parameters.shared_memory_region or "
                                "\"data\" / parameters.binary_data_size, got both");
       }
       // The bytes are in the region; ToFarmRequest checks shared_memory_byte_size.
@@ -211,7 +212,8 @@ Status ParseOutputs(const json& outputs, V2InferRequest* out) {
         }
         requested.class_count = count->get<int64_t>();
         if (requested.shm.used()) {
-          return InvalidArgument(where + ": expected parameters.classification or "
+          return InvalidArgument(where +
+                                 ": expected parameters.classification or "
                                  "parameters.shared_memory_region, got both (classification "
                                  "strings are not placed in shared memory)");
         }

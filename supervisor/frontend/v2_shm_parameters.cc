@@ -23,7 +23,7 @@ std::string ShmGot(const json& value) {
 }
 
 Status ShmUnsignedParameter(const json& params, const char* key, const std::string& where,
-                         uint64_t min, uint64_t* out) {
+                            uint64_t min, uint64_t* out) {
   auto it = params.find(key);
   const std::string at = where + ".parameters." + key;
   if (it == params.end()) {
@@ -65,11 +65,13 @@ Status ParseV2ShmParameters(const json& params, const std::string& where, V2ShmP
   }
   V2ShmPlace place;
   place.region = region->get<std::string>();
-  if (Status s = ShmUnsignedParameter(params, kShmByteSizeKey, where, 1, &place.byte_size); !s.ok()) {
+  if (Status s = ShmUnsignedParameter(params, kShmByteSizeKey, where, 1, &place.byte_size);
+      !s.ok()) {
     return s;
   }
   if (params.contains(kShmOffsetKey)) {
-    if (Status s = ShmUnsignedParameter(params, kShmOffsetKey, where, 0, &place.offset); !s.ok()) return s;
+    if (Status s = ShmUnsignedParameter(params, kShmOffsetKey, where, 0, &place.offset); !s.ok())
+      return s;
   }
   *out = std::move(place);
   return Status::Ok();
@@ -96,14 +98,16 @@ bool IsLoopbackPeer(std::string_view peer) {
 
 Status SystemShmAllowed(bool enabled, const std::string& peer, StatusCode code) {
   if (!enabled) {
-    return Status(code, "system shared memory is off on this farm: set \"frontend\": "
-                        "{\"system_shared_memory\": true} in its config to let loopback clients "
-                        "register regions (docs/kserve-v2.md)");
+    return Status(code,
+                  "system shared memory is off on this farm: set \"frontend\": "
+                  "{\"system_shared_memory\": true} in its config to let loopback clients "
+                  "register regions (docs/kserve-v2.md)");
   }
   if (!IsLoopbackPeer(peer)) {
-    return Status(code, "system shared memory is served to clients on this host only (loopback "
-                        "127.0.0.0/8, ::1, or a unix socket); this client is " +
-                            peer.substr(0, 100));
+    return Status(code,
+                  "system shared memory is served to clients on this host only (loopback "
+                  "127.0.0.0/8, ::1, or a unix socket); this client is " +
+                      peer.substr(0, 100));
   }
   return Status::Ok();
 }

@@ -11,7 +11,8 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kSystemShmQueryKey = "system_shared_memory";  // supervisor/intake/system_shm_api.h
+constexpr const char* kSystemShmQueryKey =
+    "system_shared_memory";  // supervisor/intake/system_shm_api.h
 
 Status SystemShmMetaStatus(const FarmReply& reply) {
   const json& raw = reply.header.raw;

@@ -37,25 +37,26 @@ Status ClientShmRegistry::RegisterSystem(const std::string& name, const std::str
     return InvalidArgument("shared memory region " + RegionQuoted(name) + " already in manager");
   }
   if (system_.size() >= kMaxSystemRegions) {
-    return ResourceExhausted("register " + RegionQuoted(name) + ": " + std::to_string(system_.size()) +
+    return ResourceExhausted("register " + RegionQuoted(name) + ": " +
+                             std::to_string(system_.size()) +
                              " system shared-memory regions are registered, the most there may "
                              "be; unregister one first");
   }
   std::unique_ptr<ipc::SharedRegion> region;
-  if (Status s = OpenSystemShmObject(key, offset, byte_size, system_owner_, system_directory_,
-                                     &region);
+  if (Status s =
+          OpenSystemShmObject(key, offset, byte_size, system_owner_, system_directory_, &region);
       !s.ok()) {
     return Status(s.code(), "register " + RegionQuoted(name) + ": " + s.message());
   }
   ShmBudget::Reservation reservation;
-  if (Status s = ShmBudget::Reserve(budget_, byte_size, "system shared memory " + RegionQuoted(name),
-                                    &reservation);
+  if (Status s = ShmBudget::Reserve(budget_, byte_size,
+                                    "system shared memory " + RegionQuoted(name), &reservation);
       !s.ok()) {
     return s;
   }
-  system_[name] = SystemEntry{SystemRegionInfo{name, key, offset, byte_size},
-                              std::shared_ptr<ipc::SharedRegion>(std::move(region)),
-                              std::move(reservation)};
+  system_[name] =
+      SystemEntry{SystemRegionInfo{name, key, offset, byte_size},
+                  std::shared_ptr<ipc::SharedRegion>(std::move(region)), std::move(reservation)};
   TF_LOG(kInfo) << "system shared memory registered" << Kv("name", name) << Kv("key", key)
                 << Kv("offset", offset) << Kv("byte_size", byte_size);
   return Status::Ok();

@@ -52,14 +52,16 @@ void SetRows(PendingRequest* request) {
 Status ResolveSystemShm(const RequestHeader& header, ClientShmRegistry* regions,
                         PendingRequest* request) {
   if (header.output_shm.used()) {
-    return InvalidArgument("header field 'output_shm': the v2 front ends place outputs with "
-                           "outputs_shm");
+    return InvalidArgument(
+        "header field 'output_shm': the v2 front ends place outputs with "
+        "outputs_shm");
   }
   const bool any_input = !header.input_shm.empty();
   if (!any_input && header.output_places.empty()) return Status::Ok();
   if (!regions) {
-    return InvalidArgument("system shared memory is off on this farm (frontend."
-                           "system_shared_memory)");
+    return InvalidArgument(
+        "system shared memory is off on this farm (frontend."
+        "system_shared_memory)");
   }
   if (any_input) request->input_regions.resize(header.inputs.size());
   for (size_t i = 0; i < header.inputs.size(); ++i) {
@@ -90,8 +92,9 @@ Status ResolveShm(const RequestHeader& header, ClientShmRegistry* regions, TimeP
                   PendingRequest* request, bool front_end) {
   if (front_end) return ResolveSystemShm(header, regions, request);
   if (!header.output_places.empty()) {
-    return InvalidArgument("header field 'outputs_shm': only the v2 front ends' requests place "
-                           "outputs in system shared memory; use output_shm (docs/protocol.md)");
+    return InvalidArgument(
+        "header field 'outputs_shm': only the v2 front ends' requests place "
+        "outputs in system shared memory; use output_shm (docs/protocol.md)");
   }
   const bool any_input = !header.input_shm.empty();
   if (!any_input && !header.output_shm.used()) return Status::Ok();
@@ -350,12 +353,13 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
 Status CheckRegionsIntact(const PendingRequest& request) {
   auto shrunk = [](const std::string& where, const ipc::SharedRegion& region, uint64_t offset,
                    uint64_t bytes) {
-    return InvalidArgument(where + ": the region shrank to " +
-                           std::to_string(region.CurrentSize()) + " bytes after the request was "
-                           "accepted, it needs bytes [" + std::to_string(offset) + ", " +
-                           std::to_string(offset) + " + " + std::to_string(bytes) +
-                           "); a region must keep its size while requests use it (the size "
-                           "shm_create gave it, or the size it had when it was registered)");
+    return InvalidArgument(
+        where + ": the region shrank to " + std::to_string(region.CurrentSize()) +
+        " bytes after the request was "
+        "accepted, it needs bytes [" +
+        std::to_string(offset) + ", " + std::to_string(offset) + " + " + std::to_string(bytes) +
+        "); a region must keep its size while requests use it (the size "
+        "shm_create gave it, or the size it had when it was registered)");
   };
   for (size_t i = 0; i < request.input_regions.size(); ++i) {
     const auto& region = request.input_regions[i];
@@ -371,8 +375,8 @@ Status CheckRegionsIntact(const PendingRequest& request) {
   }
   for (const PendingRequest::PlacedOutput& placed : request.output_places) {
     if (!placed.region->Covers(placed.place.ref.offset, placed.place.ref.bytes)) {
-      return shrunk("output '" + placed.place.name + "'", *placed.region,
-                    placed.place.ref.offset, placed.place.ref.bytes);
+      return shrunk("output '" + placed.place.name + "'", *placed.region, placed.place.ref.offset,
+                    placed.place.ref.bytes);
     }
   }
   return Status::Ok();

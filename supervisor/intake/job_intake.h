@@ -62,8 +62,7 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                 const std::vector<ModelConfig>& models, TimePoint now, PendingRequest* request,
                 size_t* model_index, const RequestLimits& limits = RequestLimits{},
                 ClientShmRegistry* regions = nullptr, ShmCommand* command = nullptr,
-                const std::function<bool(size_t index)>& loaded = {},
-                bool front_end = false);
+                const std::function<bool(size_t index)>& loaded = {}, bool front_end = false);
 
 // OK while every client region `request` reads or writes still covers its range; else the
 // INVALID_ARGUMENT to answer with (its client truncated a region after the request was accepted).

@@ -40,11 +40,12 @@ json SystemShmAnswer(ClientShmRegistry* registry, bool enabled, const json& quer
         "system shared memory is off on this farm: set \"frontend\": {\"system_shared_memory\": "
         "true} in its config to let loopback clients register regions (docs/kserve-v2.md)"));
   }
-  const json& call = query[kSystemShmQuery];
+  const json call = query.contains(kSystemShmQuery) ? query.at(kSystemShmQuery) : json();
   const std::string op = call.is_string() ? call.get<std::string>() : "";
   std::string name;
   if (!QueryString(query, "name", &name)) {
-    return SystemShmError(InvalidArgument("system shared memory: the region name must be a string"));
+    return SystemShmError(
+        InvalidArgument("system shared memory: the region name must be a string"));
   }
   if (op == "status") {
     std::vector<SystemRegionInfo> regions;
@@ -66,16 +67,19 @@ json SystemShmAnswer(ClientShmRegistry* registry, bool enabled, const json& quer
     uint64_t byte_size = 0;
     if (!QueryString(query, "key", &key) || !QueryUnsigned(query, "offset", &offset) ||
         !QueryUnsigned(query, "byte_size", &byte_size)) {
-      return SystemShmError(InvalidArgument("system shared memory register: expected a string key "
-                                         "and unsigned offset and byte_size"));
+      return SystemShmError(
+          InvalidArgument("system shared memory register: expected a string key "
+                          "and unsigned offset and byte_size"));
     }
     if (Status s = registry->RegisterSystem(name, key, offset, byte_size); !s.ok()) {
       return SystemShmError(s);
     }
     return json::object();
   }
-  return SystemShmError(InvalidArgument("system shared memory: expected \"status\", \"register\" or "
-                                     "\"unregister\", got " + call.dump()));
+  return SystemShmError(
+      InvalidArgument("system shared memory: expected \"status\", \"register\" or "
+                      "\"unregister\", got " +
+                      call.dump()));
 }
 
 }  // namespace torchfarm

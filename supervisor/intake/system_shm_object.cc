@@ -19,15 +19,16 @@ std::string KeyShown(const std::string& key) {
   for (char& c : shown) {
     if (static_cast<unsigned char>(c) < 0x20) c = '?';
   }
-  return "'" + shown + (key.size() > kMaxShown ? "...' (" + std::to_string(key.size()) + " bytes)"
-                                               : "'");
+  return "'" + shown +
+         (key.size() > kMaxShown ? "...' (" + std::to_string(key.size()) + " bytes)" : "'");
 }
 
 }  // namespace
 
 Status CheckSystemShmKey(const std::string& key) {
-  const std::string expected = "expected a shared-memory key of the form \"/name\" (one leading "
-                               "slash and no other, as shm_open takes it; not a path)";
+  const std::string expected =
+      "expected a shared-memory key of the form \"/name\" (one leading "
+      "slash and no other, as shm_open takes it; not a path)";
   if (key.empty()) return InvalidArgument("key: " + expected + ", got an empty key");
   if (key.size() > kMaxSystemShmKeyBytes + 1) {
     return InvalidArgument("key " + KeyShown(key) + ": " + expected + " of at most " +
@@ -35,16 +36,15 @@ Status CheckSystemShmKey(const std::string& key) {
                            std::to_string(key.size() - 1));
   }
   const std::string name = key.substr(1);
-  if (key[0] != '/' || name.empty() || name.find('/') != std::string::npos ||
-      name == "." || name == ".." || key.find('\0') != std::string::npos) {
+  if (key[0] != '/' || name.empty() || name.find('/') != std::string::npos || name == "." ||
+      name == ".." || key.find('\0') != std::string::npos) {
     return InvalidArgument("key " + KeyShown(key) + ": " + expected);
   }
   return Status::Ok();
 }
 
-Status OpenSystemShmObject(const std::string& key, uint64_t offset, uint64_t byte_size,
-                           uid_t owner, const std::string& directory,
-                           std::unique_ptr<ipc::SharedRegion>* out) {
+Status OpenSystemShmObject(const std::string& key, uint64_t offset, uint64_t byte_size, uid_t owner,
+                           const std::string& directory, std::unique_ptr<ipc::SharedRegion>* out) {
   if (Status s = CheckSystemShmKey(key); !s.ok()) return s;
   if (byte_size == 0) {
     return InvalidArgument("byte_size: expected at least 1 byte, got 0");
@@ -62,14 +62,16 @@ Status OpenSystemShmObject(const std::string& key, uint64_t offset, uint64_t byt
     if (error == ELOOP) {
       return InvalidArgument("key " + KeyShown(key) + ": " + path +
                              " is a symbolic link; expected a shared-memory object (a regular "
-                             "file in " + directory + ")");
+                             "file in " +
+                             directory + ")");
     }
     return InvalidArgument("key " + KeyShown(key) + ": cannot open " + path + ": " +
                            std::strerror(error));
   }
   struct stat checked {};
   if (::fstat(fd.get(), &checked) != 0) {
-    return Internal("key " + KeyShown(key) + ": cannot fstat " + path + ": " + std::strerror(errno));
+    return Internal("key " + KeyShown(key) + ": cannot fstat " + path + ": " +
+                    std::strerror(errno));
   }
   if (!S_ISREG(checked.st_mode)) {
     return InvalidArgument("key " + KeyShown(key) + ": " + path +
@@ -85,8 +87,7 @@ Status OpenSystemShmObject(const std::string& key, uint64_t offset, uint64_t byt
     return InvalidArgument("key " + KeyShown(key) + ": offset " + std::to_string(offset) +
                            " + byte_size " + std::to_string(byte_size) + " = " +
                            std::to_string(offset + byte_size) +
-                           " runs past the end of the object (" + std::to_string(size) +
-                           " bytes)");
+                           " runs past the end of the object (" + std::to_string(size) + " bytes)");
   }
   struct stat mapped {};
   std::unique_ptr<ipc::SharedRegion> region;
@@ -94,7 +95,8 @@ Status OpenSystemShmObject(const std::string& key, uint64_t offset, uint64_t byt
     return Status(s.code(), "key " + KeyShown(key) + ": " + s.message());
   }
   if (mapped.st_dev != checked.st_dev || mapped.st_ino != checked.st_ino) {
-    return InvalidArgument("key " + KeyShown(key) + ": the object was replaced while it was being "
+    return InvalidArgument("key " + KeyShown(key) +
+                           ": the object was replaced while it was being "
                            "registered; register it again");
   }
   *out = std::move(region);

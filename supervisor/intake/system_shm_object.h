@@ -30,8 +30,7 @@ Status CheckSystemShmKey(const std::string& key);
 // it must belong to, `directory`: where the system keeps shm objects). Errors: INVALID_ARGUMENT
 // for a bad key, a symbolic link, a non-regular file, another owner or a range past the end;
 // NOT_FOUND when no such object exists.
-Status OpenSystemShmObject(const std::string& key, uint64_t offset, uint64_t byte_size,
-                           uid_t owner, const std::string& directory,
-                           std::unique_ptr<ipc::SharedRegion>* out);
+Status OpenSystemShmObject(const std::string& key, uint64_t offset, uint64_t byte_size, uid_t owner,
+                           const std::string& directory, std::unique_ptr<ipc::SharedRegion>* out);
 
 }  // namespace torchfarm

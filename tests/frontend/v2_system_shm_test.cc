@@ -98,10 +98,12 @@ TEST(V2ShmParametersTest, RegisterBody) {
     Status s = ParseSystemShmRegisterBody(body, &key, &offset, &size);
     return s.ok() ? std::string("OK") : s.message();
   };
-  EXPECT_EQ(error("[1]"), "register body: expected a JSON object {\"key\": \"/name\", \"offset\": "
-                          "N, \"byte_size\": N}, got array [1]");
-  EXPECT_EQ(error("{"), "register body: expected a JSON object {\"key\": \"/name\", \"offset\": "
-                        "N, \"byte_size\": N}, got invalid JSON");
+  EXPECT_EQ(error("[1]"),
+            "register body: expected a JSON object {\"key\": \"/name\", \"offset\": "
+            "N, \"byte_size\": N}, got array [1]");
+  EXPECT_EQ(error("{"),
+            "register body: expected a JSON object {\"key\": \"/name\", \"offset\": "
+            "N, \"byte_size\": N}, got invalid JSON");
   EXPECT_EQ(error(R"({"offset": 0, "byte_size": 4})"),
             "register body: \"key\": expected a string \"/name\", got nothing");
   EXPECT_EQ(error(R"({"key": "/k", "byte_size": 0})"),
@@ -163,10 +165,10 @@ TEST(V2ShmRequestTest, HttpInputsAndOutputsInRegionsBecomeTheFarmHeader) {
   EXPECT_EQ(s.message(),
             "outputs[0]: expected parameters.classification or parameters.shared_memory_region, "
             "got both (classification strings are not placed in shared memory)");
-  V2InferRequest bad_size = Parse(
-      R"({"inputs":[{"name":"x","datatype":"FP32","shape":[2,3],)"
-      R"("parameters":{"shared_memory_region":"r","shared_memory_byte_size":20}}]})",
-      &s);
+  V2InferRequest bad_size =
+      Parse(R"({"inputs":[{"name":"x","datatype":"FP32","shape":[2,3],)"
+            R"("parameters":{"shared_memory_region":"r","shared_memory_byte_size":20}}]})",
+            &s);
   ASSERT_TRUE(s.ok()) << s.message();
   json header;
   std::vector<zmq::message_t> frames;
@@ -203,12 +205,13 @@ TEST(V2ShmRequestTest, HttpInputsAndOutputsInRegionsBecomeTheFarmHeader) {
 
   // The farm's reply: y placed (no frame), w as a frame.
   ReplyHeader reply;
-  ASSERT_TRUE(ParseReplyHeader(
-                  R"({"v":1,"id":1,"status":"ok","outputs":[)"
-                  R"({"dtype":"float32","name":"w","shape":[1]},)"
-                  R"({"dtype":"float32","name":"y","shape":[2,3],"shm":{"region":"o","offset":12}}]})",
-                  &reply)
-                  .ok());
+  ASSERT_TRUE(
+      ParseReplyHeader(
+          R"({"v":1,"id":1,"status":"ok","outputs":[)"
+          R"({"dtype":"float32","name":"w","shape":[1]},)"
+          R"({"dtype":"float32","name":"y","shape":[2,3],"shm":{"region":"o","offset":12}}]})",
+          &reply)
+          .ok());
   std::vector<zmq::message_t> reply_frames;
   reply_frames.emplace_back(4);
   V2InferResponse response;

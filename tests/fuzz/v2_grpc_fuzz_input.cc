@@ -25,8 +25,8 @@ namespace {
 void CheckRefusal(const Status& s, const char* what) {
   if (s.ok()) return;
   if (s.code() != StatusCode::kInvalidArgument || s.message().empty()) {
-    GrpcBroken(std::string(what) + ": a refusal must be INVALID_ARGUMENT with a message: " +
-               s.ToString());
+    GrpcBroken(std::string(what) +
+               ": a refusal must be INVALID_ARGUMENT with a message: " + s.ToString());
   }
 }
 
@@ -38,8 +38,8 @@ void RunShmTextParsers(std::string_view text) {
   uint64_t byte_size = 0;
   const Status body = ParseSystemShmRegisterBody(text, &key, &offset, &byte_size);
   CheckRefusal(body, "register body");
-  if (body.ok() && (byte_size == 0 || byte_size > (uint64_t{1} << 62) ||
-                    offset > (uint64_t{1} << 62))) {
+  if (body.ok() &&
+      (byte_size == 0 || byte_size > (uint64_t{1} << 62) || offset > (uint64_t{1} << 62))) {
     GrpcBroken("register body accepted out of range");
   }
   const nlohmann::json params = nlohmann::json::parse(text, nullptr, false);

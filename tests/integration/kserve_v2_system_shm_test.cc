@@ -73,8 +73,8 @@ class ClientRegion {
     fd_ = ::shm_open(key_.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
     EXPECT_GE(fd_, 0);
     EXPECT_EQ(::ftruncate(fd_, static_cast<off_t>(bytes)), 0);
-    data_ = static_cast<uint8_t*>(
-        ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0));
+    data_ =
+        static_cast<uint8_t*>(::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0));
   }
   ~ClientRegion() {
     ::munmap(data_, bytes_);
@@ -139,10 +139,9 @@ json Add2Entry() {
 class V2SystemShm : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    farm_ = new Farm(json::array({Add2Entry()}),
-                     {{"http_endpoint", "127.0.0.1:0"},
-                      {"grpc_endpoint", "127.0.0.1:0"},
-                      {"frontend", {{"system_shared_memory", true}}}});
+    farm_ = new Farm(json::array({Add2Entry()}), {{"http_endpoint", "127.0.0.1:0"},
+                                                  {"grpc_endpoint", "127.0.0.1:0"},
+                                                  {"frontend", {{"system_shared_memory", true}}}});
     ASSERT_TRUE(farm_->Start());
     ASSERT_TRUE(farm_->WaitReady());
     const json stats = farm_->Admin("stats");
@@ -156,8 +155,7 @@ class V2SystemShm : public ::testing::Test {
   void TearDown() override {
     Send(http_port_, http::verb::post, "/v2/systemsharedmemory/unregister");
   }
-  Reply Register(const std::string& name, const std::string& key, uint64_t offset,
-                 uint64_t bytes) {
+  Reply Register(const std::string& name, const std::string& key, uint64_t offset, uint64_t bytes) {
     return Send(http_port_, http::verb::post, "/v2/systemsharedmemory/region/" + name + "/register",
                 json{{"key", key}, {"offset", offset}, {"byte_size", bytes}}.dump());
   }
@@ -173,9 +171,9 @@ class V2SystemShm : public ::testing::Test {
     const Reply reply = Infer(Add2ShmBody("good", 0, 100, 200));
     ASSERT_EQ(reply.status, 200) << reply.body;
     EXPECT_EQ(region.Read(200, 6), Sum(kX, kY));
-    ASSERT_EQ(Send(http_port_, http::verb::post, "/v2/systemsharedmemory/region/good/unregister")
-                  .status,
-              200);
+    ASSERT_EQ(
+        Send(http_port_, http::verb::post, "/v2/systemsharedmemory/region/good/unregister").status,
+        200);
   }
   int64_t WorkerRestarts() { return farm_->Admin("stats")["workers"][0]["restarts"]; }
   std::unique_ptr<inference::GRPCInferenceService::Stub> Stub() {
@@ -217,14 +215,15 @@ TEST_F(V2SystemShm, HttpRegisterInferStatusUnregister) {
   const Reply twice = Register("io", region.key(), 0, 16);
   EXPECT_EQ(twice.status, 400);
   EXPECT_EQ(twice.Json()["error"], "shared memory region 'io' already in manager");
-  ASSERT_EQ(Send(http_port_, http::verb::post, "/v2/systemsharedmemory/region/io/unregister")
-                .status,
-            200);
+  ASSERT_EQ(
+      Send(http_port_, http::verb::post, "/v2/systemsharedmemory/region/io/unregister").status,
+      200);
   EXPECT_EQ(Send(http_port_, http::verb::get, "/v2/systemsharedmemory/status").body, "[]");
-  const Reply gone = Send(http_port_, http::verb::post,
-                          "/v2/systemsharedmemory/region/io/unregister");
+  const Reply gone =
+      Send(http_port_, http::verb::post, "/v2/systemsharedmemory/region/io/unregister");
   EXPECT_EQ(gone.status, 404);
-  EXPECT_EQ(gone.Json()["error"], "Unable to find shared memory region: 'io' (it is not registered)");
+  EXPECT_EQ(gone.Json()["error"],
+            "Unable to find shared memory region: 'io' (it is not registered)");
   EXPECT_EQ(WorkerRestarts(), 0);
 }
 
@@ -345,8 +344,7 @@ TEST_F(V2SystemShm, GrpcRegisterInferStatusUnregister) {
   s = stub->ModelInfer(context().get(), request, &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_NE(s.error_message().find("Unable to find shared memory region: 'g'"), std::string::npos);
-  EXPECT_EQ(stub->SystemSharedMemoryUnregister(context().get(), unreg, &unregistered)
-                .error_code(),
+  EXPECT_EQ(stub->SystemSharedMemoryUnregister(context().get(), unreg, &unregistered).error_code(),
             grpc::StatusCode::NOT_FOUND);
   ExpectGoodRequest();
 }
@@ -362,8 +360,7 @@ TEST(V2SystemShmOff, EveryCallIsRefusedNamingTheKey) {
   const int http_port = stats["frontend"]["http"]["port"].get<int>();
   const int grpc_port = stats["frontend"]["grpc"]["port"].get<int>();
   const std::string key = "set \\\"frontend\\\": {\\\"system_shared_memory\\\": true}";
-  for (const auto& [verb, target] :
-       std::vector<std::pair<http::verb, std::string>>{
+  for (const auto& [verb, target] : std::vector<std::pair<http::verb, std::string>>{
            {http::verb::get, "/v2/systemsharedmemory/status"},
            {http::verb::post, "/v2/systemsharedmemory/region/r/register"},
            {http::verb::post, "/v2/systemsharedmemory/unregister"}}) {
@@ -371,8 +368,8 @@ TEST(V2SystemShmOff, EveryCallIsRefusedNamingTheKey) {
     EXPECT_EQ(reply.status, 503) << target;
     EXPECT_NE(reply.body.find(key), std::string::npos) << reply.body;
   }
-  const Reply infer =
-      Send(http_port, http::verb::post, "/v2/models/add2/infer", Add2ShmBody("r", 0, 24, 48).dump());
+  const Reply infer = Send(http_port, http::verb::post, "/v2/models/add2/infer",
+                           Add2ShmBody("r", 0, 24, 48).dump());
   EXPECT_EQ(infer.status, 400);
   EXPECT_NE(infer.body.find("parameters.shared_memory_region: system shared memory is off"),
             std::string::npos)
@@ -392,12 +389,12 @@ TEST(V2SystemShmOff, EveryCallIsRefusedNamingTheKey) {
   ASSERT_TRUE(stub->ServerMetadata(&metadata_context, {}, &server).ok());
   for (const std::string& e : server.extensions()) EXPECT_NE(e, "system_shared_memory");
   // A good request still works.
-  const Reply good = Send(
-      http_port, http::verb::post, "/v2/models/add2/infer",
-      json{{"inputs",
-            {{{"name", "x"}, {"datatype", "FP32"}, {"shape", {2, 3}}, {"data", kX}},
-             {{"name", "y"}, {"datatype", "FP32"}, {"shape", {2, 3}}, {"data", kY}}}}}
-          .dump());
+  const Reply good =
+      Send(http_port, http::verb::post, "/v2/models/add2/infer",
+           json{{"inputs",
+                 {{{"name", "x"}, {"datatype", "FP32"}, {"shape", {2, 3}}, {"data", kX}},
+                  {{"name", "y"}, {"datatype", "FP32"}, {"shape", {2, 3}}, {"data", kY}}}}}
+               .dump());
   ASSERT_EQ(good.status, 200) << good.body;
   EXPECT_EQ(good.Json()["outputs"][0]["data"].get<std::vector<float>>(), Sum(kX, kY));
 }

@@ -22,8 +22,8 @@
 namespace torchfarm {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 // A POSIX object of `bytes` bytes, filled with `fill`, removed at the end of the test.
 class ShmObject {
@@ -82,9 +82,9 @@ TEST(SystemShmObjectTest, HostileObjectsAreRefusedThenAGoodOneMaps) {
               HasSubstr("is a symbolic link; expected a shared-memory object"));
   EXPECT_THAT(Message(OpenSystemShmObject(fifo.substr(8), 0, 64, me, kShmDirectory, &region)),
               HasSubstr("is not a regular file"));
-  EXPECT_THAT(Message(OpenSystemShmObject("/../shm" + good.key(), 0, 64, me, kShmDirectory,
-                                          &region)),
-              HasSubstr("of the form \"/name\""));
+  EXPECT_THAT(
+      Message(OpenSystemShmObject("/../shm" + good.key(), 0, 64, me, kShmDirectory, &region)),
+      HasSubstr("of the form \"/name\""));
   EXPECT_EQ(OpenSystemShmObject(good.key() + "-gone", 0, 64, me, kShmDirectory, &region).code(),
             StatusCode::kNotFound);
   EXPECT_EQ(Message(OpenSystemShmObject(small.key(), 8, 64, me, kShmDirectory, &region)),
@@ -266,16 +266,21 @@ TEST(SystemShmApiTest, OffNamesTheKeyAndOnAnswersEveryCall) {
               HasSubstr("set \"frontend\": {\"system_shared_memory\": true}"));
   ShmObject object("api", 128);
   EXPECT_EQ(SystemShmAnswer(&registry, true,
-                            {{"system_shared_memory", "register"}, {"name", "r"},
-                             {"key", object.key()}, {"offset", 0}, {"byte_size", 128}}),
+                            {{"system_shared_memory", "register"},
+                             {"name", "r"},
+                             {"key", object.key()},
+                             {"offset", 0},
+                             {"byte_size", 128}}),
             json::object());
   const json status = SystemShmAnswer(&registry, true, {{"system_shared_memory", "status"}});
-  EXPECT_EQ(status["regions"],
-            json::parse(R"([{"name":"r","key":")" + object.key() +
-                        R"(","offset":0,"byte_size":128}])"));
+  EXPECT_EQ(status["regions"], json::parse(R"([{"name":"r","key":")" + object.key() +
+                                           R"(","offset":0,"byte_size":128}])"));
   const json bad = SystemShmAnswer(&registry, true,
-                                   {{"system_shared_memory", "register"}, {"name", "r2"},
-                                    {"key", object.key()}, {"offset", -1}, {"byte_size", 1}});
+                                   {{"system_shared_memory", "register"},
+                                    {"name", "r2"},
+                                    {"key", object.key()},
+                                    {"offset", -1},
+                                    {"byte_size", 1}});
   EXPECT_EQ(bad["code"], "INVALID_ARGUMENT");
   EXPECT_EQ(SystemShmAnswer(&registry, true, {{"system_shared_memory", "unregister"}}),
             json::object());
