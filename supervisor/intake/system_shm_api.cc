@@ -27,7 +27,8 @@ bool QueryString(const json& query, const char* key, std::string* out) {
 
 bool QueryUnsigned(const json& query, const char* key, uint64_t* out) {
   auto it = query.find(key);
-  if (it == query.end() || !it->is_number_unsigned()) return false;
+  if (it == query.end() || !it->is_number_integer()) return false;
+  if (!it->is_number_unsigned() && it->get<int64_t>() < 0) return false;
   *out = it->get<uint64_t>();
   return true;
 }

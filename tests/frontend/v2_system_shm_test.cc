@@ -187,6 +187,7 @@ TEST(V2ShmRequestTest, HttpInputsAndOutputsInRegionsBecomeTheFarmHeader) {
       R"("shared_memory_byte_size":100,"shared_memory_offset":12}},{"name":"w"}]})",
       &s);
   ASSERT_TRUE(s.ok()) << s.message();
+  good.model = "m";  // set by the route
   EXPECT_TRUE(UsesSystemShm(good));
   EXPECT_TRUE(CheckV2ShmAllowed(good, true, "127.0.0.1:1").ok());
   ASSERT_TRUE(ToFarmRequest(good, RequestLimits{}, &header, &frames).ok());
@@ -198,7 +199,8 @@ TEST(V2ShmRequestTest, HttpInputsAndOutputsInRegionsBecomeTheFarmHeader) {
             json::parse(R"([{"name":"y","region":"o","offset":12,"bytes":100}])"));
   // The farm header parses back on the loop's side with the same references.
   RequestHeader parsed;
-  ASSERT_TRUE(ParseRequestHeader(header.dump(), &parsed).ok());
+  const Status back = ParseRequestHeader(header.dump(), &parsed);
+  ASSERT_TRUE(back.ok()) << back.message();
   ASSERT_EQ(parsed.output_places.size(), 1u);
   EXPECT_EQ(parsed.output_places[0].ref.offset, 12u);
   EXPECT_EQ(parsed.input_shm[0].region, "r");
