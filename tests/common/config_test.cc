@@ -560,6 +560,25 @@ TEST(ConfigTest, FrontendDashboardIsABoolean) {
   EXPECT_THAT(ParseError(j), HasSubstr("config.frontend.dashboard"));
 }
 
+// frontend.system_shared_memory: off by default, a boolean, both values taken; anything else is
+// refused naming the key.
+TEST(ConfigTest, FrontendSystemSharedMemoryIsAnOffByDefaultBoolean) {
+  FarmConfig defaults;
+  ASSERT_TRUE(ParseConfig(MinimalConfig(), "/base", &defaults).ok());
+  EXPECT_FALSE(defaults.frontend.system_shared_memory);
+  json j = MinimalConfig();
+  for (bool value : {true, false}) {
+    j["frontend"] = {{"system_shared_memory", value}};
+    FarmConfig c;
+    ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+    EXPECT_EQ(c.frontend.system_shared_memory, value);
+  }
+  for (json bad : {json("true"), json(1), json(nullptr)}) {
+    j["frontend"] = {{"system_shared_memory", bad}};
+    EXPECT_THAT(ParseError(j), HasSubstr("config.frontend.system_shared_memory")) << bad;
+  }
+}
+
 TEST(ConfigTest, FrontendEndpointsFollowTheLoopbackRule) {
   auto parse = [](json extra, FarmConfig* c) {
     json j = MinimalConfig();
