@@ -35,6 +35,7 @@ def client(request, farm):
     module = httpclient if request.param == "http" else grpcclient
     url = farm.http_endpoint if request.param == "http" else farm.grpc_endpoint
     c = module.InferenceServerClient(url=url)
+    c.test_url = url  # a thread of the test makes its own client (tritonclient.http is gevent's)
     c.unregister_system_shared_memory()
     yield module, c
     c.unregister_system_shared_memory()
@@ -256,7 +257,10 @@ def test_unregister_while_a_request_runs_waits_for_it(client, regions):
 
     def run():
         try:
-            result["r"] = shm_infer(module, c, "slow", x, "busy", "busy", 16, out_offset=16)
+            own = module.InferenceServerClient(url=c.test_url)
+            result["r"] = shm_infer(module, own, "slow", x, "busy", "busy", 16, out_offset=16)
+            result["done"] = time.monotonic()
+            own.close()
         except InferenceServerException as e:  # pragma: no cover - reported below
             result["e"] = e
 
@@ -264,8 +268,12 @@ def test_unregister_while_a_request_runs_waits_for_it(client, regions):
     thread.start()
     time.sleep(0.1)
     c.unregister_system_shared_memory("busy")  # answered at once: the request holds the mapping
+    unregistered = time.monotonic()
+    assert status_of(module, c) == []
     thread.join(30)
     assert "e" not in result, str(result.get("e"))
+    # The request was still running when its region was unregistered, and it completed.
+    assert result["done"] > unregistered
     np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.float32, [1, 4],
                                                             offset=16), x)
     expect_error(lambda: shm_infer(module, c, "slow", x, "busy", "busy", 16, out_offset=16),
