@@ -357,10 +357,10 @@ V2HttpBody WriteV2InferResponse(const V2InferResponse& response) {
     text += "{\"name\":" + Quote(output.name) + ",\"datatype\":\"" + output.datatype +
             "\",\"shape\":" + json(output.shape).dump();
     if (output.shm.used()) {
-      // As Triton: the output's bytes are in the client's region; the answer says where.
-      text += ",\"parameters\":{\"shared_memory_region\":" + Quote(output.shm.region) +
-              ",\"shared_memory_offset\":" + std::to_string(output.shm.offset) +
-              ",\"shared_memory_byte_size\":" + std::to_string(output.shm.byte_size) + "}}";
+      // The bytes are in the client's region: name, datatype and shape only. No "parameters":
+      // Triton's own C++ HTTP client (perf_analyzer's) reads any output "parameters" as the
+      // binary extension's and fails without binary_data_size.
+      text += '}';
     } else if (binary) {
       any_binary = true;
       text += ",\"parameters\":{\"binary_data_size\":" + std::to_string(output.data.size()) + "}}";
