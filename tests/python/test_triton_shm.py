@@ -278,3 +278,39 @@ def test_unregister_while_a_request_runs_waits_for_it(client, regions):
     expect_error(lambda: shm_infer(module, c, "slow", x, "busy", "busy", 16, out_offset=16),
                  "Unable to find shared memory region: 'busy'")
     good_request(module, c, regions)
+
+
+def test_grpc_stream_with_shared_memory(farm, regions):
+    """ModelStreamInfer with inputs and outputs in regions: each of 32 requests reads its own
+    slice and writes its own place; one naming an unknown region fails alone."""
+    import queue
+
+    c = grpcclient.InferenceServerClient(url=farm.grpc_endpoint)
+    rows = 32
+    x = np.random.default_rng(5).standard_normal((rows, 1, 8)).astype(np.float32)
+    handle = regions("stream", 2 * x.nbytes)
+    shm.set_shared_memory_region(handle, [x])
+    c.register_system_shared_memory("stream", key("stream"), 2 * x.nbytes)
+    answers: "queue.Queue" = queue.Queue()
+    c.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for i in range(rows + 1):
+            region = "stream" if i < rows else "missing"
+            inputs = [grpcclient.InferInput("INPUT__0", [1, 8], "FP32")]
+            inputs[0].set_shared_memory(region, 32, offset=32 * (i % rows))
+            outputs = [grpcclient.InferRequestedOutput("OUTPUT__0")]
+            outputs[0].set_shared_memory(region, 32, offset=x.nbytes + 32 * (i % rows))
+            c.async_stream_infer("identity_float32", inputs, request_id=str(i), outputs=outputs)
+        errors = []
+        for _ in range(rows + 1):
+            result, error = answers.get(timeout=60)
+            if error is not None:
+                errors.append(str(error))
+    finally:
+        c.stop_stream()
+    assert len(errors) == 1 and "Unable to find shared memory region: 'missing'" in errors[0], \
+        errors
+    y = shm.get_contents_as_numpy(handle, np.float32, [rows, 1, 8], offset=x.nbytes)
+    np.testing.assert_array_equal(y, x)
+    c.unregister_system_shared_memory()
+    c.close()
