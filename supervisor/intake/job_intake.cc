@@ -359,7 +359,10 @@ Status CheckRegionsIntact(const PendingRequest& request) {
         "accepted, it needs bytes [" +
         std::to_string(offset) + ", " + std::to_string(offset) + " + " + std::to_string(bytes) +
         "); a region must keep its size while requests use it (the size "
-        "shm_create gave it, or the size it had when it was registered)");
+        "shm_create gave it, or the size it had when it was registered)" +
+        (region.base_offset() > 0 ? "; the registered region starts at byte " +
+                                        std::to_string(region.base_offset()) + " of the object"
+                                  : std::string()));
   };
   for (size_t i = 0; i < request.input_regions.size(); ++i) {
     const auto& region = request.input_regions[i];
