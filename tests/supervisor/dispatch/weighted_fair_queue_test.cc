@@ -209,9 +209,9 @@ void RandomisedRun(uint32_t seed) {
 
   FakeTimeSource clock;
   ModelQueue q(Policy(max_batch, levels));
-  std::map<int64_t, std::pair<int, int>> pending;     // id -> (client, level)
-  std::map<std::pair<int, int>, int64_t> last_taken;  // (client, level) -> last id served
-  std::map<int, int> queued;                          // level-0 requests queued per client
+  std::map<int64_t, std::pair<int, int>> pending;              // id -> (client, level)
+  std::map<std::pair<int, int>, int64_t> last_taken;           // (client, level) -> last id served
+  std::map<int, int> queued;                                   // level-0 requests queued per client
   std::vector<int> per_level(static_cast<size_t>(levels), 0);  // requests queued per level
   // Backlogged (pattern 0): deep enough that no batch takes a client's whole queue, so every
   // decision sees every client. The others offer ~90% of what the batches take, on average.
@@ -219,7 +219,7 @@ void RandomisedRun(uint32_t seed) {
   const double capacity = static_cast<double>(max_batch) / static_cast<double>(rows * clients);
   std::bernoulli_distribution one_arrival(std::min(1.0, 0.9 * capacity));
   std::bernoulli_distribution burst(std::min(1.0, 0.9 * capacity / 17.5));  // bursts of 5..30
-  std::map<int, int64_t> served_rows;                 // level-0 rows per client, while backlogged
+  std::map<int, int64_t> served_rows;  // level-0 rows per client, while backlogged
   int64_t next_id = 0;
   const int kDecisions = 4'000;
   for (int d = 0; d < kDecisions; ++d) {
