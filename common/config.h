@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/client_weights.h"
 #include "common/pipeline_config.h"
 #include "common/protocol.h"
 #include "common/status.h"
@@ -98,6 +99,9 @@ struct ModelConfig {
   // its own share of the queue, served in turn weighted by rows
   // (supervisor/dispatch/model_queue.h). False: one FIFO per level, as before.
   bool fair_queueing = true;
+  // Config "client_weights" (common/client_weights.h): each client's share of its level is
+  // weighted (rows / weight); a request's "client_weight" may lower its own, never raise it.
+  ClientWeights client_weights;
   // Shared-memory geometry of each worker of this model.
   uint64_t slot_bytes = 4 << 20;     // tensor bytes one ring slot holds (request or response)
   int ring_slots = 4;                // slots per ring; >= max_inflight_per_worker

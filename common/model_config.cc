@@ -263,6 +263,10 @@ Status ParseModelQueueing(const json& j, const std::string& where, ModelConfig* 
                            std::to_string(m->default_priority_level));
   }
   if (s = GetBool(j, "fair_queueing", where, &m->fair_queueing); !s.ok()) return s;
+  if (auto weights = j.find("client_weights"); weights != j.end()) {
+    s = ParseClientWeights(*weights, where + ".client_weights", &m->client_weights);
+    if (!s.ok()) return s;
+  }
   if (s = GetInt(j, "slot_bytes", where, 4096, int64_t{1} << 34, &m->slot_bytes); !s.ok()) return s;
   if (s = GetInt(j, "hang_timeout_ms", where, 0, 86'400'000, &m->hang_timeout_ms); !s.ok())
     return s;
@@ -349,6 +353,7 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
                         "priority_levels",
                         "default_priority_level",
                         "fair_queueing",
+                        "client_weights",
                         "slot_bytes",
                         "ring_slots",
                         "hang_timeout_ms",

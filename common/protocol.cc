@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/bytes_items.h"
+#include "common/client_weights.h"
 #include "common/model_versions.h"
 #include "common/number_parse.h"
 #include "common/tensor_names.h"
@@ -385,6 +386,11 @@ Status ReadOptionalFields(const json& j, RequestHeader* out) {
         !s.ok())
       return s;
   }
+  if (auto w = j.find("client_weight"); w != j.end() && !w->is_null()) {
+    if (Status s = ClientWeightFromJson(*w, "header field 'client_weight'", &out->client_weight);
+        !s.ok())
+      return s;
+  }
   if (auto o = j.find("output_shm"); o != j.end()) {
     if (Status s = ShmRefFromJson(*o, "header field 'output_shm'", true, &out->output_shm); !s.ok())
       return s;
@@ -401,11 +407,11 @@ Status ReadOptionalFields(const json& j, RequestHeader* out) {
 Status CheckHeaderFields(const json& j) {
   for (const auto& [key, value] : j.items()) {
     if (key != "v" && key != "id" && key != "op" && key != "model" && key != "version" &&
-        key != "inputs" && key != "timeout_ms" && key != "priority" && key != "output_shm" &&
-        key != "outputs_shm") {
+        key != "inputs" && key != "timeout_ms" && key != "priority" && key != "client_weight" &&
+        key != "output_shm" && key != "outputs_shm") {
       return InvalidArgument("header: unknown field '" + key +
                              "' (expected v, id, op, model, version, inputs, timeout_ms, "
-                             "priority, output_shm, outputs_shm)");
+                             "priority, client_weight, output_shm, outputs_shm)");
     }
   }
   return Status::Ok();

@@ -61,6 +61,9 @@ struct RequestHeader {
   std::vector<std::string> input_names;
   int64_t timeout_ms = 0;  // 0: no deadline
   int priority = 0;        // 0 is highest, kMaxPriority lowest
+  // The client's own weight in its model's fair shares (0.01..100; 0: none given): it may lower
+  // the weight the config gives the client, never raise it (common/client_weights.h).
+  double client_weight = 0;
   // Client shared memory (shm_reference.h). input_shm is empty, or one entry per input (unused
   // entries travel as data frames); output_shm.used(): outputs go to that range, not to frames.
   std::vector<ShmRef> input_shm;

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <thread>
 #include <zmq.hpp>
 
@@ -22,6 +24,8 @@ constexpr int kAdminTimeoutMs = 2000;
 // Clients (and generator threads) of one step, and requests each keeps in flight.
 constexpr int64_t kMaxBenchClients = 100'000;
 constexpr int64_t kMaxBenchDepth = 100'000;
+// Tenants of one --clients step: each is a generator thread of its own.
+constexpr int64_t kMaxBenchTenants = 1'000;
 
 int ReportError(const Status& status, int exit_code) {
   std::cerr << "error: " << status.ToString() << "\n";
@@ -105,10 +109,11 @@ BenchCommand::BenchCommand(CLI::App* parent) {
   app_->add_option("--shape", shapes_, "Input shape, e.g. 1,256; once per model input");
   app_->add_option("--dtype", dtypes_, "Input dtype, once per input (one applies to all)")
       ->capture_default_str();
-  app_->add_option("--concurrency", concurrency_, "Clients per step (a sweep: 1,4,16,64)")
-      ->delimiter(',')
-      ->check(IntegerIn(1, kMaxBenchClients))
-      ->capture_default_str();
+  concurrency_option_ =
+      app_->add_option("--concurrency", concurrency_, "Clients per step (a sweep: 1,4,16,64)")
+          ->delimiter(',')
+          ->check(IntegerIn(1, kMaxBenchClients))
+          ->capture_default_str();
   app_->add_option("--depth", depth_, "Closed loop: requests each client keeps in flight")
       ->check(IntegerIn(1, kMaxBenchDepth))
       ->capture_default_str();
@@ -160,6 +165,13 @@ BenchCommand::BenchCommand(CLI::App* parent) {
                    "Latency objective: each step also reports the ok replies within it "
                    "(within_slo) and their rate (within_slo_per_s, goodput)")
       ->check(CLI::Range(1e-3, 86'400'000.0));
+  app_->add_option("--clients", clients_,
+                   "Open loop over N tenants, each its own connection at its own rate "
+                   "(--client-rates); the report lists each")
+      ->check(IntegerIn(1, kMaxBenchTenants));
+  app_->add_option("--client-rates", client_rates_,
+                   "--clients: each tenant's requests/s, N positive numbers (e.g. 10,100)")
+      ->delimiter(',');
   app_->add_option("--echo-server", echo_endpoint_,
                    "Serve as a trivial echo target on this endpoint (until SIGINT/SIGTERM)");
 }
@@ -253,9 +265,10 @@ int BenchCommand::Run() {
     return kExitOk;
   }
   if (model_.empty()) return ReportError(InvalidArgument("--model is required"), kExitUsage);
-  if (arrival_ != "fixed" && rates_.empty()) {
+  if (arrival_ != "fixed" && rates_.empty() && client_rates_.empty()) {
     return ReportError(InvalidArgument("--arrival " + arrival_ +
-                                       " draws the gaps of the open loop: it needs --rate"),
+                                       " draws the gaps of the open loop: it needs --rate (or "
+                                       "--clients with --client-rates)"),
                        kExitUsage);
   }
   if (cv_option_->count() > 0 && arrival_ != "gamma") {
@@ -263,9 +276,150 @@ int BenchCommand::Run() {
                                        arrival_ + " (poisson's cv is 1, fixed's 0)"),
                        kExitUsage);
   }
+  std::vector<double> client_rates;
+  if (Status s = CheckClientFlags(&client_rates); !s.ok()) return ReportError(s, kExitUsage);
   std::vector<TensorSpec> inputs;
   if (Status s = BuildInputs(&inputs); !s.ok()) return ReportError(s, kExitUsage);
-  return RunSteps(inputs);
+  return client_rates.empty() ? RunSteps(inputs) : RunClients(inputs, client_rates);
+}
+
+Status BenchCommand::ParseClientRates(const std::vector<std::string>& text, int clients,
+                                      std::vector<double>* rates) {
+  std::string got;
+  for (const std::string& part : text) got += (got.empty() ? "" : ",") + part;
+  const std::string expected = "--client-rates: expected " + std::to_string(clients) +
+                               " positive rates in requests/s (one per --clients " +
+                               std::to_string(clients) + "), got ";
+  if (text.size() != static_cast<size_t>(clients)) {
+    return InvalidArgument(expected + std::to_string(text.size()) + " ('" + got + "')");
+  }
+  rates->clear();
+  for (size_t i = 0; i < text.size(); ++i) {
+    const std::string& part = text[i];
+    char* end = nullptr;
+    const double rate = part.empty() ? 0 : std::strtod(part.c_str(), &end);
+    if (part.empty() || end != part.c_str() + part.size() || !std::isfinite(rate) || rate <= 0) {
+      return InvalidArgument(expected + "'" + part + "' as rate " + std::to_string(i + 1) + " ('" +
+                             got + "')");
+    }
+    rates->push_back(rate);
+  }
+  return Status::Ok();
+}
+
+Status BenchCommand::CheckClientFlags(std::vector<double>* rates) const {
+  if (clients_ == 0 && client_rates_.empty()) return Status::Ok();
+  if (clients_ == 0) {
+    return InvalidArgument(
+        "--client-rates gives each tenant's rate: it needs --clients N, got "
+        "none");
+  }
+  if (client_rates_.empty()) {
+    return InvalidArgument("--clients " + std::to_string(clients_) + " needs --client-rates with " +
+                           std::to_string(clients_) + " rates (requests/s each), got none");
+  }
+  if (!rates_.empty()) {
+    return InvalidArgument("--clients sets each tenant's rate with --client-rates: drop --rate");
+  }
+  if (concurrency_option_->count() > 0) {
+    return InvalidArgument(
+        "--clients N is the concurrency (one connection per tenant): drop "
+        "--concurrency");
+  }
+  if (shm_) return InvalidArgument("--shm works in the closed loop only; --clients is open loop");
+  if (requests_ > 0) {
+    return InvalidArgument(
+        "--requests ends one generator's window; with --clients each tenant "
+        "runs for --seconds: drop --requests");
+  }
+  return ParseClientRates(client_rates_, clients_, rates);
+}
+
+LoadSpec BenchCommand::BaseSpec(const std::vector<TensorSpec>& inputs) const {
+  LoadSpec spec{endpoint_, model_, inputs};
+  spec.depth = depth_;
+  spec.warmup_s = warmup_;
+  spec.seconds = seconds_;
+  spec.max_requests = requests_;
+  spec.io_threads = io_threads_;
+  spec.io_timeout_ms = io_timeout_ms_;
+  spec.timeout_ms = timeout_ms_;
+  spec.shm = shm_;
+  spec.shm_output_bytes = shm_output_bytes_;
+  (void)ParseArrival(arrival_, &spec.arrival);  // CLI11 accepted only the three names
+  spec.cv = cv_;
+  spec.slo_ms = slo_ms_;
+  return spec;
+}
+
+json BenchCommand::ClientJson(int client, double rate, const StepResult& r) {
+  json row = {{"client", client},
+              {"target_rate", rate},
+              {"sent", r.sent},
+              {"ok", r.ok},
+              {"ok_per_s", Round(r.ok_per_s, 1)},
+              {"errors", r.errors},
+              {"error_count", r.error_count},
+              {"latency_us", LatencyJson(r.latency)}};
+  if (r.within_slo >= 0) {
+    row["within_slo"] = r.within_slo;
+    row["within_slo_per_s"] = Round(r.within_slo_per_s, 1);
+  }
+  return row;
+}
+
+int BenchCommand::RunClients(const std::vector<TensorSpec>& inputs,
+                             const std::vector<double>& rates) {
+  json specs = json::array();
+  for (const auto& spec : inputs)
+    specs.push_back({{"dtype", DTypeName(spec.dtype)}, {"shape", spec.shape}});
+  json report = {{"endpoint", endpoint_}, {"model", model_},     {"inputs", specs},
+                 {"mode", "open"},        {"seconds", seconds_}, {"warmup", warmup_},
+                 {"shm", false},          {"arrival", arrival_}, {"clients", clients_},
+                 {"client_rates", rates}, {"threads", clients_}, {"steps", json::array()}};
+  report["cv"] = arrival_ == "gamma" ? cv_ : arrival_ == "poisson" ? 1.0 : 0.0;
+  if (slo_ms_ > 0) report["slo_ms"] = slo_ms_;
+  // One generator (one thread, one connection) per tenant, all started before any window opens.
+  std::vector<std::unique_ptr<LoadGenerator>> generators;
+  for (size_t i = 0; i < rates.size(); ++i) {
+    LoadSpec spec = BaseSpec(inputs);
+    spec.concurrency = 1;
+    spec.threads = 1;
+    spec.rate = rates[i];
+    spec.seed = seed_ + i;
+    generators.push_back(std::make_unique<LoadGenerator>(spec));
+  }
+  for (auto& generator : generators) {
+    if (Status s = generator->Start(); !s.ok()) return ReportError(s, StartFailureExit(s));
+  }
+  std::this_thread::sleep_until(generators.back()->measure_begin());
+  json before = ModelCounters();
+  for (auto& generator : generators) generator->WaitMeasureEnd();
+  json after = ModelCounters();
+  std::vector<StepResult> results;
+  json rows = json::array();
+  double total_rate = 0;
+  for (size_t i = 0; i < generators.size(); ++i) {
+    results.push_back(generators[i]->Finish());
+    rows.push_back(ClientJson(static_cast<int>(i), rates[i], results.back()));
+    total_rate += rates[i];
+  }
+  const StepResult merged = MergeStepResults(results, slo_ms_);
+  json step = StepJson(clients_, depth_, total_rate, merged, MeanBatchSize(before, after));
+  step["clients"] = std::move(rows);
+  report["steps"].push_back(std::move(step));
+  report["total_errors"] = merged.error_count;
+  if (json_) {
+    std::cout << report.dump(2) << std::endl;
+  } else {
+    PrintTable(report);
+    PrintClients(report["steps"].back());
+  }
+  if (merged.ok == 0 && merged.error_count == 0) {
+    std::cerr << "error: no reply from " << endpoint_ << "\n";
+    return kExitTransport;
+  }
+  return merged.error_count > 0 ? kExitServerError : kExitOk;
 }
 
 int BenchCommand::RunSteps(const std::vector<TensorSpec>& inputs) {
@@ -286,23 +440,11 @@ int BenchCommand::RunSteps(const std::vector<TensorSpec>& inputs) {
   int64_t errors = 0, ok = 0;
   for (double rate : rates) {
     for (int concurrency : concurrency_) {
-      LoadSpec spec{endpoint_, model_, inputs};
+      LoadSpec spec = BaseSpec(inputs);
       spec.concurrency = concurrency;
-      spec.depth = depth_;
       spec.rate = rate;
-      spec.warmup_s = warmup_;
-      spec.seconds = seconds_;
-      spec.max_requests = requests_;
       spec.threads = threads_ > 0 ? threads_ : std::min(concurrency, cores);
-      spec.io_threads = io_threads_;
-      spec.io_timeout_ms = io_timeout_ms_;
-      spec.timeout_ms = timeout_ms_;
       spec.seed = seed_ + static_cast<uint64_t>(report["steps"].size());
-      spec.shm = shm_;
-      spec.shm_output_bytes = shm_output_bytes_;
-      (void)ParseArrival(arrival_, &spec.arrival);  // CLI11 accepted only the three names
-      spec.cv = cv_;
-      spec.slo_ms = slo_ms_;
       report["threads"] = spec.threads;
       LoadGenerator generator(spec);
       if (Status s = generator.Start(); !s.ok()) return ReportError(s, StartFailureExit(s));
@@ -330,6 +472,26 @@ int BenchCommand::RunSteps(const std::vector<TensorSpec>& inputs) {
     return kExitTransport;
   }
   return errors > 0 ? kExitServerError : kExitOk;
+}
+
+void BenchCommand::PrintClients(const json& step) const {
+  std::printf("%-6s %-9s %9s %9s %7s %9s %9s%s\n", "client", "rate", "sent", "ok", "errors",
+              "p50_us", "p99_us", step.contains("within_slo") ? "  in_slo   in_slo/s" : "");
+  for (const json& c : step["clients"]) {
+    char slo[48] = "";
+    if (c.contains("within_slo")) {
+      std::snprintf(slo, sizeof(slo), " %7lld %10s",
+                    static_cast<long long>(c["within_slo"].get<int64_t>()),
+                    Fixed(c["within_slo_per_s"], 1).c_str());
+    }
+    std::printf(
+        "%-6d %-9s %9lld %9lld %7lld %9s %9s%s\n", c["client"].get<int>(),
+        Fixed(c["target_rate"], 0).c_str(), static_cast<long long>(c["sent"].get<int64_t>()),
+        static_cast<long long>(c["ok"].get<int64_t>()),
+        static_cast<long long>(c["error_count"].get<int64_t>()),
+        Fixed(c["latency_us"]["p50"], 1).c_str(), Fixed(c["latency_us"]["p99"], 1).c_str(), slo);
+  }
+  std::fflush(stdout);
 }
 
 void BenchCommand::PrintTable(const json& report) const {

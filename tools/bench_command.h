@@ -10,7 +10,7 @@
 //                   [--concurrency 1,4,16,64] [--depth 1] [--rate R[,R...]] [--seconds 5]
 //                   [--warmup 1] [--requests N] [--threads T] [--admin-endpoint EP] [--json]
 //                   [--shm [--shm-output-bytes B]] [--arrival fixed|poisson|gamma [--cv X]]
-//                   [--slo-ms S]
+//                   [--slo-ms S] [--clients N --client-rates R1,...,RN]
 //   torchfarm bench --echo-server EP
 //
 // Closed loop (default): each of C clients (one DEALER socket each) keeps --depth requests in
@@ -20,6 +20,11 @@
 // their rate (within_slo_per_s: goodput). Every step reports requests/s, p50/p90/p99/p99.9 latency,
 // errors by code and, with --admin-endpoint, the farm's mean batch size over the window (from
 // {"cmd":"stats"}).
+// --clients N --client-rates R1,...,RN (instead of --rate and --concurrency): N tenants, each its
+// own DEALER socket (so the farm counts N clients, supervisor/intake/client_quota.h) with its own
+// open-loop generator at Ri requests/s; --arrival, --cv and --slo-ms apply to each. One step; the
+// report's step sums them and its "clients" lists each one's sent, ok, errors, latency and
+// within_slo (docs/operations.md, "torchfarm bench").
 // --shm (closed loop, same host as the farm): tensors go through client shared memory instead of
 // data frames (docs/protocol.md, "Shared-memory tensors"); each client creates one region per step
 // with --depth input + output areas and releases it at the end of the step.
@@ -37,6 +42,7 @@
 
 namespace torchfarm {
 
+struct LoadSpec;
 struct StepResult;
 
 class BenchCommand : public Command {
@@ -51,14 +57,28 @@ class BenchCommand : public Command {
   // The JSON object of one step, as --json prints it in "steps".
   static nlohmann::json StepJson(int concurrency, int depth, double rate, const StepResult& result,
                                  const nlohmann::json& mean_batch_size);
+  // --client-rates as N positive finite rates; `text` are the comma-separated parts CLI11 split.
+  // Errors name what was expected (N positive numbers, one per --clients) and what came.
+  static Status ParseClientRates(const std::vector<std::string>& text, int clients,
+                                 std::vector<double>* rates);
+  // One client's row of a --clients step: its rate, sent, ok, errors, latency and within_slo.
+  static nlohmann::json ClientJson(int client, double rate, const StepResult& result);
 
  private:
   Status BuildInputs(std::vector<TensorSpec>* inputs) const;
   int RunSteps(const std::vector<TensorSpec>& inputs);
+  // --clients: one step of N generators side by side, one client and one rate each.
+  int RunClients(const std::vector<TensorSpec>& inputs, const std::vector<double>& rates);
+  // The LoadSpec every step shares (endpoint, inputs, timings, arrival, SLO).
+  LoadSpec BaseSpec(const std::vector<TensorSpec>& inputs) const;
+  // The flags --clients cannot go with, and the rates it needs; OK when --clients is not given.
+  Status CheckClientFlags(std::vector<double>* rates) const;
   // Batches and rows the farm ran for the model so far (admin "stats"); null without
   // --admin-endpoint or on failure.
   nlohmann::json ModelCounters() const;
   void PrintTable(const nlohmann::json& report) const;
+  // --clients: one line per tenant of `step`.
+  void PrintClients(const nlohmann::json& step) const;
 
   CLI::App* app_;
   std::string endpoint_ = "tcp://127.0.0.1:5555";
@@ -84,7 +104,10 @@ class BenchCommand : public Command {
   std::string arrival_ = "fixed";
   double cv_ = 1;
   double slo_ms_ = 0;
+  int clients_ = 0;
+  std::vector<std::string> client_rates_;
   CLI::Option* cv_option_ = nullptr;
+  CLI::Option* concurrency_option_ = nullptr;
 };
 
 }  // namespace torchfarm

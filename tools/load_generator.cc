@@ -206,6 +206,7 @@ StepResult LoadGenerator::Finish() {
         result.window_s > 0 ? static_cast<double>(result.within_slo) / result.window_s : 0;
   }
   result.latency = Summarize(&latencies);
+  result.latencies_ns = std::move(latencies);
   result.send_lag = Summarize(&lags);
   result.server_queue_us = MeanOr(queue, timed);
   result.server_compute_us = MeanOr(compute, timed);
@@ -215,6 +216,46 @@ StepResult LoadGenerator::Finish() {
     result.shm_release = shm_->Release();
   }
   return result;
+}
+
+StepResult MergeStepResults(const std::vector<StepResult>& parts, double slo_ms) {
+  StepResult merged;
+  double queue = 0, compute = 0, total = 0, timed = 0, bytes_per_s = 0;
+  for (const StepResult& part : parts) {
+    merged.sent += part.sent;
+    merged.ok += part.ok;
+    for (const auto& [code, n] : part.errors) merged.errors[code] += n;
+    merged.error_count += part.error_count;
+    merged.window_s = std::max(merged.window_s, part.window_s);
+    merged.latencies_ns.insert(merged.latencies_ns.end(), part.latencies_ns.begin(),
+                               part.latencies_ns.end());
+    if (slo_ms > 0) merged.within_slo = std::max<int64_t>(merged.within_slo, 0) + part.within_slo;
+    bytes_per_s += part.reply_bytes_per_s;
+    if (part.send_lag.p99_us >= merged.send_lag.p99_us) merged.send_lag = part.send_lag;
+    if (part.server_total_us >= 0) {
+      const double weight = static_cast<double>(part.ok);
+      queue += part.server_queue_us * weight;
+      compute += part.server_compute_us * weight;
+      total += part.server_total_us * weight;
+      timed += weight;
+    }
+  }
+  if (merged.window_s > 0) {
+    merged.requests_per_s = static_cast<double>(merged.ok + merged.error_count) / merged.window_s;
+    merged.ok_per_s = static_cast<double>(merged.ok) / merged.window_s;
+    if (slo_ms > 0)
+      merged.within_slo_per_s = static_cast<double>(merged.within_slo) / merged.window_s;
+  } else if (slo_ms > 0) {
+    merged.within_slo_per_s = 0;
+  }
+  merged.reply_bytes_per_s = bytes_per_s;
+  if (timed > 0) {
+    merged.server_queue_us = queue / timed;
+    merged.server_compute_us = compute / timed;
+    merged.server_total_us = total / timed;
+  }
+  merged.latency = Summarize(&merged.latencies_ns);
+  return merged;
 }
 
 bool LoadGenerator::InWindow(TimePoint now) const {

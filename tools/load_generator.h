@@ -103,7 +103,16 @@ struct StepResult {
   // --shm: bytes of each client's region, and how releasing the regions at the end went.
   uint64_t shm_region_bytes = 0;
   Status shm_release;
+  // The latencies behind `latency` (ok replies, nanoseconds, sorted), so results of generators
+  // that ran side by side (`bench --clients`) merge into exact percentiles.
+  std::vector<int64_t> latencies_ns;
 };
+
+// The results of generators that ran side by side over the same window (one per client of
+// `bench --clients`) as one step: counts and rates summed, percentiles over every reply, the
+// server's means weighted by ok replies, the send lag of the client whose p99 lag was worst.
+// `slo_ms` > 0 sums within_slo.
+StepResult MergeStepResults(const std::vector<StepResult>& parts, double slo_ms);
 
 class LoadGenerator {
  public:

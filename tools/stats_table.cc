@@ -1,6 +1,9 @@
 #include "tools/stats_table.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <optional>
+#include <utility>
 
 #include "tools/stats_fields.h"
 #include "tools/text_table.h"
@@ -72,16 +75,36 @@ std::vector<std::string> ModelTable(const json& models) {
   return table.Render(/*colour=*/false);
 }
 
-// The models with a latency objective (docs/scheduling.md): the SLO, OK answers within it and
-// after it, requests refused or shed for it, and the share within. Empty when none has one.
-std::vector<std::string> SloTable(const json& models) {
+}  // namespace
+
+std::string BatchSizesText(const json& model) {
+  const json* sizes = FindField(model, {"batch_sizes"});
+  if (sizes == nullptr || !sizes->is_object() || sizes->empty()) return kMissing;
+  // The keys are bounds ("1", "2", "4", ... "1048577+"): in numeric order, not the JSON's.
+  std::vector<std::pair<double, std::string>> buckets;
+  for (const auto& [bound, count] : sizes->items()) {
+    if (!count.is_number()) continue;
+    // "1048577+" (every larger batch) keeps its own spelling; the others are upper bounds.
+    const bool open_ended = !bound.empty() && bound.back() == '+';
+    buckets.emplace_back(std::atof(bound.c_str()), (open_ended ? "" : "<=") + bound + ":" +
+                                                       FormatCompactCount(count.get<double>()));
+  }
+  std::sort(buckets.begin(), buckets.end());
+  std::string text;
+  for (const auto& [bound, part] : buckets) text += (text.empty() ? "" : " ") + part;
+  return text.empty() ? kMissing : text;
+}
+
+std::vector<std::string> RenderSloTable(const json& models) {
   TextTable table({{"MODEL", kLeft},
                    {"SLO", kRight},
+                   {"GOODPUT/S", kRight},
                    {"WITHIN", kRight},
                    {"MISSED", kRight},
                    {"REFUSED", kRight},
                    {"WITHIN_%", kRight},
-                   {"BATCH", kRight}});
+                   {"BATCH", kRight},
+                   {"BATCH_SIZES", kLeft}});
   bool any = false;
   for (const auto& m : models) {
     const auto slo_ms = NumberField(m, {"slo", "latency_slo_ms"});
@@ -93,15 +116,19 @@ std::vector<std::string> SloTable(const json& models) {
     if (within && missed && *within + *missed > 0) share = 100 * *within / (*within + *missed);
     table.AddRow({{ModelLabel(m, "name")},
                   {FormatMicros(*slo_ms * 1000)},
+                  {FormatDecimal(NumberField(m, {"slo", "goodput_rps_60s"}), 1)},
                   {FormatCount(within)},
                   {FormatCount(missed)},
                   {FormatCount(NumberField(m, {"slo", "refused"}))},
                   {FormatDecimal(share, 1)},
-                  {FormatDecimal(NumberField(m, {"mean_batch_size"}), 2)}});
+                  {FormatDecimal(NumberField(m, {"mean_batch_size"}), 2)},
+                  {BatchSizesText(m)}});
   }
   if (!any) return {};
   return table.Render(/*colour=*/false);
 }
+
+namespace {
 
 std::vector<std::string> WorkerTable(const json& workers) {
   TextTable table({{"ID", kRight},
@@ -197,7 +224,7 @@ std::vector<std::string> RenderStatsTable(const json& stats) {
   if (std::string zygotes = ZygoteLine(stats); !zygotes.empty()) lines.push_back(zygotes);
   lines.emplace_back();
   for (auto& line : ModelTable(ArrayField(stats, "models"))) lines.push_back(std::move(line));
-  std::vector<std::string> slo = SloTable(ArrayField(stats, "models"));
+  std::vector<std::string> slo = RenderSloTable(ArrayField(stats, "models"));
   if (!slo.empty()) {
     lines.emplace_back();
     for (auto& line : slo) lines.push_back(std::move(line));

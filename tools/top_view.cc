@@ -180,6 +180,10 @@ std::vector<std::string> RenderTopView(const json& stats, const TopViewOptions& 
   for (auto& line : ModelLines(ArrayField(stats, "models"), by_model, options)) {
     lines.push_back(std::move(line));
   }
+  // Models with a latency objective: goodput, refused, missed and the batch sizes chosen.
+  std::vector<std::string> slo = RenderSloTable(ArrayField(stats, "models"));
+  if (!slo.empty()) lines.emplace_back();
+  for (auto& line : slo) lines.push_back(std::move(line));
   lines.emplace_back();
   size_t worker_start = lines.size();
   for (auto& line : WorkerLines(workers, options)) lines.push_back(std::move(line));

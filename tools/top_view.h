@@ -1,4 +1,5 @@
-// The screen `torchfarm top` draws: totals, one line per model, one line per worker.
+// The screen `torchfarm top` draws: totals, one line per model, the latency objectives (the
+// models with latency_slo_ms: goodput, refused, missed, batch sizes), one line per worker.
 //
 // Owns: nothing; pure functions of the admin "stats" reply and the screen geometry, so the layout
 // is unit-tested without a terminal or a farm. Fields the reply lacks print as "-".

@@ -34,6 +34,10 @@ void Dispatcher::ApplyLatencySlo(const ModelConfig& config, PendingRequest* requ
   }
 }
 
+void Dispatcher::ApplyClientWeight(const ModelConfig& config, PendingRequest* request) {
+  request->client_weight = config.client_weights.Effective(request->client, request->client_weight);
+}
+
 SloCost Dispatcher::SloCostOf(const ServedModel& model) {
   // The service time counts the supervisor's and the ring's work per batch, which the worker's
   // compute time leaves out (on a light model, half of it); until it is known, the compute time.
@@ -95,7 +99,7 @@ void Dispatcher::ExpireDeadlines() {
                                           std::to_string(model.config.max_queue_wait_ms) +
                                           " ms); " + WorkerSummary(model)));
       } else {
-        if (r.deadline_is_slo) model.stats.RecordSloOutcome(false);
+        if (r.deadline_is_slo) model.stats.RecordSloOutcome(false, now);
         Fail(model, r,
              Status(StatusCode::kDeadlineExceeded,
                     std::string(DeadlineName(r)) + " expired after " + waited +
@@ -143,7 +147,9 @@ Status Dispatcher::CheckSloDeadline(const ServedModel& model, const PendingReque
     if (earliest_free_us < 0 || free_us < earliest_free_us) earliest_free_us = free_us;
   }
   if (ready == 0) return Status::Ok();  // no serving worker: max_queue_wait_ms rules
-  const int64_t rows_ahead = model.queue.rows_ahead_of(request.priority);
+  // In fair order: a light client's request is not behind a heavy client's backlog, so that
+  // backlog does not refuse it (model_queue.h).
+  const int64_t rows_ahead = model.queue.RowsAheadOf(request);
   const double finish_us =
       EstimatedFinishUs(SloCostOf(model), earliest_free_us, rows_ahead, ready, request.rows);
   const TimePoint finish = now + Micros(static_cast<int64_t>(finish_us));

@@ -66,6 +66,9 @@ class Dispatcher {
   static void ApplyQueueWait(const ModelConfig& config, PendingRequest* request);
   // With the model's latency_slo_ms: the request's deadline is at most that long after arrival.
   static void ApplyLatencySlo(const ModelConfig& config, PendingRequest* request);
+  // The request's weight in its client's fair share: the model's client_weights for its client,
+  // lowered (never raised) by the weight the request asked for (common/client_weights.h).
+  static void ApplyClientWeight(const ModelConfig& config, PendingRequest* request);
 
   uint64_t in_place_batches() const { return shm_in_place_batches_; }
 

@@ -1,6 +1,7 @@
 #include "supervisor/dispatch/model_queue.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace torchfarm {
 
@@ -86,6 +87,18 @@ void ModelQueue::PruneShares(Level& level) {
   }
 }
 
+int64_t ModelQueue::FairCost(const PendingRequest& request) {
+  const double weight = request.client_weight > 0 ? request.client_weight : 1.0;
+  const double rows = static_cast<double>(std::max<int64_t>(1, request.rows));
+  return std::max<int64_t>(1, std::llround(rows * static_cast<double>(kFairUnitsPerRow) / weight));
+}
+
+int64_t ModelQueue::NextTag(const Level& level, const PendingRequest& request) {
+  auto share = level.clients.find(request.client);
+  return share == level.clients.end() ? level.virtual_time
+                                      : std::max(level.virtual_time, share->second.finish);
+}
+
 bool ModelQueue::Push(PendingRequest& request) {
   if (size_ >= static_cast<size_t>(policy_.max_queue_size)) return false;
   Level& level = LevelOf(request);
@@ -96,9 +109,8 @@ bool ModelQueue::Push(PendingRequest& request) {
     queue.push_back(std::move(request));
     return true;
   }
-  ClientShare& share = level.clients[request.client];
-  const int64_t tag = std::max(level.virtual_time, share.finish);
-  share.finish = tag + std::max<int64_t>(1, request.rows);
+  const int64_t tag = NextTag(level, request);
+  level.clients[request.client].finish = tag + FairCost(request);
   request.fair_tag = tag;
   Added(level, request);
   if (queue.empty() || queue.back().fair_tag <= tag) {
@@ -241,11 +253,27 @@ std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap
   return batch;
 }
 
-int64_t ModelQueue::rows_ahead_of(int priority) const {
-  const size_t last = std::min<size_t>(std::max(0, priority), levels_.size() - 1);
+int64_t ModelQueue::RowsAheadOf(const PendingRequest& request) const {
+  const size_t index = std::min<size_t>(std::max(0, request.priority), levels_.size() - 1);
   int64_t rows = 0;
-  for (size_t i = 0; i <= last; ++i) rows += levels_[i].rows;
-  return rows;
+  for (size_t i = 0; i < index; ++i) rows += levels_[i].rows;
+  const Level& level = levels_[index];
+  if (!policy_.fair_queueing) return rows + level.rows;
+  const int64_t tag = NextTag(level, request);
+  const auto& queue = level.requests;
+  const auto at =
+      std::upper_bound(queue.begin(), queue.end(), tag,
+                       [](int64_t t, const PendingRequest& r) { return t < r.fair_tag; });
+  // Counted from the shorter side: a light client's place is near the front, a heavy one's near
+  // the back, so either costs a few steps.
+  const auto before = static_cast<size_t>(at - queue.begin());
+  if (before <= queue.size() - before) {
+    for (auto it = queue.begin(); it != at; ++it) rows += it->rows;
+    return rows;
+  }
+  int64_t after = 0;
+  for (auto it = at; it != queue.end(); ++it) after += it->rows;
+  return rows + level.rows - after;
 }
 
 const PendingRequest* ModelQueue::Head() const {

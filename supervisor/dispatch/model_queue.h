@@ -15,6 +15,9 @@
 // requests already due in the current round, never behind another client's backlog. Batches
 // still mix clients: they are formed in tag order. fair_queueing false: each level is one FIFO.
 // Equal tags keep arrival order, so one client's requests are always FIFO among themselves.
+// Weights (PendingRequest::client_weight, resolved at intake from the model's client_weights,
+// common/client_weights.h): a request ends rows / weight after its tag, in units of
+// 1/kFairUnitsPerRow of a row, so backlogged clients of weights 1:2:4 are served rows 1:2:4.
 //
 // A batch is formed from the head of the highest non-empty level: the head request plus later
 // requests of that level that are BatchCompatible with it, in order, while the rows stay within
@@ -74,8 +77,11 @@ class ModelQueue {
   std::vector<PendingRequest> TakeBatch(TimePoint now, int64_t row_cap = INT64_MAX);
   // Rows (dim 0) of every queued request.
   int64_t queued_rows() const { return rows_; }
-  // Rows queued that a new request of `priority` would not go before: its level and the higher.
-  int64_t rows_ahead_of(int priority) const;
+  // Rows that would be served before `request` were it pushed now: the higher levels, and in its
+  // own level the requests whose fair tag is at or before the one it would get (all of the level
+  // without fair queueing). What a latency objective's refusal counts: a light client's request
+  // goes before a heavy client's backlog, so that backlog is not ahead of it.
+  int64_t RowsAheadOf(const PendingRequest& request) const;
   // When the next batch comes due if it waits for company: the head's delay running out, or the
   // earliest deadline less the dispatch lead.
   std::optional<TimePoint> NextDue() const;
@@ -101,6 +107,12 @@ class ModelQueue {
   size_t clients() const;
   const BatchingPolicy& policy() const { return policy_; }
 
+  // Virtual time a one-row request of weight 1 takes: fine enough for weights down to 0.01 (a row
+  // is 10^6 units then; int64 tags last 9*10^12 such rows).
+  static constexpr int64_t kFairUnitsPerRow = 10'000;
+  // The virtual time `request` takes: its rows (at least 1) over its weight (<= 0: weight 1).
+  static int64_t FairCost(const PendingRequest& request);
+
  private:
   struct ClientShare {
     int64_t finish = 0;  // virtual time at which its last queued request ends
@@ -113,6 +125,8 @@ class ModelQueue {
     std::unordered_map<std::string, ClientShare> clients;
   };
 
+  // The tag `request` would get in `level` if pushed now.
+  static int64_t NextTag(const Level& level, const PendingRequest& request);
   Level* HighestLevel();
   const Level* HighestLevel() const;
   Level& LevelOf(const PendingRequest& request);

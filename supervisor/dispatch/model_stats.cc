@@ -27,14 +27,26 @@ LatencyHistogram WindowedHistogram::Snapshot(TimePoint now) const {
   return merged;
 }
 
-void ModelStats::CountCompletion(TimePoint now) {
+size_t ModelStats::SecondSlot(TimePoint now) {
   int64_t second = std::chrono::duration_cast<std::chrono::seconds>(now - started_).count();
   size_t index = static_cast<size_t>(second) % kSeconds;
   if (second_of_[index] != second) {
     second_of_[index] = second;
     completed_[index] = 0;
+    within_[index] = 0;
   }
-  ++completed_[index];
+  return index;
+}
+
+void ModelStats::CountCompletion(TimePoint now) { ++completed_[SecondSlot(now)]; }
+
+void ModelStats::RecordSloOutcome(bool within, TimePoint now) {
+  if (!within) {
+    ++missed_slo_;
+    return;
+  }
+  ++within_slo_;
+  ++within_[SecondSlot(now)];
 }
 
 void ModelStats::RecordOk(int64_t queue_us, int64_t compute_us, int64_t total_us, TimePoint now) {
@@ -64,9 +76,21 @@ void ModelStats::RecordError(TimePoint now, StatusCode code) {
 void ModelStats::RecordBatch(int64_t rows) {
   ++batches_;
   rows_ += static_cast<uint64_t>(std::max<int64_t>(0, rows));
+  size_t bucket = 0;
+  while (bucket + 1 < kBatchBuckets && (int64_t{1} << bucket) < rows) ++bucket;
+  ++batch_buckets_[bucket];
 }
 
 double ModelStats::ThroughputOver(TimePoint now, int seconds) const {
+  return PerSecondOver(completed_, now, seconds);
+}
+
+double ModelStats::GoodputOver(TimePoint now, int seconds) const {
+  return PerSecondOver(within_, now, seconds);
+}
+
+double ModelStats::PerSecondOver(const std::array<uint64_t, kSeconds>& counts, TimePoint now,
+                                 int seconds) const {
   int64_t current = std::chrono::duration_cast<std::chrono::seconds>(now - started_).count();
   // Whole seconds only: the current one is still being counted.
   int64_t span = std::min<int64_t>(seconds, current);
@@ -74,7 +98,7 @@ double ModelStats::ThroughputOver(TimePoint now, int seconds) const {
   uint64_t sum = 0;
   for (int64_t s = current - span; s < current; ++s) {
     size_t index = static_cast<size_t>(s) % kSeconds;
-    if (second_of_[index] == s) sum += completed_[index];
+    if (second_of_[index] == s) sum += counts[index];
   }
   return static_cast<double>(sum) / static_cast<double>(span);
 }
@@ -104,6 +128,15 @@ json ModelStats::ToJson(TimePoint now) const {
       by_code[std::string(StatusCodeName(static_cast<StatusCode>(i)))] = errors_by_code_[i];
     }
   }
+  json batch_sizes = json::object();
+  for (size_t k = 0; k < kBatchBuckets; ++k) {
+    if (batch_buckets_[k] == 0) continue;
+    // The last bucket holds every larger batch: named by its lower bound, with a "+".
+    const std::string bound = k + 1 < kBatchBuckets
+                                  ? std::to_string(int64_t{1} << k)
+                                  : std::to_string((int64_t{1} << (k - 1)) + 1) + "+";
+    batch_sizes[bound] = batch_buckets_[k];
+  }
   return {{"requests", requests_},
           {"errors", errors_},
           {"rejected", rejected_},
@@ -112,7 +145,13 @@ json ModelStats::ToJson(TimePoint now) const {
           {"latency_us", latency},
           {"throughput_rps_1s", ThroughputOver(now, 1)},
           {"throughput_rps_60s", ThroughputOver(now, 60)},
-          {"slo", {{"within", within_slo_}, {"missed", missed_slo_}, {"refused", slo_refused_}}},
+          {"batch_sizes", batch_sizes},
+          {"slo",
+           {{"within", within_slo_},
+            {"missed", missed_slo_},
+            {"refused", slo_refused_},
+            {"goodput_rps_1s", GoodputOver(now, 1)},
+            {"goodput_rps_60s", GoodputOver(now, 60)}}},
           {"errors_by_code", by_code}};
 }
 

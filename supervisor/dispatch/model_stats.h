@@ -47,12 +47,15 @@ class ModelStats {
   void RecordBatch(int64_t rows);
   // Latency objective (latency_slo_ms): an OK answer within it or not, and a request refused
   // or shed because its measured cost said it could not make it (also counted as an error).
-  void RecordSloOutcome(bool within) { within ? ++within_slo_ : ++missed_slo_; }
+  void RecordSloOutcome(bool within, TimePoint now);
   void RecordSloRefused() { ++slo_refused_; }
 
   // {requests, errors, rejected, batches, mean_batch_size, latency_us: {queue: {p50, p99}, …},
   //  (with a pipeline, latency_us also has decode, preprocess, postprocess)
-  //  throughput_rps_1s, throughput_rps_60s, slo: {within, missed, refused},
+  //  throughput_rps_1s, throughput_rps_60s,
+  //  slo: {within, missed, refused, goodput_rps_1s, goodput_rps_60s} (goodput: OK answers within
+  //  latency_slo_ms per second), batch_sizes: {"1": n, "2": n, "4": n, ...} (batches sent by their
+  //  rows: up to 1, 2, 4... and over the previous bound; only bounds with batches),
   //  errors_by_code: {"UNAVAILABLE": n, ...}: error replies and intake refusals by code}
   nlohmann::json ToJson(TimePoint now) const;
 
@@ -78,9 +81,17 @@ class ModelStats {
   uint64_t slo_refused() const { return slo_refused_; }
   double mean_batch_size() const { return batches_ ? static_cast<double>(rows_) / batches_ : 0.0; }
   double ThroughputOver(TimePoint now, int seconds) const;
+  // OK answers within latency_slo_ms per second over the last `seconds` whole seconds.
+  double GoodputOver(TimePoint now, int seconds) const;
+  // Batches whose rows were at most 2^k (and more than 2^(k-1)); the last bucket holds the rest.
+  static constexpr size_t kBatchBuckets = 22;
+  uint64_t batches_in_bucket(size_t k) const { return batch_buckets_[k]; }
 
  private:
   void CountCompletion(TimePoint now);
+  // The ring slot of `now`'s second, emptied when it last held an older second.
+  size_t SecondSlot(TimePoint now);
+  double PerSecondOver(const std::array<uint64_t, 64>& counts, TimePoint now, int seconds) const;
   void CountCode(StatusCode code) {
     const auto i = static_cast<size_t>(code);
     if (i < errors_by_code_.size()) ++errors_by_code_[i];
@@ -109,6 +120,8 @@ class ModelStats {
   static constexpr size_t kSeconds = 64;
   std::array<int64_t, kSeconds> second_of_{};
   std::array<uint64_t, kSeconds> completed_{};
+  std::array<uint64_t, kSeconds> within_{};  // OK answers within latency_slo_ms, by second
+  std::array<uint64_t, kBatchBuckets> batch_buckets_{};
 };
 
 }  // namespace torchfarm

@@ -71,6 +71,7 @@ void JobAcceptor::Accept(std::vector<zmq::message_t>& frames, RequestOrigin orig
   }
   if (s.ok()) Dispatcher::ApplyQueueWait(model->config, &request);
   if (s.ok()) Dispatcher::ApplyLatencySlo(model->config, &request);
+  if (s.ok()) Dispatcher::ApplyClientWeight(model->config, &request);
   if (s.ok()) {
     s = d_.dispatcher.CheckDeadline(*model, request, d_.clock.Now());
     if (!s.ok() && model->config.latency_slo_ms > 0) model->stats.RecordSloRefused();

@@ -8,6 +8,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "common/client_weights.h"
 #include "common/tensor_spec.h"
 #include "supervisor/frontend/frontend_endpoint.h"
 #include "supervisor/frontend/v2_classification.h"
@@ -186,6 +187,28 @@ Status NonNegativeParameter(const InferParameter& value, const std::string& wher
   return InvalidArgument(expected + "no value of those kinds");
 }
 
+// parameters.client_weight as double_param, int64_param or uint64_param, 0.01..100.
+Status ClientWeightParameter(const InferParameter& value, double* out) {
+  const std::string where = "parameters.client_weight";
+  switch (value.parameter_choice_case()) {
+    case InferParameter::kDoubleParam:
+      return ClientWeightFromJson(value.double_param(), where, out);
+    case InferParameter::kInt64Param:
+      return ClientWeightFromJson(value.int64_param(), where, out);
+    case InferParameter::kUint64Param:
+      return ClientWeightFromJson(value.uint64_param(), where, out);
+    default:
+      break;
+  }
+  const char* got = value.parameter_choice_case() == InferParameter::kBoolParam     ? "bool_param"
+                    : value.parameter_choice_case() == InferParameter::kStringParam ? "string_param"
+                                                                                    : "no value";
+  return InvalidArgument(where +
+                         ": expected a double_param, int64_param or uint64_param in "
+                         "0.01..100, got " +
+                         got);
+}
+
 Status ReadParameters(const ModelInferRequest& request, V2InferRequest* out) {
   for (const auto& [key, value] : request.parameters()) {
     if (key == "timeout") {
@@ -203,6 +226,8 @@ Status ReadParameters(const ModelInferRequest& request, V2InferRequest* out) {
         return s;
       }
       out->priority = V2PriorityToWire(priority);
+    } else if (key == "client_weight") {
+      if (Status s = ClientWeightParameter(value, &out->client_weight); !s.ok()) return s;
     }
     // Other parameters (e.g. the HTTP binary extension's) mean nothing to the farm.
   }

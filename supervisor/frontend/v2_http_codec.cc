@@ -8,6 +8,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "common/client_weights.h"
 #include "common/protocol.h"
 #include "common/tensor_spec.h"
 #include "supervisor/frontend/frontend_endpoint.h"
@@ -254,6 +255,10 @@ Status ParseParameters(const json& params, V2InferRequest* out) {
     Status s = GetNonNegative(*priority, "parameters.priority", UINT64_MAX, &value);
     if (!s.ok()) return s;
     out->priority = V2PriorityToWire(value);
+  }
+  if (auto weight = params.find("client_weight"); weight != params.end()) {
+    Status s = ClientWeightFromJson(*weight, "parameters.client_weight", &out->client_weight);
+    if (!s.ok()) return s;
   }
   return Status::Ok();
 }

@@ -163,6 +163,7 @@ Status ToFarmRequest(V2InferRequest& request, const RequestLimits& limits, nlohm
   if (!request.version.empty()) (*header)["version"] = request.version;
   if (request.timeout_ms > 0) (*header)["timeout_ms"] = request.timeout_ms;
   if (request.priority != 0) (*header)["priority"] = request.priority;
+  if (request.client_weight > 0) (*header)["client_weight"] = request.client_weight;
   if (!places.empty()) (*header)["outputs_shm"] = std::move(places);
   if (Status s = CheckFarmHeaderSize(request, *header, limits); !s.ok()) return s;
   frames->clear();

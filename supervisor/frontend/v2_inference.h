@@ -83,6 +83,9 @@ struct V2InferRequest {
   // parameters "priority" in Triton's meaning (0: the model's default level, 1: its highest);
   // the loop maps it to a level (JobAcceptor, TritonPriorityLevel). See V2PriorityToWire.
   int priority = 0;
+  // parameters "client_weight" (0.01..100; 0: none): sent as the farm header's client_weight,
+  // which may lower the client's configured weight, never raise it (common/client_weights.h).
+  double client_weight = 0;
 };
 
 // A Triton priority (any uint64) as the farm header's "priority" (0..kMaxPriority): values past

@@ -345,6 +345,7 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   request->received = now;
   request->deadline = DeadlineAfter(now, header.timeout_ms);
   request->priority = header.priority;
+  request->client_weight = header.client_weight;
   SetRows(request);
   *model_index = index;
   return Status::Ok();

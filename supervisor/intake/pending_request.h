@@ -50,9 +50,12 @@ struct PendingRequest {
   bool deadline_is_queue_wait = false;  // `deadline` is max_queue_wait_ms, not the client's timeout
   bool deadline_is_slo = false;         // `deadline` is the model's latency_slo_ms
   int priority = 0;
-  // Fair queueing (supervisor/dispatch/model_queue.h): the virtual time, in rows served by the
-  // request's priority level, at which this request's turn starts. Set by ModelQueue::Push.
+  // Fair queueing (supervisor/dispatch/model_queue.h): the virtual time, in weighted rows served
+  // by the request's priority level, at which this request's turn starts. Set by ModelQueue::Push.
   int64_t fair_tag = 0;
+  // The request's weight in its client's fair share (common/client_weights.h): the header's
+  // client_weight (0: none) until intake resolves it against the model's client_weights.
+  double client_weight = 1;
   int attempts = 0;  // times this request was handed to a worker that then died
   // What limits.max_queued_per_client counts by: ClientKey for the job socket, the front end's
   // "http <peer>" / "grpc <peer>" for the others.

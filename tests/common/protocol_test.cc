@@ -158,7 +158,7 @@ TEST(ProtocolTest, RejectsUnknownFields) {
   EXPECT_EQ(
       ProtocolError(j),
       "header: unknown field 'deadline' (expected v, id, op, model, version, inputs, timeout_ms, "
-      "priority, output_shm, outputs_shm)");
+      "priority, client_weight, output_shm, outputs_shm)");
   j = ValidHeader();
   j["inputs"][0]["layout"] = "nchw";
   EXPECT_EQ(ProtocolError(j), "inputs[0]: unknown key 'layout' (expected dtype, shape, name)");
@@ -232,6 +232,41 @@ TEST(ProtocolTest, RejectsBadPriority) {
   j["priority"] = "high";
   EXPECT_EQ(ProtocolError(j),
             "header field 'priority': expected an integer in 0..1000, got string \"high\"");
+}
+
+// client_weight (issue 32): 0.01..100, at both limits and one step past each.
+TEST(ProtocolTest, ClientWeightIsReadWithinItsLimits) {
+  RequestHeader h;
+  ASSERT_TRUE(ParseHeaderText(ValidHeader(), &h).ok());
+  EXPECT_EQ(h.client_weight, 0) << "none given";
+  for (double weight : {0.01, 1.0, 2.5, 100.0}) {
+    json j = ValidHeader();
+    j["client_weight"] = weight;
+    ASSERT_TRUE(ParseHeaderText(j, &h).ok()) << weight;
+    EXPECT_EQ(h.client_weight, weight);
+  }
+  json j = ValidHeader();
+  j["client_weight"] = 3;
+  ASSERT_TRUE(ParseHeaderText(j, &h).ok()) << "an integer is a number";
+  EXPECT_EQ(h.client_weight, 3);
+}
+
+TEST(ProtocolTest, RejectsBadClientWeight) {
+  json j = ValidHeader();
+  j["client_weight"] = 0.009;
+  EXPECT_EQ(ProtocolError(j),
+            "header field 'client_weight': expected a number in 0.01..100 (a client weight), got "
+            "number 0.009");
+  j["client_weight"] = 100.5;
+  EXPECT_EQ(ProtocolError(j),
+            "header field 'client_weight': expected a number in 0.01..100 (a client weight), got "
+            "number 100.5");
+  j["client_weight"] = 0;
+  EXPECT_THAT(ProtocolError(j), HasSubstr("got number 0"));
+  j["client_weight"] = -1;
+  EXPECT_THAT(ProtocolError(j), HasSubstr("got number -1"));
+  j["client_weight"] = "2";
+  EXPECT_THAT(ProtocolError(j), HasSubstr("got string \"2\""));
 }
 
 TEST(ProtocolTest, RejectsOversizedHeaderBeforeParsing) {

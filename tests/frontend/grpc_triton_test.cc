@@ -119,6 +119,34 @@ TEST_F(GrpcTritonTest, PriorityAndTimeoutComeAsUint64ParamToo) {
   EXPECT_TRUE(Infer(request, &response).ok());
 }
 
+// parameters.client_weight (issue 32): double_param, int64_param or uint64_param in 0.01..100,
+// passed on as the farm header's client_weight; anything else is refused naming what came.
+TEST_F(GrpcTritonTest, ClientWeightComesAsADoubleOrIntegerParameter) {
+  inference::ModelInferRequest request = RawRequest("identity", {1});
+  inference::ModelInferResponse response;
+  (*request.mutable_parameters())["client_weight"].set_double_param(0.5);
+  grpc::Status status = Infer(request, &response, 60'000);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(loop_->last_header().value("client_weight", 0.0), 0.5);
+  (*request.mutable_parameters())["client_weight"].set_int64_param(100);
+  ASSERT_TRUE(Infer(request, &response, 60'000).ok());
+  EXPECT_EQ(loop_->last_header().value("client_weight", 0.0), 100.0);
+  (*request.mutable_parameters())["client_weight"].set_double_param(100.5);
+  status = Infer(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(),
+            "parameters.client_weight: expected a number in 0.01..100 (a client weight), got "
+            "number 100.5");
+  (*request.mutable_parameters())["client_weight"].set_bool_param(true);
+  status = Infer(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(),
+            "parameters.client_weight: expected a double_param, int64_param or uint64_param in "
+            "0.01..100, got bool_param");
+  request.mutable_parameters()->erase("client_weight");
+  EXPECT_TRUE(Infer(request, &response).ok());
+}
+
 // ModelStreamInfer (issue 30): one response per request, errors in error_message with the
 // stream going on; past kStreamWindow unanswered requests the server stops reading the stream.
 TEST_F(GrpcTritonTest, StreamAnswersEachRequestAndStopsReadingPastItsWindow) {

@@ -57,6 +57,29 @@ TEST(V2HttpCodecTest, UnknownTopLevelKeysAreIgnoredAndKnownOnesKeepTheirTypes) {
   EXPECT_EQ(request.priority, 0);
 }
 
+// parameters.client_weight (issue 32): a number 0.01..100, at both limits and one step past each.
+TEST(V2HttpCodecTest, ClientWeightIsANumberWithinItsLimits) {
+  const std::string input = R"({"name": "x", "datatype": "FP32", "shape": [1], "data": [1]})";
+  V2InferRequest request;
+  for (const char* weight : {"0.01", "100", "2", "0.5"}) {
+    Status s = Parse(std::string(R"({"parameters": {"client_weight": )") + weight +
+                         R"(}, "inputs": [)" + input + "]}",
+                     &request);
+    ASSERT_TRUE(s.ok()) << weight << ": " << s.message();
+    EXPECT_EQ(request.client_weight, std::stod(weight));
+  }
+  const std::string one = "\"inputs\": [" + input + "]";
+  EXPECT_EQ(ParseError("{" + one + ", \"parameters\": {\"client_weight\": 0.009}}"),
+            "parameters.client_weight: expected a number in 0.01..100 (a client weight), got "
+            "number 0.009");
+  EXPECT_EQ(ParseError("{" + one + ", \"parameters\": {\"client_weight\": 100.5}}"),
+            "parameters.client_weight: expected a number in 0.01..100 (a client weight), got "
+            "number 100.5");
+  EXPECT_EQ(ParseError("{" + one + ", \"parameters\": {\"client_weight\": \"2\"}}"),
+            "parameters.client_weight: expected a number in 0.01..100 (a client weight), got "
+            "string \"2\"");
+}
+
 TEST(V2HttpCodecTest, ParsesAJsonRequestOfEveryDatatype) {
   const json body = json::parse(R"({"id": "req-1",
     "parameters": {"timeout": 1500, "priority": 2, "binary_data_output": true},

@@ -83,7 +83,14 @@ TEST(V2InferenceTest, ToFarmRequestOmitsDefaults) {
   ASSERT_TRUE(ToFarmRequest(request, RequestLimits{}, &header, &frames).ok());
   EXPECT_FALSE(header.contains("timeout_ms"));
   EXPECT_FALSE(header.contains("priority"));
+  EXPECT_FALSE(header.contains("client_weight"));
   EXPECT_EQ(header["inputs"][0]["dtype"], "bool");
+  V2InferRequest weighted;  // parameters.client_weight: the farm header carries it on
+  weighted.model = "m";
+  weighted.client_weight = 0.25;
+  weighted.inputs.push_back(Tensor("x", "BOOL", {}, 1));
+  ASSERT_TRUE(ToFarmRequest(weighted, RequestLimits{}, &header, &frames).ok());
+  EXPECT_EQ(header["client_weight"], 0.25);
 }
 
 TEST(V2InferenceTest, ToFarmRequestErrorsNameTheInput) {

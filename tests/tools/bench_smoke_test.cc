@@ -23,9 +23,10 @@ struct CommandOutput {
   std::string out;
 };
 
-CommandOutput RunCommand(const std::string& command) {
+// stdout alone, or with stderr after it (`with_stderr`: usage errors are written there).
+CommandOutput RunCommand(const std::string& command, bool with_stderr = false) {
   CommandOutput result;
-  FILE* pipe = ::popen((command + " 2>/dev/null").c_str(), "r");
+  FILE* pipe = ::popen((command + (with_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
   if (!pipe) return result;
   char buffer[4096];
   size_t n;
@@ -126,6 +127,77 @@ TEST(BenchSmoke, BurstyOpenLoopReportsGoodputWithinTheSlo) {
   }
   CommandOutput refused = RunCommand(Bench(farm.endpoint(), "--shape 1,256 --arrival poisson"));
   EXPECT_EQ(refused.exit_code, 2) << "--arrival without --rate is a usage error";
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
+// Issue 32's tenants: --clients 2 --client-rates 20,200 runs two connections (two clients to the
+// farm) at 1:10, and the step's counts are the sum of the clients' rows. Bad --client-rates are
+// usage errors naming what was expected and what came.
+TEST(BenchSmoke, TwoClientsAtOneToTenReportRowsThatAddUp) {
+  Farm farm(Identity(8));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  const std::string base = BinDir() + "/torchfarm bench --endpoint " + farm.endpoint() +
+                           " --model identity --shape 1,256 --seconds 1 --warmup 0.2 --json ";
+  CommandOutput run =
+      RunCommand(base + "--clients 2 --client-rates 20,200 --arrival poisson --slo-ms 60000");
+  EXPECT_EQ(run.exit_code, 0) << run.out;
+  json report = json::parse(run.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << run.out;
+  EXPECT_EQ(report["mode"], "open");
+  EXPECT_EQ(report["clients"], 2);
+  EXPECT_EQ(report["client_rates"], json::array({20.0, 200.0}));
+  ASSERT_EQ(report["steps"].size(), 1u);
+  const json& step = report["steps"][0];
+  ExpectStepShape(step);
+  EXPECT_EQ(step["concurrency"], 2);
+  EXPECT_EQ(step["target_rate"], 220.0);
+  ASSERT_EQ(step["clients"].size(), 2u) << step.dump();
+  int64_t sent = 0, ok = 0, errors = 0, within = 0;
+  for (const json& client : step["clients"]) {
+    for (const char* key : {"client", "target_rate", "sent", "ok", "errors", "error_count",
+                            "latency_us", "within_slo", "within_slo_per_s"}) {
+      EXPECT_TRUE(client.contains(key)) << key << " missing in " << client.dump();
+    }
+    EXPECT_LE(client["latency_us"]["p50"].get<double>(), client["latency_us"]["p99"].get<double>());
+    sent += client["sent"].get<int64_t>();
+    ok += client["ok"].get<int64_t>();
+    errors += client["error_count"].get<int64_t>();
+    within += client["within_slo"].get<int64_t>();
+  }
+  EXPECT_EQ(sent, step["sent"].get<int64_t>());
+  EXPECT_EQ(ok, step["ok"].get<int64_t>());
+  EXPECT_EQ(errors, step["error_count"].get<int64_t>());
+  EXPECT_EQ(within, step["within_slo"].get<int64_t>());
+  EXPECT_EQ(within, ok) << "every reply comes back within 60 s";
+  const int64_t light = step["clients"][0]["sent"].get<int64_t>();
+  const int64_t heavy = step["clients"][1]["sent"].get<int64_t>();
+  EXPECT_GT(light, 0);
+  EXPECT_GT(heavy, 3 * light) << "sent at 1:10 (poisson draws; 1.2 s of each)";
+
+  struct Refusal {
+    const char* args;
+    const char* message;
+  };
+  for (const Refusal& bad : {
+           Refusal{"--clients 2 --client-rates 20",
+                   "--client-rates: expected 2 positive rates in requests/s (one per --clients 2), "
+                   "got 1 ('20')"},
+           Refusal{"--clients 2 --client-rates 20,0",
+                   "--client-rates: expected 2 positive rates in requests/s (one per --clients 2), "
+                   "got '0' as rate 2 ('20,0')"},
+           Refusal{"--clients 2 --client-rates 20,x", "got 'x' as rate 2 ('20,x')"},
+           Refusal{"--clients 2 --client-rates 20,200,5", "got 3 ('20,200,5')"},
+           Refusal{"--clients 2", "--clients 2 needs --client-rates with 2 rates"},
+           Refusal{"--client-rates 1,2",
+                   "--client-rates gives each tenant's rate: it needs "
+                   "--clients N"},
+           Refusal{"--clients 2 --client-rates 1,2 --rate 5", "drop --rate"},
+       }) {
+    CommandOutput refused = RunCommand(base + bad.args, /*with_stderr=*/true);
+    EXPECT_EQ(refused.exit_code, 2) << bad.args << ": " << refused.out;
+    EXPECT_NE(refused.out.find(bad.message), std::string::npos) << bad.args << ": " << refused.out;
+  }
   EXPECT_EQ(farm.Stop(), 0);
 }
 

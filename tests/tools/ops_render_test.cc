@@ -219,24 +219,39 @@ TEST(StatsTableTest, HasEveryColumnAndValue) {
 TEST(StatsTableTest, ModelsWithALatencyObjectiveGetAnSloTable) {
   json stats = FullStats();
   EXPECT_THAT(Joined(RenderStatsTable(stats)), Not(HasSubstr("WITHIN_%")));
-  stats["models"][0]["slo"] = {
-      {"latency_slo_ms", 20}, {"within", 950}, {"missed", 50}, {"refused", 300}};
+  stats["models"][0]["slo"] = {{"latency_slo_ms", 20},
+                               {"within", 950},
+                               {"missed", 50},
+                               {"refused", 300},
+                               {"goodput_rps_60s", 15.83}};
+  stats["models"][0]["batch_sizes"] = {{"8", 1500}, {"1", 12}, {"4", 300}};
   auto lines = RenderStatsTable(stats);
   std::string header;
   for (const auto& line : lines) {
     if (line.find("WITHIN_%") != std::string::npos) header = line;
   }
   ASSERT_FALSE(header.empty()) << Joined(lines);
-  for (const char* column : {"MODEL", "SLO", "WITHIN", "MISSED", "REFUSED", "BATCH"}) {
+  for (const char* column :
+       {"MODEL", "SLO", "GOODPUT/S", "WITHIN", "MISSED", "REFUSED", "BATCH", "BATCH_SIZES"}) {
     EXPECT_THAT(header, HasSubstr(column));
   }
   std::string row;
   for (size_t i = 0; i + 1 < lines.size(); ++i) {
     if (lines[i] == header) row = lines[i + 1];
   }
-  for (const char* value : {"mlp", "20.0ms", "950", "50", "300", "95.0", "3.50"}) {
+  for (const char* value :
+       {"mlp", "20.0ms", "15.8", "950", "50", "300", "95.0", "3.50", "<=1:12 <=4:300 <=8:1500"}) {
     EXPECT_THAT(row, HasSubstr(value)) << row;
   }
+  // top shows the same table between the models and the workers.
+  auto top = RenderTopView(stats, {200, 50, false, true});
+  EXPECT_THAT(Joined(top), HasSubstr("GOODPUT/S"));
+  EXPECT_THAT(Joined(top), HasSubstr("<=1:12 <=4:300 <=8:1500"));
+  EXPECT_THAT(Joined(RenderTopView(FullStats(), {200, 50, false, true})), Not(HasSubstr("GOODPUT")))
+      << "no model with an SLO: no table";
+  // The last bucket (every batch over 2^20 rows) keeps its spelling; no histogram is a dash.
+  EXPECT_EQ(BatchSizesText(json{{"batch_sizes", {{"1048577+", 2}, {"2", 3}}}}), "<=2:3 1048577+:2");
+  EXPECT_EQ(BatchSizesText(json::object()), "-");
 }
 
 TEST(StatsTableTest, ZygotesGetALineWithStatePidLaunchesAndRestarts) {
