@@ -19,6 +19,7 @@
 
 #include "proto/grpc_service.grpc.pb.h"
 #include "tests/integration/farm_fixture.h"
+#include "tests/integration/http_test_client.h"
 
 namespace torchfarm {
 namespace {
@@ -34,40 +35,13 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kAtOnce = std::chrono::milliseconds(1000);
 
-struct Answer {
-  int status = 0;
-  std::string body;
-  Clock::duration took{};
-};
+using Answer = testing::HttpReply;
 
 // One POST on a fresh connection; the answer, or status 0 when none came within 10 s (a request
 // the farm never answers must fail the test, not hang it).
 Answer Post(int port, const std::string& target, const std::string& body) {
-  asio::io_context io;
-  tcp::socket socket(io);
-  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)));
-  http::request<http::string_body> request{http::verb::post, target, 11};
-  request.set(http::field::host, "127.0.0.1");
-  request.set(http::field::content_type, "application/json");
-  request.body() = body;
-  request.prepare_payload();
-  http::response<http::string_body> response;
-  beast::flat_buffer buffer;
-  bool answered = false;
-  const auto start = Clock::now();
-  http::async_write(socket, request, [&](beast::error_code ec, size_t) {
-    if (ec) return;
-    http::async_read(socket, buffer, response,
-                     [&](beast::error_code read_ec, size_t) { answered = !read_ec; });
-  });
-  io.run_for(std::chrono::seconds(10));
-  Answer out;
-  out.took = Clock::now() - start;
-  if (answered) {
-    out.status = response.result_int();
-    out.body = response.body();
-  }
-  return out;
+  return testing::HttpOnce(port, http::verb::post, target, body,
+                           {{"Content-Type", "application/json"}});
 }
 
 // Sends a whole POST and hangs up without reading the answer.

@@ -24,6 +24,7 @@
 #include <zmq_addon.hpp>
 
 #include "tests/integration/farm_fixture.h"
+#include "tests/integration/http_test_client.h"
 #include "torchfarm/client.h"
 
 namespace torchfarm {
@@ -37,12 +38,7 @@ using nlohmann::json;
 using testing::Farm;
 using testing::ModelEntry;
 
-struct HttpReply {
-  int status = 0;
-  std::string body;
-  std::map<std::string, std::string> headers;
-  json Json() const { return json::parse(body, nullptr, false); }
-};
+using testing::HttpReply;
 
 // One keep-alive HTTP/1.1 connection to 127.0.0.1:port.
 class HttpConnection {

@@ -22,6 +22,7 @@
 
 #include "proto/grpc_service.grpc.pb.h"
 #include "tests/integration/farm_fixture.h"
+#include "tests/integration/http_test_client.h"
 
 namespace torchfarm {
 namespace {
@@ -34,38 +35,12 @@ using nlohmann::json;
 using testing::Farm;
 using testing::ModelEntry;
 
-struct Reply {
-  int status = 0;
-  std::string body;
-  json Json() const { return json::parse(body, nullptr, false); }
-};
+using Reply = testing::HttpReply;
 
 // One request on a fresh connection, answered within 10 s or status 0.
 Reply Send(int port, http::verb verb, const std::string& target, const std::string& body = {},
            const std::map<std::string, std::string>& headers = {}) {
-  asio::io_context io;
-  tcp::socket socket(io);
-  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)));
-  http::request<http::string_body> request{verb, target, 11};
-  request.set(http::field::host, "127.0.0.1");
-  for (const auto& [name, value] : headers) request.set(name, value);
-  request.body() = body;
-  if (verb == http::verb::post) request.prepare_payload();
-  http::response<http::string_body> response;
-  beast::flat_buffer buffer;
-  bool answered = false;
-  http::async_write(socket, request, [&](beast::error_code ec, size_t) {
-    if (ec) return;
-    http::async_read(socket, buffer, response,
-                     [&](beast::error_code read_ec, size_t) { answered = !read_ec; });
-  });
-  io.run_for(std::chrono::seconds(10));
-  Reply out;
-  if (answered) {
-    out.status = response.result_int();
-    out.body = response.body();
-  }
-  return out;
+  return testing::HttpOnce(port, verb, target, body, headers);
 }
 
 // zlib's deflate: gzip framing (window_bits 31) or zlib framing (15).
