@@ -42,7 +42,21 @@ SloCost Dispatcher::SloCostOf(const ServedModel& model) {
   // The service time counts the supervisor's and the ring's work per batch, which the worker's
   // compute time leaves out (on a light model, half of it); until it is known, the compute time.
   const BatchCostModel& measured = model.service.known() ? model.service : model.cost;
-  return {measured.fixed_us(), measured.per_row_us(), model.config.max_batch_size};
+  const double margin = model.slo_margin.factor();
+  return {measured.fixed_us() * margin, measured.per_row_us() * margin,
+          model.config.max_batch_size};
+}
+
+void Dispatcher::RecordSloOutcome(ServedModel& model, bool within, TimePoint now) {
+  model.stats.RecordSloOutcome(within, now);
+  model.slo_margin.Observe(within);
+  model.stats.set_slo_margin(model.slo_margin.factor());
+}
+
+void Dispatcher::RecordSloRefused(ServedModel& model) {
+  model.stats.RecordSloRefused();
+  model.slo_margin.ObserveRefusal();
+  model.stats.set_slo_margin(model.slo_margin.factor());
 }
 
 double Dispatcher::SloBacklog(const ServedModel& model, const WorkerSlot& slot) const {
@@ -76,7 +90,7 @@ int64_t Dispatcher::ShedLateHeads(ServedModel& model, const WorkerSlot& slot, Ti
     const double finish_ms = (static_cast<double>(ToMicros(now - late.received)) + backlog_us +
                               cost.fixed_us + cost.per_row_us * static_cast<double>(late.rows)) /
                              1000;
-    model.stats.RecordSloRefused();
+    RecordSloRefused(model);
     Fail(model, late,
          Status(StatusCode::kDeadlineExceeded,
                 "would finish at ~" + std::to_string(std::lround(finish_ms)) +
@@ -99,7 +113,7 @@ void Dispatcher::ExpireDeadlines() {
                                           std::to_string(model.config.max_queue_wait_ms) +
                                           " ms); " + WorkerSummary(model)));
       } else {
-        if (r.deadline_is_slo) model.stats.RecordSloOutcome(false, now);
+        if (r.deadline_is_slo) RecordSloOutcome(model, false, now);
         Fail(model, r,
              Status(StatusCode::kDeadlineExceeded,
                     std::string(DeadlineName(r)) + " expired after " + waited +

@@ -72,6 +72,12 @@ class Dispatcher {
 
   uint64_t in_place_batches() const { return shm_in_place_batches_; }
 
+  // One answer to a request with an SLO deadline (answered, or expired in the queue): counted in
+  // the model's stats and fed to its SloMargin, which SloCostOf scales the learned cost by.
+  static void RecordSloOutcome(ServedModel& model, bool within, TimePoint now);
+  // A request refused at intake or shed from the queue because it could not make its SLO.
+  static void RecordSloRefused(ServedModel& model);
+
  private:
   WorkerSlot* PickSlot(const ServedModel& model);
   // Estimated cost of the batches `slot` holds, in the model's measured microseconds.

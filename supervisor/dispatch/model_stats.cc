@@ -150,6 +150,7 @@ json ModelStats::ToJson(TimePoint now) const {
            {{"within", within_slo_},
             {"missed", missed_slo_},
             {"refused", slo_refused_},
+            {"margin", slo_margin_},
             {"goodput_rps_1s", GoodputOver(now, 1)},
             {"goodput_rps_60s", GoodputOver(now, 60)}}},
           {"errors_by_code", by_code}};

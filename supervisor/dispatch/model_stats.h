@@ -49,6 +49,9 @@ class ModelStats {
   // or shed because its measured cost said it could not make it (also counted as an error).
   void RecordSloOutcome(bool within, TimePoint now);
   void RecordSloRefused() { ++slo_refused_; }
+  // The latency objective's current SloMargin factor (stats "slo.margin"; 1: the plain estimate).
+  void set_slo_margin(double factor) { slo_margin_ = factor; }
+  double slo_margin() const { return slo_margin_; }
 
   // {requests, errors, rejected, batches, mean_batch_size, latency_us: {queue: {p50, p99}, …},
   //  (with a pipeline, latency_us also has decode, preprocess, postprocess)
@@ -103,6 +106,7 @@ class ModelStats {
   uint64_t rejected_ = 0;
   std::array<uint64_t, 8> errors_by_code_{};  // by StatusCode
   uint64_t within_slo_ = 0, missed_slo_ = 0, slo_refused_ = 0;
+  double slo_margin_ = 1.0;
   uint64_t batches_ = 0;
   uint64_t rows_ = 0;
   uint64_t queue_us_ = 0;

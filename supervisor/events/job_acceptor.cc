@@ -74,7 +74,7 @@ void JobAcceptor::Accept(std::vector<zmq::message_t>& frames, RequestOrigin orig
   if (s.ok()) Dispatcher::ApplyClientWeight(model->config, &request);
   if (s.ok()) {
     s = d_.dispatcher.CheckDeadline(*model, request, d_.clock.Now());
-    if (!s.ok() && model->config.latency_slo_ms > 0) model->stats.RecordSloRefused();
+    if (!s.ok() && model->config.latency_slo_ms > 0) Dispatcher::RecordSloRefused(*model);
   }
   if (s.ok() && !model->queue.Push(request)) {
     s = ResourceExhausted("queue of model '" + model->config.name + "' is full (" +

@@ -161,6 +161,7 @@ std::string ModelControl::ApplyUpdate(const ModelUpdate& update, const FileIdent
   if (update.replace_workers) {
     existing->cost = BatchCostModel();
     existing->service = BatchCostModel();
+    existing->slo_margin = SloMargin();
   }
   spares_.Reconcile(*existing, previous_config, update);
   if (update.replace_at_once) return ReplaceAllAtOnce(*existing, update);

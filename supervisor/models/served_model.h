@@ -13,6 +13,7 @@
 #include "supervisor/dispatch/dispatch_planner.h"
 #include "supervisor/dispatch/model_queue.h"
 #include "supervisor/dispatch/model_stats.h"
+#include "supervisor/dispatch/slo_margin.h"
 #include "supervisor/models/file_identity.h"
 #include "supervisor/models/model_rollout.h"
 
@@ -29,6 +30,9 @@ struct ServedModel {
   // or the worker's previous answer if later) to its answer, so the supervisor's and the ring's
   // work per batch count too. What the latency objective plans with (Dispatcher::SloCostOf).
   BatchCostModel service{};
+  // How far the latency objective distrusts `service`, from the answers that missed anyway
+  // (slo_margin.h); Dispatcher::SloCostOf scales the cost by it.
+  SloMargin slo_margin{};
   // The model file as it was when the workers running `config` were planned (file_identity.h):
   // a reload compares it with the file now to notice a file rewritten in place.
   FileIdentity file{};

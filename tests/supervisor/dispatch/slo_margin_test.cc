@@ -1,0 +1,109 @@
+// SloMargin (supervisor/dispatch/slo_margin.h): the latency objective's distrust of its learned
+// cost, raised by misses and decayed by answers within the SLO, bounded [1, kMaxFactor]; in a
+// seeded simulation of requests accepted against the scaled estimate, the share of accepted
+// requests that miss settles near kTargetMissRate whatever the model's spread.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+
+#include "supervisor/dispatch/model_stats.h"
+#include "supervisor/dispatch/slo_margin.h"
+
+namespace torchfarm {
+namespace {
+
+TEST(SloMargin, StaysAtOneWhileNothingMisses) {
+  SloMargin margin;
+  for (int i = 0; i < 1000; ++i) margin.Observe(true);
+  EXPECT_DOUBLE_EQ(margin.factor(), 1.0);
+}
+
+TEST(SloMargin, EachMissRaisesItByOneStepUpToTheBound) {
+  SloMargin margin;
+  margin.Observe(false);
+  EXPECT_DOUBLE_EQ(margin.factor(), SloMargin::kMissStep);
+  margin.Observe(false);
+  EXPECT_DOUBLE_EQ(margin.factor(), SloMargin::kMissStep * SloMargin::kMissStep);
+  for (int i = 0; i < 1000; ++i) margin.Observe(false);
+  EXPECT_DOUBLE_EQ(margin.factor(), SloMargin::kMaxFactor);
+}
+
+TEST(SloMargin, AnswersWithinTheSloUndoAMissAtTheTargetRate) {
+  SloMargin margin;
+  margin.Observe(false);
+  // One miss per 1/kTargetMissRate answers is the balance: 99 answers within undo one miss.
+  const int within = static_cast<int>(std::lround((1 - SloMargin::kTargetMissRate) /
+                                                  SloMargin::kTargetMissRate));
+  for (int i = 0; i < within; ++i) margin.Observe(true);
+  EXPECT_NEAR(margin.factor(), 1.0, 1e-9);
+}
+
+// Requests with a random slack until their deadline are accepted when the scaled mean cost fits
+// it, else refused; each accepted one takes the mean times a lognormal spread. Without the margin
+// many accepted requests miss; with it the misses settle near the target share of all outcomes.
+struct Shares {
+  double missed_of_outcomes = 0, missed_of_accepted = 0, factor = 0;
+};
+
+Shares Simulate(double sigma, bool with_margin, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::lognormal_distribution<double> spread(-sigma * sigma / 2, sigma);  // mean 1
+  std::uniform_real_distribution<double> slack(0.5, 3.0);                // in mean costs
+  SloMargin margin;
+  int64_t outcomes = 0, accepted = 0, missed = 0;
+  for (int i = 0; i < 200'000; ++i) {
+    const double until_deadline = slack(rng);
+    const bool counted = i >= 50'000;  // settle first
+    outcomes += counted;
+    if ((with_margin ? margin.factor() : 1.0) > until_deadline) {
+      margin.ObserveRefusal();
+      continue;
+    }
+    const bool within = spread(rng) <= until_deadline;
+    margin.Observe(within);
+    accepted += counted;
+    missed += counted && !within;
+  }
+  return {static_cast<double>(missed) / static_cast<double>(outcomes),
+          static_cast<double>(missed) / static_cast<double>(accepted), margin.factor()};
+}
+
+TEST(SloMargin, KeepsTheMissesAmongAcceptedRequestsNearTheTarget) {
+  for (double sigma : {0.2, 0.4, 0.6}) {
+    for (uint64_t seed : {1u, 2u, 3u}) {
+      const Shares plain = Simulate(sigma, false, seed);
+      const Shares with = Simulate(sigma, true, seed);
+      SCOPED_TRACE("sigma " + std::to_string(sigma) + " seed " + std::to_string(seed) +
+                   ": factor " + std::to_string(with.factor) + ", misses of accepted " +
+                   std::to_string(with.missed_of_accepted) + " vs " +
+                   std::to_string(plain.missed_of_accepted) + " without");
+      EXPECT_GT(plain.missed_of_outcomes, 2 * SloMargin::kTargetMissRate) << "needs a margin";
+      EXPECT_LT(with.missed_of_outcomes, 2 * SloMargin::kTargetMissRate);
+      EXPECT_LT(with.missed_of_accepted, plain.missed_of_accepted / 2);
+      EXPECT_GT(with.factor, 1.0);
+      EXPECT_LE(with.factor, SloMargin::kMaxFactor);
+    }
+  }
+}
+
+TEST(SloMargin, RefusalsBringAMarginAtItsBoundBack) {
+  // A margin that refuses every request would otherwise never hear of an answer again.
+  SloMargin margin;
+  for (int i = 0; i < 1000; ++i) margin.Observe(false);
+  ASSERT_DOUBLE_EQ(margin.factor(), SloMargin::kMaxFactor);
+  for (int i = 0; i < 100'000 && margin.factor() > 1.0; ++i) margin.ObserveRefusal();
+  EXPECT_DOUBLE_EQ(margin.factor(), 1.0);
+}
+
+TEST(SloMargin, StatsReportTheFactor) {
+  FakeTimeSource clock;
+  ModelStats stats(clock.Now());
+  EXPECT_EQ(stats.ToJson(clock.Now())["slo"]["margin"], 1.0);
+  stats.set_slo_margin(1.5);
+  EXPECT_EQ(stats.ToJson(clock.Now())["slo"]["margin"], 1.5);
+}
+
+}  // namespace
+}  // namespace torchfarm
