@@ -110,6 +110,10 @@ def main():
     parser.add_argument("--slo-ms", type=int, default=20)
     parser.add_argument("--json", default="")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--configs", default="",
+                        help="only these configs, comma separated (e.g. default,slo); the grid "
+                             "columns then compare with the best grid point measured")
+    parser.add_argument("--no-tenants", action="store_true", help="skip the two-tenant step")
     args = parser.parse_args()
     suite = run_suite.Suite(args)
     suite.seconds = 1.0 if args.quick else args.seconds
@@ -119,6 +123,7 @@ def main():
     subprocess.run([suite.bin("torchfarm-mkmodel"), "--all", suite.models_dir], check=True,
                    stdout=subprocess.DEVNULL)
     loads = [float(x) for x in args.loads.split(",")]
+    wanted = set(filter(None, args.configs.split(",")))
     report = {"slo_ms": args.slo_ms, "seconds": suite.seconds, "models": {}}
     for model in args.models.split(","):
         export(suite, model)
@@ -129,14 +134,18 @@ def main():
             rate = load * cap
             row = {"load": load, "rate": rate}
             for name, settings in configs(slo_ms):
+                if wanted and name not in wanted:
+                    continue
                 row[name] = goodput(suite, model, name, settings, rate, slo_ms)
                 suite.log("%s %.1fC %s: goodput %.0f/s" % (model, load, name, row[name]["goodput"]))
-            best = max((row[n]["goodput"], n) for n, _ in configs(slo_ms) if n.startswith("grid"))
+            grid = [(row[n]["goodput"], n) for n, _ in configs(slo_ms)
+                    if n.startswith("grid") and n in row]
+            best = max(grid) if grid else (0.0, "slo")
             row["best_grid"] = best[1]
             row["slo_vs_best_grid"] = row["slo"]["goodput"] / max(best[0], 1e-9)
             row["slo_vs_default"] = row["slo"]["goodput"] / max(row["default"]["goodput"], 1e-9)
             rows.append(row)
-        two = tenants(suite, model, 1.2 * cap, slo_ms)
+        two = None if args.no_tenants else tenants(suite, model, 1.2 * cap, slo_ms)
         report["models"][model] = {"capacity": cap, "slo_ms": slo_ms, "rows": rows,
                                    "tenants": two}
         print("\n%s: capacity %.0f/s, SLO %d ms, gamma cv 4, goodput (OK within the SLO) per s"
@@ -149,7 +158,7 @@ def main():
                 row["load"], row["default"]["goodput"], row["slo"]["goodput"],
                 row[row["best_grid"]]["goodput"], row["best_grid"], row["slo_vs_best_grid"],
                 row["slo_vs_default"], row["slo"]["p99_us"] / 1000, row["slo"]["errors"]))
-        for name in ("light", "heavy"):
+        for name in ("light", "heavy") if two else ():
             c = two[name]
             print("two tenants 1:10 at 1.2 C, %s: %s" % (name, json.dumps(
                 {"target_rate": c["target_rate"], "sent": c["sent"], "ok": c["ok"],
