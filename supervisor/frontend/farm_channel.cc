@@ -5,10 +5,13 @@
 
 #include <unistd.h>
 
+#include <charconv>
+
 #include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
 
 #include "common/log.h"
+#include "supervisor/frontend/typed_frame.h"
 
 namespace torchfarm {
 
@@ -87,7 +90,7 @@ void FarmChannel::Call(const std::string& tag, nlohmann::json header,
     done(FarmReply{Unavailable("the supervisor is shutting down"), {}, {}});
     return;
   }
-  const uint64_t id = next_id_++;
+  const uint64_t id = next_id_;
   header["id"] = id;
   // A model name comes percent-decoded from a URL and may be any bytes: the strict dump() would
   // throw on invalid UTF-8 (out of the handler, out of io_.run(): std::terminate). Replaced
@@ -102,12 +105,37 @@ void FarmChannel::Call(const std::string& tag, nlohmann::json header,
                    {}});
     return;
   }
+  Send(tag, zmq::message_t(text.data(), text.size()), std::move(frames), std::move(done));
+}
+
+void FarmChannel::Call(const std::string& tag, RequestHeader header,
+                       std::vector<zmq::message_t> frames, Done done) {
+  if (stopping_) {
+    done(FarmReply{Unavailable("the supervisor is shutting down"), {}, {}});
+    return;
+  }
+  // The header's size was checked where it was built (ToRequestHeader); the loop sets its id.
+  zmq::message_t boxed;
   try {
-    const std::string call_id = std::to_string(id);
+    boxed = MakeTypedFrame(std::move(header));
+  } catch (const zmq::error_t& e) {
+    done(FarmReply{Unavailable(std::string("front-end channel: send failed: ") + e.what()), {}, {}});
+    return;
+  }
+  Send(kTypedTagPrefix + tag, std::move(boxed), std::move(frames), std::move(done));
+}
+
+void FarmChannel::Send(const std::string& tag, zmq::message_t header,
+                       std::vector<zmq::message_t> frames, Done done) {
+  const uint64_t id = next_id_++;
+  try {
+    char call_id[24];
+    const auto [end, error] = std::to_chars(call_id, call_id + sizeof(call_id), id);
+    (void)error;  // 24 bytes hold any uint64
     socket_.send(zmq::buffer(tag), zmq::send_flags::sndmore);
-    socket_.send(zmq::buffer(call_id), zmq::send_flags::sndmore);
-    socket_.send(zmq::buffer(text), frames.empty() ? zmq::send_flags::none
-                                                   : zmq::send_flags::sndmore);
+    socket_.send(zmq::buffer(call_id, static_cast<size_t>(end - call_id)),
+                 zmq::send_flags::sndmore);
+    socket_.send(header, frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
     for (size_t i = 0; i < frames.size(); ++i) {
       socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore
                                                     : zmq::send_flags::none);
