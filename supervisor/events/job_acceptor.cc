@@ -59,6 +59,7 @@ void JobAcceptor::AcceptTyped(std::vector<zmq::message_t>& frames, RequestOrigin
   request.origin = origin;
   request.client = std::move(client);
   request.id = call_id;
+  request.typed = true;
   request.identity = std::move(frames[0]);
   constexpr size_t kPayload = 1;  // [routing][typed header][data...]: no REQ delimiter
   size_t served = d_.models.served_index().size();

@@ -150,6 +150,27 @@ void FarmChannel::Send(const std::string& tag, zmq::message_t header,
   DrainReplies();
 }
 
+namespace {
+
+// An error's message as a text reply would carry it: MakeErrorReply writes it with invalid UTF-8
+// replaced (a message may quote client bytes), so a typed one is made the same. ASCII is left as
+// it is without a look at nlohmann.
+void AsReplyText(Status* status) {
+  if (status->ok()) return;
+  const std::string& message = status->message();
+  for (char c : message) {
+    if (static_cast<unsigned char>(c) < 0x80) continue;
+    *status = Status(status->code(),
+                     nlohmann::json::parse(nlohmann::json(message).dump(
+                                               -1, ' ', false,
+                                               nlohmann::json::error_handler_t::replace))
+                         .get<std::string>());
+    return;
+  }
+}
+
+}  // namespace
+
 void FarmChannel::WatchSocket() {
   socket_fd_->async_wait(asio::posix::stream_descriptor::wait_read,
                          [this](const boost::system::error_code& error) {
@@ -178,9 +199,17 @@ void FarmChannel::DrainReplies() {
     if (!complete || frames.empty()) return;
     FarmReply reply;
     const std::string_view text(static_cast<const char*>(frames[0].data()), frames[0].size());
-    // The typed fields only (no JSON object) for an infer answer; a metadata answer, read from
-    // `raw` by the caller, is parsed again whole below.
-    Status parsed = ParseReplyHeaderLean(text, &reply.header);
+    Status parsed = Status::Ok();
+    ReplyHeader* typed = TypedFrameValue<ReplyHeader>(frames[0]);
+    if (typed) {
+      // The answer to a typed request: nothing to parse.
+      reply.header = std::move(*typed);
+      AsReplyText(&reply.header.status);
+    } else {
+      // The typed fields only (no JSON object) for an infer answer; a metadata answer, read from
+      // `raw` by the caller, is parsed again whole below.
+      parsed = ParseReplyHeaderLean(text, &reply.header);
+    }
     const auto id = reply.header.id.is_number_unsigned() ? reply.header.id.get<uint64_t>() : 0;
     auto it = waiting_.find(id);
     if (it == waiting_.end()) {
@@ -195,7 +224,9 @@ void FarmChannel::DrainReplies() {
     Done done = std::move(it->second.done);
     const bool meta = it->second.meta;
     waiting_.erase(it);
-    if (meta && reply.header.raw.is_null()) parsed = ParseReplyHeader(text, &reply.header);
+    if (meta && !typed && reply.header.raw.is_null()) {
+      parsed = ParseReplyHeader(text, &reply.header);
+    }
     pending_count_.store(waiting_.size(), std::memory_order_relaxed);
     reply.status = parsed.ok() ? reply.header.status : parsed;
     // A metadata answer has no tensors: it is well formed when the loop said "ok".

@@ -28,8 +28,15 @@
 //           (v2_inference.h), so the loop reads no JSON; the loop checks it as it checks a parsed
 //           header (common/request_header_check.h) and then exactly as any other request.
 //   data    one frame per input not in shared memory, in the header's order.
-// Replies (loop -> DEALER): [header][data frames...], exactly as the job socket's replies, with
-// "id": N. A
+// Replies (loop -> DEALER), one per message:
+//   [header][data frames...]        to a JSON request or query: exactly as the job socket's
+//                                   replies, with "id": N
+//   [typed reply][data frames...]   to a typed request: a common/protocol.h ReplyHeader in a
+//                                   typed frame, id N, fields as ParseReplyHeaderLean would read
+//                                   them from the text reply (ReplyWriter::SendTyped); an
+//                                   error's message gets invalid UTF-8 replaced here, as the
+//                                   text reply's JSON would have it
+// DrainReplies tells the two apart by the first frame (typed_frame.h). A
 // "meta" reply is {"id": N, "status": "ok", "live": true, "ready": bool, "draining": bool,
 // "models": [ModelMetadataJson...]} (supervisor/dispatch/model_metadata.h); its FarmReply has the
 // whole object in header.raw and no outputs.

@@ -62,6 +62,19 @@ class FakeLoop {
     socket_.send(zmq::buffer(reply.dump()), zmq::send_flags::sndmore);
     socket_.send(request[4], zmq::send_flags::none);
   }
+  // Answers a typed request as the loop does (ReplyWriter::SendTyped): a typed reply header with
+  // the call id, then `data` frames.
+  void ReplyTyped(std::vector<zmq::message_t>& request, ReplyHeader header,
+                  std::vector<std::string> data) {
+    header.id = std::stoull(request[2].to_string());
+    socket_.send(request[0], zmq::send_flags::sndmore);
+    socket_.send(MakeTypedFrame(std::move(header)),
+                 data.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    for (size_t i = 0; i < data.size(); ++i) {
+      socket_.send(zmq::buffer(data[i]),
+                   i + 1 < data.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  }
   void Error(std::vector<zmq::message_t>& request, const std::string& code) {
     const json header = json::parse(request[3].to_string());
     json reply = {{"v", 1}, {"id", header["id"]}, {"status", "error"}, {"code", code},
@@ -294,6 +307,52 @@ TEST(FarmChannel, ATypedFrameOwnsItsValueAcrossCopies) {
   EXPECT_EQ(typed->model, std::string(100, 'x'));
   zmq::message_t text(std::string(sizeof(TypedFrameBox<RequestHeader>), '{'));
   EXPECT_EQ(TypedFrameValue<RequestHeader>(text), nullptr) << "JSON of the same size is no box";
+}
+
+// Issue 36: the loop answers a typed request with a typed reply header, taken without parsing;
+// an error's message is what the text reply would carry (invalid UTF-8 replaced).
+TEST(FarmChannel, ATypedReplyIsTakenAsItIs) {
+  zmq::context_t context;
+  FakeLoop loop(context, "inproc://farm-channel-7");
+  FarmChannel channel(context, "inproc://farm-channel-7");
+  ASSERT_TRUE(channel.Start().ok());
+  std::promise<FarmReply> ok_answer;
+  std::promise<FarmReply> error_answer;
+  channel.Post([&] {
+    RequestHeader header;
+    header.model = "m";
+    channel.Call("http p", header, OneFrame("abc"),
+                 [&](FarmReply reply) { ok_answer.set_value(std::move(reply)); });
+    channel.Call("http p", header, OneFrame("abc"),
+                 [&](FarmReply reply) { error_answer.set_value(std::move(reply)); });
+  });
+  std::vector<zmq::message_t> first;
+  std::vector<zmq::message_t> second;
+  ASSERT_TRUE(loop.Receive(&first));
+  ASSERT_TRUE(loop.Receive(&second));
+  ReplyHeader ok;
+  ok.outputs.push_back(TensorSpec{DType::kUInt8, {3}});
+  ok.output_names.push_back("y");
+  ok.timing.queue_us = 5;
+  ok.worker_id = 2;
+  loop.ReplyTyped(first, ok, {"xyz"});
+  ReplyHeader error;
+  error.status = Status(StatusCode::kNotFound, "model 'm\xff\xfe' is not served here");
+  loop.ReplyTyped(second, error, {});
+  FarmReply reply = ok_answer.get_future().get();
+  ASSERT_TRUE(reply.status.ok()) << reply.status.ToString();
+  EXPECT_EQ(reply.header.output_names, std::vector<std::string>{"y"});
+  EXPECT_EQ(reply.header.timing.queue_us, 5);
+  EXPECT_EQ(reply.header.worker_id, 2);
+  ASSERT_EQ(reply.frames.size(), 1u);
+  EXPECT_EQ(reply.frames[0].to_string(), "xyz");
+  reply = error_answer.get_future().get();
+  ReplyHeader as_text;
+  ASSERT_TRUE(ParseReplyHeader(MakeErrorReply(1, error.status), &as_text).ok());
+  EXPECT_EQ(reply.status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(reply.status.message(), as_text.status.message());
+  EXPECT_NE(reply.status.message(), error.status.message()) << "the bytes were replaced";
+  EXPECT_EQ(channel.unmatched_replies(), 0u);
 }
 
 }  // namespace
