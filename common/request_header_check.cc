@@ -38,7 +38,8 @@ Status CheckHeaderInput(const RequestHeader& header, size_t i, const RequestLimi
       return s;
     }
     if (ref.bytes != 0) {
-      return InvalidArgument(where + ".shm: unknown key 'bytes' (expected {\"region\": "
+      return InvalidArgument(where +
+                             ".shm: unknown key 'bytes' (expected {\"region\": "
                              "\"<token>\", \"offset\": N})");
     }
   }
@@ -58,7 +59,8 @@ Status CheckHeaderInput(const RequestHeader& header, size_t i, const RequestLimi
                            DumpHeaderString(header.input_names[i]));
   }
   if (!header.input_names.empty() && i >= header.input_names.size()) {
-    return InvalidArgument(where + ".name: missing, but inputs[0] has one; name every input or "
+    return InvalidArgument(where +
+                           ".name: missing, but inputs[0] has one; name every input or "
                            "none");
   }
   if (spec.shape.size() > static_cast<size_t>(limits.max_rank)) {
@@ -129,10 +131,9 @@ Status CheckRequestHeader(const RequestHeader& header, const RequestLimits& limi
     return InvalidArgument("header field 'model': expected a non-empty string");
   }
   if (!header.version.empty() && !ValidVersion(header.version)) {
-    return InvalidArgument("header field 'version': expected a string of 1.." +
-                           std::to_string(kMaxVersionLength) +
-                           " letters, digits, '_', '-' or '.', got " +
-                           DumpHeaderString(header.version));
+    return InvalidArgument(
+        "header field 'version': expected a string of 1.." + std::to_string(kMaxVersionLength) +
+        " letters, digits, '_', '-' or '.', got " + DumpHeaderString(header.version));
   }
   if (header.inputs.empty()) {
     return InvalidArgument(

@@ -258,8 +258,7 @@ Status ReplyWriter::SendPlacedOutputs(
     typed.output_shm.resize(share.outputs.size());
     for (size_t i = 0; i < share.outputs.size(); ++i) {
       if (placed[i]) {
-        typed.output_shm[i] =
-            ShmRef{placed[i]->place.ref.region, placed[i]->place.ref.offset, 0};
+        typed.output_shm[i] = ShmRef{placed[i]->place.ref.region, placed[i]->place.ref.offset, 0};
       }
     }
     SendTyped(request, std::move(typed), &frames_);

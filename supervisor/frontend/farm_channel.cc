@@ -119,7 +119,8 @@ void FarmChannel::Call(const std::string& tag, RequestHeader header,
   try {
     boxed = MakeTypedFrame(std::move(header));
   } catch (const zmq::error_t& e) {
-    done(FarmReply{Unavailable(std::string("front-end channel: send failed: ") + e.what()), {}, {}});
+    done(
+        FarmReply{Unavailable(std::string("front-end channel: send failed: ") + e.what()), {}, {}});
     return;
   }
   Send(kTypedTagPrefix + tag, std::move(boxed), std::move(frames), std::move(done));
@@ -160,11 +161,11 @@ void AsReplyText(Status* status) {
   const std::string& message = status->message();
   for (char c : message) {
     if (static_cast<unsigned char>(c) < 0x80) continue;
-    *status = Status(status->code(),
-                     nlohmann::json::parse(nlohmann::json(message).dump(
-                                               -1, ' ', false,
-                                               nlohmann::json::error_handler_t::replace))
-                         .get<std::string>());
+    *status =
+        Status(status->code(),
+               nlohmann::json::parse(nlohmann::json(message).dump(
+                                         -1, ' ', false, nlohmann::json::error_handler_t::replace))
+                   .get<std::string>());
     return;
   }
 }

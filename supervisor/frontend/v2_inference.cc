@@ -25,10 +25,9 @@ Status CheckInput(const V2Tensor& input, size_t index, DType* dtype) {
     return DTypeFromV2(input.datatype, V2InputWhere(index, input.name), dtype);
   }
   if (input.shape.size() > static_cast<size_t>(kMaxRank)) {
-    return InvalidArgument(V2InputWhere(index, input.name) + ": shape " +
-                           ShapeToString(input.shape) + " has rank " +
-                           std::to_string(input.shape.size()) + "; the most is " +
-                           std::to_string(kMaxRank));
+    return InvalidArgument(
+        V2InputWhere(index, input.name) + ": shape " + ShapeToString(input.shape) + " has rank " +
+        std::to_string(input.shape.size()) + "; the most is " + std::to_string(kMaxRank));
   }
   std::optional<uint64_t> bytes = ByteSize(TensorSpec{*dtype, input.shape});
   if (!bytes) {
@@ -73,9 +72,8 @@ nlohmann::json FarmHeaderJson(const V2InferRequest& request) {
   nlohmann::json inputs = nlohmann::json::array();
   for (const V2Tensor& input : request.inputs) {
     const DType dtype = DTypeFromV2Name(input.datatype).value_or(DType::kFloat32);
-    inputs.push_back({{"name", input.name},
-                      {"dtype", std::string(DTypeName(dtype))},
-                      {"shape", input.shape}});
+    inputs.push_back(
+        {{"name", input.name}, {"dtype", std::string(DTypeName(dtype))}, {"shape", input.shape}});
     if (input.shm.used()) {
       inputs.back()["shm"] = {{"region", input.shm.region}, {"offset", input.shm.offset}};
     }
@@ -107,9 +105,8 @@ Status CheckFarmHeaderSize(const V2InferRequest& request, const RequestLimits& l
                           ? limits.max_header_bytes - kFarmIdReserveBytes
                           : 0;
   if (FarmHeaderBound(request) <= room) return Status::Ok();
-  const size_t bytes = FarmHeaderJson(request)
-                           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                           .size();
+  const size_t bytes =
+      FarmHeaderJson(request).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
   if (bytes <= room) return Status::Ok();
   size_t names = 0;
   size_t longest = 0;
@@ -244,17 +241,15 @@ Status ToRequestHeader(V2InferRequest& request, const RequestLimits& limits, Req
   if (!inputs_in_shm) header->input_shm.clear();
   for (const V2RequestedOutput& output : request.outputs) {
     if (!output.shm.used()) continue;
-    header->output_places.push_back(
-        OutputPlace{AsHeaderString(output.name),
-                    ShmRef{AsHeaderString(output.shm.region), output.shm.offset,
-                           output.shm.byte_size}});
+    header->output_places.push_back(OutputPlace{
+        AsHeaderString(output.name),
+        ShmRef{AsHeaderString(output.shm.region), output.shm.offset, output.shm.byte_size}});
   }
   header->timeout_ms = request.timeout_ms > 0 ? request.timeout_ms : 0;
   header->priority = request.priority;
   // An infinite weight is JSON null, which the loop reads as none.
   header->client_weight =
-      request.client_weight > 0 && std::isfinite(request.client_weight) ? request.client_weight
-                                                                        : 0;
+      request.client_weight > 0 && std::isfinite(request.client_weight) ? request.client_weight : 0;
   return Status::Ok();
 }
 

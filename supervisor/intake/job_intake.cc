@@ -354,13 +354,14 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                 ShmCommand* command, const std::function<bool(size_t index)>& loaded,
                 bool front_end) {
   if (frames.size() <= payload_start) {
-    return InvalidArgument("empty message: expected a JSON header frame followed by one frame "
-                           "per input tensor");
+    return InvalidArgument(
+        "empty message: expected a JSON header frame followed by one frame "
+        "per input tensor");
   }
   RequestHeader header;
   const auto& head = frames[payload_start];
-  Status s = ParseRequestHeader(std::string_view(static_cast<const char*>(head.data()), head.size()),
-                                &header, limits);
+  Status s = ParseRequestHeader(
+      std::string_view(static_cast<const char*>(head.data()), head.size()), &header, limits);
   request->id = std::move(header.id);
   if (!s.ok()) return s;
   if (header.op != RequestOp::kInfer) {
@@ -376,8 +377,9 @@ Status ParseTypedJob(RequestHeader& header, std::vector<zmq::message_t>& frames,
                      PendingRequest* request, size_t* model_index, const RequestLimits& limits,
                      ClientShmRegistry* regions, const std::function<bool(size_t index)>& loaded) {
   if (frames.size() <= payload_start) {
-    return InvalidArgument("empty message: expected a typed header frame followed by one frame "
-                           "per input tensor");
+    return InvalidArgument(
+        "empty message: expected a typed header frame followed by one frame "
+        "per input tensor");
   }
   if (header.op != RequestOp::kInfer) {
     return InvalidArgument("header field 'op': the v2 front ends send inferences");

@@ -65,8 +65,14 @@ TEST(CheckRequestHeader, RefusesWhatTheJsonPathRefusesInItsWords) {
          }
        },
        two_inputs},
-      {[](RequestHeader& h) { h.inputs[0].shape = {1, 1, 1, 1}; }, rank3},
-      {[](RequestHeader& h) { h.inputs[0].shape = {1, -3}; }, RequestLimits{}},
+      {[](RequestHeader& h) {
+         h.inputs[0].shape = {1, 1, 1, 1};
+       },
+       rank3},
+      {[](RequestHeader& h) {
+         h.inputs[0].shape = {1, -3};
+       },
+       RequestLimits{}},
       {[](RequestHeader& h) { h.inputs[0].shape = std::vector<int64_t>(9, 1); }, RequestLimits{}},
       {[](RequestHeader& h) { h.input_names[0] = "a b"; }, RequestLimits{}},
       {[](RequestHeader& h) { h.input_names[0] = std::string(65, 'n'); }, RequestLimits{}},
@@ -83,19 +89,34 @@ TEST(CheckRequestHeader, RefusesWhatTheJsonPathRefusesInItsWords) {
       {[](RequestHeader& h) { h.client_weight = 0.01; }, RequestLimits{}},
       {[](RequestHeader& h) { h.client_weight = 100.5; }, RequestLimits{}},
       {[](RequestHeader& h) { h.client_weight = -2; }, RequestLimits{}},
-      {[](RequestHeader& h) { h.input_shm = {ShmRef{"r", 64, 0}}; }, RequestLimits{}},
-      {[](RequestHeader& h) { h.input_shm = {ShmRef{"r", UINT64_MAX, 0}}; }, RequestLimits{}},
-      {[](RequestHeader& h) { h.output_places = {OutputPlace{"y", ShmRef{"o", 3, 8}}}; },
-       RequestLimits{}},
       {[](RequestHeader& h) {
-         h.output_places = {OutputPlace{"y", ShmRef{"o", 0, 8}}, OutputPlace{"y", ShmRef{"p", 0, 8}}};
+         h.input_shm = {ShmRef{"r", 64, 0}};
        },
        RequestLimits{}},
-      {[](RequestHeader& h) { h.output_places = {OutputPlace{"", ShmRef{"o", 0, 8}}}; },
+      {[](RequestHeader& h) {
+         h.input_shm = {ShmRef{"r", UINT64_MAX, 0}};
+       },
        RequestLimits{}},
-      {[](RequestHeader& h) { h.output_places = {OutputPlace{"y", ShmRef{"", 0, 8}}}; },
+      {[](RequestHeader& h) {
+         h.output_places = {OutputPlace{"y", ShmRef{"o", 3, 8}}};
+       },
        RequestLimits{}},
-      {[](RequestHeader& h) { h.output_places = {OutputPlace{"y", ShmRef{"o", 0, UINT64_MAX}}}; },
+      {[](RequestHeader& h) {
+         h.output_places = {OutputPlace{"y", ShmRef{"o", 0, 8}},
+                            OutputPlace{"y", ShmRef{"p", 0, 8}}};
+       },
+       RequestLimits{}},
+      {[](RequestHeader& h) {
+         h.output_places = {OutputPlace{"", ShmRef{"o", 0, 8}}};
+       },
+       RequestLimits{}},
+      {[](RequestHeader& h) {
+         h.output_places = {OutputPlace{"y", ShmRef{"", 0, 8}}};
+       },
+       RequestLimits{}},
+      {[](RequestHeader& h) {
+         h.output_places = {OutputPlace{"y", ShmRef{"o", 0, UINT64_MAX}}};
+       },
        RequestLimits{}},
       {[](RequestHeader& h) {
          h.output_places.assign(kMaxOutputPlaces + 1, OutputPlace{"y", ShmRef{"o", 0, 8}});

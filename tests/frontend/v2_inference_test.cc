@@ -383,7 +383,11 @@ std::vector<TypedCase> TypedCases() {
     r.outputs.push_back(std::move(y));
     return r;
   });
-  add("not utf-8", [] { return OneInput("m\xff\xfe" "del"); });
+  add("not utf-8", [] {
+    return OneInput(
+        "m\xff\xfe"
+        "del");
+  });
   add("utf-8", [] { return OneInput("mod\xc3\xa8le\n"); });
   add("bad version", [] {
     V2InferRequest r = OneInput("m");
@@ -422,7 +426,12 @@ std::vector<TypedCase> TypedCases() {
   });
   RequestLimits rank4;
   rank4.max_rank = 4;
-  add("rank over limits.max_rank", [] { return OneInput("m", {1, 1, 1, 1, 2}); }, rank4);
+  add(
+      "rank over limits.max_rank",
+      [] {
+        return OneInput("m", {1, 1, 1, 1, 2});
+      },
+      rank4);
   add("input shm offset", [] {
     V2InferRequest r = OneInput("m");
     r.inputs[0].data = zmq::message_t();
@@ -483,7 +492,8 @@ std::vector<TypedCase> TypedCases() {
   add("too many inputs", [] {
     V2InferRequest r;
     r.model = "m";
-    for (int i = 0; i < 17; ++i) r.inputs.push_back(Tensor("i" + std::to_string(i), "FP32", {1}, 4));
+    for (int i = 0; i < 17; ++i)
+      r.inputs.push_back(Tensor("i" + std::to_string(i), "FP32", {1}, 4));
     return r;
   });
   add("no inputs", [] {

@@ -324,8 +324,8 @@ TEST_F(SupervisorTurnTest, TheDashboardStatusHasModelsWorkersAndEventsAndNoPaths
 void SendTypedAsChannel(zmq::socket_t& channel, const std::string& tag, const std::string& call_id,
                         std::optional<RequestHeader> header, const std::vector<float>& values) {
   channel.send(zmq::buffer(kTypedTagPrefix + tag), zmq::send_flags::sndmore);
-  channel.send(zmq::buffer(call_id), header || !values.empty() ? zmq::send_flags::sndmore
-                                                               : zmq::send_flags::none);
+  channel.send(zmq::buffer(call_id),
+               header || !values.empty() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   if (header) {
     channel.send(MakeTypedFrame(std::move(*header)),
                  values.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
@@ -355,9 +355,10 @@ RequestHeader TypedMlp(std::vector<int64_t> shape) {
 
 // The same request as the JSON header a FarmChannel sends (ToFarmRequest's fields).
 std::string JsonMlp(const std::string& model, const std::string& version, int columns) {
-  json header = {{"v", 1},
-                 {"model", model},
-                 {"inputs", {{{"name", "INPUT__0"}, {"dtype", "float32"}, {"shape", {1, columns}}}}}};
+  json header = {
+      {"v", 1},
+      {"model", model},
+      {"inputs", {{{"name", "INPUT__0"}, {"dtype", "float32"}, {"shape", {1, columns}}}}}};
   if (!version.empty()) header["version"] = version;
   return header.dump();
 }
