@@ -296,9 +296,6 @@ TEST(V2InferenceTest, HttpStatusOfEveryCode) {
   EXPECT_EQ(HttpStatusOf(StatusCode::kInternal), 500);
 }
 
-}  // namespace
-}  // namespace torchfarm
-
 // Issue 36: the typed hand-off. ToRequestHeader must give the loop exactly what it read from
 // ToFarmRequest's JSON (ParseRequestHeader, after the channel's "id"), field by field, and
 // refuse what either refuses with the same status: the front end's own checks in
@@ -642,3 +639,6 @@ TEST(V2InferenceTest, ToRequestHeaderMeasuresTheHeaderExactlyAtTheLimit) {
     EXPECT_EQ(typed_status.ToString(), json_status.ToString()) << name;
   }
 }
+
+}  // namespace
+}  // namespace torchfarm
