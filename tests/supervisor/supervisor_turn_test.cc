@@ -376,7 +376,7 @@ TEST_F(SupervisorTurnTest, ATypedRequestIsRefusedAsItsJsonTwinAndABrokenOneIsAns
   resnet.model = "resnet";
   SendTypedAsChannel(channel, "http t", "61", resnet, {1, 2});
   SendAsChannel(channel, "http t", "62", JsonMlp("resnet", "", 2));
-  SendTypedAsChannel(channel, "grpc ipv4:t", "63", TypedMlp({1, 3}), {1, 2, 3});
+  SendTypedAsChannel(channel, "grpc ipv4:t", "63", TypedMlp({1, 3}), {1, 2});
   SendAsChannel(channel, "grpc ipv4:t", "64", JsonMlp("mlp", "", 3));
   RequestHeader bad_version = TypedMlp({1, 2});
   bad_version.version = "a b";
