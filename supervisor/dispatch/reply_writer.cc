@@ -6,6 +6,7 @@
 #include "common/shm_reference.h"
 #include "common/tensor_names.h"
 #include "ipc/guarded_copy.h"
+#include "supervisor/frontend/typed_frame.h"
 #include "supervisor/intake/job_intake.h"
 
 namespace torchfarm {
@@ -77,9 +78,7 @@ bool ReplyWriter::SendEnvelope(zmq::socket_t& socket, PendingRequest& request) {
   return false;
 }
 
-void ReplyWriter::Send(PendingRequest& request, const std::string& header,
-                       std::vector<zmq::message_t>* frames) {
-  const bool has_frames = frames && !frames->empty();
+void ReplyWriter::ReleaseHeld(PendingRequest& request) {
   if (request.quota_held) {
     quota_.Release(request.client);
     request.quota_held = false;
@@ -90,6 +89,46 @@ void ReplyWriter::Send(PendingRequest& request, const std::string& header,
   request.input_regions.clear();
   request.output_region.reset();
   request.output_places.clear();
+}
+
+void ReplyWriter::SendTyped(PendingRequest& request, ReplyHeader header,
+                            std::vector<zmq::message_t>* frames) {
+  const bool has_frames = frames && !frames->empty();
+  ReleaseHeld(request);
+  if (!frontend_) {  // no front end runs: nobody to answer (a test's loop)
+    if (frames) frames->clear();
+    return;
+  }
+  // Built before the envelope goes, as in Send: a throw after it would break the next message.
+  zmq::message_t header_frame = MakeTypedFrame(std::move(header));
+  frontend_->send(request.identity, zmq::send_flags::sndmore);
+  frontend_->send(header_frame, has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  if (!has_frames) return;
+  for (size_t i = 0; i < frames->size(); ++i) {
+    frontend_->send((*frames)[i],
+                    i + 1 < frames->size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+}
+
+ReplyHeader ReplyWriter::OkReplyHeader(const PendingRequest& request, const BatchShare& share,
+                                       const std::vector<std::string>& names) {
+  ReplyHeader header;
+  header.id = request.id;
+  header.status = Status::Ok();
+  header.outputs = share.outputs;
+  header.output_names.reserve(share.outputs.size());
+  for (size_t i = 0; i < share.outputs.size(); ++i) {
+    header.output_names.push_back(i < names.size() ? names[i] : DefaultOutputName(i));
+  }
+  header.timing = share.timing;
+  header.worker_id = share.worker_id;
+  return header;
+}
+
+void ReplyWriter::Send(PendingRequest& request, const std::string& header,
+                       std::vector<zmq::message_t>* frames) {
+  const bool has_frames = frames && !frames->empty();
+  ReleaseHeld(request);
   zmq::socket_t& socket =
       request.origin != RequestOrigin::kZmq && frontend_ ? *frontend_ : jobs_;
   // Everything that allocates happens before the envelope goes: once its first frame is taken, a
@@ -119,6 +158,13 @@ void ReplyWriter::Send(PendingRequest& request, const std::string& header,
 }
 
 void ReplyWriter::SendError(PendingRequest& request, const Status& status) {
+  if (request.typed) {
+    ReplyHeader header;
+    header.id = request.id;
+    header.status = status;
+    SendTyped(request, std::move(header), nullptr);
+    return;
+  }
   Send(request, MakeErrorReply(request.id, status), nullptr);
 }
 
@@ -160,6 +206,10 @@ Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
     } else {
       frames_.emplace_back(bytes, length);
     }
+  }
+  if (request.typed) {
+    SendTyped(request, OkReplyHeader(request, share, names), &frames_);
+    return Status::Ok();
   }
   Send(request, MakeOkReply(request.id, share.outputs, names, share.timing, share.worker_id),
        &frames_);
@@ -203,6 +253,17 @@ Status ReplyWriter::SendPlacedOutputs(
   }
   // The reply names each placed output's region and offset and carries no frame for it
   // (ParseReplyHeader reads "shm"); the front end answers with Triton's parameters.
+  if (request.typed) {
+    ReplyHeader typed = OkReplyHeader(request, share, names);
+    typed.output_shm.resize(share.outputs.size());
+    for (size_t i = 0; i < share.outputs.size(); ++i) {
+      if (placed[i]) {
+        typed.output_shm[i] = ShmRef{placed[i]->place.ref.region, placed[i]->place.ref.offset, 0};
+      }
+    }
+    SendTyped(request, std::move(typed), &frames_);
+    return Status::Ok();
+  }
   nlohmann::json header = nlohmann::json::parse(
       MakeOkReply(request.id, share.outputs, names, share.timing, share.worker_id));
   for (size_t i = 0; i < share.outputs.size(); ++i) {

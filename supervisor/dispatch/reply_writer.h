@@ -84,6 +84,9 @@ class ReplyWriter {
   void Send(PendingRequest& request, const std::string& header,
             std::vector<zmq::message_t>* frames);
   void SendError(PendingRequest& request, const Status& status);
+  // Sends a typed request (request.typed, a front end's: frontend/farm_channel.h) its answer as
+  // a typed reply header, no text; releases what the request held as Send does.
+  void SendTyped(PendingRequest& request, ReplyHeader header, std::vector<zmq::message_t>* frames);
   // Sends `request` its rows of a finished batch. A non-OK status (its client region shrank or
   // cannot hold the outputs) means nothing was sent: the caller fails the request with it.
   Status SendOutputs(PendingRequest& request, BatchShare share);
@@ -94,6 +97,12 @@ class ReplyWriter {
   Status SendPlacedOutputs(PendingRequest& request, const BatchShare& share,
                            const std::vector<std::string>& names,
                            const std::vector<std::pair<const uint8_t*, uint64_t>>& slices);
+  // Lets go of what an answered request held: its quota and its client regions.
+  void ReleaseHeld(PendingRequest& request);
+  // The typed reply of an "ok" answer, field by field what a front end reads from MakeOkReply's
+  // text (ParseReplyHeaderLean).
+  static ReplyHeader OkReplyHeader(const PendingRequest& request, const BatchShare& share,
+                                   const std::vector<std::string>& names);
   // Whether libzmq took the reply (ROUTER_MANDATORY, no wait); counts and logs it when not.
   bool SendEnvelope(zmq::socket_t& socket, PendingRequest& request);
   void CountUndeliverable(const PendingRequest& request, int error);

@@ -8,6 +8,7 @@
 #include "common/protocol.h"
 #include "supervisor/events/worker_events.h"
 #include "supervisor/frontend/frontend_endpoint.h"
+#include "supervisor/frontend/typed_frame.h"
 #include "supervisor/intake/job_intake.h"
 #include "supervisor/zmq_util.h"
 
@@ -49,6 +50,38 @@ void JobAcceptor::Accept(std::vector<zmq::message_t>& frames, RequestOrigin orig
     RunShmCommand(request, command, ClientKey(request.identity, frames[payload], curve_));
     return;
   }
+  Admit(request, frames, payload, served, s);
+}
+
+void JobAcceptor::AcceptTyped(std::vector<zmq::message_t>& frames, RequestOrigin origin,
+                              std::string client, const json& call_id) {
+  PendingRequest request;
+  request.origin = origin;
+  request.client = std::move(client);
+  request.id = call_id;
+  request.typed = true;
+  request.identity = std::move(frames[0]);
+  constexpr size_t kPayload = 1;  // [routing][typed header][data...]: no REQ delimiter
+  size_t served = d_.models.served_index().size();
+  RequestHeader* header =
+      frames.size() > kPayload ? TypedFrameValue<RequestHeader>(frames[kPayload]) : nullptr;
+  Status s = Status::Ok();
+  if (header) {
+    s = ParseTypedJob(*header, frames, kPayload, d_.models.served_configs(), d_.clock.Now(),
+                      &request, &served, d_.limits, system_shm_ ? client_shm_ : nullptr,
+                      [this](size_t served) { return d_.models.ServedVersionLoaded(served); });
+  } else {
+    // Only a broken FarmChannel sends this; its call is still answered.
+    TF_LOG(kError) << "front-end typed request without its typed header"
+                   << Kv("frames", frames.size()) << Kv("call", call_id.dump());
+    s = Internal("the front end's typed request has no typed header frame");
+  }
+  Admit(request, frames, kPayload, served, s);
+}
+
+void JobAcceptor::Admit(PendingRequest& request, std::vector<zmq::message_t>& frames,
+                        size_t payload, size_t served, Status s) {
+  const RequestOrigin origin = request.origin;
   if (std::string unloading;
       s.code() == StatusCode::kNotFound && d_.models.BeingUnloaded(s, &unloading)) {
     s = NotFound(unloading);
@@ -170,11 +203,19 @@ void JobAcceptor::ReadFrontend(zmq::socket_t& frontend, const MetaAnswer& meta) 
       AnswerFrontendMeta(frontend, frames, call_id, meta);
       continue;
     }
+    // A typed request's tag is the prefix and then a JSON request's tag (farm_channel.h).
+    const size_t prefix = std::char_traits<char>::length(kTypedTagPrefix);
+    const bool typed = tag.compare(0, prefix, kTypedTagPrefix) == 0;
+    std::string client = typed ? tag.substr(prefix) : tag;
     const RequestOrigin origin =
-        tag.rfind("grpc", 0) == 0 ? RequestOrigin::kGrpc : RequestOrigin::kHttp;
+        client.rfind("grpc", 0) == 0 ? RequestOrigin::kGrpc : RequestOrigin::kHttp;
     // [routing][header][data...] as on the job socket; a missing header is ParseJob's error.
     frames.erase(frames.begin() + 1, frames.begin() + 3);
-    Accept(frames, origin, tag, &call_id);
+    if (typed) {
+      AcceptTyped(frames, origin, std::move(client), call_id);
+    } else {
+      Accept(frames, origin, std::move(client), &call_id);
+    }
   }
 }
 

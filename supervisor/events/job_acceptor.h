@@ -66,10 +66,18 @@ class JobAcceptor {
   // cannot be read.
   void Accept(std::vector<zmq::message_t>& frames, RequestOrigin origin = RequestOrigin::kZmq,
               std::string client = {}, const nlohmann::json* call_id = nullptr);
+  // A front end's typed request (frontend/farm_channel.h): frames[0] is the routing id, frames[1]
+  // the typed header (a frame that is not one is answered INTERNAL), data frames after it.
+  void AcceptTyped(std::vector<zmq::message_t>& frames, RequestOrigin origin, std::string client,
+                   const nlohmann::json& call_id);
   // Front-end messages without a readable call id (a broken front end; logged as errors).
   uint64_t unanswerable_frontend() const { return unanswerable_frontend_; }
 
  private:
+  // After the parse, for every protocol: the model's state, quotas, deadlines and its queue, or
+  // the error reply (`s` not OK, or the first check that fails).
+  void Admit(PendingRequest& request, std::vector<zmq::message_t>& frames, size_t payload,
+             size_t served, Status s);
   void RunShmCommand(PendingRequest& request, const ShmCommand& command, const std::string& client);
   void AnswerFrontendMeta(zmq::socket_t& frontend, std::vector<zmq::message_t>& frames,
                           const nlohmann::json& call_id, const MetaAnswer& meta);

@@ -5,10 +5,13 @@
 
 #include <unistd.h>
 
+#include <charconv>
+
 #include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
 
 #include "common/log.h"
+#include "supervisor/frontend/typed_frame.h"
 
 namespace torchfarm {
 
@@ -87,7 +90,7 @@ void FarmChannel::Call(const std::string& tag, nlohmann::json header,
     done(FarmReply{Unavailable("the supervisor is shutting down"), {}, {}});
     return;
   }
-  const uint64_t id = next_id_++;
+  const uint64_t id = next_id_;
   header["id"] = id;
   // A model name comes percent-decoded from a URL and may be any bytes: the strict dump() would
   // throw on invalid UTF-8 (out of the handler, out of io_.run(): std::terminate). Replaced
@@ -102,12 +105,38 @@ void FarmChannel::Call(const std::string& tag, nlohmann::json header,
                    {}});
     return;
   }
+  Send(tag, zmq::message_t(text.data(), text.size()), std::move(frames), std::move(done));
+}
+
+void FarmChannel::Call(const std::string& tag, RequestHeader header,
+                       std::vector<zmq::message_t> frames, Done done) {
+  if (stopping_) {
+    done(FarmReply{Unavailable("the supervisor is shutting down"), {}, {}});
+    return;
+  }
+  // The header's size was checked where it was built (ToRequestHeader); the loop sets its id.
+  zmq::message_t boxed;
   try {
-    const std::string call_id = std::to_string(id);
+    boxed = MakeTypedFrame(std::move(header));
+  } catch (const zmq::error_t& e) {
+    done(
+        FarmReply{Unavailable(std::string("front-end channel: send failed: ") + e.what()), {}, {}});
+    return;
+  }
+  Send(kTypedTagPrefix + tag, std::move(boxed), std::move(frames), std::move(done));
+}
+
+void FarmChannel::Send(const std::string& tag, zmq::message_t header,
+                       std::vector<zmq::message_t> frames, Done done) {
+  const uint64_t id = next_id_++;
+  try {
+    char call_id[24];
+    const auto [end, error] = std::to_chars(call_id, call_id + sizeof(call_id), id);
+    (void)error;  // 24 bytes hold any uint64
     socket_.send(zmq::buffer(tag), zmq::send_flags::sndmore);
-    socket_.send(zmq::buffer(call_id), zmq::send_flags::sndmore);
-    socket_.send(zmq::buffer(text), frames.empty() ? zmq::send_flags::none
-                                                   : zmq::send_flags::sndmore);
+    socket_.send(zmq::buffer(call_id, static_cast<size_t>(end - call_id)),
+                 zmq::send_flags::sndmore);
+    socket_.send(header, frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
     for (size_t i = 0; i < frames.size(); ++i) {
       socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore
                                                     : zmq::send_flags::none);
@@ -121,6 +150,27 @@ void FarmChannel::Call(const std::string& tag, nlohmann::json header,
   // A send may have consumed the edge that announced a reply: look now.
   DrainReplies();
 }
+
+namespace {
+
+// An error's message as a text reply would carry it: MakeErrorReply writes it with invalid UTF-8
+// replaced (a message may quote client bytes), so a typed one is made the same. ASCII is left as
+// it is without a look at nlohmann.
+void AsReplyText(Status* status) {
+  if (status->ok()) return;
+  const std::string& message = status->message();
+  for (char c : message) {
+    if (static_cast<unsigned char>(c) < 0x80) continue;
+    *status =
+        Status(status->code(),
+               nlohmann::json::parse(nlohmann::json(message).dump(
+                                         -1, ' ', false, nlohmann::json::error_handler_t::replace))
+                   .get<std::string>());
+    return;
+  }
+}
+
+}  // namespace
 
 void FarmChannel::WatchSocket() {
   socket_fd_->async_wait(asio::posix::stream_descriptor::wait_read,
@@ -150,9 +200,17 @@ void FarmChannel::DrainReplies() {
     if (!complete || frames.empty()) return;
     FarmReply reply;
     const std::string_view text(static_cast<const char*>(frames[0].data()), frames[0].size());
-    // The typed fields only (no JSON object) for an infer answer; a metadata answer, read from
-    // `raw` by the caller, is parsed again whole below.
-    Status parsed = ParseReplyHeaderLean(text, &reply.header);
+    Status parsed = Status::Ok();
+    ReplyHeader* typed = TypedFrameValue<ReplyHeader>(frames[0]);
+    if (typed) {
+      // The answer to a typed request: nothing to parse.
+      reply.header = std::move(*typed);
+      AsReplyText(&reply.header.status);
+    } else {
+      // The typed fields only (no JSON object) for an infer answer; a metadata answer, read from
+      // `raw` by the caller, is parsed again whole below.
+      parsed = ParseReplyHeaderLean(text, &reply.header);
+    }
     const auto id = reply.header.id.is_number_unsigned() ? reply.header.id.get<uint64_t>() : 0;
     auto it = waiting_.find(id);
     if (it == waiting_.end()) {
@@ -167,7 +225,9 @@ void FarmChannel::DrainReplies() {
     Done done = std::move(it->second.done);
     const bool meta = it->second.meta;
     waiting_.erase(it);
-    if (meta && reply.header.raw.is_null()) parsed = ParseReplyHeader(text, &reply.header);
+    if (meta && !typed && reply.header.raw.is_null()) {
+      parsed = ParseReplyHeader(text, &reply.header);
+    }
     pending_count_.store(waiting_.size(), std::memory_order_relaxed);
     reply.status = parsed.ok() ? reply.header.status : parsed;
     // A metadata answer has no tensors: it is well formed when the loop said "ok".

@@ -8,16 +8,35 @@
 // hop. The DEALER's descriptor (ZMQ_FD) is watched by the io_context, so one thread serves both
 // its HTTP connections and its farm replies.
 //
-// Messages on the front-end socket (DEALER -> loop): [tag][call id][header][data frames...], where
+// Messages on the front-end socket (DEALER -> loop), each one of:
+//   [tag][call id][header][data frames...]            a JSON request, or a "meta" query
+//   ["typed " tag][call id][typed header][data frames...]   a typed request (issue 36)
+// where
 //   tag     "http <peer>" or "grpc <peer>": the protocol (metrics label) and the client identity
 //           that limits.max_queued_per_client counts by; or "meta": a metadata/health query.
+//           A typed request's tag is kTypedTagPrefix ("typed ") and then the same.
 //   call id the call's id N in decimal, in a frame of its own: the loop answers every message
 //           with it (JobAcceptor::ReadFrontend), also one whose header it cannot read (over
-//           limits.max_header_bytes, not JSON), so no error reply is ever uncorrelated.
+//           limits.max_header_bytes, not JSON, a typed frame that is not one), so no error reply
+//           is ever uncorrelated.
 //   header  a wire-protocol request header (docs/protocol.md), "id" set by the channel to N too;
 //           for "meta": {"id": N} or {"id": N, "model": NAME}.
-// Replies (loop -> DEALER): [header][data frames...], exactly as the job socket's replies, with
-// "id": N. A
+//   typed header
+//           a common/protocol.h RequestHeader in a typed frame (typed_frame.h): the frame owns
+//           it and frees it however the message ends (read, or dropped at shutdown). Its "id" is
+//           unset: the call id is the reply's correlation. Built by ToRequestHeader
+//           (v2_inference.h), so the loop reads no JSON; the loop checks it as it checks a parsed
+//           header (common/request_header_check.h) and then exactly as any other request.
+//   data    one frame per input not in shared memory, in the header's order.
+// Replies (loop -> DEALER), one per message:
+//   [header][data frames...]        to a JSON request or query: exactly as the job socket's
+//                                   replies, with "id": N
+//   [typed reply][data frames...]   to a typed request: a common/protocol.h ReplyHeader in a
+//                                   typed frame, id N, fields as ParseReplyHeaderLean would read
+//                                   them from the text reply (ReplyWriter::SendTyped); an
+//                                   error's message gets invalid UTF-8 replaced here, as the
+//                                   text reply's JSON would have it
+// DrainReplies tells the two apart by the first frame (typed_frame.h). A
 // "meta" reply is {"id": N, "status": "ok", "live": true, "ready": bool, "draining": bool,
 // "models": [ModelMetadataJson...]} (supervisor/dispatch/model_metadata.h); its FarmReply has the
 // whole object in header.raw and no outputs.
@@ -79,6 +98,11 @@ class FarmChannel {
   // header over request_limits().max_header_bytes is answered INVALID_ARGUMENT at once, unsent.
   void Call(const std::string& tag, nlohmann::json header, std::vector<zmq::message_t> frames,
             Done done);
+  // On the channel's thread: a typed inference request (ToRequestHeader built `header` and
+  // `frames`, and checked its size), handed to the loop without JSON. `tag` as above, never
+  // kMetaTag.
+  void Call(const std::string& tag, RequestHeader header, std::vector<zmq::message_t> frames,
+            Done done);
   // From any thread: runs `work` on the channel's thread.
   void Post(std::function<void()> work);
 
@@ -95,6 +119,9 @@ class FarmChannel {
   uint64_t unmatched_replies() const { return unmatched_.load(std::memory_order_relaxed); }
 
  private:
+  // Sends [tag][call id][header][frames...] and waits for the reply to the call id.
+  void Send(const std::string& tag, zmq::message_t header, std::vector<zmq::message_t> frames,
+            Done done);
   void WatchSocket();
   void DrainReplies();
   void FailAll(const Status& status);

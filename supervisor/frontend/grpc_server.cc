@@ -251,7 +251,9 @@ class GrpcServer::Impl final : public inference::GRPCInferenceService::CallbackS
   void Forget(Call* call);
   // Sends header + frames to the loop through the next channel; `on_reply` fills the response
   // from an OK reply (on the channel's thread) and its status finishes the call.
-  void Submit(std::shared_ptr<Call> call, std::string tag, json header,
+  // `Header`: a JSON header (a "meta" query) or a typed RequestHeader (an inference).
+  template <typename Header>
+  void Submit(std::shared_ptr<Call> call, std::string tag, Header header,
               std::vector<zmq::message_t> frames, OnReply on_reply);
   // A "meta" query (farm_channel.h) for `model` (empty: every model), with each model's
   // counters when `statistics`; `fill` reads the reply.
@@ -375,14 +377,15 @@ void GrpcServer::Impl::Forget(Call* call) {
   live_.erase(call);
 }
 
-void GrpcServer::Impl::Submit(std::shared_ptr<Call> call, std::string tag, json header,
+template <typename Header>
+void GrpcServer::Impl::Submit(std::shared_ptr<Call> call, std::string tag, Header header,
                               std::vector<zmq::message_t> frames, OnReply on_reply) {
   FarmChannel* channel =
       channels_[next_channel_.fetch_add(1, std::memory_order_relaxed) % channels_.size()];
   // Post takes a copyable function; the message frames are move-only, so they ride in a
   // shared holder.
   struct Payload {
-    json header;
+    Header header;
     std::vector<zmq::message_t> frames;
   };
   auto payload = std::make_shared<Payload>(Payload{std::move(header), std::move(frames)});
@@ -484,12 +487,14 @@ grpc::ServerUnaryReactor* GrpcServer::Impl::ModelInfer(grpc::CallbackServerConte
   std::shared_ptr<Call> call = Begin(reactor);
   if (!call) return reactor;
   auto v2 = std::make_shared<V2InferRequest>();
-  json header;
+  RequestHeader header;
   std::vector<zmq::message_t> frames;
   Status status = V2RequestFromProto(*request, v2.get());
   if (status.ok()) status = CheckV2ShmAllowed(*v2, config_.system_shared_memory, context->peer());
   if (status.ok()) status = ApplyDeadline(*context, v2.get());
-  if (status.ok()) status = ToFarmRequest(*v2, channels_[0]->request_limits(), &header, &frames);
+  if (status.ok()) {
+    status = ToRequestHeader(*v2, channels_[0]->request_limits(), &header, &frames);
+  }
   if (!status.ok()) {
     if (call->Claim()) call->Finish(status);
     return reactor;

@@ -157,13 +157,15 @@ void GrpcStream::Handle(const inference::ModelInferRequest& request) {
   auto v2 = std::make_shared<V2InferRequest>();
   FarmChannel* channel = next_channel_();
   struct Payload {
-    nlohmann::json header;
+    RequestHeader header;
     std::vector<zmq::message_t> frames;
   };
   auto payload = std::make_shared<Payload>();
   Status s = V2RequestFromProto(request, v2.get());
   if (s.ok()) s = CheckV2ShmAllowed(*v2, system_shared_memory_, peer_);
-  if (s.ok()) s = ToFarmRequest(*v2, channel->request_limits(), &payload->header, &payload->frames);
+  if (s.ok()) {
+    s = ToRequestHeader(*v2, channel->request_limits(), &payload->header, &payload->frames);
+  }
   if (!s.ok()) {
     Answer(StreamErrorResponse(request, s), s.code(), StreamMicrosSince(received), 0);
     return;

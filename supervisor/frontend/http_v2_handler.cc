@@ -148,9 +148,9 @@ void HandleInfer(const V2Target& target, HttpRequest& http_request, const std::s
   request->version = target.version;
   Status s = ParseV2InferRequest(std::move(body), json_bytes, request.get());
   if (s.ok()) s = CheckV2ShmAllowed(*request, system_shared_memory, peer);
-  json header;
+  RequestHeader header;
   std::vector<zmq::message_t> frames;
-  if (s.ok()) s = ToFarmRequest(*request, channel.request_limits(), &header, &frames);
+  if (s.ok()) s = ToRequestHeader(*request, channel.request_limits(), &header, &frames);
   if (!s.ok()) return done(V2ErrorAnswer(s));
   const auto start = std::chrono::steady_clock::now();
   channel.Call("http " + peer, std::move(header), std::move(frames),

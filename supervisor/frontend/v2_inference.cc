@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <string_view>
 #include <unordered_set>
 #include <utility>
 
@@ -14,34 +16,37 @@
 namespace torchfarm {
 namespace {
 
-// The dtype, shape and byte count of one input, named `where`.
-Status CheckInput(const V2Tensor& input, const std::string& where, DType* dtype) {
-  if (Status s = DTypeFromV2(input.datatype, where, dtype); !s.ok()) return s;
+// The dtype, shape and byte count of inputs[index]; errors name it (V2InputWhere), a name
+// written only when there is an error to word.
+Status CheckInput(const V2Tensor& input, size_t index, DType* dtype) {
+  if (std::optional<DType> known = DTypeFromV2Name(input.datatype)) {
+    *dtype = *known;
+  } else {
+    return DTypeFromV2(input.datatype, V2InputWhere(index, input.name), dtype);
+  }
   if (input.shape.size() > static_cast<size_t>(kMaxRank)) {
-    return InvalidArgument(where + ": shape " + ShapeToString(input.shape) + " has rank " +
-                           std::to_string(input.shape.size()) + "; the most is " +
-                           std::to_string(kMaxRank));
+    return InvalidArgument(
+        V2InputWhere(index, input.name) + ": shape " + ShapeToString(input.shape) + " has rank " +
+        std::to_string(input.shape.size()) + "; the most is " + std::to_string(kMaxRank));
   }
   std::optional<uint64_t> bytes = ByteSize(TensorSpec{*dtype, input.shape});
   if (!bytes) {
-    return InvalidArgument(where + ": shape " + ShapeToString(input.shape) +
+    return InvalidArgument(V2InputWhere(index, input.name) + ": shape " +
+                           ShapeToString(input.shape) +
                            " must have dimensions >= 0 and fewer than 2^62 elements");
   }
+  const uint64_t have = input.shm.used() ? input.shm.byte_size : input.data.size();
+  if (*bytes == have) return Status::Ok();
+  const std::string where = V2InputWhere(index, input.name);
   if (input.shm.used()) {
-    if (*bytes != input.shm.byte_size) {
-      return InvalidArgument(where + ": " + input.datatype + " " + ShapeToString(input.shape) +
-                             " needs " + std::to_string(*bytes) +
-                             " bytes, parameters.shared_memory_byte_size is " +
-                             std::to_string(input.shm.byte_size));
-    }
-    return Status::Ok();
-  }
-  if (*bytes != input.data.size()) {
     return InvalidArgument(where + ": " + input.datatype + " " + ShapeToString(input.shape) +
-                           " needs " + std::to_string(*bytes) + " bytes, got " +
-                           std::to_string(input.data.size()));
+                           " needs " + std::to_string(*bytes) +
+                           " bytes, parameters.shared_memory_byte_size is " +
+                           std::to_string(input.shm.byte_size));
   }
-  return Status::Ok();
+  return InvalidArgument(where + ": " + input.datatype + " " + ShapeToString(input.shape) +
+                         " needs " + std::to_string(*bytes) + " bytes, got " +
+                         std::to_string(input.data.size()));
 }
 
 // The reply's name for output `index`: "name" when the farm sent one, else Triton's default
@@ -62,15 +67,46 @@ size_t FarmHeaderBound(const V2InferRequest& request) {
   return bound;
 }
 
-// The header `request` became fits limits.max_header_bytes with the channel's "id"; else the
-// error names the limit, the size and where the bytes are.
-Status CheckFarmHeaderSize(const V2InferRequest& request, const nlohmann::json& header,
-                           const RequestLimits& limits) {
+// The farm header ToFarmRequest writes for `request` (checked by CheckV2Request), without "id".
+nlohmann::json FarmHeaderJson(const V2InferRequest& request) {
+  nlohmann::json inputs = nlohmann::json::array();
+  for (const V2Tensor& input : request.inputs) {
+    const DType dtype = DTypeFromV2Name(input.datatype).value_or(DType::kFloat32);
+    inputs.push_back(
+        {{"name", input.name}, {"dtype", std::string(DTypeName(dtype))}, {"shape", input.shape}});
+    if (input.shm.used()) {
+      inputs.back()["shm"] = {{"region", input.shm.region}, {"offset", input.shm.offset}};
+    }
+  }
+  nlohmann::json places = nlohmann::json::array();
+  for (const V2RequestedOutput& output : request.outputs) {
+    if (!output.shm.used()) continue;
+    places.push_back({{"name", output.name},
+                      {"region", output.shm.region},
+                      {"offset", output.shm.offset},
+                      {"bytes", output.shm.byte_size}});
+  }
+  nlohmann::json header = {
+      {"v", kProtocolVersion}, {"model", request.model}, {"inputs", std::move(inputs)}};
+  if (!request.version.empty()) header["version"] = request.version;
+  if (request.timeout_ms > 0) header["timeout_ms"] = request.timeout_ms;
+  if (request.priority != 0) header["priority"] = request.priority;
+  if (request.client_weight > 0) header["client_weight"] = request.client_weight;
+  if (!places.empty()) header["outputs_shm"] = std::move(places);
+  return header;
+}
+
+// The farm header of `request` fits limits.max_header_bytes with the channel's "id"; else the
+// error names the limit, the size and where the bytes are. The header is written out only when
+// the cheap bound says it might not fit, so a typed request (ToRequestHeader) is worded exactly
+// as its JSON one would be without building JSON in the common case.
+Status CheckFarmHeaderSize(const V2InferRequest& request, const RequestLimits& limits) {
   const size_t room = limits.max_header_bytes > kFarmIdReserveBytes
                           ? limits.max_header_bytes - kFarmIdReserveBytes
                           : 0;
   if (FarmHeaderBound(request) <= room) return Status::Ok();
-  const size_t bytes = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
+  const size_t bytes =
+      FarmHeaderJson(request).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
   if (bytes <= room) return Status::Ok();
   size_t names = 0;
   size_t longest = 0;
@@ -88,6 +124,54 @@ Status CheckFarmHeaderSize(const V2InferRequest& request, const nlohmann::json& 
                          std::to_string(bytes + kFarmIdReserveBytes) +
                          " bytes, over limits.max_header_bytes (" +
                          std::to_string(limits.max_header_bytes) + "): " + where);
+}
+
+// Every check of a v2 request before it becomes a farm request, in the order its errors are
+// reported: inputs (count, names, datatype, shape, bytes), repeated outputs, the header's size.
+Status CheckV2Request(const V2InferRequest& request, const RequestLimits& limits) {
+  if (request.inputs.empty()) return InvalidArgument("inputs: expected at least one input, got 0");
+  if (request.inputs.size() > limits.max_inputs) {
+    return InvalidArgument("inputs: expected at most " + std::to_string(limits.max_inputs) +
+                           " inputs (limits.max_frames " + std::to_string(limits.max_inputs + 1) +
+                           " less the header), got " + std::to_string(request.inputs.size()));
+  }
+  std::unordered_set<std::string_view> names;
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const V2Tensor& input = request.inputs[i];
+    if (input.name.empty()) {
+      return InvalidArgument("inputs[" + std::to_string(i) + "].name: expected a non-empty name");
+    }
+    if (!names.insert(input.name).second) {
+      return InvalidArgument(V2InputWhere(i, input.name) +
+                             ": the name is used by an earlier input too; names must be unique");
+    }
+    DType dtype;
+    if (Status s = CheckInput(input, i, &dtype); !s.ok()) return s;
+  }
+  // A name asked for again would be answered with another copy of the output's bytes: with
+  // thousands of repeats in one message, memory without bound.
+  std::unordered_set<std::string_view> outputs;
+  for (size_t i = 0; i < request.outputs.size(); ++i) {
+    if (!outputs.insert(request.outputs[i].name).second) {
+      return InvalidArgument("outputs[" + std::to_string(i) + "].name: '" +
+                             request.outputs[i].name + "' is requested twice");
+    }
+  }
+  return CheckFarmHeaderSize(request, limits);
+}
+
+// A string the farm header carries, as the loop would read it back from that JSON: bytes that
+// are not UTF-8 become U+FFFD the way the header's dump() replaces them. ASCII (every name the
+// farm serves) is left as it is without a look at nlohmann.
+std::string AsHeaderString(std::string text) {
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      return nlohmann::json::parse(nlohmann::json(text).dump(
+                                       -1, ' ', false, nlohmann::json::error_handler_t::replace))
+          .get<std::string>();
+    }
+  }
+  return text;
 }
 
 }  // namespace
@@ -115,62 +199,57 @@ Status DTypeFromV2(std::string_view datatype, const std::string& where, DType* o
 
 Status ToFarmRequest(V2InferRequest& request, const RequestLimits& limits, nlohmann::json* header,
                      std::vector<zmq::message_t>* frames) {
-  if (request.inputs.empty()) return InvalidArgument("inputs: expected at least one input, got 0");
-  if (request.inputs.size() > limits.max_inputs) {
-    return InvalidArgument("inputs: expected at most " + std::to_string(limits.max_inputs) +
-                           " inputs (limits.max_frames " + std::to_string(limits.max_inputs + 1) +
-                           " less the header), got " + std::to_string(request.inputs.size()));
-  }
-  nlohmann::json inputs = nlohmann::json::array();
-  std::unordered_set<std::string> names;
-  for (size_t i = 0; i < request.inputs.size(); ++i) {
-    const V2Tensor& input = request.inputs[i];
-    const std::string where = V2InputWhere(i, input.name);
-    if (input.name.empty()) {
-      return InvalidArgument("inputs[" + std::to_string(i) + "].name: expected a non-empty name");
-    }
-    if (!names.insert(input.name).second) {
-      return InvalidArgument(where + ": the name is used by an earlier input too; names must be "
-                             "unique");
-    }
-    DType dtype;
-    if (Status s = CheckInput(input, where, &dtype); !s.ok()) return s;
-    inputs.push_back({{"name", input.name},
-                      {"dtype", std::string(DTypeName(dtype))},
-                      {"shape", input.shape}});
-    if (input.shm.used()) {
-      inputs.back()["shm"] = {{"region", input.shm.region}, {"offset", input.shm.offset}};
-    }
-  }
-  nlohmann::json places = nlohmann::json::array();
-  for (const V2RequestedOutput& output : request.outputs) {
-    if (!output.shm.used()) continue;
-    places.push_back({{"name", output.name},
-                      {"region", output.shm.region},
-                      {"offset", output.shm.offset},
-                      {"bytes", output.shm.byte_size}});
-  }
-  // A name asked for again would be answered with another copy of the output's bytes: with
-  // thousands of repeats in one message, memory without bound.
-  std::unordered_set<std::string> outputs;
-  for (size_t i = 0; i < request.outputs.size(); ++i) {
-    if (!outputs.insert(request.outputs[i].name).second) {
-      return InvalidArgument("outputs[" + std::to_string(i) + "].name: '" +
-                             request.outputs[i].name + "' is requested twice");
-    }
-  }
-  *header = {{"v", kProtocolVersion}, {"model", request.model}, {"inputs", std::move(inputs)}};
-  if (!request.version.empty()) (*header)["version"] = request.version;
-  if (request.timeout_ms > 0) (*header)["timeout_ms"] = request.timeout_ms;
-  if (request.priority != 0) (*header)["priority"] = request.priority;
-  if (request.client_weight > 0) (*header)["client_weight"] = request.client_weight;
-  if (!places.empty()) (*header)["outputs_shm"] = std::move(places);
-  if (Status s = CheckFarmHeaderSize(request, *header, limits); !s.ok()) return s;
+  if (Status s = CheckV2Request(request, limits); !s.ok()) return s;
+  *header = FarmHeaderJson(request);
   frames->clear();
   frames->reserve(request.inputs.size());
   for (V2Tensor& input : request.inputs) {
     if (!input.shm.used()) frames->push_back(std::move(input.data));
   }
+  return Status::Ok();
+}
+
+Status ToRequestHeader(V2InferRequest& request, const RequestLimits& limits, RequestHeader* header,
+                       std::vector<zmq::message_t>* frames) {
+  if (Status s = CheckV2Request(request, limits); !s.ok()) return s;
+  // Field by field what the loop reads from FarmHeaderJson's text (ParseRequestHeader): what
+  // the JSON leaves out is the default here too.
+  *header = RequestHeader{};
+  header->model = AsHeaderString(request.model);
+  header->version = AsHeaderString(request.version);
+  header->inputs.reserve(request.inputs.size());
+  header->input_names.reserve(request.inputs.size());
+  const bool any_shm = UsesSystemShm(request);
+  frames->clear();
+  frames->reserve(request.inputs.size());
+  for (V2Tensor& input : request.inputs) {
+    const DType dtype = DTypeFromV2Name(input.datatype).value_or(DType::kFloat32);
+    header->inputs.push_back(TensorSpec{dtype, input.shape});
+    header->input_names.push_back(AsHeaderString(input.name));
+    if (any_shm) {
+      header->input_shm.emplace_back();
+      if (input.shm.used()) {
+        header->input_shm.back().region = AsHeaderString(input.shm.region);
+        header->input_shm.back().offset = input.shm.offset;
+      }
+    }
+    if (!input.shm.used()) frames->push_back(std::move(input.data));
+  }
+  // The JSON leaves input_shm out when no input is in shared memory.
+  bool inputs_in_shm = false;
+  for (const ShmRef& ref : header->input_shm) inputs_in_shm = inputs_in_shm || ref.used();
+  if (!inputs_in_shm) header->input_shm.clear();
+  for (const V2RequestedOutput& output : request.outputs) {
+    if (!output.shm.used()) continue;
+    header->output_places.push_back(OutputPlace{
+        AsHeaderString(output.name),
+        ShmRef{AsHeaderString(output.shm.region), output.shm.offset, output.shm.byte_size}});
+  }
+  header->timeout_ms = request.timeout_ms > 0 ? request.timeout_ms : 0;
+  header->priority = request.priority;
+  // An infinite weight is JSON null, which the loop reads as none.
+  header->client_weight =
+      request.client_weight > 0 && std::isfinite(request.client_weight) ? request.client_weight : 0;
   return Status::Ok();
 }
 

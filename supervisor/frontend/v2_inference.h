@@ -119,6 +119,15 @@ bool UsesSystemShm(const V2InferRequest& request);
 Status ToFarmRequest(V2InferRequest& request, const RequestLimits& limits, nlohmann::json* header,
                      std::vector<zmq::message_t>* frames);
 
+// The same request as the loop's own structure, for the typed hand-off (FarmChannel::Call with a
+// RequestHeader; no JSON written or parsed): the same checks and errors as ToFarmRequest, in the
+// same order, and `header` field by field what ParseRequestHeader reads from ToFarmRequest's
+// header (input names always; input_shm only when an input is in shared memory; strings that are
+// not UTF-8 with U+FFFD where the JSON's dump would put it). The header's size is checked as
+// ToFarmRequest checks it, its JSON written only when a cheap bound says it might not fit.
+Status ToRequestHeader(V2InferRequest& request, const RequestLimits& limits, RequestHeader* header,
+                       std::vector<zmq::message_t>* frames);
+
 // Builds the v2 response from a farm reply to `request` (its outputs carry names; see
 // docs/protocol.md). Takes the frames. An output `request` asked for that the model did not
 // return is INVALID_ARGUMENT naming it and the outputs there are.

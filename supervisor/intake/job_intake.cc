@@ -5,6 +5,7 @@
 
 #include "common/model_versions.h"
 #include "common/protocol.h"
+#include "common/request_header_check.h"
 #include "common/tensor_names.h"
 #include "ipc/shm_layout.h"
 
@@ -232,16 +233,17 @@ Status TakeShmCommand(const RequestHeader& header, const std::vector<zmq::messag
   return Status::Ok();
 }
 
-// Checks the payload's frame count (limits.max_frames) and total bytes (max_request_bytes).
+// Checks the payload's frame count (limits.max_frames) and total bytes (max_request_bytes): the
+// header's `header_bytes` and every data frame after it.
 Status CheckMessageSize(const std::vector<zmq::message_t>& frames, size_t payload_start,
-                        const RequestLimits& limits) {
+                        uint64_t header_bytes, const RequestLimits& limits) {
   if (frames.size() - payload_start > limits.max_inputs + 1) {
     return InvalidArgument("message has more than " + std::to_string(limits.max_inputs + 1) +
                            " frames after the envelope (the header and at most " +
                            std::to_string(limits.max_inputs) + " inputs; limits.max_frames)");
   }
-  uint64_t request_bytes = 0;
-  for (size_t i = payload_start; i < frames.size(); ++i) request_bytes += frames[i].size();
+  uint64_t request_bytes = header_bytes;
+  for (size_t i = payload_start + 1; i < frames.size(); ++i) request_bytes += frames[i].size();
   if (request_bytes > limits.max_request_bytes) {
     return ResourceExhausted(
         "request of " + std::to_string(request_bytes) + " bytes exceeds the limit of " +
@@ -301,26 +303,18 @@ TimePoint DeadlineAfter(TimePoint now, int64_t timeout_ms) {
   return now + timeout;
 }
 
-Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
-                const std::vector<ModelConfig>& models, TimePoint now, PendingRequest* request,
-                size_t* model_index, const RequestLimits& limits, ClientShmRegistry* regions,
-                ShmCommand* command, const std::function<bool(size_t index)>& loaded,
-                bool front_end) {
-  if (frames.size() <= payload_start) {
-    return InvalidArgument("empty message: expected a JSON header frame followed by one frame "
-                           "per input tensor");
-  }
-  RequestHeader header;
-  const auto& head = frames[payload_start];
-  Status s = ParseRequestHeader(std::string_view(static_cast<const char*>(head.data()), head.size()),
-                                &header, limits);
-  request->id = std::move(header.id);
+namespace {
+
+// Everything ParseJob checks once it has an inference header, whichever protocol the header came
+// by (ParseJob's JSON, ParseTypedJob's struct): one request structure, one set of checks.
+Status IntakeInferenceHeader(RequestHeader& header, uint64_t header_bytes,
+                             std::vector<zmq::message_t>& frames, size_t payload_start,
+                             const std::vector<ModelConfig>& models, TimePoint now,
+                             PendingRequest* request, size_t* model_index,
+                             const RequestLimits& limits, ClientShmRegistry* regions,
+                             const std::function<bool(size_t index)>& loaded, bool front_end) {
+  Status s = CheckMessageSize(frames, payload_start, header_bytes, limits);
   if (!s.ok()) return s;
-  if (header.op != RequestOp::kInfer) {
-    if (front_end) return InvalidArgument("header field 'op': the v2 front ends send inferences");
-    return TakeShmCommand(header, frames, payload_start, regions, command);
-  }
-  if (s = CheckMessageSize(frames, payload_start, limits); !s.ok()) return s;
 
   size_t index = models.size();
   if (s = SelectServedVersion(models, header.model, header.version, loaded, &index); !s.ok())
@@ -329,6 +323,7 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   *model_index = index;  // known from here on, so errors below count against the model
 
   std::vector<size_t> sizes;
+  sizes.reserve(frames.size() - payload_start);
   for (size_t i = payload_start + 1; i < frames.size(); ++i) sizes.push_back(frames[i].size());
   if (s = CheckInputFrames(header, sizes, limits); !s.ok()) return s;
   // From here on the inputs are in the model's order, and sizes[i] is input i's byte count,
@@ -349,6 +344,49 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
   SetRows(request);
   *model_index = index;
   return Status::Ok();
+}
+
+}  // namespace
+
+Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
+                const std::vector<ModelConfig>& models, TimePoint now, PendingRequest* request,
+                size_t* model_index, const RequestLimits& limits, ClientShmRegistry* regions,
+                ShmCommand* command, const std::function<bool(size_t index)>& loaded,
+                bool front_end) {
+  if (frames.size() <= payload_start) {
+    return InvalidArgument(
+        "empty message: expected a JSON header frame followed by one frame "
+        "per input tensor");
+  }
+  RequestHeader header;
+  const auto& head = frames[payload_start];
+  Status s = ParseRequestHeader(
+      std::string_view(static_cast<const char*>(head.data()), head.size()), &header, limits);
+  request->id = std::move(header.id);
+  if (!s.ok()) return s;
+  if (header.op != RequestOp::kInfer) {
+    if (front_end) return InvalidArgument("header field 'op': the v2 front ends send inferences");
+    return TakeShmCommand(header, frames, payload_start, regions, command);
+  }
+  return IntakeInferenceHeader(header, head.size(), frames, payload_start, models, now, request,
+                               model_index, limits, regions, loaded, front_end);
+}
+
+Status ParseTypedJob(RequestHeader& header, std::vector<zmq::message_t>& frames,
+                     size_t payload_start, const std::vector<ModelConfig>& models, TimePoint now,
+                     PendingRequest* request, size_t* model_index, const RequestLimits& limits,
+                     ClientShmRegistry* regions, const std::function<bool(size_t index)>& loaded) {
+  if (frames.size() <= payload_start) {
+    return InvalidArgument(
+        "empty message: expected a typed header frame followed by one frame "
+        "per input tensor");
+  }
+  if (header.op != RequestOp::kInfer) {
+    return InvalidArgument("header field 'op': the v2 front ends send inferences");
+  }
+  if (Status s = CheckRequestHeader(header, limits); !s.ok()) return s;
+  return IntakeInferenceHeader(header, 0, frames, payload_start, models, now, request, model_index,
+                               limits, regions, loaded, /*front_end=*/true);
 }
 
 Status CheckRegionsIntact(const PendingRequest& request) {

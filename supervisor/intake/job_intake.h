@@ -64,6 +64,21 @@ Status ParseJob(std::vector<zmq::message_t>& frames, size_t payload_start,
                 ClientShmRegistry* regions = nullptr, ShmCommand* command = nullptr,
                 const std::function<bool(size_t index)>& loaded = {}, bool front_end = false);
 
+// The same for a v2 front end's typed request (frontend/farm_channel.h): `header` was built in
+// the supervisor's process (ToRequestHeader) and takes the place of the text of frame
+// payload_start, which is not read; the data frames follow it as in ParseJob. `header` gets the
+// checks ParseRequestHeader makes of text (common/request_header_check.h), then every check
+// ParseJob makes of a header it has read: one request structure and one set of checks for every
+// protocol. Always a front-end request (system regions only, no commands); its bytes against
+// limits.max_request_bytes are its data frames' (its header is no bytes on a wire). `header` is
+// moved from; request->id is left to the caller (the call id).
+Status ParseTypedJob(RequestHeader& header, std::vector<zmq::message_t>& frames,
+                     size_t payload_start, const std::vector<ModelConfig>& models, TimePoint now,
+                     PendingRequest* request, size_t* model_index,
+                     const RequestLimits& limits = RequestLimits{},
+                     ClientShmRegistry* regions = nullptr,
+                     const std::function<bool(size_t index)>& loaded = {});
+
 // OK while every client region `request` reads or writes still covers its range; else the
 // INVALID_ARGUMENT to answer with (its client truncated a region after the request was accepted).
 Status CheckRegionsIntact(const PendingRequest& request);

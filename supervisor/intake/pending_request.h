@@ -26,6 +26,9 @@ struct PendingRequest {
   zmq::message_t identity;     // ROUTER routing id of the client (or of a front-end channel)
   RequestOrigin origin = RequestOrigin::kZmq;  // the socket the reply goes back on
   bool has_delimiter = false;  // REQ clients put an empty frame before the header; echo it
+  // Came as a front end's typed header (frontend/farm_channel.h): answered with a typed reply
+  // header, not text (ReplyWriter).
+  bool typed = false;
   nlohmann::json id;
   std::vector<TensorSpec> inputs;
   std::vector<zmq::message_t> frames;  // one per input

@@ -6,6 +6,7 @@
 
 #include "common/model_versions.h"
 #include "common/protocol.h"
+#include "typed_request_json.h"
 
 namespace torchfarm::testing {
 
@@ -60,10 +61,10 @@ json ModelMeta(const std::string& name) {
 
 void FakeFarmLoop::Answer(std::vector<zmq::message_t>& frames) {
   // [identity][tag][call id][header][data...]; the reply carries the call id, as the loop's.
-  if (frames.size() < 4) return;
-  const std::string tag = frames[1].to_string();
+  std::string tag;
+  json header;
+  if (!ReadFrontendMessage(frames, &tag, &header)) return;
   const json call_id = std::stoull(frames[2].to_string());
-  json header = json::parse(frames[3].to_string(), nullptr, false);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     last_header_ = header;

@@ -26,6 +26,7 @@
 #include "supervisor/frontend/farm_channel.h"
 #include "supervisor/frontend/frontend_stats.h"
 #include "supervisor/frontend/grpc_server.h"
+#include "tests/frontend/typed_request_json.h"
 
 namespace torchfarm {
 namespace {
@@ -94,8 +95,9 @@ class FakeLoop {
 
   void Answer(std::vector<zmq::message_t>& parts) {
     // [identity][tag][call id][header][frames...]; replies carry the call id, as the loop's.
-    const std::string tag = parts[1].to_string();
-    json header = json::parse(parts[3].to_string_view());
+    std::string tag;
+    json header;
+    if (!testing::ReadFrontendMessage(parts, &tag, &header)) return;
     header["id"] = std::stoull(parts[2].to_string());
     {
       std::lock_guard<std::mutex> lock(mutex_);

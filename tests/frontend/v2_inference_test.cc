@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
+#include <limits>
+
+#include "common/request_header_check.h"
 
 namespace torchfarm {
 namespace {
@@ -290,6 +294,350 @@ TEST(V2InferenceTest, HttpStatusOfEveryCode) {
   EXPECT_EQ(HttpStatusOf(StatusCode::kDeadlineExceeded), 504);
   EXPECT_EQ(HttpStatusOf(StatusCode::kUnavailable), 503);
   EXPECT_EQ(HttpStatusOf(StatusCode::kInternal), 500);
+}
+
+// Issue 36: the typed hand-off. ToRequestHeader must give the loop exactly what it read from
+// ToFarmRequest's JSON (ParseRequestHeader, after the channel's "id"), field by field, and
+// refuse what either refuses with the same status: the front end's own checks in
+// ToRequestHeader, the loop's parse checks in CheckRequestHeader.
+struct TypedCase {
+  const char* what;
+  std::function<V2InferRequest()> make;
+  RequestLimits limits;
+};
+
+V2InferRequest OneInput(std::string model, std::vector<int64_t> shape = {2, 2}) {
+  V2InferRequest request;
+  request.model = std::move(model);
+  size_t items = 1;
+  for (int64_t d : shape) items *= static_cast<size_t>(d);
+  request.inputs.push_back(Tensor("x", "FP32", std::move(shape), 4 * items));
+  return request;
+}
+
+V2ShmPlace Place(const std::string& region, uint64_t offset, uint64_t bytes) {
+  V2ShmPlace place;
+  place.region = region;
+  place.offset = offset;
+  place.byte_size = bytes;
+  return place;
+}
+
+std::vector<TypedCase> TypedCases() {
+  std::vector<TypedCase> cases;
+  auto add = [&](const char* what, std::function<V2InferRequest()> make,
+                 RequestLimits limits = RequestLimits{}) {
+    cases.push_back(TypedCase{what, std::move(make), limits});
+  };
+  add("plain", [] { return OneInput("m"); });
+  add("scalar", [] { return OneInput("m", {}); });
+  add("every option", [] {
+    V2InferRequest r = OneInput("resnet-50.v2");
+    r.version = "3";
+    r.timeout_ms = 250;
+    r.priority = 2;
+    r.client_weight = 0.5;
+    r.inputs.push_back(Tensor("ids:1", "INT64", {1, 3}, 24));
+    r.inputs.push_back(Tensor("mask", "UINT8", {3}, 3));
+    return r;
+  });
+  add("bounds", [] {
+    V2InferRequest r = OneInput("m");
+    r.priority = 1000;
+    r.client_weight = 100;
+    r.timeout_ms = -5;
+    return r;
+  });
+  add("weight third", [] {
+    V2InferRequest r = OneInput("m");
+    r.client_weight = 1.0 / 3;
+    return r;
+  });
+  add("weight infinite", [] {
+    V2InferRequest r = OneInput("m");
+    r.client_weight = std::numeric_limits<double>::infinity();
+    return r;
+  });
+  add("system shm", [] {
+    V2InferRequest r = OneInput("m");
+    V2Tensor in_shm = Tensor("a", "FP32", {2, 3}, 0);
+    in_shm.shm = Place("r", 4, 24);
+    r.inputs.insert(r.inputs.begin(), std::move(in_shm));
+    V2RequestedOutput y;
+    y.name = "y";
+    y.shm = Place("o", 12, 24);
+    V2RequestedOutput z;
+    z.name = "z";
+    z.binary = true;
+    r.outputs = {std::move(y), std::move(z)};
+    return r;
+  });
+  add("only outputs in shm", [] {
+    V2InferRequest r = OneInput("m");
+    V2RequestedOutput y;
+    y.name = "y";
+    y.shm = Place("o", 0, 64);
+    r.outputs.push_back(std::move(y));
+    return r;
+  });
+  add("not utf-8", [] {
+    return OneInput(
+        "m\xff\xfe"
+        "del");
+  });
+  add("utf-8", [] { return OneInput("mod\xc3\xa8le\n"); });
+  add("bad version", [] {
+    V2InferRequest r = OneInput("m");
+    r.version = "a b\xff";
+    return r;
+  });
+  add("name not a tensor name", [] {
+    V2InferRequest r = OneInput("m");
+    r.inputs[0].name = "caf\xc3\xa9 x";
+    return r;
+  });
+  add("name not utf-8", [] {
+    V2InferRequest r = OneInput("m");
+    r.inputs[0].name = "x\xc3";
+    return r;
+  });
+  add("priority below", [] {
+    V2InferRequest r = OneInput("m");
+    r.priority = -1;
+    return r;
+  });
+  add("priority above", [] {
+    V2InferRequest r = OneInput("m");
+    r.priority = 1001;
+    return r;
+  });
+  add("weight small", [] {
+    V2InferRequest r = OneInput("m");
+    r.client_weight = 0.001;
+    return r;
+  });
+  add("weight large", [] {
+    V2InferRequest r = OneInput("m");
+    r.client_weight = 500;
+    return r;
+  });
+  RequestLimits rank4;
+  rank4.max_rank = 4;
+  add(
+      "rank over limits.max_rank",
+      [] {
+        return OneInput("m", {1, 1, 1, 1, 2});
+      },
+      rank4);
+  add("input shm offset", [] {
+    V2InferRequest r = OneInput("m");
+    r.inputs[0].data = zmq::message_t();
+    r.inputs[0].shm = Place("r", UINT64_MAX, 16);
+    return r;
+  });
+  add("output shm offset", [] {
+    V2InferRequest r = OneInput("m");
+    V2RequestedOutput y;
+    y.name = "y";
+    y.shm = Place("o", uint64_t{1} << 63, 8);
+    r.outputs.push_back(std::move(y));
+    return r;
+  });
+  add("output shm bytes", [] {
+    V2InferRequest r = OneInput("m");
+    V2RequestedOutput y;
+    y.name = "y";
+    y.shm = Place("o", 0, UINT64_MAX);
+    r.outputs.push_back(std::move(y));
+    return r;
+  });
+  add("output shm unnamed", [] {
+    V2InferRequest r = OneInput("m");
+    V2RequestedOutput y;
+    y.shm = Place("o", 0, 8);
+    r.outputs.push_back(std::move(y));
+    return r;
+  });
+  add("too many outputs in shm", [] {
+    V2InferRequest r = OneInput("m");
+    for (int i = 0; i < 65; ++i) {
+      V2RequestedOutput y;
+      y.name = "y" + std::to_string(i);
+      y.shm = Place("o", 0, 8);
+      r.outputs.push_back(std::move(y));
+    }
+    return r;
+  });
+  add("empty model", [] { return OneInput(""); });
+  // The front end's own refusals.
+  add("huge input name", [] {
+    V2InferRequest r = OneInput("m");
+    r.inputs[0].name = std::string(3 << 20, 'n');
+    return r;
+  });
+  add("huge model name", [] { return OneInput(std::string(70'000, 'm')); });
+  add("escapes over the limit", [] {
+    V2InferRequest r = OneInput("m");
+    r.inputs[0].name = std::string(20'000, '\x01');
+    return r;
+  });
+  add("just fits", [] {
+    V2InferRequest r = OneInput("m");
+    r.inputs[0].name = std::string(60'000, 'n');
+    return r;
+  });
+  add("too many inputs", [] {
+    V2InferRequest r;
+    r.model = "m";
+    for (int i = 0; i < 17; ++i)
+      r.inputs.push_back(Tensor("i" + std::to_string(i), "FP32", {1}, 4));
+    return r;
+  });
+  add("no inputs", [] {
+    V2InferRequest r;
+    r.model = "m";
+    return r;
+  });
+  add("duplicate inputs", [] {
+    V2InferRequest r = OneInput("m");
+    r.inputs.push_back(Tensor("x", "FP32", {1}, 4));
+    return r;
+  });
+  add("duplicate outputs", [] {
+    V2InferRequest r = OneInput("m");
+    r.outputs.resize(2);
+    r.outputs[0].name = r.outputs[1].name = "y";
+    return r;
+  });
+  add("unnamed input", [] {
+    V2InferRequest r = OneInput("m");
+    r.inputs[0].name.clear();
+    return r;
+  });
+  add("bytes", [] {
+    V2InferRequest r = OneInput("m");
+    r.inputs[0].datatype = "BYTES";
+    return r;
+  });
+  add("short data", [] {
+    V2InferRequest r = OneInput("m");
+    r.inputs[0].data = zmq::message_t(3);
+    return r;
+  });
+  add("rank 9", [] { return OneInput("m", {1, 1, 1, 1, 1, 1, 1, 1, 1}); });
+  add("negative dimension", [] {
+    V2InferRequest r = OneInput("m");
+    r.inputs[0].shape = {-1, 4};
+    return r;
+  });
+  add("shm byte size", [] {
+    V2InferRequest r = OneInput("m");
+    r.inputs[0].data = zmq::message_t();
+    r.inputs[0].shm = Place("r", 0, 15);
+    return r;
+  });
+  return cases;
+}
+
+void ExpectSameHeader(const RequestHeader& parsed, const RequestHeader& typed) {
+  EXPECT_EQ(typed.id, nlohmann::json()) << "the call id is the correlation";
+  EXPECT_EQ(typed.op, parsed.op);
+  EXPECT_EQ(typed.model, parsed.model);
+  EXPECT_EQ(typed.version, parsed.version);
+  ASSERT_EQ(typed.inputs.size(), parsed.inputs.size());
+  for (size_t i = 0; i < typed.inputs.size(); ++i) {
+    EXPECT_EQ(typed.inputs[i].dtype, parsed.inputs[i].dtype) << i;
+    EXPECT_EQ(typed.inputs[i].shape, parsed.inputs[i].shape) << i;
+  }
+  EXPECT_EQ(typed.input_names, parsed.input_names);
+  ASSERT_EQ(typed.input_shm.size(), parsed.input_shm.size());
+  for (size_t i = 0; i < typed.input_shm.size(); ++i) {
+    EXPECT_EQ(typed.input_shm[i].region, parsed.input_shm[i].region) << i;
+    EXPECT_EQ(typed.input_shm[i].offset, parsed.input_shm[i].offset) << i;
+    EXPECT_EQ(typed.input_shm[i].bytes, parsed.input_shm[i].bytes) << i;
+  }
+  EXPECT_EQ(typed.timeout_ms, parsed.timeout_ms);
+  EXPECT_EQ(typed.priority, parsed.priority);
+  EXPECT_EQ(typed.client_weight, parsed.client_weight);
+  EXPECT_FALSE(typed.output_shm.used());
+  EXPECT_FALSE(parsed.output_shm.used());
+  ASSERT_EQ(typed.output_places.size(), parsed.output_places.size());
+  for (size_t i = 0; i < typed.output_places.size(); ++i) {
+    EXPECT_EQ(typed.output_places[i].name, parsed.output_places[i].name) << i;
+    EXPECT_EQ(typed.output_places[i].ref.region, parsed.output_places[i].ref.region) << i;
+    EXPECT_EQ(typed.output_places[i].ref.offset, parsed.output_places[i].ref.offset) << i;
+    EXPECT_EQ(typed.output_places[i].ref.bytes, parsed.output_places[i].ref.bytes) << i;
+  }
+}
+
+TEST(V2InferenceTest, ToRequestHeaderIsWhatTheLoopReadsFromToFarmRequestsJson) {
+  int accepted = 0, refused_here = 0, refused_by_loop = 0;
+  for (const TypedCase& c : TypedCases()) {
+    SCOPED_TRACE(c.what);
+    V2InferRequest as_json = c.make();
+    V2InferRequest as_typed = c.make();
+    json header;
+    std::vector<zmq::message_t> json_frames;
+    RequestHeader typed;
+    std::vector<zmq::message_t> typed_frames;
+    const Status json_status = ToFarmRequest(as_json, c.limits, &header, &json_frames);
+    const Status typed_status = ToRequestHeader(as_typed, c.limits, &typed, &typed_frames);
+    ASSERT_EQ(typed_status.code(), json_status.code()) << json_status.ToString().substr(0, 300);
+    ASSERT_EQ(typed_status.message(), json_status.message());
+    if (!json_status.ok()) {
+      ++refused_here;
+      continue;
+    }
+    header["id"] = 12345;  // as FarmChannel::Call sets it
+    RequestHeader parsed;
+    const Status parse_status = ParseRequestHeader(
+        header.dump(-1, ' ', false, json::error_handler_t::replace), &parsed, c.limits);
+    const Status check_status = CheckRequestHeader(typed, c.limits);
+    ASSERT_EQ(check_status.code(), parse_status.code()) << parse_status.ToString();
+    ASSERT_EQ(check_status.message(), parse_status.message());
+    if (!parse_status.ok()) {
+      ++refused_by_loop;
+      continue;
+    }
+    ++accepted;
+    ExpectSameHeader(parsed, typed);
+    ASSERT_EQ(typed_frames.size(), json_frames.size());
+    for (size_t i = 0; i < typed_frames.size(); ++i) {
+      EXPECT_EQ(typed_frames[i].to_string(), json_frames[i].to_string()) << i;
+    }
+  }
+  // The table covers all three outcomes.
+  EXPECT_GE(accepted, 8);
+  EXPECT_GE(refused_here, 10);
+  EXPECT_GE(refused_by_loop, 10);
+}
+
+// The cheap bound decides whether the JSON is written to measure the header: a request under the
+// bound never writes it, one over it is measured exactly (just over and just under the limit).
+TEST(V2InferenceTest, ToRequestHeaderMeasuresTheHeaderExactlyAtTheLimit) {
+  auto request = [](size_t name_bytes) {
+    V2InferRequest r = OneInput("m");
+    r.inputs[0].name = std::string(name_bytes, 'n');
+    return r;
+  };
+  RequestLimits limits;
+  limits.max_header_bytes = 4096;
+  V2InferRequest probe = request(1);
+  json header;
+  std::vector<zmq::message_t> frames;
+  ASSERT_TRUE(ToFarmRequest(probe, limits, &header, &frames).ok());
+  // The name that makes the header exactly fill the room left for the channel's id.
+  const size_t overhead = header.dump().size() - 1;
+  const size_t fill = limits.max_header_bytes - kFarmIdReserveBytes - overhead;
+  for (size_t name : {fill - 1, fill, fill + 1}) {
+    V2InferRequest as_json = request(name);
+    V2InferRequest as_typed = request(name);
+    RequestHeader typed;
+    const Status json_status = ToFarmRequest(as_json, limits, &header, &frames);
+    const Status typed_status = ToRequestHeader(as_typed, limits, &typed, &frames);
+    EXPECT_EQ(json_status.ok(), name <= fill) << name;
+    EXPECT_EQ(typed_status.ToString(), json_status.ToString()) << name;
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/protocol.h"
+#include "common/request_header_check.h"
 #include "proto/grpc_service.pb.h"
 #include "supervisor/frontend/grpc_service.h"
 #include "supervisor/frontend/v2_inference.h"
@@ -55,6 +56,41 @@ void RunShmTextParsers(std::string_view text) {
   }
 }
 
+// Issue 36: the typed hand-off gives the loop what it would read from ToFarmRequest's JSON, and
+// refuses what either side refuses with the same status (tests/frontend/v2_inference_test.cc
+// holds the same on a table).
+void CheckTypedGrpc(V2InferRequest& as_json, V2InferRequest& as_typed) {
+  nlohmann::json header;
+  std::vector<zmq::message_t> json_frames;
+  RequestHeader typed;
+  std::vector<zmq::message_t> typed_frames;
+  const Status json_status = ToFarmRequest(as_json, RequestLimits{}, &header, &json_frames);
+  const Status typed_status = ToRequestHeader(as_typed, RequestLimits{}, &typed, &typed_frames);
+  if (json_status.ToString() != typed_status.ToString()) {
+    GrpcBroken("ToRequestHeader and ToFarmRequest disagree: " + typed_status.ToString() + " | " +
+               json_status.ToString());
+  }
+  if (!json_status.ok()) return;
+  RequestHeader parsed;
+  const Status parse_status = ParseRequestHeader(
+      header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), &parsed);
+  const Status check_status = CheckRequestHeader(typed, RequestLimits{});
+  if (parse_status.ToString() != check_status.ToString()) {
+    GrpcBroken("CheckRequestHeader and the loop's parse disagree: " + check_status.ToString() +
+               " | " + parse_status.ToString());
+  }
+  if (!parse_status.ok()) return;
+  if (typed.model != parsed.model || typed.version != parsed.version ||
+      typed.inputs != parsed.inputs || typed.input_names != parsed.input_names ||
+      typed.timeout_ms != parsed.timeout_ms || typed.priority != parsed.priority ||
+      typed.client_weight != parsed.client_weight ||
+      typed.input_shm.size() != parsed.input_shm.size() ||
+      typed.output_places.size() != parsed.output_places.size() ||
+      typed_frames.size() != json_frames.size()) {
+    GrpcBroken("ToRequestHeader's header differs from the parse of ToFarmRequest's");
+  }
+}
+
 void CheckAcceptedGrpc(V2InferRequest& request) {
   size_t in_shm = 0;
   for (const V2Tensor& input : request.inputs) in_shm += input.shm.used() ? 1 : 0;
@@ -91,7 +127,14 @@ void RunV2GrpcInput(const uint8_t* data, size_t size) {
   V2InferRequest request;
   const Status s = V2RequestFromProto(proto, &request);
   CheckRefusal(s, "V2RequestFromProto");
-  if (s.ok()) CheckAcceptedGrpc(request);
+  if (s.ok()) {
+    V2InferRequest as_json;
+    V2InferRequest as_typed;
+    if (V2RequestFromProto(proto, &as_json).ok() && V2RequestFromProto(proto, &as_typed).ok()) {
+      CheckTypedGrpc(as_json, as_typed);
+    }
+    CheckAcceptedGrpc(request);
+  }
   // The answer side: any accepted request's inputs, echoed as outputs (placed ones without data).
   inference::ModelInferResponse response;
   V2InferResponse v2;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include <gtest/gtest.h>
 #include <zmq_addon.hpp>
@@ -20,6 +21,7 @@
 #include "ipc/control_protocol.h"
 #include "ipc/shm_layout.h"
 #include "supervisor/frontend/frontend_endpoint.h"
+#include "supervisor/frontend/typed_frame.h"
 #include "tests/supervisor/fake_worker.h"
 
 namespace torchfarm {
@@ -315,6 +317,147 @@ TEST_F(SupervisorTurnTest, TheDashboardStatusHasModelsWorkersAndEventsAndNoPaths
       "52", {{"id", 52}, {"dashboard", true}, {"events_after", events[1]["seq"].get<uint64_t>()}});
   ASSERT_EQ(later["events"].size(), 1u) << "only what came after the reader's last event";
   EXPECT_EQ(later["events"][0]["seq"], events[0]["seq"]);
+}
+
+// A FarmChannel's typed message (farm_channel.h): [typed tag][call id][typed header][data];
+// without `header` the message stops after the call id (what only a broken channel sends).
+void SendTypedAsChannel(zmq::socket_t& channel, const std::string& tag, const std::string& call_id,
+                        std::optional<RequestHeader> header, const std::vector<float>& values) {
+  channel.send(zmq::buffer(kTypedTagPrefix + tag), zmq::send_flags::sndmore);
+  channel.send(zmq::buffer(call_id),
+               header || !values.empty() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  if (header) {
+    channel.send(MakeTypedFrame(std::move(*header)),
+                 values.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  }
+  if (!values.empty()) channel.send(zmq::buffer(values), zmq::send_flags::none);
+}
+
+// A reply on the front-end socket: a typed reply header (the answer to a typed request) taken
+// as it is, a text one parsed.
+ReplyHeader ReplyFrom(zmq::message_t& frame) {
+  ReplyHeader reply;
+  if (const ReplyHeader* typed = TypedFrameValue<ReplyHeader>(frame)) {
+    reply = *typed;
+  } else {
+    EXPECT_TRUE(ParseReplyHeader(frame.to_string_view(), &reply).ok()) << frame.to_string();
+  }
+  return reply;
+}
+
+RequestHeader TypedMlp(std::vector<int64_t> shape) {
+  RequestHeader header;
+  header.model = "mlp";
+  header.inputs.push_back(TensorSpec{DType::kFloat32, std::move(shape)});
+  header.input_names.push_back("INPUT__0");
+  return header;
+}
+
+// The same request as the JSON header a FarmChannel sends (ToFarmRequest's fields).
+std::string JsonMlp(const std::string& model, const std::string& version, int columns) {
+  json header = {
+      {"v", 1},
+      {"model", model},
+      {"inputs", {{{"name", "INPUT__0"}, {"dtype", "float32"}, {"shape", {1, columns}}}}}};
+  if (!version.empty()) header["version"] = version;
+  return header.dump();
+}
+
+// Issue 36: a typed request is refused with exactly the status its JSON twin gets (unknown model,
+// a shape the model does not take, a version that is no version), and a typed message without a
+// typed header is answered INTERNAL with its call id, never dropped, never read as a header.
+TEST_F(SupervisorTurnTest, ATypedRequestIsRefusedAsItsJsonTwinAndABrokenOneIsAnswered) {
+  config_.frontend.http_endpoint = "127.0.0.1:0";
+  StartFarm();
+  zmq::socket_t channel(supervisor_->context(), zmq::socket_type::dealer);
+  channel.set(zmq::sockopt::linger, 0);
+  channel.connect(kFrontendEndpoint);
+  RequestHeader resnet = TypedMlp({1, 2});
+  resnet.model = "resnet";
+  SendTypedAsChannel(channel, "http t", "61", resnet, {1, 2});
+  SendAsChannel(channel, "http t", "62", JsonMlp("resnet", "", 2));
+  SendTypedAsChannel(channel, "grpc ipv4:t", "63", TypedMlp({1, 3}), {1, 2});
+  SendAsChannel(channel, "grpc ipv4:t", "64", JsonMlp("mlp", "", 3));
+  RequestHeader bad_version = TypedMlp({1, 2});
+  bad_version.version = "a b";
+  SendTypedAsChannel(channel, "http t", "65", bad_version, {1, 2});
+  SendAsChannel(channel, "http t", "66", JsonMlp("mlp", "a b", 2));
+  // Tagged typed, with JSON text where the typed header belongs; then nothing after the call id.
+  channel.send(zmq::buffer(std::string(kTypedTagPrefix) + "http t"), zmq::send_flags::sndmore);
+  channel.send(zmq::buffer(std::string("67")), zmq::send_flags::sndmore);
+  channel.send(zmq::buffer(JsonMlp("mlp", "", 2)), zmq::send_flags::none);
+  SendTypedAsChannel(channel, "http t", "68", std::nullopt, {});
+  std::vector<ReplyHeader> replies;
+  while (replies.size() < 8 && TurnUntil([&] { return Readable(channel); })) {
+    std::vector<zmq::message_t> frames;
+    ASSERT_TRUE(zmq::recv_multipart(channel, std::back_inserter(frames)));
+    replies.push_back(ReplyFrom(frames[0]));
+    // Typed requests get typed answers, JSON ones text.
+    const bool odd_call = replies.size() % 2 == 1 && replies.size() < 7;
+    EXPECT_EQ(TypedFrameValue<ReplyHeader>(frames[0]) != nullptr, odd_call || replies.size() >= 7)
+        << "call " << 60 + replies.size();
+  }
+  ASSERT_EQ(replies.size(), 8u);
+  for (size_t i = 0; i < replies.size(); ++i) EXPECT_EQ(replies[i].id, 61 + i) << i;
+  EXPECT_EQ(replies[0].status.code(), StatusCode::kNotFound);
+  EXPECT_EQ(replies[2].status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(replies[4].status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(replies[4].status.message().find("header field 'version'"), std::string::npos)
+      << replies[4].status.message();
+  for (size_t i : {0, 2, 4}) {
+    EXPECT_EQ(replies[i].status.ToString(), replies[i + 1].status.ToString()) << "call " << 61 + i;
+  }
+  EXPECT_EQ(replies[6].status.code(), StatusCode::kInternal) << replies[6].status.ToString();
+  EXPECT_EQ(replies[7].status.code(), StatusCode::kInternal) << replies[7].status.ToString();
+}
+
+// Issue 36: a typed request is served like any other: batched into the worker's ring with its
+// bytes, answered on the front-end socket with its call id.
+TEST_F(SupervisorTurnTest, ATypedRequestIsServedAndAnsweredWithItsCallId) {
+  config_.frontend.http_endpoint = "127.0.0.1:0";
+  StartFarm();
+  const auto& launch = launcher_.last();
+  zmq::socket_t control(context_, zmq::socket_type::dealer);
+  control.set(zmq::sockopt::linger, 0);
+  control.set(zmq::sockopt::routing_id, launch.spec.args.RoutingId());
+  control.connect(launch.spec.args.control_endpoint);
+  control.send(
+      zmq::buffer(json{{"type", ipc::kMsgHello}, {"layout_version", ipc::kLayoutVersion}}.dump()),
+      zmq::send_flags::none);
+  control.send(zmq::buffer(json{{"type", ipc::kMsgReady}, {"load_ms", 1.0}}.dump()),
+               zmq::send_flags::none);
+  ASSERT_TRUE(TurnUntil([&] { return AdminCommand({{"cmd", "health"}}).value("ready", false); }));
+
+  zmq::socket_t channel(supervisor_->context(), zmq::socket_type::dealer);
+  channel.set(zmq::sockopt::linger, 0);
+  channel.connect(kFrontendEndpoint);
+  const std::vector<float> values = {1.5f, -2.0f, 3.0f, 4.0f};
+  RequestHeader header = TypedMlp({2, 2});
+  header.timeout_ms = 60'000;
+  header.priority = 1;
+  SendTypedAsChannel(channel, "grpc ipv4:t", "71", header, values);
+
+  std::unique_ptr<FakeWorker> worker;
+  ASSERT_TRUE(FakeWorker::Open(launch, &worker).ok());
+  ASSERT_TRUE(TurnUntil([&] { return worker->pending() > 0; })) << "the batch reached the ring";
+  const std::vector<testing::FakeBatch> held = worker->Hold();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].Values<float>(0), values);
+  EXPECT_EQ(worker->ServeAll(), 1);
+  ASSERT_TRUE(TurnUntil([&] { return Readable(channel); })) << "the answer came back";
+  std::vector<zmq::message_t> frames;
+  ASSERT_TRUE(zmq::recv_multipart(channel, std::back_inserter(frames)));
+  ASSERT_NE(TypedFrameValue<ReplyHeader>(frames[0]), nullptr) << "a typed answer, no text";
+  const ReplyHeader reply = ReplyFrom(frames[0]);
+  EXPECT_EQ(reply.id, 71);
+  EXPECT_EQ(reply.output_names, std::vector<std::string>{"OUTPUT__0"});
+  ASSERT_EQ(reply.outputs.size(), 1u);
+  EXPECT_EQ(reply.outputs[0].shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_GE(reply.worker_id, 0);
+  ASSERT_TRUE(reply.status.ok()) << reply.status.ToString();
+  ASSERT_EQ(frames.size(), 2u);
+  const auto* out = frames[1].data<float>();
+  EXPECT_EQ(std::vector<float>(out, out + 4), (std::vector<float>{2.5f, -1.0f, 4.0f, 5.0f}));
 }
 
 }  // namespace
