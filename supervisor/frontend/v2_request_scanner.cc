@@ -16,6 +16,7 @@
 
 #include "common/client_weights.h"
 #include "common/tensor_spec.h"
+#include "supervisor/frontend/json_cursor.h"
 #include "supervisor/frontend/v2_classification.h"
 #include "supervisor/frontend/v2_http_codec.h"
 #include "supervisor/frontend/v2_json_data.h"
@@ -25,196 +26,10 @@ namespace {
 
 constexpr uint64_t kMaxDimension = uint64_t{1} << 62;  // GetShape's and binary_data_size's bound
 
-// A JSON number as nlohmann's lexer types it: without '-' and within uint64, unsigned; with '-'
-// and within int64, signed; with a fraction or an exponent, a float (kept as text until needed).
-struct Number {
-  enum Kind { kUnsigned, kSigned, kFloat } kind = kUnsigned;
-  uint64_t unsigned_value = 0;
-  int64_t signed_value = 0;
-  std::string_view text;
-
-  // An integer 0..max, as GetNonNegative accepts it ("-0" included).
-  bool NonNegative(uint64_t max, uint64_t* out) const {
-    if (kind == kFloat || (kind == kSigned && signed_value != 0)) return false;
-    const uint64_t value = kind == kUnsigned ? unsigned_value : 0;
-    if (value > max) return false;
-    *out = value;
-    return true;
-  }
-  // As json::get<double>(): integers converted, floats read (strtod and from_chars both round
-  // correctly). False for what from_chars calls out of range; nlohmann may still take an
-  // underflow, so the DOM path decides.
-  bool ToDouble(double* out) const {
-    if (kind == kUnsigned) {
-      *out = static_cast<double>(unsigned_value);
-    } else if (kind == kSigned) {
-      *out = static_cast<double>(signed_value);
-    } else {
-      auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *out);
-      if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(*out)) {
-        return false;
-      }
-    }
-    return true;
-  }
-};
-
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-
-// A cursor over the JSON part. Every method returns false on what it does not handle.
-class Cursor {
- public:
-  explicit Cursor(std::string_view text) : at_(text.data()), end_(text.data() + text.size()) {}
-
-  void SkipBlanks() {
-    while (at_ < end_ && (*at_ == ' ' || *at_ == '\n' || *at_ == '\r' || *at_ == '\t')) ++at_;
-  }
-  bool Take(char c) {
-    SkipBlanks();
-    if (at_ == end_ || *at_ != c) return false;
-    ++at_;
-    return true;
-  }
-  bool Peek(char c) {
-    SkipBlanks();
-    return at_ < end_ && *at_ == c;
-  }
-  bool AtEnd() {
-    SkipBlanks();
-    return at_ == end_;
-  }
-  size_t Left() const { return static_cast<size_t>(end_ - at_); }
-  const char* position() const { return at_; }
-  void Seek(const char* position) { at_ = position; }
-
-  // '[' or '{' one level deeper, within the DOM path's nesting bound (JsonNestingWithin).
-  bool Open(char c) {
-    if (!Take(c)) return false;
-    return ++depth_ <= kMaxV2JsonDepth;
-  }
-  bool Close(char c) {
-    if (!Take(c)) return false;
-    --depth_;
-    return true;
-  }
-  int depth() const { return depth_; }
-  void set_depth(int depth) { depth_ = depth; }
-
-  // A string of ASCII without escapes or control characters.
-  bool String(std::string_view* out) {
-    if (!Take('"')) return false;
-    const char* start = at_;
-    while (at_ < end_ && *at_ != '"') {
-      const unsigned char c = static_cast<unsigned char>(*at_);
-      if (c < 0x20 || c >= 0x80 || c == '\\') return false;
-      ++at_;
-    }
-    if (at_ == end_) return false;
-    *out = std::string_view(start, static_cast<size_t>(at_ - start));
-    ++at_;
-    return true;
-  }
-  bool Key(std::string_view* out) { return String(out) && Take(':'); }
-
-  bool Literal(std::string_view word) {
-    SkipBlanks();
-    if (static_cast<size_t>(end_ - at_) < word.size() ||
-        std::memcmp(at_, word.data(), word.size()) != 0) {
-      return false;
-    }
-    at_ += word.size();
-    return true;
-  }
-  bool Boolean(bool* out) {
-    if (Literal("true")) {
-      *out = true;
-      return true;
-    }
-    *out = false;
-    return Literal("false");
-  }
-
-  // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, typed as Number says. An integer past 64 bits,
-  // which nlohmann reads as a float, is left to the DOM path.
-  bool Numeric(Number* out) {
-    SkipBlanks();
-    const char* start = at_;
-    const bool negative = at_ < end_ && *at_ == '-';
-    if (negative) ++at_;
-    const char* digits = at_;
-    while (at_ < end_ && IsDigit(*at_)) ++at_;
-    const size_t count = static_cast<size_t>(at_ - digits);
-    if (count == 0 || (count > 1 && *digits == '0')) return false;
-    bool integer = true;
-    if (at_ < end_ && *at_ == '.') {
-      integer = false;
-      const char* fraction = ++at_;
-      while (at_ < end_ && IsDigit(*at_)) ++at_;
-      if (at_ == fraction) return false;
-    }
-    if (at_ < end_ && (*at_ == 'e' || *at_ == 'E')) {
-      integer = false;
-      ++at_;
-      if (at_ < end_ && (*at_ == '+' || *at_ == '-')) ++at_;
-      const char* exponent = at_;
-      while (at_ < end_ && IsDigit(*at_)) ++at_;
-      if (at_ == exponent) return false;
-    }
-    out->text = std::string_view(start, static_cast<size_t>(at_ - start));
-    if (!integer) {
-      out->kind = Number::kFloat;
-      return true;
-    }
-    if (negative) {
-      out->kind = Number::kSigned;
-      return std::from_chars(start, at_, out->signed_value).ec == std::errc();
-    }
-    out->kind = Number::kUnsigned;
-    return std::from_chars(digits, at_, out->unsigned_value).ec == std::errc();
-  }
-
-  // Any JSON value the DOM path would read (and ignore), within the nesting bound.
-  bool SkipValue() {
-    SkipBlanks();
-    if (at_ == end_) return false;
-    std::string_view text;
-    Number number;
-    double unused;
-    switch (*at_) {
-      case '"': return String(&text);
-      case 't': return Literal("true");
-      case 'f': return Literal("false");
-      case 'n': return Literal("null");
-      case '[':
-        if (!Open('[')) return false;
-        if (Close(']')) return true;
-        do {
-          if (!SkipValue()) return false;
-        } while (Take(','));
-        return Close(']');
-      case '{':
-        if (!Open('{')) return false;
-        if (Close('}')) return true;
-        do {
-          if (!Key(&text) || !SkipValue()) return false;
-        } while (Take(','));
-        return Close('}');
-      default:
-        // A float past a double is nlohmann's out_of_range even where the value is ignored.
-        return Numeric(&number) && number.ToDouble(&unused);
-    }
-  }
-
- private:
-  const char* at_;
-  const char* end_;
-  int depth_ = 0;
-};
-
 // Calls `field(key)` for each key of an object; a repeated key among `known` (the DOM path lets
 // the last one win) or a false from `field` gives false. `known` has at most 32 keys.
 template <typename Field>
-bool ScanObject(Cursor& in, std::initializer_list<std::string_view> known, Field&& field) {
+bool ScanObject(JsonCursor& in, std::initializer_list<std::string_view> known, Field&& field) {
   if (!in.Open('{')) return false;
   if (in.Close('}')) return true;
   uint32_t seen = 0;
@@ -238,19 +53,19 @@ bool ScanObject(Cursor& in, std::initializer_list<std::string_view> known, Field
 // Triton's shared-memory parameters, and the rest of a tensor's "parameters" the parser reads.
 struct TensorParameters {
   std::optional<std::string_view> region;
-  std::optional<Number> byte_size;
-  std::optional<Number> offset;
-  std::optional<Number> binary_data_size;
-  std::optional<Number> classification;
+  std::optional<JsonNumber> byte_size;
+  std::optional<JsonNumber> offset;
+  std::optional<JsonNumber> binary_data_size;
+  std::optional<JsonNumber> classification;
   std::optional<bool> binary_data;
 };
 
-bool ScanTensorParameters(Cursor& in, bool output, TensorParameters* out) {
+bool ScanTensorParameters(JsonCursor& in, bool output, TensorParameters* out) {
   const std::initializer_list<std::string_view> known = {
       "shared_memory_region", "shared_memory_byte_size", "shared_memory_offset",
       "binary_data_size",     "classification",          "binary_data"};
   return ScanObject(in, known, [&](std::string_view key) {
-    Number number;
+    JsonNumber number;
     if (key == "shared_memory_region") {
       std::string_view region;
       if (!in.String(&region)) return false;
@@ -288,7 +103,7 @@ bool ShmPlaceOf(const TensorParameters& params, V2ShmPlace* place) {
 // Writes the leaves of a "data" array into a tensor's bytes, checking each as LeafWriter does.
 class DataScanner {
  public:
-  DataScanner(Cursor& in, DType dtype, uint64_t count, char* dst)
+  DataScanner(JsonCursor& in, DType dtype, uint64_t count, char* dst)
       : in_(in), dtype_(dtype), left_(count), dst_(dst) {}
 
   // The array at the cursor, any nesting, exactly `count` leaves.
@@ -306,14 +121,14 @@ class DataScanner {
   }
 
   template <typename T>
-  bool PutInteger(const Number& number) {
+  bool PutInteger(const JsonNumber& number) {
     constexpr auto kMin = std::numeric_limits<T>::min();
     constexpr auto kMax = std::numeric_limits<T>::max();
     T value;
-    if (number.kind == Number::kUnsigned) {
+    if (number.kind == JsonNumber::kUnsigned) {
       if (number.unsigned_value > static_cast<uint64_t>(kMax)) return false;
       value = static_cast<T>(number.unsigned_value);
-    } else if (number.kind == Number::kSigned) {
+    } else if (number.kind == JsonNumber::kSigned) {
       const int64_t v = number.signed_value;
       if (v < static_cast<int64_t>(kMin) ||
           (v >= 0 && static_cast<uint64_t>(v) > static_cast<uint64_t>(kMax))) {
@@ -337,7 +152,7 @@ class DataScanner {
       *dst_++ = value ? 1 : 0;
       return true;
     }
-    Number number;
+    JsonNumber number;
     if (!in_.Numeric(&number)) return false;
     switch (dtype_) {
       case DType::kInt8: return PutInteger<int8_t>(number);
@@ -353,7 +168,7 @@ class DataScanner {
     return true;
   }
 
-  Cursor& in_;
+  JsonCursor& in_;
   DType dtype_;
   uint64_t left_;
   char* dst_;
@@ -372,11 +187,11 @@ struct InputFields {
   std::optional<zmq::message_t> data;  // "data" read where it came
 };
 
-bool ScanShape(Cursor& in, std::vector<int64_t>* shape) {
+bool ScanShape(JsonCursor& in, std::vector<int64_t>* shape) {
   if (!in.Open('[')) return false;
   if (in.Close(']')) return true;
   do {
-    Number number;
+    JsonNumber number;
     uint64_t dimension;
     if (shape->size() >= static_cast<size_t>(kMaxRank) || !in.Numeric(&number) ||
         !number.NonNegative(kMaxDimension, &dimension)) {
@@ -428,7 +243,7 @@ class RequestScanner {
   bool ScanParameters() {
     return ScanObject(in_, {"binary_data_output", "timeout", "priority", "client_weight"},
                       [&](std::string_view key) {
-      Number number;
+      JsonNumber number;
       uint64_t value;
       if (key == "binary_data_output") {
         bool binary;
@@ -593,8 +408,8 @@ class RequestScanner {
     if (!params) return true;
     if (!ShmPlaceOf(*params, &output->shm)) return false;
     if (params->classification) {
-      const Number& count = *params->classification;
-      if (count.kind != Number::kUnsigned || count.unsigned_value < 1 ||
+      const JsonNumber& count = *params->classification;
+      if (count.kind != JsonNumber::kUnsigned || count.unsigned_value < 1 ||
           count.unsigned_value > static_cast<uint64_t>(kMaxClassCount) || output->shm.used()) {
         return false;
       }
@@ -605,7 +420,7 @@ class RequestScanner {
   }
 
   const std::shared_ptr<const std::string>& body_;
-  Cursor in_;
+  JsonCursor in_;
   size_t binary_offset_;
   std::optional<std::string> id_;
   std::optional<bool> binary_outputs_;
