@@ -52,8 +52,6 @@ struct JsonNumber {
   }
 };
 
-inline bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-
 // A cursor over the JSON part. Every method returns false on what it does not handle.
 class JsonCursor {
  public:
@@ -127,8 +125,8 @@ class JsonCursor {
     return Literal("false");
   }
 
-  // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, typed as JsonNumber says. An integer past 64 bits,
-  // which nlohmann reads as a float, is left to the DOM path.
+  // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, typed as JsonNumber says. An integer past 64
+  // bits, which nlohmann reads as a float, is left to the DOM path.
   bool Numeric(JsonNumber* out) {
     SkipBlanks();
     const char* start = at_;
@@ -174,10 +172,14 @@ class JsonCursor {
     JsonNumber number;
     double unused;
     switch (*at_) {
-      case '"': return String(&text);
-      case 't': return Literal("true");
-      case 'f': return Literal("false");
-      case 'n': return Literal("null");
+      case '"':
+        return String(&text);
+      case 't':
+        return Literal("true");
+      case 'f':
+        return Literal("false");
+      case 'n':
+        return Literal("null");
       case '[':
         if (!Open('[')) return false;
         if (Close(']')) return true;
@@ -199,6 +201,8 @@ class JsonCursor {
   }
 
  private:
+  static bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
   const char* at_;
   const char* end_;
   int depth_ = 0;

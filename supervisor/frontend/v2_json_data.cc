@@ -44,10 +44,14 @@ float FloatRoundedToOdd(double value) {
 
 const FloatRange& RangeOf(DType dtype) {
   switch (dtype) {
-    case DType::kFloat16: return kHalfRange;
-    case DType::kBFloat16: return kBFloat16Range;
-    case DType::kFloat32: return kFloatRange;
-    default: return kDoubleRange;
+    case DType::kFloat16:
+      return kHalfRange;
+    case DType::kBFloat16:
+      return kBFloat16Range;
+    case DType::kFloat32:
+      return kFloatRange;
+    default:
+      return kDoubleRange;
   }
 }
 
@@ -139,7 +143,8 @@ class LeafWriter {
       case DType::kFloat64:
       case DType::kFloat32:
       case DType::kFloat16:
-      case DType::kBFloat16: return PutFloating(value);
+      case DType::kBFloat16:
+        return PutFloating(value);
     }
     return Internal(At() + ": unhandled dtype " + std::string(DTypeName(dtype_)));
   }
@@ -213,7 +218,9 @@ Status DecodeJsonData(const json& data, DType dtype, const std::string& datatype
 bool EncodeJsonFloat(DType dtype, double value, void* dst) {
   if (std::fabs(value) >= RangeOf(dtype).rounds_to_infinity) return false;
   switch (dtype) {
-    case DType::kFloat64: std::memcpy(dst, &value, sizeof(value)); return true;
+    case DType::kFloat64:
+      std::memcpy(dst, &value, sizeof(value));
+      return true;
     case DType::kFloat32: {
       const float f = static_cast<float>(value);
       std::memcpy(dst, &f, sizeof(f));
@@ -229,7 +236,8 @@ bool EncodeJsonFloat(DType dtype, double value, void* dst) {
       std::memcpy(dst, &bits, sizeof(bits));
       return true;
     }
-    default: return false;
+    default:
+      return false;
   }
 }
 

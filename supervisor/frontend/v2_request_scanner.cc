@@ -73,10 +73,10 @@ bool ScanTensorParameters(JsonCursor& in, bool output, TensorParameters* out) {
     } else if (key == "shared_memory_byte_size" || key == "shared_memory_offset" ||
                (key == "binary_data_size" && !output) || (key == "classification" && output)) {
       if (!in.Numeric(&number)) return false;
-      (key == "shared_memory_byte_size"  ? out->byte_size
-       : key == "shared_memory_offset"   ? out->offset
-       : key == "binary_data_size"       ? out->binary_data_size
-                                         : out->classification) = number;
+      (key == "shared_memory_byte_size" ? out->byte_size
+       : key == "shared_memory_offset"  ? out->offset
+       : key == "binary_data_size"      ? out->binary_data_size
+                                        : out->classification) = number;
     } else if (key == "binary_data" && output) {
       bool value;
       if (!in.Boolean(&value)) return false;
@@ -155,12 +155,18 @@ class DataScanner {
     JsonNumber number;
     if (!in_.Numeric(&number)) return false;
     switch (dtype_) {
-      case DType::kInt8: return PutInteger<int8_t>(number);
-      case DType::kInt16: return PutInteger<int16_t>(number);
-      case DType::kInt32: return PutInteger<int32_t>(number);
-      case DType::kInt64: return PutInteger<int64_t>(number);
-      case DType::kUInt8: return PutInteger<uint8_t>(number);
-      default: break;
+      case DType::kInt8:
+        return PutInteger<int8_t>(number);
+      case DType::kInt16:
+        return PutInteger<int16_t>(number);
+      case DType::kInt32:
+        return PutInteger<int32_t>(number);
+      case DType::kInt64:
+        return PutInteger<int64_t>(number);
+      case DType::kUInt8:
+        return PutInteger<uint8_t>(number);
+      default:
+        break;
     }
     double value;
     if (!number.ToDouble(&value) || !EncodeJsonFloat(dtype_, value, dst_)) return false;
@@ -212,19 +218,20 @@ class RequestScanner {
 
   bool Scan() {
     bool have_inputs = false;
-    const bool read = ScanObject(in_, {"id", "parameters", "inputs", "outputs"},
-                                 [&](std::string_view key) {
-      if (key == "id") {
-        std::string_view id;
-        if (!in_.String(&id)) return false;
-        id_ = std::string(id);
-        return true;
-      }
-      if (key == "parameters") return ScanParameters();
-      if (key == "inputs") return have_inputs = ScanInputs();
-      if (key == "outputs") return ScanOutputs();
-      return in_.SkipValue();  // KServe's "model_name" and others: ignored, as the DOM path does
-    });
+    const bool read =
+        ScanObject(in_, {"id", "parameters", "inputs", "outputs"}, [&](std::string_view key) {
+          if (key == "id") {
+            std::string_view id;
+            if (!in_.String(&id)) return false;
+            id_ = std::string(id);
+            return true;
+          }
+          if (key == "parameters") return ScanParameters();
+          if (key == "inputs") return have_inputs = ScanInputs();
+          if (key == "outputs") return ScanOutputs();
+          return in_
+              .SkipValue();  // KServe's "model_name" and others: ignored, as the DOM path does
+        });
     return read && in_.AtEnd() && have_inputs && binary_offset_ == body_->size();
   }
 
@@ -241,32 +248,33 @@ class RequestScanner {
 
  private:
   bool ScanParameters() {
-    return ScanObject(in_, {"binary_data_output", "timeout", "priority", "client_weight"},
-                      [&](std::string_view key) {
-      JsonNumber number;
-      uint64_t value;
-      if (key == "binary_data_output") {
-        bool binary;
-        if (!in_.Boolean(&binary)) return false;
-        binary_outputs_ = binary;
-      } else if (key == "timeout") {
-        if (!in_.Numeric(&number) || !number.NonNegative(kMaxDimension, &value)) return false;
-        timeout_ms_ = static_cast<int64_t>((value + kMicrosPerMilli - 1) / kMicrosPerMilli);
-      } else if (key == "priority") {
-        if (!in_.Numeric(&number) || !number.NonNegative(UINT64_MAX, &value)) return false;
-        priority_ = V2PriorityToWire(value);
-      } else if (key == "client_weight") {
-        double weight;
-        if (!in_.Numeric(&number) || !number.ToDouble(&weight) || !std::isfinite(weight) ||
-            weight < kMinClientWeight || weight > kMaxClientWeight) {
-          return false;
-        }
-        client_weight_ = weight;
-      } else {
-        return in_.SkipValue();
-      }
-      return true;
-    });
+    return ScanObject(
+        in_, {"binary_data_output", "timeout", "priority", "client_weight"},
+        [&](std::string_view key) {
+          JsonNumber number;
+          uint64_t value;
+          if (key == "binary_data_output") {
+            bool binary;
+            if (!in_.Boolean(&binary)) return false;
+            binary_outputs_ = binary;
+          } else if (key == "timeout") {
+            if (!in_.Numeric(&number) || !number.NonNegative(kMaxDimension, &value)) return false;
+            timeout_ms_ = static_cast<int64_t>((value + kMicrosPerMilli - 1) / kMicrosPerMilli);
+          } else if (key == "priority") {
+            if (!in_.Numeric(&number) || !number.NonNegative(UINT64_MAX, &value)) return false;
+            priority_ = V2PriorityToWire(value);
+          } else if (key == "client_weight") {
+            double weight;
+            if (!in_.Numeric(&number) || !number.ToDouble(&weight) || !std::isfinite(weight) ||
+                weight < kMinClientWeight || weight > kMaxClientWeight) {
+              return false;
+            }
+            client_weight_ = weight;
+          } else {
+            return in_.SkipValue();
+          }
+          return true;
+        });
   }
 
   bool ScanInputs() {

@@ -124,12 +124,15 @@ std::string Request(const std::string& inputs, const std::string& rest = "") {
 
 TEST(V2RequestScannerTest, JsonDataOfEveryDatatypeMatchesTheDomPath) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"FP32", "[1.5, -2, 0, -0, -0.0, 0.1, 3.4028234663852886e38, 1e-45, 1e-46, 16777217, "
-               "18446744073709551615, -9223372036854775808, 2.5E3, 1e+2, 7E-1]"},
-      {"FP64", "[0.1, -0.0, -0, 1.7976931348623157e308, 4.9e-324, 9007199254740993, "
-               "123456789012345678, 2.2250738585072014e-308]"},
-      {"FP16", "[1.0, 65504, 65519.99, -65519, 0.333, 5.96e-8, 2.98e-8, 2.99e-8, 1e-10, -0, "
-               "6.103515625e-05, 0.000060975551605224609375]"},
+      {"FP32",
+       "[1.5, -2, 0, -0, -0.0, 0.1, 3.4028234663852886e38, 1e-45, 1e-46, 16777217, "
+       "18446744073709551615, -9223372036854775808, 2.5E3, 1e+2, 7E-1]"},
+      {"FP64",
+       "[0.1, -0.0, -0, 1.7976931348623157e308, 4.9e-324, 9007199254740993, "
+       "123456789012345678, 2.2250738585072014e-308]"},
+      {"FP16",
+       "[1.0, 65504, 65519.99, -65519, 0.333, 5.96e-8, 2.98e-8, 2.99e-8, 1e-10, -0, "
+       "6.103515625e-05, 0.000060975551605224609375]"},
       {"BF16", "[1.0, 3.3895313892515355e38, -3.38e38, 1.00390625, 1.01171875, 1e-40, -0]"},
       {"INT64", "[-9223372036854775808, 9223372036854775807, 0, -0, 5]"},
       {"INT32", "[-2147483648, 2147483647, -0, 7]"},
@@ -144,8 +147,7 @@ TEST(V2RequestScannerTest, JsonDataOfEveryDatatypeMatchesTheDomPath) {
     // The same values nested, in a rank-2 shape and unevenly (v2 reads leaves in order).
     if (count % 2 == 0) {
       std::string nested = "[[" + data.substr(1, data.size() - 2) + "]]";
-      ExpectSame(
-          Request(Input(datatype, "[2, " + std::to_string(count / 2) + "]", nested)));
+      ExpectSame(Request(Input(datatype, "[2, " + std::to_string(count / 2) + "]", nested)));
     }
   }
   ExpectSame(Request(Input("FP32", "[2, 3]", "[[1, 2], [3, [4, [5]]], [], [[6]]]")));
@@ -159,7 +161,8 @@ TEST(V2RequestScannerTest, EveryParameterAndKeyMatchesTheDomPath) {
   // KServe's client sends model_name and model_version; anything unknown at the top is ignored.
   ExpectSame(Request(x, R"(, "model_name": "mlp", "model_version": "1", "id": "req-7")"));
   ExpectSame(R"({"id": "", "model_name": "m", "whatever": [1, {"a": [true, null, -1.5e3]}],
-                 "inputs": [)" + x + "]}");
+                 "inputs": [)" +
+             x + "]}");
   ExpectSame(Request(x, R"(, "parameters": {"timeout": 1500, "priority": 2,
                                              "binary_data_output": true, "client_weight": 0.5,
                                              "sequence_id": 7, "other": {"a": [1]}})"));
@@ -213,36 +216,73 @@ TEST(V2RequestScannerTest, BinaryTensorsMatchTheDomPathAndReferenceTheBody) {
 TEST(V2RequestScannerTest, HostileBodiesAreLeftToTheDomPath) {
   const std::string x = Input("FP32", "[1]", "[1]");
   const std::vector<std::string> hostile = {
-      "", " ", "{", "}", "[]", "null", "{}", R"({"inputs": []})", R"({"inputs": {}})",
+      "",
+      " ",
+      "{",
+      "}",
+      "[]",
+      "null",
+      "{}",
+      R"({"inputs": []})",
+      R"({"inputs": {}})",
       "\xEF\xBB\xBF" + Request(x),  // a byte-order mark: nlohmann skips it
-      Request(x) + "x", Request(x) + "{}", Request(x, ","), Request(x + ","),
-      Request(x, R"(, "id": 5)"), Request(x, R"(, "id": "a", "id": "b")"),
-      Request(x, R"(, "id": "\u0041")"), Request(x, R"(, "id": "caf)" "\xC3\xA9" R"(")"),
-      Request(x, R"(, "id": "bad)" "\xFF" R"(")"), Request(x, ", \"id\": \"a\x01\""),
-      Request(x) + Request(x), R"({"inputs": [)" + x + "], \"inputs\": [" + x + "]}",
-      Request(Input("FP32", "[1]", "[NaN]")), Request(Input("FP32", "[1]", "[Infinity]")),
-      Request(Input("FP32", "[1]", "[1e999]")), Request(Input("FP32", "[1]", "[1e39]")),
-      Request(Input("FP64", "[1]", "[1e-400]")), Request(Input("FP32", "[1]", "[-1e-400]")),
-      Request(Input("FP16", "[1]", "[65520]")), Request(Input("FP16", "[1]", "[65519.999999]")),
+      Request(x) + "x",
+      Request(x) + "{}",
+      Request(x, ","),
+      Request(x + ","),
+      Request(x, R"(, "id": 5)"),
+      Request(x, R"(, "id": "a", "id": "b")"),
+      Request(x, R"(, "id": "\u0041")"),
+      Request(x, R"(, "id": "caf)"
+                 "\xC3\xA9"
+                 R"(")"),
+      Request(x, R"(, "id": "bad)"
+                 "\xFF"
+                 R"(")"),
+      Request(x, ", \"id\": \"a\x01\""),
+      Request(x) + Request(x),
+      R"({"inputs": [)" + x + "], \"inputs\": [" + x + "]}",
+      Request(Input("FP32", "[1]", "[NaN]")),
+      Request(Input("FP32", "[1]", "[Infinity]")),
+      Request(Input("FP32", "[1]", "[1e999]")),
+      Request(Input("FP32", "[1]", "[1e39]")),
+      Request(Input("FP64", "[1]", "[1e-400]")),
+      Request(Input("FP32", "[1]", "[-1e-400]")),
+      Request(Input("FP16", "[1]", "[65520]")),
+      Request(Input("FP16", "[1]", "[65519.999999]")),
       Request(Input("BF16", "[1]", "[3.3961775292304077e38]")),
       Request(Input("FP32", "[1]", "[3.4028235677973366e38]")),
-      Request(Input("FP32", "[1]", "[01]")), Request(Input("FP32", "[1]", "[.5]")),
-      Request(Input("FP32", "[1]", "[5.]")), Request(Input("FP32", "[1]", "[+5]")),
-      Request(Input("FP32", "[1]", "[1e]")), Request(Input("FP32", "[1]", "[-]")),
-      Request(Input("FP32", "[1]", "[0x10]")), Request(Input("FP32", "[1]", "[\"1\"]")),
-      Request(Input("FP32", "[1]", "[null]")), Request(Input("FP32", "[1]", "[true]")),
-      Request(Input("FP32", "[1]", "[{}]")), Request(Input("FP32", "[1]", "1")),
-      Request(Input("FP32", "[2]", "[1]")), Request(Input("FP32", "[1]", "[1, 2]")),
-      Request(Input("FP32", "[1]", "[1,]")), Request(Input("FP32", "[1]", "[[1]")),
-      Request(Input("INT8", "[1]", "[128]")), Request(Input("INT8", "[1]", "[-129]")),
-      Request(Input("INT8", "[1]", "[1.0]")), Request(Input("INT64", "[1]", "[1e2]")),
+      Request(Input("FP32", "[1]", "[01]")),
+      Request(Input("FP32", "[1]", "[.5]")),
+      Request(Input("FP32", "[1]", "[5.]")),
+      Request(Input("FP32", "[1]", "[+5]")),
+      Request(Input("FP32", "[1]", "[1e]")),
+      Request(Input("FP32", "[1]", "[-]")),
+      Request(Input("FP32", "[1]", "[0x10]")),
+      Request(Input("FP32", "[1]", "[\"1\"]")),
+      Request(Input("FP32", "[1]", "[null]")),
+      Request(Input("FP32", "[1]", "[true]")),
+      Request(Input("FP32", "[1]", "[{}]")),
+      Request(Input("FP32", "[1]", "1")),
+      Request(Input("FP32", "[2]", "[1]")),
+      Request(Input("FP32", "[1]", "[1, 2]")),
+      Request(Input("FP32", "[1]", "[1,]")),
+      Request(Input("FP32", "[1]", "[[1]")),
+      Request(Input("INT8", "[1]", "[128]")),
+      Request(Input("INT8", "[1]", "[-129]")),
+      Request(Input("INT8", "[1]", "[1.0]")),
+      Request(Input("INT64", "[1]", "[1e2]")),
       Request(Input("INT64", "[1]", "[9223372036854775808]")),
       Request(Input("INT64", "[1]", "[-9223372036854775809]")),
-      Request(Input("UINT8", "[1]", "[-1]")), Request(Input("UINT8", "[1]", "[256]")),
+      Request(Input("UINT8", "[1]", "[-1]")),
+      Request(Input("UINT8", "[1]", "[256]")),
       Request(Input("FP32", "[1]", "[18446744073709551616]")),
-      Request(Input("BOOL", "[1]", "[1]")), Request(Input("BOOL", "[1]", "[tru]")),
-      Request(Input("BYTES", "[1]", "[\"a\"]")), Request(Input("FP33", "[1]", "[1]")),
-      Request(Input("FP32", "[-1]", "[1]")), Request(Input("FP32", "[1.0]", "[1]")),
+      Request(Input("BOOL", "[1]", "[1]")),
+      Request(Input("BOOL", "[1]", "[tru]")),
+      Request(Input("BYTES", "[1]", "[\"a\"]")),
+      Request(Input("FP33", "[1]", "[1]")),
+      Request(Input("FP32", "[-1]", "[1]")),
+      Request(Input("FP32", "[1.0]", "[1]")),
       Request(Input("FP32", "[1,1,1,1,1,1,1,1,1]", "[1]")),
       Request(Input("FP64", "[1152921504606846976]", "[]")),
       Request(Input("FP32", "[4611686018427387904]", "[]")),
@@ -274,9 +314,11 @@ TEST(V2RequestScannerTest, HostileBodiesAreLeftToTheDomPath) {
       Request(x, R"(, "parameters": {"client_weight": 0.009})"),
       Request(x, R"(, "parameters": {"client_weight": 1e400})"),
       Request(x, R"(, "parameters": {"timeout": 1, "timeout": 2})"),
-      Request(x, R"(, "parameters": [])"), Request(x, R"(, "outputs": {})"),
+      Request(x, R"(, "parameters": [])"),
+      Request(x, R"(, "outputs": {})"),
       Request(x, R"(, "outputs": [{"name": "y"}, {"name": "y"}])"),
-      Request(x, R"(, "outputs": [{"nam": "y"}])"), Request(x, R"(, "outputs": ["y"])"),
+      Request(x, R"(, "outputs": [{"nam": "y"}])"),
+      Request(x, R"(, "outputs": ["y"])"),
       Request(x, R"(, "outputs": [{"name": "y", "parameters": {"classification": 0}}])"),
       Request(x, R"(, "outputs": [{"name": "y", "parameters": {"classification": -0}}])"),
       Request(x, R"(, "outputs": [{"name": "y", "parameters": {"classification": 2.5}}])"),
@@ -284,7 +326,8 @@ TEST(V2RequestScannerTest, HostileBodiesAreLeftToTheDomPath) {
       Request(x, R"(, "outputs": [{"name": "y", "parameters": {"binary_data": 1}}])"),
       Request(x, R"(, "outputs": [{"name": "y", "parameters": {"classification": 2,
                   "shared_memory_region": "r", "shared_memory_byte_size": 4}}])"),
-      Request(x, R"(, "ignored": 1e99999)"), Request(x, R"(, "ignored": "\q")"),
+      Request(x, R"(, "ignored": 1e99999)"),
+      Request(x, R"(, "ignored": "\q")"),
       std::string(40, '[') + std::string(40, ']'),
       Request(x, ", \"deep\": " + std::string(31, '[') + std::string(31, ']')),
       Request(x, ", \"deep\": " + std::string(29, '[') + std::string(29, ']')),
@@ -298,10 +341,10 @@ TEST(V2RequestScannerTest, HostileBodiesAreLeftToTheDomPath) {
 // Every prefix and a few single-byte changes of good requests: the fast path never takes what the
 // DOM path refuses, nor reads anything differently.
 TEST(V2RequestScannerTest, TruncatedAndMutatedRequestsAreSafe) {
-  const std::string good = Request(
-      Input("FP16", "[2, 2]", "[[1.5, -2e-3], [65504, 0]]") + ", " +
-          Input("INT16", "[1]", "[-7]", "y"),
-      R"(, "id": "r", "parameters": {"timeout": 10, "client_weight": 2},
+  const std::string good =
+      Request(Input("FP16", "[2, 2]", "[[1.5, -2e-3], [65504, 0]]") + ", " +
+                  Input("INT16", "[1]", "[-7]", "y"),
+              R"(, "id": "r", "parameters": {"timeout": 10, "client_weight": 2},
          "outputs": [{"name": "z", "parameters": {"classification": 2}}])");
   ExpectSame(good);
   for (size_t size = 0; size < good.size(); ++size) ExpectSafe(good.substr(0, size));
