@@ -1,6 +1,7 @@
 // The v2 HTTP bodies (v2_http_codec.h). Requests are checked field by field with messages that say
 // what was expected and what came; nesting is bounded before nlohmann parses (its parser and
-// destructor recurse once per level).
+// destructor recurse once per level). That DOM path answers only what the single-pass scanner
+// (v2_request_scanner.h) gives up on, so it is where every request error is worded.
 #include "supervisor/frontend/v2_http_codec.h"
 #include "supervisor/frontend/v2_shm_parameters.h"
 
