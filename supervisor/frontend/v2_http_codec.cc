@@ -1,6 +1,7 @@
 // The v2 HTTP bodies (v2_http_codec.h). Requests are checked field by field with messages that say
 // what was expected and what came; nesting is bounded before nlohmann parses (its parser and
-// destructor recurse once per level).
+// destructor recurse once per level). That DOM path answers only what the single-pass scanner
+// (v2_request_scanner.h) gives up on, so it is where every request error is worded.
 #include "supervisor/frontend/v2_http_codec.h"
 #include "supervisor/frontend/v2_shm_parameters.h"
 
@@ -14,6 +15,7 @@
 #include "supervisor/frontend/frontend_endpoint.h"
 #include "supervisor/frontend/v2_classification.h"
 #include "supervisor/frontend/v2_json_data.h"
+#include "supervisor/frontend/v2_request_scanner.h"
 
 #ifndef TORCHFARM_VERSION
 #define TORCHFARM_VERSION "unknown"
@@ -98,17 +100,6 @@ Status GetString(const json& object, const std::string& key, const std::string& 
   return Status::Ok();
 }
 
-// A message over bytes of `body` that keeps `body` alive until ZeroMQ frees the message.
-zmq::message_t SliceOf(const std::shared_ptr<const std::string>& body, size_t offset,
-                       size_t size) {
-  auto* keep = new std::shared_ptr<const std::string>(body);
-  void* data = const_cast<char*>(body->data() + offset);  // ZeroMQ only reads it
-  return zmq::message_t(
-      data, size,
-      [](void*, void* hint) { delete static_cast<std::shared_ptr<const std::string>*>(hint); },
-      keep);
-}
-
 // The binary section of the body and how far the inputs have read it.
 struct BinaryCursor {
   const std::shared_ptr<const std::string>& body;
@@ -169,7 +160,7 @@ Status ParseInput(const json& input, size_t index, BinaryCursor* binary, V2Tenso
                              std::to_string(*binary_size) + " but only " + std::to_string(left) +
                              " bytes of binary data are left in the body");
     }
-    out->data = SliceOf(binary->body, binary->offset, static_cast<size_t>(bytes));
+    out->data = V2BodySlice(binary->body, binary->offset, static_cast<size_t>(bytes));
     binary->offset += static_cast<size_t>(bytes);
     return Status::Ok();
   }
@@ -299,8 +290,24 @@ Status ParseInferenceHeaderLength(std::string_view value, size_t body_size, size
   return Status::Ok();
 }
 
+zmq::message_t V2BodySlice(const std::shared_ptr<const std::string>& body, size_t offset,
+                           size_t size) {
+  auto* keep = new std::shared_ptr<const std::string>(body);
+  void* data = const_cast<char*>(body->data() + offset);  // ZeroMQ only reads it
+  return zmq::message_t(
+      data, size,
+      [](void*, void* hint) { delete static_cast<std::shared_ptr<const std::string>*>(hint); },
+      keep);
+}
+
 Status ParseV2InferRequest(std::shared_ptr<const std::string> body, size_t json_bytes,
                            V2InferRequest* out) {
+  if (ParseV2InferRequestFast(body, json_bytes, out)) return Status::Ok();
+  return ParseV2InferRequestJson(body, json_bytes, out);
+}
+
+Status ParseV2InferRequestJson(const std::shared_ptr<const std::string>& body, size_t json_bytes,
+                               V2InferRequest* out) {
   if (json_bytes > body->size()) {
     return InvalidArgument("request body: the JSON part is " + std::to_string(json_bytes) +
                            " bytes but the body holds only " + std::to_string(body->size()));

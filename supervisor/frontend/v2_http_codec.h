@@ -33,8 +33,18 @@ Status ParseInferenceHeaderLength(std::string_view value, size_t body_size, size
 // request had no Inference-Header-Content-Length). Binary inputs reference `body` without a copy
 // (their messages keep it alive); JSON `data` is decoded into new messages. Sets id, inputs,
 // outputs, binary_outputs, timeout_ms and priority; the caller sets model and version.
+// Tries ParseV2InferRequestFast (v2_request_scanner.h) first, then ParseV2InferRequestJson.
 Status ParseV2InferRequest(std::shared_ptr<const std::string> body, size_t json_bytes,
                            V2InferRequest* out);
+// The DOM half of ParseV2InferRequest: an nlohmann parse, every field checked, every error
+// worded here. Public so tests and the fuzzer can hold the fast path against it.
+Status ParseV2InferRequestJson(const std::shared_ptr<const std::string>& body, size_t json_bytes,
+                               V2InferRequest* out);
+
+// A message over `size` bytes of `body` at `offset` that keeps `body` alive until ZeroMQ frees
+// the message: how binary inputs travel to the loop without a copy.
+zmq::message_t V2BodySlice(const std::shared_ptr<const std::string>& body, size_t offset,
+                           size_t size);
 
 // A response body: `json_bytes` is set when it carries binary outputs after the JSON (send it as
 // Inference-Header-Content-Length); unset for a plain JSON body.

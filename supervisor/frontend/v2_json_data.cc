@@ -42,6 +42,19 @@ float FloatRoundedToOdd(double value) {
   return f;
 }
 
+const FloatRange& RangeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+      return kHalfRange;
+    case DType::kBFloat16:
+      return kBFloat16Range;
+    case DType::kFloat32:
+      return kFloatRange;
+    default:
+      return kDoubleRange;
+  }
+}
+
 // Writes the leaves of `data` one by one, checking each against the datatype.
 class LeafWriter {
  public:
@@ -91,30 +104,20 @@ class LeafWriter {
     return Status::Ok();
   }
 
-  Status FloatingValue(const json& value, const FloatRange& range, double* out) const {
+  // Checks the type; EncodeJsonFloat checks the range, also of FP16 and BF16 values just under
+  // the limit that still round to infinity.
+  Status PutFloating(const json& value) {
     if (!value.is_number()) {
       return InvalidArgument(At() + ": expected a number for " + datatype_ + ", got " +
                              value.dump());
     }
-    *out = value.get<double>();
-    if (std::fabs(*out) >= range.rounds_to_infinity) return OutOfRange(value, range);
-    return Status::Ok();
-  }
-
-  Status OutOfRange(const json& value, const FloatRange& range) const {
-    return InvalidArgument(At() + ": " + value.dump() + " is out of the " + datatype_ +
-                           " range (largest magnitude " + Shortest(range.largest) + ")");
-  }
-
-  // FP16 and BF16 go through float: a value just under the limit may still round to infinity.
-  Status PutNarrow(const json& value, const FloatRange& range, uint16_t (*convert)(float)) {
-    double d = 0;
-    if (Status s = FloatingValue(value, range, &d); !s.ok()) return s;
-    const uint16_t bits = convert(FloatRoundedToOdd(d));
-    if ((bits & 0x7fff) == (convert == FloatToHalf ? 0x7c00 : 0x7f80)) {
-      return OutOfRange(value, range);
+    if (!EncodeJsonFloat(dtype_, value.get<double>(), dst_)) {
+      return InvalidArgument(At() + ": " + value.dump() + " is out of the " + datatype_ +
+                             " range (largest magnitude " + Shortest(RangeOf(dtype_).largest) +
+                             ")");
     }
-    Put(bits);
+    dst_ += DTypeSize(dtype_);
+    ++index_;
     return Status::Ok();
   }
 
@@ -125,8 +128,6 @@ class LeafWriter {
   }
 
   Status Write(const json& value) {
-    double d = 0;
-    Status s;
     switch (dtype_) {
       case DType::kBool:
         if (!value.is_boolean()) {
@@ -140,13 +141,10 @@ class LeafWriter {
       case DType::kInt64: return PutInteger<int64_t>(value);
       case DType::kUInt8: return PutInteger<uint8_t>(value);
       case DType::kFloat64:
-        if (s = FloatingValue(value, kDoubleRange, &d); s.ok()) Put(d);
-        return s;
       case DType::kFloat32:
-        if (s = FloatingValue(value, kFloatRange, &d); s.ok()) Put(static_cast<float>(d));
-        return s;
-      case DType::kFloat16: return PutNarrow(value, kHalfRange, FloatToHalf);
-      case DType::kBFloat16: return PutNarrow(value, kBFloat16Range, FloatToBFloat16);
+      case DType::kFloat16:
+      case DType::kBFloat16:
+        return PutFloating(value);
     }
     return Internal(At() + ": unhandled dtype " + std::string(DTypeName(dtype_)));
   }
@@ -217,8 +215,36 @@ Status DecodeJsonData(const json& data, DType dtype, const std::string& datatype
   return Status::Ok();
 }
 
+bool EncodeJsonFloat(DType dtype, double value, void* dst) {
+  if (std::fabs(value) >= RangeOf(dtype).rounds_to_infinity) return false;
+  switch (dtype) {
+    case DType::kFloat64:
+      std::memcpy(dst, &value, sizeof(value));
+      return true;
+    case DType::kFloat32: {
+      const float f = static_cast<float>(value);
+      std::memcpy(dst, &f, sizeof(f));
+      return true;
+    }
+    case DType::kFloat16:
+    case DType::kBFloat16: {
+      // Through float rounded to odd: a value just under the limit may still round to infinity.
+      const bool half = dtype == DType::kFloat16;
+      const float f = FloatRoundedToOdd(value);
+      const uint16_t bits = half ? FloatToHalf(f) : FloatToBFloat16(f);
+      if ((bits & 0x7fff) == (half ? 0x7c00 : 0x7f80)) return false;
+      std::memcpy(dst, &bits, sizeof(bits));
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
 void AppendJsonData(DType dtype, const void* bytes, size_t count, std::string* out) {
   const char* p = static_cast<const char*>(bytes);
+  // One growth for the common case (short floats), not a doubling every few hundred numbers.
+  out->reserve(out->size() + 2 + count * 12);
   out->push_back('[');
   for (size_t i = 0; i < count; ++i) {
     if (i > 0) out->push_back(',');

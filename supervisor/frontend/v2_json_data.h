@@ -29,6 +29,12 @@ Status DecodeJsonData(const nlohmann::json& data, DType dtype, const std::string
                       const std::vector<int64_t>& shape, const std::string& where,
                       zmq::message_t* out);
 
+// One element of the floating `dtype` (FP16, BF16, FP32, FP64) for the JSON number `value` (as a
+// double, the way nlohmann reads it), written at `dst` (any alignment) as DecodeJsonData writes
+// it. False, with nothing written, when `value` is past the dtype's range or `dtype` is not
+// floating. Shared with the request scanner (v2_request_scanner.h) so the two cannot drift.
+bool EncodeJsonFloat(DType dtype, double value, void* dst);
+
 // Appends `[v0,v1,...]` for `count` elements of `dtype` at `bytes` (any alignment). A NaN or
 // infinity, which JSON cannot carry, is written as null (binary_data keeps them).
 void AppendJsonData(DType dtype, const void* bytes, size_t count, std::string* out);

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "supervisor/frontend/v2_classification.h"
 #include "supervisor/frontend/v2_http_codec.h"
 #include "supervisor/frontend/v2_inference.h"
+#include "supervisor/frontend/v2_request_scanner.h"
 
 namespace torchfarm::fuzz {
 namespace {
@@ -75,6 +77,54 @@ void CheckAccepted(V2InferRequest& request) {
   if (s.ok() && frames.size() != header["inputs"].size() - in_shm) Broken("frame count");
 }
 
+bool SameShm(const V2ShmPlace& a, const V2ShmPlace& b) {
+  return a.region == b.region && a.offset == b.offset && a.byte_size == b.byte_size;
+}
+
+bool SameTensor(const V2Tensor& a, const V2Tensor& b) {
+  return a.name == b.name && a.datatype == b.datatype && a.shape == b.shape &&
+         SameShm(a.shm, b.shm) && a.data.size() == b.data.size() &&
+         (a.data.size() == 0 || std::memcmp(a.data.data(), b.data.data(), a.data.size()) == 0);
+}
+
+bool SameRequest(const V2InferRequest& a, const V2InferRequest& b) {
+  if (a.id != b.id || a.binary_outputs != b.binary_outputs || a.timeout_ms != b.timeout_ms ||
+      a.priority != b.priority ||
+      std::memcmp(&a.client_weight, &b.client_weight, sizeof(double)) != 0 ||
+      a.inputs.size() != b.inputs.size() || a.outputs.size() != b.outputs.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.inputs.size(); ++i) {
+    if (!SameTensor(a.inputs[i], b.inputs[i])) return false;
+  }
+  for (size_t i = 0; i < a.outputs.size(); ++i) {
+    const V2RequestedOutput& x = a.outputs[i];
+    const V2RequestedOutput& y = b.outputs[i];
+    if (x.name != y.name || x.binary != y.binary || x.class_count != y.class_count ||
+        !SameShm(x.shm, y.shm)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The scanner (v2_request_scanner.h) against the DOM path: when it takes a body, the DOM path
+// takes it too and reads the very same request; when it gives up, it leaves the request alone.
+void CheckFastPathAgrees(const std::shared_ptr<const std::string>& body, size_t json_bytes) {
+  V2InferRequest fast, dom;
+  fast.id = dom.id = "untouched";  // a body without "id" leaves it in both
+  const bool took = ParseV2InferRequestFast(body, json_bytes, &fast);
+  const Status s = ParseV2InferRequestJson(body, json_bytes, &dom);
+  if (!took) {
+    if (fast.id != "untouched" || !fast.inputs.empty() || !fast.outputs.empty()) {
+      Broken("the fast path gave up but changed the request");
+    }
+    return;
+  }
+  if (!s.ok()) Broken("the fast path took a body the DOM path refuses: " + s.ToString());
+  if (!SameRequest(fast, dom)) Broken("the fast path read a body differently from the DOM path");
+}
+
 // Bad input, then good input: a well-formed request parses to what it says after anything.
 void CheckGoodV2StillParses() {
   static const std::string text =
@@ -130,6 +180,7 @@ void RunV2Body(std::string input) {
   const size_t json_bytes = end == std::string::npos ? size : end;
   if (end != std::string::npos) input.erase(end, kV2JsonEnd.size());
   auto body = std::make_shared<const std::string>(std::move(input));
+  CheckFastPathAgrees(body, json_bytes);
   V2InferRequest request;
   const Status s = ParseV2InferRequest(body, json_bytes, &request);
   if (!s.ok()) {

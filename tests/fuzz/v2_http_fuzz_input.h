@@ -10,7 +10,10 @@
 // (supervisor/frontend/content_encoding.h) with a kFuzzMaxDecodedBytes bound: the decoder answers
 // 400 or 413 with a message, or bytes within the bound; an input that decodes is then parsed as
 // the body it decodes to (seeds v2_corpus/gzip_* and deflate_*). Every third accepted input is
-// also classified (v2_classification.h) as an output would be. Any broken invariant aborts.
+// also classified (v2_classification.h) as an output would be. Every body also runs through the
+// fast path alone (ParseV2InferRequestFast, v2_request_scanner.h) and the DOM path alone
+// (ParseV2InferRequestJson): when the fast path takes a body, the DOM path must take it too and
+// read the same request, field by field and byte by byte. Any broken invariant aborts.
 #pragma once
 
 #include <cstddef>
