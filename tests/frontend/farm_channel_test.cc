@@ -40,20 +40,15 @@ class FakeLoop {
   void Echo(std::vector<zmq::message_t>& request) {
     const json header = json::parse(request[3].to_string());
     EXPECT_EQ(header["id"].dump(), request[2].to_string());
-    json reply = {{"v", 1},
-                  {"id", header["id"]},
-                  {"status", "ok"},
-                  {"outputs", json::array({{{"dtype", "uint8"}, {"shape", {request[4].size()}}}})},
-                  {"timing_us", {{"queue", 1}, {"compute", 2}, {"total", 3}}},
-                  {"worker", 0}};
-    socket_.send(request[0], zmq::send_flags::sndmore);
-    socket_.send(zmq::buffer(reply.dump()), zmq::send_flags::sndmore);
-    socket_.send(request[4], zmq::send_flags::none);
+    SendEcho(request, header["id"]);
   }
   // A typed request (farm_channel.h) answered like Echo: its id is the call id frame.
   void EchoTyped(std::vector<zmq::message_t>& request) {
+    SendEcho(request, std::stoull(request[2].to_string()));
+  }
+  void SendEcho(std::vector<zmq::message_t>& request, const json& id) {
     json reply = {{"v", 1},
-                  {"id", std::stoull(request[2].to_string())},
+                  {"id", id},
                   {"status", "ok"},
                   {"outputs", json::array({{{"dtype", "uint8"}, {"shape", {request[4].size()}}}})},
                   {"timing_us", {{"queue", 1}, {"compute", 2}, {"total", 3}}},

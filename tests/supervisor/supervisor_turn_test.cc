@@ -92,6 +92,20 @@ class SupervisorTurnTest : public ::testing::Test {
     zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
     return zmq::poll(&item, 1, std::chrono::milliseconds(0)) == 1;
   }
+  // The worker's control channel to `launch`'s supervisor: hello, then ready, as torchfarm-worker
+  // sends them; the loop reads them on its next turns.
+  zmq::socket_t SayHelloAndReady(const testing::FakeLaunch& launch) {
+    zmq::socket_t control(context_, zmq::socket_type::dealer);
+    control.set(zmq::sockopt::linger, 0);
+    control.set(zmq::sockopt::routing_id, launch.spec.args.RoutingId());
+    control.connect(launch.spec.args.control_endpoint);
+    control.send(zmq::buffer(json{{"type", ipc::kMsgHello}, {"layout_version", ipc::kLayoutVersion}}
+                                 .dump()),
+                 zmq::send_flags::none);
+    control.send(zmq::buffer(json{{"type", ipc::kMsgReady}, {"load_ms", 1.0}}.dump()),
+                 zmq::send_flags::none);
+    return control;
+  }
   json AdminCommand(const json& command) {
     zmq::socket_t admin(context_, zmq::socket_type::req);
     admin.set(zmq::sockopt::linger, 0);
@@ -121,15 +135,7 @@ TEST_F(SupervisorTurnTest, ARequestGoesThroughOneFarmTurnByTurnAndIsAnswered) {
       << "no worker is ready yet";
 
   // The worker's control channel: hello, then ready, as torchfarm-worker sends them.
-  zmq::socket_t control(context_, zmq::socket_type::dealer);
-  control.set(zmq::sockopt::linger, 0);
-  control.set(zmq::sockopt::routing_id, launch.spec.args.RoutingId());
-  control.connect(launch.spec.args.control_endpoint);
-  control.send(
-      zmq::buffer(json{{"type", ipc::kMsgHello}, {"layout_version", ipc::kLayoutVersion}}.dump()),
-      zmq::send_flags::none);
-  control.send(zmq::buffer(json{{"type", ipc::kMsgReady}, {"load_ms", 1.0}}.dump()),
-               zmq::send_flags::none);
+  zmq::socket_t control = SayHelloAndReady(launch);
   // The loop reads hello and ready on its next turns.
   ASSERT_TRUE(TurnUntil([&] { return AdminCommand({{"cmd", "health"}}).value("ready", false); }));
   const json health = AdminCommand({{"cmd", "health"}});
@@ -257,15 +263,7 @@ TEST_F(SupervisorTurnTest, TheDashboardStatusHasModelsWorkersAndEventsAndNoPaths
   config_.frontend.http_endpoint = "127.0.0.1:0";
   StartFarm();
   const auto& launch = launcher_.last();
-  zmq::socket_t control(context_, zmq::socket_type::dealer);
-  control.set(zmq::sockopt::linger, 0);
-  control.set(zmq::sockopt::routing_id, launch.spec.args.RoutingId());
-  control.connect(launch.spec.args.control_endpoint);
-  control.send(
-      zmq::buffer(json{{"type", ipc::kMsgHello}, {"layout_version", ipc::kLayoutVersion}}.dump()),
-      zmq::send_flags::none);
-  control.send(zmq::buffer(json{{"type", ipc::kMsgReady}, {"load_ms", 1.0}}.dump()),
-               zmq::send_flags::none);
+  zmq::socket_t control = SayHelloAndReady(launch);
   ASSERT_TRUE(TurnUntil([&] { return AdminCommand({{"cmd", "health"}}).value("ready", false); }));
   // Two admin actions: each is an event of the ring.
   EXPECT_TRUE(AdminCommand({{"cmd", "scale"}, {"model", "mlp"}, {"count", 2}}).value("ok", false));
@@ -417,15 +415,7 @@ TEST_F(SupervisorTurnTest, ATypedRequestIsServedAndAnsweredWithItsCallId) {
   config_.frontend.http_endpoint = "127.0.0.1:0";
   StartFarm();
   const auto& launch = launcher_.last();
-  zmq::socket_t control(context_, zmq::socket_type::dealer);
-  control.set(zmq::sockopt::linger, 0);
-  control.set(zmq::sockopt::routing_id, launch.spec.args.RoutingId());
-  control.connect(launch.spec.args.control_endpoint);
-  control.send(
-      zmq::buffer(json{{"type", ipc::kMsgHello}, {"layout_version", ipc::kLayoutVersion}}.dump()),
-      zmq::send_flags::none);
-  control.send(zmq::buffer(json{{"type", ipc::kMsgReady}, {"load_ms", 1.0}}.dump()),
-               zmq::send_flags::none);
+  zmq::socket_t control = SayHelloAndReady(launch);
   ASSERT_TRUE(TurnUntil([&] { return AdminCommand({{"cmd", "health"}}).value("ready", false); }));
 
   zmq::socket_t channel(supervisor_->context(), zmq::socket_type::dealer);
