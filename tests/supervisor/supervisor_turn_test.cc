@@ -99,9 +99,9 @@ class SupervisorTurnTest : public ::testing::Test {
     control.set(zmq::sockopt::linger, 0);
     control.set(zmq::sockopt::routing_id, launch.spec.args.RoutingId());
     control.connect(launch.spec.args.control_endpoint);
-    control.send(zmq::buffer(json{{"type", ipc::kMsgHello}, {"layout_version", ipc::kLayoutVersion}}
-                                 .dump()),
-                 zmq::send_flags::none);
+    control.send(
+        zmq::buffer(json{{"type", ipc::kMsgHello}, {"layout_version", ipc::kLayoutVersion}}.dump()),
+        zmq::send_flags::none);
     control.send(zmq::buffer(json{{"type", ipc::kMsgReady}, {"load_ms", 1.0}}.dump()),
                  zmq::send_flags::none);
     return control;
