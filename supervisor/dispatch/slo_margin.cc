@@ -9,16 +9,16 @@ namespace {
 // The factor an answer within the SLO divides by: kMissStep^(p / (1 - p)), so that with a miss
 // rate p the expected change of log(factor) per answer is zero.
 double WithinStep() {
-  static const double step = std::pow(SloMargin::kMissStep, SloMargin::kTargetMissRate /
-                                                               (1 - SloMargin::kTargetMissRate));
+  static const double step =
+      std::pow(SloMargin::kMissStep, SloMargin::kTargetMissRate / (1 - SloMargin::kTargetMissRate));
   return step;
 }
 
 }  // namespace
 
 void SloMargin::Observe(bool within) {
-  factor_ = within ? std::max(1.0, factor_ / WithinStep())
-                   : std::min(kMaxFactor, factor_ * kMissStep);
+  factor_ =
+      within ? std::max(1.0, factor_ / WithinStep()) : std::min(kMaxFactor, factor_ * kMissStep);
 }
 
 }  // namespace torchfarm

@@ -34,8 +34,8 @@ TEST(SloMargin, AnswersWithinTheSloUndoAMissAtTheTargetRate) {
   SloMargin margin;
   margin.Observe(false);
   // One miss per 1/kTargetMissRate answers is the balance: 99 answers within undo one miss.
-  const int within = static_cast<int>(std::lround((1 - SloMargin::kTargetMissRate) /
-                                                  SloMargin::kTargetMissRate));
+  const int within =
+      static_cast<int>(std::lround((1 - SloMargin::kTargetMissRate) / SloMargin::kTargetMissRate));
   for (int i = 0; i < within; ++i) margin.Observe(true);
   EXPECT_NEAR(margin.factor(), 1.0, 1e-9);
 }
@@ -50,7 +50,7 @@ struct Shares {
 Shares Simulate(double sigma, bool with_margin, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::lognormal_distribution<double> spread(-sigma * sigma / 2, sigma);  // mean 1
-  std::uniform_real_distribution<double> slack(0.5, 3.0);                // in mean costs
+  std::uniform_real_distribution<double> slack(0.5, 3.0);                 // in mean costs
   SloMargin margin;
   int64_t outcomes = 0, accepted = 0, missed = 0;
   for (int i = 0; i < 200'000; ++i) {
