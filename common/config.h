@@ -65,6 +65,11 @@ struct ModelConfig {
   // How the worker loads `path` (worker/model_runner.h): "auto" (a .pt2 file is an AOTInductor
   // package, anything else TorchScript), "torchscript" or "aoti".
   std::string format = "auto";
+  // How the worker prepares a TorchScript module once it is loaded and converted to its
+  // precision (worker/model_runner.h, docs/models.md "Optimizing a TorchScript model"): "none",
+  // "freeze" (torch.jit.freeze) or "inference" (torch.jit.optimize_for_inference). AOTInductor
+  // packages are compiled already and take "none" only.
+  std::string optimize = "none";
   std::vector<TensorSpec> inputs;
   // One per input after parsing: its config "name", else INPUT__k (common/tensor_names.h). A
   // ModelConfig built in code may leave it short; input_name() fills the defaults.

@@ -21,6 +21,15 @@ using namespace config_fields;  // NOLINT(build/namespaces): the config readers
 
 namespace {
 
+// The worker's reading of "format" (worker/model_runner.h, ResolveModelFormat): "aoti", or "auto"
+// with a path ending in ".pt2".
+bool PathNamesAotiPackage(const std::string& path, const std::string& format) {
+  if (format == "aoti") return true;
+  const std::string suffix = ".pt2";
+  return format == "auto" && path.size() >= suffix.size() &&
+         path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 // A CPU number in "cores": Linux builds for at most 8192 CPUs (NR_CPUS).
 constexpr int64_t kMaxCoreNumber = 8191;
 
@@ -196,6 +205,19 @@ Status ParseModelIdentity(const json& j, const std::string& where, const std::st
                            ".format: expected \"auto\", \"torchscript\" or \"aoti\", got \"" +
                            m->format + "\"");
   }
+  if (s = GetString(j, "optimize", where, false, &m->optimize); !s.ok()) return s;
+  if (m->optimize != "none" && m->optimize != "freeze" && m->optimize != "inference") {
+    return InvalidArgument(where +
+                           ".optimize: expected \"none\", \"freeze\" or \"inference\", got \"" +
+                           m->optimize + "\"");
+  }
+  if (m->optimize != "none" && PathNamesAotiPackage(m->path, m->format)) {
+    return InvalidArgument(where + ".optimize: \"" + m->optimize +
+                           "\" applies to TorchScript models, and this entry's model is an "
+                           "AOTInductor package (format \"" +
+                           m->format + "\", path \"" + m->path +
+                           "\"), compiled already: use \"none\"");
+  }
   if (!m->path.empty()) {
     std::filesystem::path p(m->path);
     if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
@@ -340,6 +362,7 @@ Status ParseModel(const json& j, const std::string& where, const std::string& ba
                        {"name",
                         "path",
                         "format",
+                        "optimize",
                         "inputs",
                         "outputs",
                         "instances",

@@ -56,6 +56,10 @@ std::vector<std::string> WorkerLaunchArgs::ToArgv(const std::string& worker_bina
     argv.push_back("--model-format");
     argv.push_back(model_format);
   }
+  if (model_optimize != "none") {
+    argv.push_back("--model-optimize");
+    argv.push_back(model_optimize);
+  }
   if (cudnn_benchmark) argv.push_back("--cudnn-benchmark");
   if (!pin_memory) argv.push_back("--no-pin-memory");
   if (!warmup.empty()) {
@@ -89,6 +93,8 @@ Status WorkerLaunchArgs::Parse(int argc, char** argv, WorkerLaunchArgs* out) {
   app.add_option("--model-path", a.model_path)->required();
   app.add_option("--model-format", a.model_format)
       ->check(CLI::IsMember({"auto", "torchscript", "aoti"}));
+  app.add_option("--model-optimize", a.model_optimize)
+      ->check(CLI::IsMember({"none", "freeze", "inference"}));
   app.add_option("--device", a.device);
   app.add_option("--threads", a.threads)->check(CLI::PositiveNumber);
   app.add_option("--cores", cores);

@@ -65,6 +65,9 @@ struct WorkerLaunchArgs {
   // worker/model_runner.h: "auto" (by the path: .pt2 is an AOTInductor package), "torchscript",
   // "aoti"; on the command line only when not "auto".
   std::string model_format = "auto";
+  // "none", "freeze" or "inference" (common/config.h, ModelConfig::optimize); on the command
+  // line only when not "none".
+  std::string model_optimize = "none";
   std::string device = "cpu";
   int threads = 1;
   std::vector<int> cores;  // empty: no pinning

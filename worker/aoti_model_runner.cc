@@ -71,6 +71,13 @@ class AotiModelRunner final : public ModelRunner {
                            ScalarTypeName(type) + " (export the model in that precision instead)");
   }
 
+  Status Optimize(ModelOptimize mode) override {
+    if (mode == ModelOptimize::kNone) return Status::Ok();
+    return InvalidArgument(std::string("optimize: an AOTInductor package is compiled already; "
+                                       "expected none, got ") +
+                           ModelOptimizeName(mode));
+  }
+
   Status CheckInputs(const std::vector<c10::IValue>& inputs) const override {
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (!inputs[i].isTensor()) {

@@ -199,6 +199,8 @@ bool ComputeLoop::LoadModel() {
       report.error = opened.message();
     } else if (Status status = ConvertPrecision(); !status.ok()) {
       report.error = status.message();
+    } else if (Status optimized = OptimizeModel(); !optimized.ok()) {
+      report.error = optimized.message();
     } else if (config_.pipeline.enabled()) {
       Status stages = PipelineStages::Create(config_.pipeline, device_, &pipeline_);
       if (!stages.ok()) report.error = stages.message();
@@ -276,6 +278,19 @@ Status ComputeLoop::ConvertPrecision() {
   if (Status status = model_->ConvertPrecision(precision_); !status.ok()) return status;
   // The conversions ran on the default stream; the lanes' streams do not wait for it.
   accelerator_->Synchronize();
+  return Status::Ok();
+}
+
+Status ComputeLoop::OptimizeModel() {
+  ModelOptimize mode;
+  if (Status status = ParseModelOptimize(config_.model_optimize, &mode); !status.ok()) {
+    return status;
+  }
+  if (mode == ModelOptimize::kNone) return Status::Ok();
+  const TimePoint start = Clock::now();
+  if (Status status = model_->Optimize(mode); !status.ok()) return status;
+  TF_LOG(kInfo) << "model optimized" << Kv("optimize", ModelOptimizeName(mode))
+                << Kv("ms", ToMicros(Clock::now() - start) / 1000.0);
   return Status::Ok();
 }
 

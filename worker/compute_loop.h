@@ -67,7 +67,8 @@ namespace torchfarm::worker {
 
 struct ComputeLoopConfig {
   std::string model_path;
-  std::string model_format = "auto";  // worker/model_runner.h: auto, torchscript, aoti
+  std::string model_format = "auto";    // worker/model_runner.h: auto, torchscript, aoti
+  std::string model_optimize = "none";  // worker/model_runner.h: none, freeze, inference
   std::string device = "cpu";  // "cpu", "cuda", "cuda:1", as at::Device parses it
   int threads = 1;             // intra-op threads
   std::vector<int> cores;      // CPU affinity of the compute thread; empty: not pinned
@@ -156,6 +157,8 @@ class ComputeLoop {
   void Serve();
   bool SetUpDevice(LoadReport* report);
   Status ConvertPrecision();
+  // The model's optimize setting (config_.model_optimize), applied once it is in its precision.
+  Status OptimizeModel();
   Status RunWarmup(LoadReport* report);
   // One zero-filled forward of `entry` on lane 0; the output specs when they are tensors.
   Status ForwardZeros(const std::vector<TensorSpec>& entry, std::vector<TensorSpec>* outputs,

@@ -23,6 +23,31 @@ Status ResolveModelFormat(const std::string& path, const std::string& format, Mo
   return Status::Ok();
 }
 
+Status ParseModelOptimize(const std::string& text, ModelOptimize* out) {
+  if (text == "none") {
+    *out = ModelOptimize::kNone;
+  } else if (text == "freeze") {
+    *out = ModelOptimize::kFreeze;
+  } else if (text == "inference") {
+    *out = ModelOptimize::kInference;
+  } else {
+    return InvalidArgument("optimize: expected none, freeze or inference, got '" + text + "'");
+  }
+  return Status::Ok();
+}
+
+const char* ModelOptimizeName(ModelOptimize mode) {
+  switch (mode) {
+    case ModelOptimize::kNone:
+      return "none";
+    case ModelOptimize::kFreeze:
+      return "freeze";
+    case ModelOptimize::kInference:
+      return "inference";
+  }
+  return "none";
+}
+
 Status OpenModelRunner(const ModelRunnerOptions& options, std::unique_ptr<ModelRunner>* out) {
   ModelFormat format;
   if (Status status = ResolveModelFormat(options.path, options.format, &format); !status.ok())

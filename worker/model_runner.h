@@ -10,6 +10,14 @@
 //                LibTorch has the loader (TORCHFARM_HAVE_AOTI); others refuse it with the reason.
 //   auto         aoti for a path ending in ".pt2", torchscript otherwise.
 //
+// Optimizing (config "optimize", docs/models.md), after the precision conversion:
+//   none         the module runs as loaded.
+//   freeze       torch::jit::freeze: parameters and attributes become constants of the graph,
+//                which is folded and simplified around them.
+//   inference    torch::jit::optimize_for_inference: freeze, then convolution/batch-norm and
+//                linear folding and, on the CPU, oneDNN layouts for convolutions.
+//   An AOTInductor package is compiled already: it takes none only.
+//
 // Owns: nothing shared; a runner owns its loaded model. Every call runs on the compute thread.
 // Errors: Open* returns a Status whose message says what LibTorch said, without the model path
 // (the worker's start error names the file); Forward throws what LibTorch throws (c10::Error,
@@ -30,12 +38,16 @@
 namespace torchfarm::worker {
 
 enum class ModelFormat { kTorchScript, kAoti };
+enum class ModelOptimize { kNone, kFreeze, kInference };
 
 // "torchscript" or "aoti", as configs and logs spell them.
 const char* ModelFormatName(ModelFormat format);
 // `format` "auto" (or empty), "torchscript" or "aoti"; InvalidArgument naming what was received
 // otherwise.
 Status ResolveModelFormat(const std::string& path, const std::string& format, ModelFormat* out);
+// "none", "freeze" or "inference"; InvalidArgument naming what was received otherwise.
+Status ParseModelOptimize(const std::string& text, ModelOptimize* out);
+const char* ModelOptimizeName(ModelOptimize mode);
 
 struct ModelRunnerOptions {
   std::string path;
@@ -50,6 +62,10 @@ class ModelRunner {
   // Floating parameters and buffers to `type` (fp16/bf16 from the instance's precision). A
   // format that cannot convert returns InvalidArgument saying so.
   virtual Status ConvertPrecision(c10::ScalarType type) = 0;
+  // Prepares the model for serving as `mode` says (above); after ConvertPrecision, before any
+  // forward. InvalidArgument with LibTorch's words when the model cannot be prepared that way (a
+  // module whose forward() changes its own attributes cannot be frozen).
+  virtual Status Optimize(ModelOptimize mode) = 0;
   // Checks a batch's inputs against what the model can take before anything runs (a package
   // compiled for a fixed batch takes that batch only): InvalidArgument with expected and received.
   virtual Status CheckInputs(const std::vector<c10::IValue>& inputs) const = 0;

@@ -21,6 +21,21 @@ class TorchScriptModelRunner final : public ModelRunner {
     return Status::Ok();
   }
 
+  Status Optimize(ModelOptimize mode) override {
+    if (mode == ModelOptimize::kNone) return Status::Ok();
+    try {
+      // Both return a new module; the loaded one is dropped with its unfrozen parameters.
+      module_ = mode == ModelOptimize::kFreeze ? torch::jit::freeze(module_)
+                                               : torch::jit::optimize_for_inference(module_);
+      optimized_ = mode;
+    } catch (const c10::Error& e) {
+      return InvalidArgument(std::string("optimize \"") + ModelOptimizeName(mode) +
+                             "\": LibTorch could not prepare the module: " + ErrorText(e) +
+                             " (set the model's optimize to \"none\")");
+    }
+    return Status::Ok();
+  }
+
   // The interpreter checks what forward() does with its inputs, per batch.
   Status CheckInputs(const std::vector<c10::IValue>&) const override { return Status::Ok(); }
 
@@ -28,10 +43,21 @@ class TorchScriptModelRunner final : public ModelRunner {
     return module_.forward(inputs);
   }
 
-  std::string Describe() const override { return "torchscript"; }
+  std::string Describe() const override {
+    switch (optimized_) {
+      case ModelOptimize::kNone:
+        break;
+      case ModelOptimize::kFreeze:
+        return "torchscript, frozen";
+      case ModelOptimize::kInference:
+        return "torchscript, optimized for inference";
+    }
+    return "torchscript";
+  }
 
  private:
   torch::jit::Module module_;
+  ModelOptimize optimized_ = ModelOptimize::kNone;
 };
 
 }  // namespace

@@ -80,6 +80,7 @@ bool Worker::Setup(int* exit_code) {
   ComputeLoopConfig config;
   config.model_path = args_.model_path;
   config.model_format = args_.model_format;
+  config.model_optimize = args_.model_optimize;
   config.device = args_.device;
   config.threads = args_.threads;
   config.cores = args_.cores;

@@ -45,8 +45,11 @@ WORKERS = 2
 DEFAULT = {"max_batch": 16, "delay_us": 2000}
 # Each server's "tuned" setting: larger batches and waits, as each one's docs suggest for
 # throughput (TorchServe's delay is whole milliseconds; Ray Serve's docs favour longer waits).
+# torchfarm's also prepares each TorchScript module with optimize_for_inference (docs/models.md,
+# "Optimizing a TorchScript model"): a setting of its own that none of the peers offers for a
+# TorchScript file (Triton's PyTorch backend and TorchServe's handler serve the module as loaded).
 TUNED = {
-    "torchfarm": {"max_batch": 64, "delay_us": 1000},
+    "torchfarm": {"max_batch": 64, "delay_us": 1000, "optimize": "inference"},
     "torchserve": {"max_batch": 32, "delay_us": 5000},
     "triton": {"max_batch": 64, "delay_us": 5000},
     "rayserve": {"max_batch": 32, "delay_us": 10000},
@@ -66,7 +69,7 @@ def concurrency_for(args, setting: str) -> list[int]:
 
 def settings_for(server: str, name: str) -> Settings:
     s = DEFAULT if name == "default" else TUNED[server]
-    return Settings(name, WORKERS, s["max_batch"], s["delay_us"])
+    return Settings(name, WORKERS, s["max_batch"], s["delay_us"], s.get("optimize", "none"))
 
 
 def parse_args(argv):
@@ -113,7 +116,7 @@ def parse_args(argv):
         except ValueError:
             ap.error(f"--tune: expected SERVER=BATCH/DELAY_US with SERVER one of "
                      f"{','.join(TUNED)}, BATCH 1..1024, DELAY_US 0..1000000, got '{text}'")
-        TUNED[server] = {"max_batch": batch, "delay_us": delay}
+        TUNED[server].update(max_batch=batch, delay_us=delay)
     try:
         args.concurrency = [int(c) for c in args.concurrency.split(",")]
     except ValueError:

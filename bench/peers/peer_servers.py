@@ -51,12 +51,16 @@ class Settings:
     """One batching setting of a server: `name` is "default" (max batch 16, 2 ms: the same for
     all) or "tuned" (the server's setting for its best throughput)."""
 
-    def __init__(self, name: str, workers: int, max_batch: int, delay_us: int):
+    def __init__(self, name: str, workers: int, max_batch: int, delay_us: int,
+                 optimize: str = "none"):
         self.name, self.workers, self.max_batch, self.delay_us = name, workers, max_batch, delay_us
+        # torchfarm's model "optimize" (docs/models.md); the peers have no such setting.
+        self.optimize = optimize
 
     def describe(self) -> str:
-        return (f"{self.workers} workers x 1 thread, max batch {self.max_batch}, "
+        text = (f"{self.workers} workers x 1 thread, max batch {self.max_batch}, "
                 f"delay {self.delay_us / 1000:g} ms")
+        return text + (f", optimize {self.optimize}" if self.optimize != "none" else "")
 
 
 class Server:
@@ -189,7 +193,8 @@ class Torchfarm(Server):
                         "inputs": [{"dtype": "float32", "shape": [-1] + spec["in_shape"]}],
                         "outputs": [{"dtype": "float32", "shape": [-1] + spec["out_shape"]}],
                         "instances": [{"device": "cpu", "count": s.workers, "threads": 1}],
-                        "max_batch_size": s.max_batch, "max_queue_delay_us": s.delay_us}
+                        "max_batch_size": s.max_batch, "max_queue_delay_us": s.delay_us,
+                        "optimize": s.optimize}
                        for m, spec in self.models.items()],
         }
         path = self.work / "farm.json"

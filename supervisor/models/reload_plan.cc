@@ -26,8 +26,8 @@ bool OldWorkersCannotServe(const ModelConfig& old_config, const ModelConfig& fre
 // before a worker reports ready, so a new one only reaches new workers.
 bool NeedsNewWorkers(const ModelConfig& old_config, const ModelConfig& fresh) {
   return old_config.path != fresh.path || old_config.format != fresh.format ||
-         !(old_config.warmup == fresh.warmup) || !(old_config.pipeline == fresh.pipeline) ||
-         OldWorkersCannotServe(old_config, fresh);
+         old_config.optimize != fresh.optimize || !(old_config.warmup == fresh.warmup) ||
+         !(old_config.pipeline == fresh.pipeline) || OldWorkersCannotServe(old_config, fresh);
 }
 
 // True when both identities are known and differ.

@@ -72,6 +72,7 @@ WorkerSlot::WorkerSlot(int id, const ModelConfig& model, const InstanceConfig& i
       model_version_(model.version),
       model_path_(model.path),
       model_format_(model.format),
+      model_optimize_(model.optimize),
       instance_(instance),
       pipeline_json_(PipelineToJson(model.pipeline)),
       warmup_json_(model.warmup.empty() ? std::string() : WarmupToJson(model.warmup)),
@@ -105,6 +106,7 @@ ipc::WorkerLaunchArgs WorkerSlot::LaunchArgs(const LaunchContext& context) const
   args.model_name = model_name_;
   args.model_path = model_path_;
   args.model_format = model_format_;
+  args.model_optimize = model_optimize_;
   args.device = device_;
   args.threads = instance_.threads;
   args.cores = instance_.cores;
@@ -410,6 +412,7 @@ bool WorkerSlot::TakeStopRequest(TimePoint now) {
 void WorkerSlot::UpdateConfig(const ModelConfig& model, const InstanceConfig& instance) {
   model_path_ = model.path;
   model_format_ = model.format;
+  model_optimize_ = model.optimize;
   ring_slots_ = model.ring_slots;
   slot_data_bytes_ = model.slot_bytes;
   max_inflight_ = model.max_inflight_per_worker;

@@ -309,7 +309,8 @@ class WorkerSlot {
   std::string model_name_;
   std::string model_version_;
   std::string model_path_;
-  std::string model_format_;  // ModelConfig::format
+  std::string model_format_;    // ModelConfig::format
+  std::string model_optimize_;  // ModelConfig::optimize
   InstanceConfig instance_;
   std::string pipeline_json_;  // the model's stages as the worker's --pipeline takes them
   std::string warmup_json_;  // the model's warm-up batches as the worker's --warmup takes them

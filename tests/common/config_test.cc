@@ -125,6 +125,39 @@ TEST(ConfigTest, FormatIsAutoTorchscriptOrAoti) {
   }
 }
 
+TEST(ConfigTest, OptimizeIsNoneFreezeOrInferenceForTorchScriptOnly) {
+  json j = MinimalConfig();
+  FarmConfig c;
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  EXPECT_EQ(c.models[0].optimize, "none");
+  for (const char* optimize : {"none", "freeze", "inference"}) {
+    j["models"][0]["optimize"] = optimize;
+    ASSERT_TRUE(ParseConfig(j, "/base", &c).ok()) << optimize;
+    EXPECT_EQ(c.models[0].optimize, optimize);
+  }
+  j["models"][0]["optimize"] = "fast";
+  EXPECT_EQ(ParseError(j),
+            "config.models[0].optimize: expected \"none\", \"freeze\" or \"inference\", got "
+            "\"fast\"");
+  for (json wrong : {json(1), json(true), json(nullptr), json::array()}) {
+    j["models"][0]["optimize"] = wrong;
+    EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].optimize")) << wrong.dump();
+  }
+  // An AOTInductor package, by its format or by "auto" and its .pt2 path, is compiled already.
+  j["models"][0]["optimize"] = "freeze";
+  j["models"][0]["format"] = "aoti";
+  EXPECT_THAT(ParseError(j), HasSubstr("config.models[0].optimize: \"freeze\" applies to "
+                                       "TorchScript models"));
+  j["models"][0]["format"] = "auto";
+  j["models"][0]["path"] = "m.pt2";
+  EXPECT_THAT(ParseError(j), HasSubstr("AOTInductor package (format \"auto\", path \"m.pt2\")"));
+  j["models"][0]["format"] = "torchscript";  // a .pt2 name the user says is TorchScript
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  j["models"][0]["format"] = "aoti";
+  j["models"][0]["optimize"] = "none";
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+}
+
 TEST(ConfigTest, FairQueueingIsABoolean) {
   json j = MinimalConfig();
   j["models"][0]["fair_queueing"] = false;

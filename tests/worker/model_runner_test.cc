@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/script.h>
 
 #include <filesystem>
 #include <fstream>
@@ -231,6 +232,121 @@ TEST(ModelRunner, TorchScriptLoaderSaysWhatIsWrongWithAPackageNamedAsTorchScript
   Status status = Open(kDir + "/mlp.pt2", &runner, "torchscript");
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(status.message().empty());
+}
+
+TEST(ModelRunner, OptimizeIsNoneFreezeOrInference) {
+  ModelOptimize mode;
+  ASSERT_TRUE(ParseModelOptimize("none", &mode).ok());
+  EXPECT_EQ(mode, ModelOptimize::kNone);
+  ASSERT_TRUE(ParseModelOptimize("freeze", &mode).ok());
+  EXPECT_EQ(mode, ModelOptimize::kFreeze);
+  ASSERT_TRUE(ParseModelOptimize("inference", &mode).ok());
+  EXPECT_EQ(mode, ModelOptimize::kInference);
+  for (ModelOptimize each :
+       {ModelOptimize::kNone, ModelOptimize::kFreeze, ModelOptimize::kInference}) {
+    ASSERT_TRUE(ParseModelOptimize(ModelOptimizeName(each), &mode).ok());
+    EXPECT_EQ(mode, each);
+  }
+  Status bad = ParseModelOptimize("", &mode);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.message(), "optimize: expected none, freeze or inference, got ''");
+}
+
+// Deterministic weights without a random generator: sin over the element index, scaled.
+at::Tensor Weights(at::IntArrayRef shape, double scale, double offset = 0) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return (at::sin(at::arange(n, at::kFloat) * 0.7 + 0.3) * scale + offset).reshape(shape);
+}
+
+// A convolution, a batch norm with running statistics, a ReLU and a linear layer: what
+// optimize_for_inference folds. Saved unfrozen, with its parameters, as torch.jit.script would.
+std::string WriteConvBnModule() {
+  torch::jit::Module m("ConvBn");
+  m.register_parameter("cw", Weights({8, 3, 3, 3}, 0.3), false);
+  m.register_parameter("cb", Weights({8}, 0.1), false);
+  m.register_parameter("gamma", Weights({8}, 0.2, 1.0), false);
+  m.register_parameter("beta", Weights({8}, 0.1), false);
+  m.register_buffer("mean", Weights({8}, 0.1));
+  m.register_buffer("var", Weights({8}, 0.2, 0.8));
+  m.register_parameter("fw", Weights({4, 8}, 0.4), false);
+  m.register_parameter("fb", Weights({4}, 0.1), false);
+  m.define(R"(
+def forward(self, x):
+    h = torch.conv2d(x, self.cw, self.cb, [1, 1], [1, 1])
+    h = torch.batch_norm(h, self.gamma, self.beta, self.mean, self.var, False, 0.1, 1e-5, False)
+    h = torch.relu(h)
+    h = torch.flatten(torch.adaptive_avg_pool2d(h, [1, 1]), 1)
+    return torch.matmul(h, self.fw.t()) + self.fb
+)");
+  m.eval();
+  const std::string path = (fs::temp_directory_path() / "torchfarm_convbn_test.pt").string();
+  m.save(path);
+  return path;
+}
+
+// Each optimize setting serves the answers of the module as loaded (to float rounding), for
+// several batch sizes, and says in Describe() what it did.
+TEST(ModelRunner, TorchScriptOptimizeKeepsTheAnswers) {
+  const std::string path = WriteConvBnModule();
+  std::unique_ptr<ModelRunner> plain;
+  ASSERT_TRUE(Open(path, &plain).ok());
+  ASSERT_TRUE(plain->Optimize(ModelOptimize::kNone).ok());
+  EXPECT_EQ(plain->Describe(), "torchscript");
+  const std::vector<at::Tensor> inputs = {
+      Weights({1, 3, 10, 10}, 1.0), Weights({3, 3, 10, 10}, 0.5, 0.1), Weights({5, 3, 7, 9}, 2.0)};
+  std::vector<at::Tensor> want;
+  for (const at::Tensor& x : inputs) want.push_back(Forward1(*plain, x));
+  const std::pair<ModelOptimize, const char*> modes[] = {
+      {ModelOptimize::kFreeze, "torchscript, frozen"},
+      {ModelOptimize::kInference, "torchscript, optimized for inference"}};
+  for (const auto& [mode, described] : modes) {
+    std::unique_ptr<ModelRunner> runner;
+    ASSERT_TRUE(Open(path, &runner).ok());
+    const Status optimized = runner->Optimize(mode);
+    ASSERT_TRUE(optimized.ok()) << optimized.ToString();
+    EXPECT_EQ(runner->Describe(), described);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const at::Tensor got = Forward1(*runner, inputs[i]);
+      ASSERT_EQ(got.sizes(), want[i].sizes()) << described;
+      EXPECT_TRUE(at::allclose(got, want[i], 1e-4, 1e-5))
+          << described << ", input " << i << ": max diff "
+          << (got - want[i]).abs().max().item<float>();
+    }
+    // A wrong input is that batch's error; the next good one still runs.
+    EXPECT_ANY_THROW(Forward1(*runner, at::zeros({2, 5, 10, 10})));
+    EXPECT_TRUE(at::allclose(Forward1(*runner, inputs[0]), want[0], 1e-4, 1e-5)) << described;
+  }
+  // fp16 first, then frozen: the constants folded are the converted ones (the compute loop's
+  // order). Checked by the dtype of what comes out for a half input.
+  std::unique_ptr<ModelRunner> half;
+  ASSERT_TRUE(Open(path, &half).ok());
+  ASSERT_TRUE(half->ConvertPrecision(c10::kBFloat16).ok());
+  ASSERT_TRUE(half->Optimize(ModelOptimize::kFreeze).ok());
+  const at::Tensor got = Forward1(*half, inputs[1].to(at::kBFloat16));
+  EXPECT_EQ(got.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::allclose(got.to(at::kFloat), want[1], 5e-2, 5e-2))
+      << "max diff " << (got.to(at::kFloat) - want[1]).abs().max().item<float>();
+  fs::remove(path);
+}
+
+TEST(ModelRunner, AotiPackagesTakeNoOptimizeSetting) {
+  SKIP_WITHOUT_VENV();
+  std::unique_ptr<ModelRunner> runner;
+  ASSERT_TRUE(Open(kDir + "/mlp.pt2", &runner).ok());
+  EXPECT_TRUE(runner->Optimize(ModelOptimize::kNone).ok());
+  for (ModelOptimize mode : {ModelOptimize::kFreeze, ModelOptimize::kInference}) {
+    Status refused = runner->Optimize(mode);
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(refused.message(),
+              std::string("optimize: an AOTInductor package is compiled already; expected none, "
+                          "got ") +
+                  ModelOptimizeName(mode));
+  }
+  // Still serves.
+  const at::Tensor x = ReadTensor(kDir + "/mlp.ref3.in.npy");
+  EXPECT_TRUE(
+      at::allclose(Forward1(*runner, x), ReadTensor(kDir + "/mlp.ref3.out.npy"), 1e-4, 1e-5));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <string>
 #include <vector>
@@ -109,6 +110,35 @@ TEST_F(WorkerPoolTest, ALaunchStartsASlotWithAFakePidAndARealSegment) {
   const Status opened = FakeWorker::Open(launch, &worker);
   ASSERT_TRUE(opened.ok()) << opened.ToString();
   EXPECT_EQ(worker->pending(), 0u);
+}
+
+// The model's "optimize" reaches the worker's command line, and the worker reads it back; "none"
+// stays off the command line.
+TEST_F(WorkerPoolTest, TheModelsOptimizeSettingTravelsOnTheWorkersCommandLine) {
+  for (const std::string optimize : {"none", "freeze", "inference"}) {
+    ModelConfig model = TestModel();
+    model.optimize = optimize;
+    WorkerSlot& slot = *pool_[pool_.Add(model, InstanceConfig{}, 0)];
+    pool_.Launch(slot);
+    const testing::FakeLaunch& launch = launcher_.last();
+    EXPECT_EQ(launch.spec.args.model_optimize, optimize);
+    const std::vector<std::string>& argv = launch.spec.argv;
+    const auto flag = std::find(argv.begin(), argv.end(), "--model-optimize");
+    if (optimize == "none") {
+      EXPECT_EQ(flag, argv.end());
+    } else {
+      ASSERT_NE(flag, argv.end());
+      ASSERT_NE(flag + 1, argv.end());
+      EXPECT_EQ(*(flag + 1), optimize);
+    }
+    std::vector<char*> raw;
+    for (const std::string& arg : argv) raw.push_back(const_cast<char*>(arg.c_str()));
+    ipc::WorkerLaunchArgs parsed;
+    const Status status =
+        ipc::WorkerLaunchArgs::Parse(static_cast<int>(raw.size()), raw.data(), &parsed);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    EXPECT_EQ(parsed.model_optimize, optimize);
+  }
 }
 
 TEST_F(WorkerPoolTest, LaunchesBeyondTheTurnsBudgetAreDeferredToTheNextTurns) {
