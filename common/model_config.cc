@@ -211,13 +211,6 @@ Status ParseModelIdentity(const json& j, const std::string& where, const std::st
                            ".optimize: expected \"none\", \"freeze\" or \"inference\", got \"" +
                            m->optimize + "\"");
   }
-  if (m->optimize != "none" && PathNamesAotiPackage(m->path, m->format)) {
-    return InvalidArgument(where + ".optimize: \"" + m->optimize +
-                           "\" applies to TorchScript models, and this entry's model is an "
-                           "AOTInductor package (format \"" +
-                           m->format + "\", path \"" + m->path +
-                           "\"), compiled already: use \"none\"");
-  }
   if (!m->path.empty()) {
     std::filesystem::path p(m->path);
     if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
@@ -458,6 +451,17 @@ Status ParseModelVersions(const json& j, const std::string& where, const std::st
   VersionPolicy policy;
   if (auto p = j.find("version_policy"); p != j.end()) {
     if (s = ParseVersionPolicy(*p, where + ".version_policy", &policy); !s.ok()) return s;
+  }
+  // "optimize" is for TorchScript: every version's file, by the worker's reading of its format.
+  for (const VersionSource& source : sources) {
+    if (m.optimize == "none" || !PathNamesAotiPackage(source.path, m.format)) continue;
+    const std::string whose = listed || repository
+                                  ? "version \"" + source.version + "\" of this entry is"
+                                  : "this entry's model is";
+    return InvalidArgument(where + ".optimize: \"" + m.optimize +
+                           "\" applies to TorchScript models, and " + whose +
+                           " an AOTInductor package (format \"" + m.format + "\", path \"" +
+                           source.path + "\"), compiled already: use \"none\"");
   }
   std::vector<std::string> available, chosen;
   for (const VersionSource& source : sources) available.push_back(source.version);

@@ -289,6 +289,8 @@ Status ComputeLoop::OptimizeModel() {
   if (mode == ModelOptimize::kNone) return Status::Ok();
   const TimePoint start = Clock::now();
   if (Status status = model_->Optimize(mode); !status.ok()) return status;
+  // Folding computed new constants on the default stream; the lanes' streams do not wait for it.
+  accelerator_->Synchronize();
   TF_LOG(kInfo) << "model optimized" << Kv("optimize", ModelOptimizeName(mode))
                 << Kv("ms", ToMicros(Clock::now() - start) / 1000.0);
   return Status::Ok();
@@ -335,7 +337,14 @@ Status ComputeLoop::RunWarmup(LoadReport* report) {
     std::vector<TensorSpec> outputs;
     bool known = false;
     if (Status s = ForwardZeros(entry, &outputs, &known); !s.ok()) {
-      return Status(s.code(), "warm-up with " + s.message());
+      // An optimized graph can fail where the module as loaded runs (a fused kernel the device
+      // lacks): say which setting to try.
+      const std::string advice =
+          config_.model_optimize == "none"
+              ? ""
+              : " (the model is optimized with \"" + config_.model_optimize +
+                    "\": if it serves these inputs as loaded, set optimize to \"none\")";
+      return Status(s.code(), "warm-up with " + s.message() + advice);
     }
     if (!report->warmup_outputs_known && known) {
       report->warmup_outputs = std::move(outputs);

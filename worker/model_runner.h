@@ -15,8 +15,11 @@
 //   freeze       torch::jit::freeze: parameters and attributes become constants of the graph,
 //                which is folded and simplified around them.
 //   inference    torch::jit::optimize_for_inference: freeze, then convolution/batch-norm and
-//                linear folding and, on the CPU, oneDNN layouts for convolutions.
-//   An AOTInductor package is compiled already: it takes none only.
+//                linear folding; on the CPU with float32 weights, convolution weights kept in
+//                oneDNN's layout; on CUDA, cuDNN's fused convolution+ReLU. With fp16/bf16 on
+//                the CPU it is little more than freeze.
+//   An AOTInductor package is compiled already: it takes none only. A pipeline's pre- and
+//   post-processing modules are served as loaded.
 //
 // Owns: nothing shared; a runner owns its loaded model. Every call runs on the compute thread.
 // Errors: Open* returns a Status whose message says what LibTorch said, without the model path
@@ -63,8 +66,9 @@ class ModelRunner {
   // format that cannot convert returns InvalidArgument saying so.
   virtual Status ConvertPrecision(c10::ScalarType type) = 0;
   // Prepares the model for serving as `mode` says (above); after ConvertPrecision, before any
-  // forward. InvalidArgument with LibTorch's words when the model cannot be prepared that way (a
-  // module whose forward() changes its own attributes cannot be frozen).
+  // forward. InvalidArgument with LibTorch's words when the model cannot be prepared that way
+  // (an interface call freezing cannot resolve, for one). Some failures of an optimized graph
+  // show only when it runs: the compute loop's warm-up says which setting to try then.
   virtual Status Optimize(ModelOptimize mode) = 0;
   // Checks a batch's inputs against what the model can take before anything runs (a package
   // compiled for a fixed batch takes that batch only): InvalidArgument with expected and received.
@@ -77,6 +81,8 @@ class ModelRunner {
   virtual std::vector<TensorSpec> declared_outputs() const { return {}; }
   // One line for the load log: format, and what the file declares ("batch 1..256").
   virtual std::string Describe() const = 0;
+  // forward()'s graph as TorchScript prints it (tests, debugging); empty for a compiled package.
+  virtual std::string GraphText() const { return {}; }
 };
 
 Status OpenModelRunner(const ModelRunnerOptions& options, std::unique_ptr<ModelRunner>* out);

@@ -24,14 +24,17 @@ class TorchScriptModelRunner final : public ModelRunner {
   Status Optimize(ModelOptimize mode) override {
     if (mode == ModelOptimize::kNone) return Status::Ok();
     try {
-      // Both return a new module; the loaded one is dropped with its unfrozen parameters.
-      module_ = mode == ModelOptimize::kFreeze ? torch::jit::freeze(module_)
-                                               : torch::jit::optimize_for_inference(module_);
+      // Frozen first, always: optimize_for_inference freezes only a module that has a
+      // "training" attribute (one scripted from Python) and takes any other for frozen already,
+      // so a module built another way would keep reading its weights from attributes. Freezing
+      // a frozen module changes nothing. The loaded module is dropped with its parameters.
+      module_ = torch::jit::freeze(module_);
+      if (mode == ModelOptimize::kInference) module_ = torch::jit::optimize_for_inference(module_);
       optimized_ = mode;
     } catch (const c10::Error& e) {
-      return InvalidArgument(std::string("optimize \"") + ModelOptimizeName(mode) +
-                             "\": LibTorch could not prepare the module: " + ErrorText(e) +
-                             " (set the model's optimize to \"none\")");
+      return OptimizeFailed(mode, ErrorText(e));
+    } catch (const std::exception& e) {  // the JIT's own errors (torch::jit::ErrorReport)
+      return OptimizeFailed(mode, e.what());
     }
     return Status::Ok();
   }
@@ -41,6 +44,10 @@ class TorchScriptModelRunner final : public ModelRunner {
 
   c10::IValue Forward(const std::vector<c10::IValue>& inputs) override {
     return module_.forward(inputs);
+  }
+
+  std::string GraphText() const override {
+    return module_.get_method("forward").graph()->toString();
   }
 
   std::string Describe() const override {
@@ -56,6 +63,12 @@ class TorchScriptModelRunner final : public ModelRunner {
   }
 
  private:
+  static Status OptimizeFailed(ModelOptimize mode, const std::string& why) {
+    return InvalidArgument(std::string("optimize \"") + ModelOptimizeName(mode) +
+                           "\": LibTorch could not prepare the module: " + why +
+                           " (set the model's optimize to \"none\")");
+  }
+
   torch::jit::Module module_;
   ModelOptimize optimized_ = ModelOptimize::kNone;
 };

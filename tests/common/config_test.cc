@@ -150,12 +150,34 @@ TEST(ConfigTest, OptimizeIsNoneFreezeOrInferenceForTorchScriptOnly) {
                                        "TorchScript models"));
   j["models"][0]["format"] = "auto";
   j["models"][0]["path"] = "m.pt2";
-  EXPECT_THAT(ParseError(j), HasSubstr("AOTInductor package (format \"auto\", path \"m.pt2\")"));
+  EXPECT_THAT(ParseError(j), HasSubstr("this entry's model is an AOTInductor package (format "
+                                       "\"auto\", path \"/base/m.pt2\")"));
   j["models"][0]["format"] = "torchscript";  // a .pt2 name the user says is TorchScript
   ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
   j["models"][0]["format"] = "aoti";
   j["models"][0]["optimize"] = "none";
   ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+
+  // Each version's own file counts: a .pt2 version under a TorchScript entry path is refused,
+  // naming the version; a .pt2 entry path that every version overrides is not.
+  j["models"][0]["format"] = "auto";
+  j["models"][0]["optimize"] = "inference";
+  j["models"][0]["path"] = "m.pt";
+  j["models"][0]["versions"] =
+      json::array({{{"version", "1"}}, {{"version", "2"}, {"path", "m2.pt2"}}});
+  EXPECT_EQ(ParseError(j),
+            "config.models[0].optimize: \"inference\" applies to TorchScript models, and version "
+            "\"2\" of this entry is an AOTInductor package (format \"auto\", path "
+            "\"/base/m2.pt2\"), compiled already: use \"none\"");
+  j["models"][0]["version_policy"] = json{{"specific", {"1"}}};  // listed, even if not loaded
+  EXPECT_THAT(ParseError(j), HasSubstr("version \"2\" of this entry"));
+  j["models"][0].erase("version_policy");
+  j["models"][0]["path"] = "m.pt2";
+  j["models"][0]["versions"] =
+      json::array({{{"version", "1"}, {"path", "a.pt"}}, {{"version", "2"}, {"path", "b.pt"}}});
+  ASSERT_TRUE(ParseConfig(j, "/base", &c).ok());
+  ASSERT_EQ(c.models.size(), 1u);  // the latest version only, by default
+  EXPECT_EQ(c.models[0].optimize, "inference");
 }
 
 TEST(ConfigTest, FairQueueingIsABoolean) {

@@ -44,6 +44,7 @@ class ComputeLoopTest : public ::testing::Test {
   }
 
   std::string precision_ = "fp32";
+  std::string optimize_ = "none";  // ComputeLoopConfig::model_optimize
   int idle_spin_us_ = 0;
   std::vector<std::vector<TensorSpec>> warmup_;
   AcceleratorOptions accelerator_;
@@ -72,6 +73,7 @@ class ComputeLoopTest : public ::testing::Test {
     config.model_path = model_path;
     config.device = device;
     config.precision = precision_;
+    config.model_optimize = optimize_;
     config.idle_spin_us = idle_spin_us_;
     config.warmup = warmup_;
     config.accelerator = accelerator_;

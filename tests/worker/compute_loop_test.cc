@@ -321,6 +321,57 @@ def forward(self, x):
   EXPECT_NE(report.error.find("batch too large for this model"), std::string::npos) << report.error;
 }
 
+// The model's optimize setting is applied at load and serves the module's answers; a setting the
+// worker does not know fails the load, and a warm-up that fails on an optimized model says which
+// setting to try.
+TEST_F(ComputeLoopTest, OptimizedModelServesTheSameAnswers) {
+  torch::manual_seed(3);
+  const std::string path = Save("Mlp", R"(
+def forward(self, x):
+    h = torch.relu(torch.matmul(x, self.w1.t()) + self.b1)
+    return torch.matmul(h, self.w2.t()) + self.b2
+)",
+                                {{"w1", torch::randn({32, 16})},
+                                 {"b1", torch::randn({32})},
+                                 {"w2", torch::randn({8, 32})},
+                                 {"b2", torch::randn({8})}});
+  const at::Tensor x = torch::randn({5, 16});
+  const at::Tensor expected = torch::jit::load(path).forward({x}).toTensor();
+  for (const char* optimize : {"freeze", "inference"}) {
+    ++counter_;
+    optimize_ = optimize;
+    LoadReport report = Start(path);
+    ASSERT_EQ(report.state, LoadState::kLoaded) << optimize << ": " << report.error;
+    Submit(7, {x});
+    Response response = Await();
+    ASSERT_EQ(response.status, Code(StatusCode::kOk)) << optimize << ": " << response.message;
+    ASSERT_EQ(response.outputs.size(), 1u);
+    EXPECT_TRUE(torch::allclose(response.outputs[0], expected, 1e-4, 1e-5)) << optimize;
+    loop_.reset();
+    segment_.reset();
+  }
+
+  ++counter_;
+  optimize_ = "fast";
+  LoadReport report = Start(path);
+  EXPECT_EQ(report.state, LoadState::kFailed);
+  EXPECT_EQ(report.error, "optimize: expected none, freeze or inference, got 'fast'");
+  loop_.reset();
+  segment_.reset();
+
+  ++counter_;
+  optimize_ = "freeze";
+  warmup_ = {{TensorSpec{DType::kFloat32, {2, 5}}}};  // 5 columns where the model takes 16
+  report = Start(path);
+  EXPECT_EQ(report.state, LoadState::kFailed);
+  EXPECT_NE(report.error.find("warm-up with inputs [float32 [2, 5]] failed"), std::string::npos)
+      << report.error;
+  EXPECT_NE(report.error.find("the model is optimized with \"freeze\": if it serves these "
+                              "inputs as loaded, set optimize to \"none\""),
+            std::string::npos)
+      << report.error;
+}
+
 // The first warm-up batch's outputs are reported with the load (the "ready" message's
 // "outputs"): what a reply would carry, so an int tuple element keeps its type.
 TEST_F(ComputeLoopTest, WarmupReportsTheOutputsOfItsFirstBatch) {

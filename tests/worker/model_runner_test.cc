@@ -293,6 +293,8 @@ TEST(ModelRunner, TorchScriptOptimizeKeepsTheAnswers) {
   ASSERT_TRUE(Open(path, &plain).ok());
   ASSERT_TRUE(plain->Optimize(ModelOptimize::kNone).ok());
   EXPECT_EQ(plain->Describe(), "torchscript");
+  // As loaded, forward() reads its weights from the module's attributes.
+  EXPECT_NE(plain->GraphText().find("prim::GetAttr"), std::string::npos) << plain->GraphText();
   const std::vector<at::Tensor> inputs = {
       Weights({1, 3, 10, 10}, 1.0), Weights({3, 3, 10, 10}, 0.5, 0.1), Weights({5, 3, 7, 9}, 2.0)};
   std::vector<at::Tensor> want;
@@ -306,6 +308,9 @@ TEST(ModelRunner, TorchScriptOptimizeKeepsTheAnswers) {
     const Status optimized = runner->Optimize(mode);
     ASSERT_TRUE(optimized.ok()) << optimized.ToString();
     EXPECT_EQ(runner->Describe(), described);
+    // Frozen: the weights are constants of the graph, read from no attribute.
+    EXPECT_EQ(runner->GraphText().find("prim::GetAttr"), std::string::npos) << described << ":\n"
+                                                                            << runner->GraphText();
     for (size_t i = 0; i < inputs.size(); ++i) {
       const at::Tensor got = Forward1(*runner, inputs[i]);
       ASSERT_EQ(got.sizes(), want[i].sizes()) << described;

@@ -71,6 +71,8 @@ TEST(ReloadPlanTest, ChangesNoRunningWorkerCanPickUpReplaceTheWorkers) {
   EXPECT_TRUE(replaced([](ModelConfig& m) { m.ring_slots = 8; }));
   EXPECT_TRUE(replaced([](ModelConfig& m) { m.max_inflight_per_worker = 4; }));
   EXPECT_TRUE(replaced([](ModelConfig& m) { m.inputs[0].shape = {-1, 8}; }));
+  EXPECT_TRUE(replaced([](ModelConfig& m) { m.format = "torchscript"; }));
+  EXPECT_TRUE(replaced([](ModelConfig& m) { m.optimize = "inference"; }));
   EXPECT_TRUE(replaced([](ModelConfig& m) { m.warmup = {{TensorSpec{DType::kFloat32, {8, 4}}}}; }));
   EXPECT_FALSE(replaced([](ModelConfig& m) { m.max_batch_size = 32; })) << "batching is live";
   EXPECT_FALSE(replaced([](ModelConfig& m) { m.max_queue_delay_us = 500; }));
