@@ -293,13 +293,19 @@ Supervisor::TurnEvents Supervisor::Poll(TimePoint now) {
   std::vector<std::pair<WorkerSlot*, PollSource>>& owners = poll_owners_;
   poller.Reset();
   owners.clear();
-  poller.AddSocket(static_cast<void*>(jobs_));
-  poller.AddSocket(static_cast<void*>(control_));
-  poller.AddSocket(static_cast<void*>(admin_));
+  // These four live as long as the supervisor: their ZMQ_FD is asked once (-1: ask again).
+  void* const fixed[] = {static_cast<void*>(jobs_), static_cast<void*>(control_),
+                         static_cast<void*>(admin_), static_cast<void*>(frontend_jobs_)};
+  for (size_t i = 0; i < fixed_socket_fds_.size(); ++i) {
+    if (fixed_socket_fds_[i] < 0) fixed_socket_fds_[i] = LoopPoller::SocketDescriptor(fixed[i]);
+  }
+  poller.AddSocket(fixed[0], fixed_socket_fds_[0]);
+  poller.AddSocket(fixed[1], fixed_socket_fds_[1]);
+  poller.AddSocket(fixed[2], fixed_socket_fds_[2]);
   poller.AddDescriptor(signals_.fd());
   poller.AddDescriptor(timer_.fd());
   // An unbound socket never becomes readable: polling it always keeps the indices fixed.
-  poller.AddSocket(static_cast<void*>(frontend_jobs_));
+  poller.AddSocket(fixed[3], fixed_socket_fds_[3]);
   for (auto& slot : workers_) {
     if (slot->response_fd() >= 0) {
       poller.AddDescriptor(slot->response_fd());

@@ -27,6 +27,7 @@
 // Every accepted request is answered exactly once: with its result, or with an error code.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <new>
 #include <string>
@@ -182,6 +183,8 @@ class Supervisor {
   // The loop's wait and the worker each descriptor after the fixed items belongs to; kept
   // between turns so a turn allocates nothing (Poll).
   LoopPoller poller_;
+  // ZMQ_FD of jobs_, control_, admin_ and frontend_jobs_, in that order; -1 until asked.
+  std::array<int, 4> fixed_socket_fds_{-1, -1, -1, -1};
   std::vector<std::pair<WorkerSlot*, PollSource>> poll_owners_;
   RunDirLock lock_;
   std::unique_ptr<MetricsExporter> metrics_;

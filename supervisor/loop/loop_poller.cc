@@ -16,6 +16,14 @@ size_t LoopPoller::AddSocket(void* socket) {
   return items_.size() - 1;
 }
 
+size_t LoopPoller::AddSocket(void* socket, int fd) {
+  Item item;
+  item.socket = socket;
+  item.fd = socket ? fd : -1;
+  items_.push_back(item);
+  return items_.size() - 1;
+}
+
 size_t LoopPoller::AddDescriptor(int fd) {
   Item item;
   item.fd = fd;

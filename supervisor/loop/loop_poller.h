@@ -4,8 +4,10 @@
 // zmq_poll asks every ZeroMQ socket for its events more than once a wait (about 13
 // zmq_getsockopt calls a turn with the loop's five sockets: docs/benchmarks.md, issue 36), and
 // builds its own poll list each call. Here each turn asks a socket for ZMQ_FD (cheap: no command
-// processing) and ZMQ_EVENTS once before waiting; only a socket whose descriptor fired is asked
-// for its events again after.
+// processing; the caller may pass it instead for a socket that lives as long as the loop, since a
+// socket closed and another made at the same address must not inherit a stale descriptor) and
+// ZMQ_EVENTS once before waiting; only a socket whose descriptor fired is asked for its events
+// again after.
 //
 // Why that is enough (ZeroMQ's ZMQ_FD contract): the descriptor is edge-like: it signals that
 // the socket has commands to process, and asking ZMQ_EVENTS processes them. A message that
@@ -33,6 +35,9 @@ class LoopPoller {
   // Adds a ZeroMQ socket (the void* handle of zmq::socket_t) to wait for input on; null
   // handles are kept as items that are never ready (fixed indices for absent sockets).
   size_t AddSocket(void* socket);
+  // The same with the socket's ZMQ_FD known: for a socket that lives as long as the loop, the
+  // caller asks SocketDescriptor once and saves a question a turn (issue 36).
+  size_t AddSocket(void* socket, int fd);
   // Adds a plain descriptor to wait for input on (a negative one is never ready).
   size_t AddDescriptor(int fd);
 
@@ -47,6 +52,9 @@ class LoopPoller {
   short DescriptorEvents(size_t index) const;
   size_t size() const { return items_.size(); }
 
+  // The socket's ZMQ_FD (cheap: no command processing); -1 when the question fails.
+  static int SocketDescriptor(void* socket);
+
  private:
   struct Item {
     void* socket = nullptr;  // null: a plain descriptor
@@ -54,9 +62,6 @@ class LoopPoller {
     bool readable = false;
     short revents = 0;
   };
-  // The socket's ZMQ_FD, asked every turn (a socket closed and another made at the same
-  // address must not inherit a stale descriptor); -1 when the question fails.
-  static int SocketDescriptor(void* socket);
   // ZMQ_EVENTS & ZMQ_POLLIN; false when the question fails (a closed socket).
   static bool SocketHasInput(void* socket);
 
