@@ -111,6 +111,45 @@ TEST_F(LoopPollerTest, AMessageLeftAfterAReceiveAndASendIsStillSeen) {
   EXPECT_EQ(reply.to_string(), "reply");
 }
 
+// A socket that lives as long as the loop passes its ZMQ_FD, asked once (the supervisor's four):
+// across turns with receives and sends in between, a queued message is seen without a wait and a
+// late one wakes the wait, as with AddSocket(socket).
+TEST_F(LoopPollerTest, ASocketAddedWithItsDescriptorAskedOnceIsSeenAlike) {
+  const int fd = LoopPoller::SocketDescriptor(static_cast<void*>(router_));
+  ASSERT_GE(fd, 0);
+  dealer_.send(zmq::buffer(std::string("first")));
+  dealer_.send(zmq::buffer(std::string("second")));
+  LoopPoller poller;
+  auto wait_readable = [&](long limit_ms) {
+    poller.Reset();
+    const size_t socket = poller.AddSocket(static_cast<void*>(router_), fd);
+    const auto start = Clock::now();
+    while (ElapsedMs(start) < limit_ms) {
+      if (!poller.Wait(milliseconds(limit_ms))) return false;
+      if (poller.Readable(socket)) return true;
+    }
+    return false;
+  };
+  for (const char* expected : {"first", "second"}) {
+    const auto start = Clock::now();
+    ASSERT_TRUE(wait_readable(3'000)) << expected;
+    EXPECT_LT(ElapsedMs(start), 1'000) << expected;
+    EXPECT_EQ(ReceiveAtRouter(), expected);
+    router_.send(zmq::buffer(identity_), zmq::send_flags::sndmore);
+    router_.send(zmq::buffer(std::string("reply")));
+  }
+  std::thread sender([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    dealer_.send(zmq::buffer(std::string("late")));
+  });
+  const auto start = Clock::now();
+  const bool late = wait_readable(5'000);
+  sender.join();
+  ASSERT_TRUE(late);
+  EXPECT_LT(ElapsedMs(start), 2'000);
+  EXPECT_EQ(ReceiveAtRouter(), "late");
+}
+
 TEST_F(LoopPollerTest, DescriptorsKeepTheirIndicesAndReportReadinessAndHangUp) {
   const int doorbell = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   ASSERT_GE(doorbell, 0);
