@@ -1,5 +1,7 @@
 #include "worker/model_runner.h"
 
+#include <utility>
+
 namespace torchfarm::worker {
 
 const char* ModelFormatName(ModelFormat format) {
@@ -23,27 +25,28 @@ Status ResolveModelFormat(const std::string& path, const std::string& format, Mo
   return Status::Ok();
 }
 
+namespace {
+// Each setting with its config spelling: ParseModelOptimize and ModelOptimizeName read it both
+// ways.
+constexpr std::pair<ModelOptimize, const char*> kOptimizeNames[] = {
+    {ModelOptimize::kNone, "none"},
+    {ModelOptimize::kFreeze, "freeze"},
+    {ModelOptimize::kInference, "inference"}};
+}  // namespace
+
 Status ParseModelOptimize(const std::string& text, ModelOptimize* out) {
-  if (text == "none") {
-    *out = ModelOptimize::kNone;
-  } else if (text == "freeze") {
-    *out = ModelOptimize::kFreeze;
-  } else if (text == "inference") {
-    *out = ModelOptimize::kInference;
-  } else {
-    return InvalidArgument("optimize: expected none, freeze or inference, got '" + text + "'");
+  for (const auto& [mode, name] : kOptimizeNames) {
+    if (text == name) {
+      *out = mode;
+      return Status::Ok();
+    }
   }
-  return Status::Ok();
+  return InvalidArgument("optimize: expected none, freeze or inference, got '" + text + "'");
 }
 
 const char* ModelOptimizeName(ModelOptimize mode) {
-  switch (mode) {
-    case ModelOptimize::kNone:
-      return "none";
-    case ModelOptimize::kFreeze:
-      return "freeze";
-    case ModelOptimize::kInference:
-      return "inference";
+  for (const auto& [each, name] : kOptimizeNames) {
+    if (each == mode) return name;
   }
   return "none";
 }

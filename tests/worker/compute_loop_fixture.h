@@ -62,6 +62,19 @@ class ComputeLoopTest : public ::testing::Test {
     return path;
   }
 
+  // A two-layer MLP [B, 16] -> [B, 8] with weights from torch's current seed.
+  std::string SaveMlp() {
+    return Save("Mlp", R"(
+def forward(self, x):
+    h = torch.relu(torch.matmul(x, self.w1.t()) + self.b1)
+    return torch.matmul(h, self.w2.t()) + self.b2
+)",
+                {{"w1", torch::randn({32, 16})},
+                 {"b1", torch::randn({32})},
+                 {"w2", torch::randn({8, 32})},
+                 {"b2", torch::randn({8})}});
+  }
+
   // Creates the segment and doorbells, starts the loop and waits until the load finished.
   LoadReport Start(const std::string& model_path, uint64_t data_bytes = 1 << 20,
                    const std::string& device = "cpu", const std::string& faults = "") {

@@ -14,15 +14,7 @@ namespace {
 
 TEST_F(ComputeLoopTest, MlpOutputEqualsDirectForward) {
   torch::manual_seed(1);
-  std::string path = Save("Mlp", R"(
-def forward(self, x):
-    h = torch.relu(torch.matmul(x, self.w1.t()) + self.b1)
-    return torch.matmul(h, self.w2.t()) + self.b2
-)",
-                          {{"w1", torch::randn({32, 16})},
-                           {"b1", torch::randn({32})},
-                           {"w2", torch::randn({8, 32})},
-                           {"b2", torch::randn({8})}});
+  std::string path = SaveMlp();
   ASSERT_EQ(Start(path).state, LoadState::kLoaded);
   at::Tensor x = torch::randn({5, 16});
   Submit(42, {x});
@@ -326,15 +318,7 @@ def forward(self, x):
 // setting to try.
 TEST_F(ComputeLoopTest, OptimizedModelServesTheSameAnswers) {
   torch::manual_seed(3);
-  const std::string path = Save("Mlp", R"(
-def forward(self, x):
-    h = torch.relu(torch.matmul(x, self.w1.t()) + self.b1)
-    return torch.matmul(h, self.w2.t()) + self.b2
-)",
-                                {{"w1", torch::randn({32, 16})},
-                                 {"b1", torch::randn({32})},
-                                 {"w2", torch::randn({8, 32})},
-                                 {"b2", torch::randn({8})}});
+  const std::string path = SaveMlp();
   const at::Tensor x = torch::randn({5, 16});
   const at::Tensor expected = torch::jit::load(path).forward({x}).toTensor();
   for (const char* optimize : {"freeze", "inference"}) {
