@@ -262,7 +262,9 @@ TEST(V2TritonPriority, PriorityOneOvertakesTheDefaultLevel) {
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   std::thread low(run, "default", body(3000, 0));  // work of its own: the order is clear
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  std::thread high(run, "highest", body(0, 1));
+  // Work of its own too: with none, its reply and the blocker's leave in the same turn and the
+  // two client threads race to record them (seen on a fast machine: highest first).
+  std::thread high(run, "highest", body(1000, 1));
   blocker.join();
   low.join();
   high.join();
