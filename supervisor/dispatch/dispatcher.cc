@@ -53,9 +53,9 @@ void Dispatcher::RecordSloOutcome(ServedModel& model, bool within, TimePoint now
   model.stats.set_slo_margin(model.slo_margin.factor());
 }
 
-void Dispatcher::RecordSloRefused(ServedModel& model) {
+void Dispatcher::RecordSloRefused(ServedModel& model, bool only_by_margin) {
   model.stats.RecordSloRefused();
-  model.slo_margin.ObserveRefusal();
+  model.slo_margin.ObserveRefusal(only_by_margin);
   model.stats.set_slo_margin(model.slo_margin.factor());
 }
 
@@ -87,10 +87,11 @@ int64_t Dispatcher::ShedLateHeads(ServedModel& model, const WorkerSlot& slot, Ti
     const int64_t rows = SloBatchRows(cost, backlog_us, until_us, head->rows);
     if (rows > 0) return rows;
     PendingRequest late = model.queue.PopHead();
-    const double finish_ms = (static_cast<double>(ToMicros(now - late.received)) + backlog_us +
-                              cost.fixed_us + cost.per_row_us * static_cast<double>(late.rows)) /
-                             1000;
-    RecordSloRefused(model);
+    const double own_us =
+        backlog_us + cost.fixed_us + cost.per_row_us * static_cast<double>(late.rows);
+    const double finish_ms = (static_cast<double>(ToMicros(now - late.received)) + own_us) / 1000;
+    // Every term scales with the margin: unscaled, would it have fit?
+    RecordSloRefused(model, own_us / model.slo_margin.factor() <= until_us);
     Fail(model, late,
          Status(StatusCode::kDeadlineExceeded,
                 "would finish at ~" + std::to_string(std::lround(finish_ms)) +
@@ -124,12 +125,15 @@ void Dispatcher::ExpireDeadlines() {
 }
 
 Status Dispatcher::CheckDeadline(const ServedModel& model, const PendingRequest& request,
-                                 TimePoint now) const {
+                                 TimePoint now, bool* only_by_margin) const {
+  if (only_by_margin) *only_by_margin = false;
   if (request.deadline == TimePoint::max() || request.deadline_is_queue_wait ||
       !model.cost.known()) {
     return Status::Ok();
   }
-  if (model.config.latency_slo_ms > 0) return CheckSloDeadline(model, request, now);
+  if (model.config.latency_slo_ms > 0) {
+    return CheckSloDeadline(model, request, now, only_by_margin);
+  }
   const double running_us = model.cost.BatchUs(model.config.max_batch_size);
   double earliest_free_us = -1;
   for (size_t i : model.slots) {
@@ -150,7 +154,7 @@ Status Dispatcher::CheckDeadline(const ServedModel& model, const PendingRequest&
 }
 
 Status Dispatcher::CheckSloDeadline(const ServedModel& model, const PendingRequest& request,
-                                    TimePoint now) const {
+                                    TimePoint now, bool* only_by_margin) const {
   double earliest_free_us = -1;
   int ready = 0;
   for (size_t i : model.slots) {
@@ -168,6 +172,11 @@ Status Dispatcher::CheckSloDeadline(const ServedModel& model, const PendingReque
       EstimatedFinishUs(SloCostOf(model), earliest_free_us, rows_ahead, ready, request.rows);
   const TimePoint finish = now + Micros(static_cast<int64_t>(finish_us));
   if (finish <= request.deadline) return Status::Ok();
+  // Every term of the estimate scales with the margin: unscaled, would it have fit?
+  if (only_by_margin) {
+    *only_by_margin = now + Micros(static_cast<int64_t>(finish_us / model.slo_margin.factor())) <=
+                      request.deadline;
+  }
   return Status(
       StatusCode::kDeadlineExceeded,
       "would finish at ~" + std::to_string(ToMicros(finish - request.received) / 1000) +

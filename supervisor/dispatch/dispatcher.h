@@ -53,8 +53,10 @@ class Dispatcher {
   // before the model's cost is known.
   // With the model's latency_slo_ms the estimate counts the rows queued ahead too
   // (dispatch_planner.h EstimatedFinishUs).
-  Status CheckDeadline(const ServedModel& model, const PendingRequest& request,
-                       TimePoint now) const;
+  // With an SLO, a refusal sets `*only_by_margin` when the unscaled estimate would have accepted
+  // it (SloMargin counts only those refusals).
+  Status CheckDeadline(const ServedModel& model, const PendingRequest& request, TimePoint now,
+                       bool* only_by_margin = nullptr) const;
   // Keeps the queue's dispatch lead at the model's measured batch time, so a batch with a
   // deadline in it leaves while it can still be served (supervisor/dispatch/model_queue.h).
   static void UpdateDispatchLead(ServedModel& model);
@@ -75,8 +77,9 @@ class Dispatcher {
   // One answer to a request with an SLO deadline (answered, or expired in the queue): counted in
   // the model's stats and fed to its SloMargin, which SloCostOf scales the learned cost by.
   static void RecordSloOutcome(ServedModel& model, bool within, TimePoint now);
-  // A request refused at intake or shed from the queue because it could not make its SLO.
-  static void RecordSloRefused(ServedModel& model);
+  // A request refused at intake or shed from the queue because it could not make its SLO;
+  // `only_by_margin`: the estimate without the margin would have accepted it (slo_margin.h).
+  static void RecordSloRefused(ServedModel& model, bool only_by_margin);
 
  private:
   WorkerSlot* PickSlot(const ServedModel& model);
@@ -86,8 +89,8 @@ class Dispatcher {
   int64_t BatchRowsFor(const ServedModel& model, const WorkerSlot& chosen) const;
   // Latency objective: the model's measured cost, for dispatch_planner.h's SLO functions.
   static SloCost SloCostOf(const ServedModel& model);
-  Status CheckSloDeadline(const ServedModel& model, const PendingRequest& request,
-                          TimePoint now) const;
+  Status CheckSloDeadline(const ServedModel& model, const PendingRequest& request, TimePoint now,
+                          bool* only_by_margin) const;
   // When the batches `slot` holds are expected to be done, in service time (the running one
   // half done on average).
   double SloBacklog(const ServedModel& model, const WorkerSlot& slot) const;

@@ -4,12 +4,17 @@
 // The cost model (dispatch_planner.h BatchCostModel) predicts a batch's mean service time; a
 // request accepted because its predicted finish fits the deadline still misses when its batch
 // runs long (a descheduled worker on shared cores, a slow tail of the model). So every SLO outcome
-// feeds this controller: a miss multiplies the factor by kMissStep; an answer within the SLO, and
-// a refusal (the farm did not try, so it proved nothing against the estimate), divide it by the
-// step that makes kTargetMissRate of the outcomes the equilibrium. Counting refusals keeps a
-// margin that refuses everything from staying there: it decays until requests are accepted
-// again. Planning multiplies the learned cost by factor(), which refuses and sheds earlier and
-// forms smaller batches while requests miss, and goes back to the plain estimate once they stop.
+// feeds this controller: a miss multiplies the factor by kMissStep; an answer within the SLO
+// divides it by the step that makes kTargetMissRate of the answers the equilibrium. Planning
+// multiplies the learned cost by factor(), which refuses and sheds earlier and forms smaller
+// batches while requests miss, and goes back to the plain estimate once they stop.
+//
+// Refusals say nothing of the estimate (the farm did not try), so they do not count as answers:
+// counted, a burst of refusals would dilute the misses of the accepted requests, whose p99 is
+// what the SLO promises. One exception keeps a margin that refuses everything from staying
+// there: after kStuckRefusals refusals in a row that only the margin made (the unscaled estimate
+// would have accepted them) with no answer between, each further one steps the factor down by
+// kMissStep, so requests are accepted again and their answers say whether it was right.
 // Bounded [1, kMaxFactor]. Pure; the loop thread owns each one.
 #pragma once
 
@@ -19,19 +24,23 @@ namespace torchfarm {
 
 class SloMargin {
  public:
-  // Misses the farm aims for among the SLO outcomes (answers and refusals).
-  static constexpr double kTargetMissRate = 0.01;
+  // Misses the farm aims for among the answers with an SLO deadline (and margin-made refusals):
+  // half of the 1% a p99 allows, since the client sees its own transport on top.
+  static constexpr double kTargetMissRate = 0.005;
   static constexpr double kMissStep = 1.05;
   static constexpr double kMaxFactor = 4.0;
+  static constexpr int kStuckRefusals = 100;
 
   // One answered request with an SLO deadline: within it, or not (also one that expired queued).
   void Observe(bool within);
-  // One request refused or shed because it could not make its SLO deadline.
-  void ObserveRefusal() { Observe(true); }
+  // One request refused or shed because it could not make its SLO deadline; `only_by_margin`:
+  // the unscaled estimate would have accepted it.
+  void ObserveRefusal(bool only_by_margin);
   double factor() const { return factor_; }
 
  private:
   double factor_ = 1.0;
+  int refused_by_margin_ = 0;  // in a row, since the last answer
 };
 
 }  // namespace torchfarm

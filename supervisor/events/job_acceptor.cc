@@ -106,8 +106,11 @@ void JobAcceptor::Admit(PendingRequest& request, std::vector<zmq::message_t>& fr
   if (s.ok()) Dispatcher::ApplyLatencySlo(model->config, &request);
   if (s.ok()) Dispatcher::ApplyClientWeight(model->config, &request);
   if (s.ok()) {
-    s = d_.dispatcher.CheckDeadline(*model, request, d_.clock.Now());
-    if (!s.ok() && model->config.latency_slo_ms > 0) Dispatcher::RecordSloRefused(*model);
+    bool only_by_margin = false;
+    s = d_.dispatcher.CheckDeadline(*model, request, d_.clock.Now(), &only_by_margin);
+    if (!s.ok() && model->config.latency_slo_ms > 0) {
+      Dispatcher::RecordSloRefused(*model, only_by_margin);
+    }
   }
   if (s.ok() && !model->queue.Push(request)) {
     s = ResourceExhausted("queue of model '" + model->config.name + "' is full (" +

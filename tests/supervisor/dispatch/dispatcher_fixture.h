@@ -128,7 +128,11 @@ class DispatcherTest : public ::testing::Test {
     Dispatcher::ApplyQueueWait(configs_[0], &request);
     Dispatcher::ApplyLatencySlo(configs_[0], &request);
     Dispatcher::ApplyClientWeight(configs_[0], &request);
-    Status s = dispatcher_.CheckDeadline(models_[0], request, clock_.Now());
+    bool only_by_margin = false;
+    Status s = dispatcher_.CheckDeadline(models_[0], request, clock_.Now(), &only_by_margin);
+    if (!s.ok() && configs_[0].latency_slo_ms > 0) {
+      Dispatcher::RecordSloRefused(models_[0], only_by_margin);
+    }
     if (s.ok() && !models_[0].queue.Push(request)) s = ResourceExhausted("queue full");
     return s;
   }

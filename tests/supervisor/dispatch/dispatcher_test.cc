@@ -364,6 +364,77 @@ TEST_F(DispatcherTest, WithAnSloARequestThatCannotMakeItIsRefusedAtOnceNamingThe
   EXPECT_NE(s.message().find("20 rows queued ahead"), std::string::npos) << s.message();
 }
 
+// The margin (slo_margin.h) hears of a refusal only when the unscaled estimate would have
+// accepted it: overload refusals must not dilute the misses of the accepted requests.
+TEST_F(DispatcherTest, WithAnSloOnlyARefusalTheMarginAloneMadeCountsForTheMargin) {
+  Serve(SloModel(), 1);
+  TeachCost(10, 10);
+  MakeReady(slot(0), clock_.Now());
+  for (int i = 0; i < 15; ++i) models_[0].slo_margin.Observe(false);
+  const double raised = models_[0].slo_margin.factor();
+  ASSERT_NEAR(raised, 2.08, 0.01);
+  PendingRequest request;
+  request.received = clock_.Now();
+  Dispatcher::ApplyLatencySlo(configs_[0], &request);
+  // 4 rows ahead: one batch of 50 ms, then its own 20: 70 ms plain, ~146 with the margin.
+  for (int i = 0; i < 4; ++i) Submit("q" + std::to_string(i), {1, 2});
+  bool only_by_margin = false;
+  Status s = dispatcher_.CheckDeadline(models_[0], request, clock_.Now(), &only_by_margin);
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("would finish at ~145 ms, deadline 100 ms"), std::string::npos)
+      << s.message();
+  EXPECT_TRUE(only_by_margin) << "70 ms without the margin";
+  // 20 rows ahead: 270 ms even without it.
+  for (int i = 4; i < 20; ++i) Submit("q" + std::to_string(i), {1, 2});
+  s = dispatcher_.CheckDeadline(models_[0], request, clock_.Now(), &only_by_margin);
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(only_by_margin);
+
+  // Through intake (the queued requests' client, ""): overload refusals leave the factor, and so
+  // do kStuckRefusals the margin alone made; the next of those steps it down.
+  EXPECT_EQ(Offer("", "overload", {1, 2}).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_DOUBLE_EQ(models_[0].slo_margin.factor(), raised);
+  while (!models_[0].queue.empty()) models_[0].queue.PopHead();
+  for (int i = 0; i < 4; ++i) Submit("p" + std::to_string(i), {1, 2});
+  for (int i = 0; i < SloMargin::kStuckRefusals; ++i) {
+    ASSERT_EQ(Offer("", "by-margin", {1, 2}).code(), StatusCode::kDeadlineExceeded);
+  }
+  EXPECT_DOUBLE_EQ(models_[0].slo_margin.factor(), raised);
+  EXPECT_EQ(Offer("", "by-margin", {1, 2}).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_DOUBLE_EQ(models_[0].slo_margin.factor(), raised / SloMargin::kMissStep);
+  EXPECT_EQ(models_[0].stats.slo_refused(), 2u + SloMargin::kStuckRefusals);
+}
+
+TEST_F(DispatcherTest, WithAnSloOnlyAShedTheMarginAloneMadeCountsForTheMargin) {
+  Serve(SloModel(), 1);  // starting: not ready yet
+  TeachCost(10, 10);
+  for (int i = 0; i < 15; ++i) models_[0].slo_margin.Observe(false);
+  const double raised = models_[0].slo_margin.factor();
+  Submit("late", {1, 2});
+  clock_.Advance(Millis(95));  // 5 ms left: 20 ms even without the margin
+  MakeReady(slot(0), clock_.Now());
+  dispatcher_.DispatchAll();
+  Reply reply;
+  ASSERT_TRUE(Receive(&reply));
+  EXPECT_EQ(reply.id(), "late");
+  EXPECT_EQ(reply.header.status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_DOUBLE_EQ(models_[0].slo_margin.factor(), raised);
+
+  // 30 ms left: 20 plain, ~42 with the margin. Shed by the margin alone kStuckRefusals + 1
+  // times in a row: the last steps it down.
+  for (int i = 0; i <= SloMargin::kStuckRefusals; ++i) {
+    EXPECT_DOUBLE_EQ(models_[0].slo_margin.factor(), raised) << i;
+    Submit("tight", {1, 2});  // queued only: the idle worker would take it at DispatchAll
+    clock_.Advance(Millis(70));
+    dispatcher_.DispatchAll();
+    ASSERT_TRUE(Receive(&reply));
+    EXPECT_EQ(reply.id(), "tight");
+    ASSERT_EQ(reply.header.status.code(), StatusCode::kDeadlineExceeded);
+  }
+  EXPECT_DOUBLE_EQ(models_[0].slo_margin.factor(), raised / SloMargin::kMissStep);
+  EXPECT_EQ(models_[0].stats.slo_refused(), 2u + SloMargin::kStuckRefusals);
+}
+
 TEST_F(DispatcherTest, WithoutAnSloNothingIsShedAndBatchesAreNotCut) {
   ModelConfig m = SloModel();
   m.latency_slo_ms = 0;
