@@ -293,19 +293,18 @@ Supervisor::TurnEvents Supervisor::Poll(TimePoint now) {
   std::vector<std::pair<WorkerSlot*, PollSource>>& owners = poll_owners_;
   poller.Reset();
   owners.clear();
-  // These four live as long as the supervisor: their ZMQ_FD is asked once (-1: ask again).
-  void* const fixed[] = {static_cast<void*>(jobs_), static_cast<void*>(control_),
-                         static_cast<void*>(admin_), static_cast<void*>(frontend_jobs_)};
-  for (size_t i = 0; i < fixed_socket_fds_.size(); ++i) {
-    if (fixed_socket_fds_[i] < 0) fixed_socket_fds_[i] = LoopPoller::SocketDescriptor(fixed[i]);
-  }
-  poller.AddSocket(fixed[0], fixed_socket_fds_[0]);
-  poller.AddSocket(fixed[1], fixed_socket_fds_[1]);
-  poller.AddSocket(fixed[2], fixed_socket_fds_[2]);
+  // These four live as long as the supervisor: watched, so one untouched since it last had no
+  // input is asked nothing before the wait (loop_poller.h); every send and read on it counts.
+  poller.AddSocket(static_cast<void*>(jobs_), &socket_watches_[0],
+                   socket_reads_[0] + replies_.jobs_sends());
+  poller.AddSocket(static_cast<void*>(control_), &socket_watches_[1],
+                   socket_reads_[1] + worker_events_.control_sends());
+  poller.AddSocket(static_cast<void*>(admin_), &socket_watches_[2], socket_reads_[2]);
   poller.AddDescriptor(signals_.fd());
   poller.AddDescriptor(timer_.fd());
   // An unbound socket never becomes readable: polling it always keeps the indices fixed.
-  poller.AddSocket(fixed[3], fixed_socket_fds_[3]);
+  poller.AddSocket(static_cast<void*>(frontend_jobs_), &socket_watches_[3],
+                   socket_reads_[3] + replies_.frontend_sends());
   for (auto& slot : workers_) {
     if (slot->response_fd() >= 0) {
       poller.AddDescriptor(slot->response_fd());
@@ -369,9 +368,17 @@ void Supervisor::RunTurn(TimePoint now) {
   for (WorkerSlot* slot : events.responses) {
     Guarded("responses", [&] { responses_.Collect(*slot); });
   }
-  if (events.control) Guarded("control", [&] { worker_events_.OnControl(); });
-  if (events.jobs) Guarded("jobs", [&] { job_acceptor_.ReadJobs(jobs_); });
+  // Each read below counts as a use of its socket (socket_reads_, Poll's watches).
+  if (events.control) {
+    ++socket_reads_[1];
+    Guarded("control", [&] { worker_events_.OnControl(); });
+  }
+  if (events.jobs) {
+    ++socket_reads_[0];
+    Guarded("jobs", [&] { job_acceptor_.ReadJobs(jobs_); });
+  }
   if (events.frontend) {
+    ++socket_reads_[3];
     Guarded("front end", [&] {
       job_acceptor_.ReadFrontend(frontend_jobs_, [this](const json& query) {
         if (query.contains("repository")) return repository_.Answer(query);
@@ -393,7 +400,10 @@ void Supervisor::RunTurn(TimePoint now) {
       });
     });
   }
-  if (events.admin) Guarded("admin", [&] { admin_service_.HandleRequests(admin_); });
+  if (events.admin) {
+    ++socket_reads_[2];
+    Guarded("admin", [&] { admin_service_.HandleRequests(admin_); });
+  }
   Guarded("deadlines", [&] { dispatcher_.ExpireDeadlines(); });
   Guarded("liveness", [&] { workers_.KillUnresponsive(hang_limit_); });
   const bool stopping = IsStoppingWorkers(farm_.phase);

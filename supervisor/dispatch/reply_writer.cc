@@ -61,6 +61,7 @@ void ReplyWriter::CountUndeliverable(const PendingRequest& request, int error) {
 }
 
 bool ReplyWriter::SendEnvelope(zmq::socket_t& socket, PendingRequest& request) {
+  ++(&socket == &jobs_ ? jobs_sends_ : frontend_sends_);
   if (&socket != &jobs_) {
     socket.send(request.identity, zmq::send_flags::sndmore);
     return true;
@@ -101,6 +102,7 @@ void ReplyWriter::SendTyped(PendingRequest& request, ReplyHeader header,
   }
   // Built before the envelope goes, as in Send: a throw after it would break the next message.
   zmq::message_t header_frame = MakeTypedFrame(std::move(header));
+  ++frontend_sends_;
   frontend_->send(request.identity, zmq::send_flags::sndmore);
   frontend_->send(header_frame, has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
   if (!has_frames) return;

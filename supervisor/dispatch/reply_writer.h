@@ -69,6 +69,10 @@ class ReplyWriter {
   // The loop's front-end socket (supervisor/frontend/farm_channel.h): requests whose origin is
   // HTTP or gRPC are answered there. Unset while no front end runs.
   void set_frontend_socket(zmq::socket_t* socket) { frontend_ = socket; }
+  // Replies begun on the job socket and on the front-end socket since the start: the loop's
+  // poller must hear of every use of them (loop_poller.h SocketWatch).
+  uint64_t jobs_sends() const { return jobs_sends_; }
+  uint64_t frontend_sends() const { return frontend_sends_; }
 
   // Counts an accepted request against its client; RESOURCE_EXHAUSTED when the client is at
   // limits.max_queued_per_client. `per_key`: CURVE is on and clients count by public key.
@@ -119,6 +123,8 @@ class ReplyWriter {
   std::function<void(const char*)> undeliverable_hook_;
   TimePoint last_undeliverable_log_{};
   uint64_t unlogged_undeliverable_ = 0;
+  uint64_t jobs_sends_ = 0;
+  uint64_t frontend_sends_ = 0;
 };
 
 }  // namespace torchfarm

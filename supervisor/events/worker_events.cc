@@ -184,6 +184,7 @@ void WorkerEvents::OnControlMessage(WorkerSlot& worker, const std::string& routi
   slot->OnMessage(now);
   std::string type = message.value("type", "");
   if (type == ipc::kMsgHeartbeat) {
+    ++control_sends_;
     d_.control.send(zmq::buffer(routing), zmq::send_flags::sndmore);
     d_.control.send(zmq::str_buffer(R"({"type":"ack"})"), zmq::send_flags::none);
     ReadTelemetry(message, &slot->telemetry);
@@ -219,6 +220,7 @@ void WorkerEvents::OnControlMessage(WorkerSlot& worker, const std::string& routi
 }
 
 void WorkerEvents::SendStop(const WorkerSlot& slot) {
+  ++control_sends_;
   d_.control.send(zmq::buffer(ipc::WorkerRoutingId(slot.id(), slot.generation())),
                   zmq::send_flags::sndmore);
   d_.control.send(zmq::str_buffer(R"({"type":"stop"})"), zmq::send_flags::none);

@@ -59,6 +59,9 @@ class WorkerEvents {
   void SendStop(const WorkerSlot& slot);
   // Each turn: workers whose drain finished (retired, restarting) are told to stop.
   void SendDueStops();
+  // Messages sent on the control socket since the start: the loop's poller must hear of every
+  // use of it (loop_poller.h SocketWatch).
+  uint64_t control_sends() const { return control_sends_; }
 
  private:
   void OnControlMessage(WorkerSlot& slot, const std::string& routing,
@@ -68,6 +71,7 @@ class WorkerEvents {
   Deps d_;
   MetricsExporter* metrics_ = nullptr;
   EventRing* events_ = nullptr;
+  uint64_t control_sends_ = 0;
 };
 
 }  // namespace torchfarm

@@ -16,10 +16,15 @@ size_t LoopPoller::AddSocket(void* socket) {
   return items_.size() - 1;
 }
 
-size_t LoopPoller::AddSocket(void* socket, int fd) {
+size_t LoopPoller::AddSocket(void* socket, SocketWatch* watch, uint64_t uses) {
   Item item;
   item.socket = socket;
-  item.fd = socket ? fd : -1;
+  if (socket) {
+    if (watch->fd < 0) watch->fd = SocketDescriptor(socket);
+    item.fd = watch->fd;
+    item.watch = watch;
+    item.uses = uses;
+  }
   items_.push_back(item);
   return items_.size() - 1;
 }
@@ -43,11 +48,23 @@ bool LoopPoller::SocketHasInput(void* socket) {
   return zmq_getsockopt(socket, ZMQ_EVENTS, &events, &size) == 0 && (events & ZMQ_POLLIN) != 0;
 }
 
+bool LoopPoller::AskInput(const Item& item) {
+  ++questions_;
+  const bool input = SocketHasInput(item.socket);
+  if (item.watch) {
+    item.watch->uses = item.uses;
+    item.watch->input = input;
+  }
+  return input;
+}
+
 bool LoopPoller::Wait(std::chrono::milliseconds timeout) {
-  // Messages already queued in a socket: no wait, only a look at the descriptors.
+  // Messages already queued in a socket: no wait, only a look at the descriptors. A watched
+  // socket untouched since it last said "no input" is left to its descriptor.
   bool any_socket_ready = false;
   for (Item& item : items_) {
-    item.readable = item.socket != nullptr && SocketHasInput(item.socket);
+    const bool untouched = item.watch && item.watch->uses == item.uses && !item.watch->input;
+    item.readable = item.socket != nullptr && !untouched && AskInput(item);
     item.revents = 0;
     any_socket_ready |= item.readable;
   }
@@ -68,7 +85,7 @@ bool LoopPoller::Wait(std::chrono::milliseconds timeout) {
       item.readable = (revents & POLLIN) != 0;
     } else if (!item.readable && revents != 0) {
       // The descriptor fired: commands to process, perhaps a message.
-      item.readable = SocketHasInput(item.socket);
+      item.readable = AskInput(item);
     }
   }
   return true;

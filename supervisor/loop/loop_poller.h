@@ -4,16 +4,22 @@
 // zmq_poll asks every ZeroMQ socket for its events more than once a wait (about 13
 // zmq_getsockopt calls a turn with the loop's five sockets: docs/benchmarks.md, issue 36), and
 // builds its own poll list each call. Here each turn asks a socket for ZMQ_FD (cheap: no command
-// processing; the caller may pass it instead for a socket that lives as long as the loop, since a
-// socket closed and another made at the same address must not inherit a stale descriptor) and
-// ZMQ_EVENTS once before waiting; only a socket whose descriptor fired is asked for its events
-// again after.
+// processing) and ZMQ_EVENTS once before waiting; only a socket whose descriptor fired is asked
+// for its events again after.
 //
 // Why that is enough (ZeroMQ's ZMQ_FD contract): the descriptor is edge-like: it signals that
 // the socket has commands to process, and asking ZMQ_EVENTS processes them. A message that
 // arrived before the pre-wait check shows in ZMQ_EVENTS (no wait then); one that arrives after
 // it signals the descriptor, which wakes ::poll. Sends or receives on a socket between turns may
-// consume a signal, which is why the check runs every turn, for every socket.
+// consume a signal (they process commands too), which is why the check runs every turn.
+//
+// A socket that lives as long as the loop may be watched instead (SocketWatch, the supervisor's
+// four): the caller keeps the watch and passes, each turn, a count of its sends and receives on
+// that socket. The watch remembers the descriptor (asked once) and the last ZMQ_EVENTS answer
+// with the count it was given; while the count has not moved and that answer was "no input",
+// nothing can have consumed a signal, so the pre-wait question is skipped and the descriptor
+// alone wakes the wait. A send or receive the count misses is a message left unseen until the
+// next wake-up: every code path that touches such a socket must count (supervisor.h).
 //
 // Items keep their order and index; the caller reads results by index, as with zmq::poll. The
 // vectors keep their capacity between turns (Reset clears them): no allocation per turn. Runs on
@@ -24,6 +30,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace torchfarm {
@@ -35,9 +42,16 @@ class LoopPoller {
   // Adds a ZeroMQ socket (the void* handle of zmq::socket_t) to wait for input on; null
   // handles are kept as items that are never ready (fixed indices for absent sockets).
   size_t AddSocket(void* socket);
-  // The same with the socket's ZMQ_FD known: for a socket that lives as long as the loop, the
-  // caller asks SocketDescriptor once and saves a question a turn (issue 36).
-  size_t AddSocket(void* socket, int fd);
+  // What the loop knows of a socket that lives as long as it does (caller-owned, one per socket;
+  // see the header comment). A socket closed and another made must get a fresh watch.
+  struct SocketWatch {
+    int fd = -1;                 // its ZMQ_FD, asked on first use
+    uint64_t uses = UINT64_MAX;  // the caller's count at the last ZMQ_EVENTS answer
+    bool input = true;           // that answer (true until asked)
+  };
+  // The same for a watched socket: `uses` counts every send and receive the caller made on it
+  // (any monotonic count; only a change matters).
+  size_t AddSocket(void* socket, SocketWatch* watch, uint64_t uses);
   // Adds a plain descriptor to wait for input on (a negative one is never ready).
   size_t AddDescriptor(int fd);
 
@@ -51,6 +65,8 @@ class LoopPoller {
   // After Wait: a descriptor's poll(2) revents (POLLERR, POLLHUP), 0 for a socket.
   short DescriptorEvents(size_t index) const;
   size_t size() const { return items_.size(); }
+  // ZMQ_EVENTS questions asked since the start (tests; the cost this class saves).
+  uint64_t questions() const { return questions_; }
 
   // The socket's ZMQ_FD (cheap: no command processing); -1 when the question fails.
   static int SocketDescriptor(void* socket);
@@ -59,14 +75,19 @@ class LoopPoller {
   struct Item {
     void* socket = nullptr;  // null: a plain descriptor
     int fd = -1;             // the descriptor polled (the socket's ZMQ_FD for a socket)
+    SocketWatch* watch = nullptr;
+    uint64_t uses = 0;  // a watched socket's count this turn
     bool readable = false;
     short revents = 0;
   };
   // ZMQ_EVENTS & ZMQ_POLLIN; false when the question fails (a closed socket).
   static bool SocketHasInput(void* socket);
+  // SocketHasInput, counted, and remembered in a watched item's watch.
+  bool AskInput(const Item& item);
 
   std::vector<Item> items_;
   std::vector<pollfd> pollfds_;
+  uint64_t questions_ = 0;
 };
 
 }  // namespace torchfarm

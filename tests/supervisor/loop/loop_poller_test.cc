@@ -111,22 +111,24 @@ TEST_F(LoopPollerTest, AMessageLeftAfterAReceiveAndASendIsStillSeen) {
   EXPECT_EQ(reply.to_string(), "reply");
 }
 
-// A socket that lives as long as the loop passes its ZMQ_FD, asked once (the supervisor's four):
-// across turns with receives and sends in between, a queued message is seen without a wait and a
-// late one wakes the wait, as with AddSocket(socket).
-TEST_F(LoopPollerTest, ASocketAddedWithItsDescriptorAskedOnceIsSeenAlike) {
-  const int fd = LoopPoller::SocketDescriptor(static_cast<void*>(router_));
-  ASSERT_GE(fd, 0);
+// A watched socket (the supervisor's four), its sends and receives counted: across turns with
+// receives and sends in between, a queued message is seen without a wait and a late one wakes
+// the wait, as with AddSocket(socket).
+TEST_F(LoopPollerTest, AWatchedSocketWhoseUsesAreCountedIsSeenAlike) {
   dealer_.send(zmq::buffer(std::string("first")));
   dealer_.send(zmq::buffer(std::string("second")));
   LoopPoller poller;
+  LoopPoller::SocketWatch watch;
+  uint64_t uses = 0;
   auto wait_readable = [&](long limit_ms) {
     poller.Reset();
-    const size_t socket = poller.AddSocket(static_cast<void*>(router_), fd);
+    const size_t socket = poller.AddSocket(static_cast<void*>(router_), &watch, uses);
     const auto start = Clock::now();
     while (ElapsedMs(start) < limit_ms) {
       if (!poller.Wait(milliseconds(limit_ms))) return false;
       if (poller.Readable(socket)) return true;
+      poller.Reset();
+      poller.AddSocket(static_cast<void*>(router_), &watch, uses);
     }
     return false;
   };
@@ -137,7 +139,9 @@ TEST_F(LoopPollerTest, ASocketAddedWithItsDescriptorAskedOnceIsSeenAlike) {
     EXPECT_EQ(ReceiveAtRouter(), expected);
     router_.send(zmq::buffer(identity_), zmq::send_flags::sndmore);
     router_.send(zmq::buffer(std::string("reply")));
+    ++uses;  // one count for the receive and the send: only a change matters
   }
+  EXPECT_EQ(watch.fd, LoopPoller::SocketDescriptor(static_cast<void*>(router_)));
   std::thread sender([&] {
     std::this_thread::sleep_for(milliseconds(100));
     dealer_.send(zmq::buffer(std::string("late")));
@@ -146,6 +150,45 @@ TEST_F(LoopPollerTest, ASocketAddedWithItsDescriptorAskedOnceIsSeenAlike) {
   const bool late = wait_readable(5'000);
   sender.join();
   ASSERT_TRUE(late);
+  EXPECT_LT(ElapsedMs(start), 2'000);
+  EXPECT_EQ(ReceiveAtRouter(), "late");
+}
+
+// The saving: a watched socket that said "no input" and was not used since is asked nothing
+// before the wait (its descriptor alone wakes it); a counted use makes it asked again.
+TEST_F(LoopPollerTest, AnUntouchedWatchedSocketWithoutInputIsNotAskedBeforeTheWait) {
+  LoopPoller poller;
+  LoopPoller::SocketWatch watch;
+  auto turn = [&](uint64_t uses) {
+    poller.Reset();
+    const size_t socket = poller.AddSocket(static_cast<void*>(router_), &watch, uses);
+    const uint64_t before = poller.questions();
+    EXPECT_TRUE(poller.Wait(milliseconds(0)));
+    EXPECT_FALSE(poller.Readable(socket));
+    return poller.questions() - before;
+  };
+  EXPECT_GE(turn(0), 1u) << "first turn: asked";
+  EXPECT_FALSE(watch.input);
+  EXPECT_EQ(turn(0), 0u) << "untouched since it said no input";
+  EXPECT_EQ(turn(0), 0u);
+  EXPECT_GE(turn(1), 1u) << "used since: asked again";
+  EXPECT_EQ(turn(1), 0u);
+
+  // Still woken by its descriptor, and then asked.
+  std::thread sender([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    dealer_.send(zmq::buffer(std::string("late")));
+  });
+  const auto start = Clock::now();
+  bool readable = false;
+  while (!readable && ElapsedMs(start) < 5'000) {
+    poller.Reset();
+    const size_t socket = poller.AddSocket(static_cast<void*>(router_), &watch, 1);
+    ASSERT_TRUE(poller.Wait(milliseconds(5'000)));
+    readable = poller.Readable(socket);
+  }
+  sender.join();
+  ASSERT_TRUE(readable);
   EXPECT_LT(ElapsedMs(start), 2'000);
   EXPECT_EQ(ReceiveAtRouter(), "late");
 }
