@@ -4,8 +4,10 @@
 // Owns: the operator's table of weights by client key, and the rule that combines it with a
 // request's own weight. A client key is what the supervisor already counts a client by
 // (supervisor/intake/client_quota.h): the CURVE public key (Z85, 40 characters) when the job socket
-// runs CURVE, else the ZeroMQ routing id (a client sets it with ZMQ_ROUTING_ID); "*" weighs every
-// client the table does not name. Within a priority level a client's fair tag advances by
+// runs CURVE, else the ZeroMQ routing id (a client sets it with ZMQ_ROUTING_ID); for a KServe v2
+// request, the value of its frontend.client_id_header when the config sets one and the request
+// carries it, else a key of its connection that no table can name; "*" weighs every client the
+// table does not name. Within a priority level a client's fair tag advances by
 // rows / weight (supervisor/dispatch/model_queue.h), so with weights 1:2:4 and everyone
 // backlogged the rows served go 1:2:4. Pure; safe on any thread.
 #pragma once

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "common/bytes_items.h"
 #include "common/config_fields.h"
@@ -119,18 +120,51 @@ static Status ParseFrontendEndpoint(const json& j, const char* key, const FarmCo
   return Status::Ok();
 }
 
+// RFC 9110's tchar: what an HTTP field name is made of.
+static bool IsHeaderNameChar(char c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+// "frontend.client_id_header": "" (off) or a header name, lowercased here so gRPC (whose metadata
+// keys are lowercase) looks it up as it arrives and HTTP (case-insensitive) finds it either way.
+static Status ParseClientIdHeader(const json& j, const std::string& where, std::string* out) {
+  auto it = j.find("client_id_header");
+  if (it == j.end()) return Status::Ok();
+  const std::string key = where + ".client_id_header";
+  if (!it->is_string()) {
+    return InvalidArgument(
+        key + ": expected a string (an HTTP header name, or \"\" for off), got " + Got(*it));
+  }
+  const std::string& name = it->get_ref<const std::string&>();
+  const bool valid = name.size() <= kMaxClientIdHeaderChars &&
+                     std::all_of(name.begin(), name.end(), IsHeaderNameChar);
+  if (!valid) {
+    return InvalidArgument(
+        key + ": expected an HTTP header name (letters, digits, -_.!#$%&'*+^`|~, 1.." +
+        std::to_string(kMaxClientIdHeaderChars) + " characters) or \"\" for off, got " + Got(*it));
+  }
+  out->resize(name.size());
+  std::transform(name.begin(), name.end(), out->begin(), [](char c) {
+    return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+  });
+  return Status::Ok();
+}
+
 static Status ParseFrontend(const json& j, const std::string& base_dir, FrontendConfig* out) {
   const std::string where = "config.frontend";
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));
-  Status s = CheckKeys(j, where,
-                       {"threads", "max_connections", "idle_timeout_ms", "request_timeout_ms",
-                        "max_header_bytes", "max_body_bytes", "max_inflight_body_bytes", "tls",
-                        "dashboard", "model_control", "log_control", "system_shared_memory"});
+  Status s = CheckKeys(
+      j, where,
+      {"threads", "max_connections", "idle_timeout_ms", "request_timeout_ms", "max_header_bytes",
+       "max_body_bytes", "max_inflight_body_bytes", "tls", "dashboard", "model_control",
+       "log_control", "system_shared_memory", "client_id_header"});
   if (!s.ok()) return s;
   FrontendConfig f;
   if (s = GetBool(j, "model_control", where, &f.model_control); !s.ok()) return s;
   if (s = GetBool(j, "log_control", where, &f.log_control); !s.ok()) return s;
   if (s = GetBool(j, "system_shared_memory", where, &f.system_shared_memory); !s.ok()) return s;
+  if (s = ParseClientIdHeader(j, where, &f.client_id_header); !s.ok()) return s;
   if (s = GetInt(j, "threads", where, 1, 64, &f.threads); !s.ok()) return s;
   if (s = GetBool(j, "dashboard", where, &f.dashboard); !s.ok()) return s;
   if (s = GetInt(j, "max_connections", where, 1, 1'000'000, &f.max_connections); !s.ok()) return s;

@@ -223,8 +223,18 @@ struct FrontendConfig {
   // default; on, loopback clients (127.0.0.0/8, ::1, unix sockets) may register POSIX shared-memory
   // objects of the supervisor's user and name them in inference requests.
   bool system_shared_memory = false;
+  // The HTTP header (and gRPC metadata key) whose value names a v2 request's client: its client
+  // key for limits.max_queued_per_client, client_weights and fair queueing becomes that value,
+  // the same key as a ZeroMQ client with that routing id (docs/kserve-v2.md, "Client identity").
+  // Lowercase (the config may spell it in any case); empty: off, each connection is a client.
+  // Only for a gateway in front that sets it and strips what clients send: it is as
+  // unauthenticated as a ZeroMQ routing id without CURVE.
+  std::string client_id_header;
   bool enabled() const { return !http_endpoint.empty() || !grpc_endpoint.empty(); }
 };
+
+// frontend.client_id_header: an HTTP header name (RFC 9110 token) of 1..this many characters.
+inline constexpr size_t kMaxClientIdHeaderChars = 64;
 
 // drain_timeout_ms (and the supervisor's --drain-timeout-ms): 0..one day.
 inline constexpr int64_t kMaxDrainTimeoutMs = 86'400'000;

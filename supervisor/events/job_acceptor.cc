@@ -8,6 +8,7 @@
 #include "common/protocol.h"
 #include "supervisor/events/worker_events.h"
 #include "supervisor/frontend/frontend_endpoint.h"
+#include "supervisor/frontend/frontend_tag.h"
 #include "supervisor/frontend/typed_frame.h"
 #include "supervisor/intake/job_intake.h"
 #include "supervisor/zmq_util.h"
@@ -206,18 +207,18 @@ void JobAcceptor::ReadFrontend(zmq::socket_t& frontend, const MetaAnswer& meta) 
       AnswerFrontendMeta(frontend, frames, call_id, meta);
       continue;
     }
-    // A typed request's tag is the prefix and then a JSON request's tag (farm_channel.h).
+    // A typed request's tag is the prefix and then a JSON request's tag (farm_channel.h), which
+    // says the protocol and the client key (frontend_tag.h).
     const size_t prefix = std::char_traits<char>::length(kTypedTagPrefix);
     const bool typed = tag.compare(0, prefix, kTypedTagPrefix) == 0;
-    std::string client = typed ? tag.substr(prefix) : tag;
-    const RequestOrigin origin =
-        client.rfind("grpc", 0) == 0 ? RequestOrigin::kGrpc : RequestOrigin::kHttp;
+    FrontendTagParts parts =
+        ReadFrontendTag(typed ? std::string_view(tag).substr(prefix) : std::string_view(tag));
     // [routing][header][data...] as on the job socket; a missing header is ParseJob's error.
     frames.erase(frames.begin() + 1, frames.begin() + 3);
     if (typed) {
-      AcceptTyped(frames, origin, std::move(client), call_id);
+      AcceptTyped(frames, parts.origin, std::move(parts.client), call_id);
     } else {
-      Accept(frames, origin, std::move(client), &call_id);
+      Accept(frames, parts.origin, std::move(parts.client), &call_id);
     }
   }
 }

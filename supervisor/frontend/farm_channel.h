@@ -12,9 +12,12 @@
 //   [tag][call id][header][data frames...]            a JSON request, or a "meta" query
 //   ["typed " tag][call id][typed header][data frames...]   a typed request (issue 36)
 // where
-//   tag     "http <peer>" or "grpc <peer>": the protocol (metrics label) and the client identity
-//           that limits.max_queued_per_client counts by; or "meta": a metadata/health query.
-//           A typed request's tag is kTypedTagPrefix ("typed ") and then the same.
+//   tag     the protocol (metrics label) and the client key that limits.max_queued_per_client,
+//           client_weights and fair queueing count by (frontend_tag.h owns the format):
+//           "http <peer>" / "grpc <peer>", one client per connection, or "http=<id>" /
+//           "grpc=<id>" when frontend.client_id_header named the client <id>; or "meta": a
+//           metadata/health query. A typed request's tag is kTypedTagPrefix ("typed ") and then
+//           the same.
 //   call id the call's id N in decimal, in a frame of its own: the loop answers every message
 //           with it (JobAcceptor::ReadFrontend), also one whose header it cannot read (over
 //           limits.max_header_bytes, not JSON, a typed frame that is not one), so no error reply
@@ -94,7 +97,7 @@ class FarmChannel {
   boost::asio::io_context& io() { return io_; }
 
   // On the channel's thread. `header` is a request header without "id" (the channel sets it);
-  // `frames` are its data frames. `tag` is "http <peer>", "grpc <peer>" or kMetaTag. A request
+  // `frames` are its data frames. `tag` is a frontend_tag.h tag or kMetaTag. A request
   // header over request_limits().max_header_bytes is answered INVALID_ARGUMENT at once, unsent.
   void Call(const std::string& tag, nlohmann::json header, std::vector<zmq::message_t> frames,
             Done done);

@@ -15,6 +15,7 @@
 #include <functional>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -23,6 +24,7 @@
 #include "supervisor/frontend/grpc_stream.h"
 #include "supervisor/frontend/triton_model_config.h"
 #include "supervisor/frontend/triton_model_stats.h"
+#include "supervisor/frontend/v2_client_id.h"
 #include "supervisor/frontend/v2_inference.h"
 #include "supervisor/frontend/v2_repository.h"
 #include "supervisor/frontend/v2_system_shm.h"
@@ -66,6 +68,18 @@ Status ApplyDeadline(const grpc::CallbackServerContext& context, V2InferRequest*
   if (left <= 0) return Status(StatusCode::kDeadlineExceeded, "the call's deadline had passed");
   if (request->timeout_ms == 0 || left < request->timeout_ms) request->timeout_ms = left;
   return Status::Ok();
+}
+
+// The call's tag (frontend_tag.h): named by its metadata `client_id_header` (already lowercase,
+// as gRPC's metadata keys are) when the config sets one and the call carries it; else its peer's.
+Status CallTag(const grpc::ServerContextBase& context, const std::string& client_id_header,
+               std::string* tag) {
+  std::vector<std::string_view> values;
+  if (!client_id_header.empty()) {
+    auto [entry, end] = context.client_metadata().equal_range(grpc::string_ref(client_id_header));
+    for (; entry != end; ++entry) values.emplace_back(entry->second.data(), entry->second.size());
+  }
+  return V2RequestTag(RequestOrigin::kGrpc, context.peer(), client_id_header, values, tag);
 }
 
 }  // namespace
@@ -489,7 +503,9 @@ grpc::ServerUnaryReactor* GrpcServer::Impl::ModelInfer(grpc::CallbackServerConte
   auto v2 = std::make_shared<V2InferRequest>();
   RequestHeader header;
   std::vector<zmq::message_t> frames;
-  Status status = V2RequestFromProto(*request, v2.get());
+  std::string tag;
+  Status status = CallTag(*context, config_.client_id_header, &tag);
+  if (status.ok()) status = V2RequestFromProto(*request, v2.get());
   if (status.ok()) status = CheckV2ShmAllowed(*v2, config_.system_shared_memory, context->peer());
   if (status.ok()) status = ApplyDeadline(*context, v2.get());
   if (status.ok()) {
@@ -499,7 +515,7 @@ grpc::ServerUnaryReactor* GrpcServer::Impl::ModelInfer(grpc::CallbackServerConte
     if (call->Claim()) call->Finish(status);
     return reactor;
   }
-  Submit(std::move(call), "grpc " + context->peer(), std::move(header), std::move(frames),
+  Submit(std::move(call), tag, std::move(header), std::move(frames),
          [v2, response](FarmReply& reply) {
            V2InferResponse v2_response;
            Status s = FromFarmReply(*v2, reply.header, std::move(reply.frames), &v2_response);
@@ -511,11 +527,14 @@ grpc::ServerUnaryReactor* GrpcServer::Impl::ModelInfer(grpc::CallbackServerConte
 
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
 GrpcServer::Impl::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  // The stream's metadata came once, with its start: one tag (or one refusal) for every request.
+  std::string tag;
+  Status named = CallTag(*context, config_.client_id_header, &tag);
   auto stream = std::make_shared<GrpcStream>(
       [this] {
         return channels_[next_channel_.fetch_add(1, std::memory_order_relaxed) % channels_.size()];
       },
-      stats_, context->peer(),
+      stats_, context->peer(), GrpcStream::Client{std::move(tag), std::move(named)},
       [this](GrpcStream* done) {
         std::lock_guard<std::mutex> lock(mutex_);
         streams_.erase(done);

@@ -32,12 +32,12 @@ GrpcStream::Response StreamErrorResponse(const inference::ModelInferRequest& req
 }  // namespace
 
 GrpcStream::GrpcStream(std::function<FarmChannel*()> next_channel, FrontendStats* stats,
-                       std::string peer, std::function<void(GrpcStream*)> on_done,
+                       std::string peer, Client client, std::function<void(GrpcStream*)> on_done,
                        bool system_shared_memory)
     : next_channel_(std::move(next_channel)),
       stats_(stats),
-      peer_(peer),
-      tag_("grpc " + std::move(peer)),
+      peer_(std::move(peer)),
+      client_(std::move(client)),
       system_shared_memory_(system_shared_memory),
       on_done_(std::move(on_done)) {}
 
@@ -161,7 +161,8 @@ void GrpcStream::Handle(const inference::ModelInferRequest& request) {
     std::vector<zmq::message_t> frames;
   };
   auto payload = std::make_shared<Payload>();
-  Status s = V2RequestFromProto(request, v2.get());
+  Status s = client_.refused;
+  if (s.ok()) s = V2RequestFromProto(request, v2.get());
   if (s.ok()) s = CheckV2ShmAllowed(*v2, system_shared_memory_, peer_);
   if (s.ok()) {
     s = ToRequestHeader(*v2, channel->request_limits(), &payload->header, &payload->frames);
@@ -173,7 +174,7 @@ void GrpcStream::Handle(const inference::ModelInferRequest& request) {
   channel->Post([self = shared_from_this(), channel, payload, v2, received, id = request.id()]() {
     const auto sent = StreamClock::now();
     channel->Call(
-        self->tag_, std::move(payload->header), std::move(payload->frames),
+        self->client_.tag, std::move(payload->header), std::move(payload->frames),
         [self, v2, received, sent, id](FarmReply reply) {
           const int64_t farm_us = StreamMicrosSince(sent);
           Status status = reply.status;

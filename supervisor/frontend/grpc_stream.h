@@ -36,11 +36,19 @@ class GrpcStream : public grpc::ServerBidiReactor<inference::ModelInferRequest,
                    public std::enable_shared_from_this<GrpcStream> {
  public:
   using Response = inference::ModelStreamInferResponse;
+  // Whom the stream's requests count as: `tag` (frontend_tag.h, the peer's or the one
+  // frontend.client_id_header names), or, when the stream's metadata named the client wrongly,
+  // `refused`, which every request on the stream is answered with.
+  struct Client {
+    std::string tag;
+    Status refused;
+  };
   // `next_channel` picks the FarmChannel of each request; `on_done` runs once, from OnDone.
   // `system_shared_memory`: frontend.system_shared_memory (requests may name registered regions
   // when the peer is on loopback).
   GrpcStream(std::function<FarmChannel*()> next_channel, FrontendStats* stats, std::string peer,
-             std::function<void(GrpcStream*)> on_done, bool system_shared_memory = false);
+             Client client, std::function<void(GrpcStream*)> on_done,
+             bool system_shared_memory = false);
 
   // Starts reading (call once, after the stream is held by a shared_ptr).
   void Start();
@@ -71,7 +79,7 @@ class GrpcStream : public grpc::ServerBidiReactor<inference::ModelInferRequest,
   const std::function<FarmChannel*()> next_channel_;
   FrontendStats* const stats_;
   const std::string peer_;
-  const std::string tag_;  // "grpc <peer>": the client identity of its requests
+  const Client client_;  // the tag of its requests, or why each is refused
   const bool system_shared_memory_;
   const std::function<void(GrpcStream*)> on_done_;
   std::shared_ptr<GrpcStream> self_;

@@ -287,8 +287,7 @@ class HttpSession : public HttpConnection,
     if (IsDashboardTarget(std::string_view(target.data(), target.size()))) {
       return HandleDashboardRequest(request_, state_->config.dashboard, *channel_, std::move(done));
     }
-    HandleV2Request(request_, peer_, *channel_, std::move(done),
-                    state_->config.system_shared_memory);
+    HandleV2Request(request_, peer_, *channel_, std::move(done), state_->config);
   }
 
   // An error the session itself found: answer it, then close (the stream cannot be trusted).

@@ -9,6 +9,7 @@
 
 #include "supervisor/frontend/triton_model_config.h"
 #include "supervisor/frontend/triton_model_stats.h"
+#include "supervisor/frontend/v2_client_id.h"
 #include "supervisor/frontend/v2_http_codec.h"
 #include "supervisor/frontend/v2_inference.h"
 #include "supervisor/frontend/v2_repository.h"
@@ -133,9 +134,27 @@ void HandleMeta(const V2Target& target, FarmChannel& channel,
                });
 }
 
+// The request's tag (frontend_tag.h): named by its `client_id_header`, if the config sets one and
+// the request carries it; else its peer's.
+Status RequestTag(const HttpRequest& request, const std::string& peer,
+                  const std::string& client_id_header, std::string* tag) {
+  std::vector<std::string_view> values;
+  if (!client_id_header.empty()) {
+    for (auto [field, end] = request.equal_range(client_id_header); field != end; ++field) {
+      values.emplace_back(field->value().data(), field->value().size());
+    }
+  }
+  return V2RequestTag(RequestOrigin::kHttp, peer, client_id_header, values, tag);
+}
+
 void HandleInfer(const V2Target& target, HttpRequest& http_request, const std::string& peer,
                  FarmChannel& channel, std::function<void(V2HttpAnswer)> done,
-                 bool system_shared_memory) {
+                 const FrontendConfig& config) {
+  std::string tag;
+  if (Status s = RequestTag(http_request, peer, config.client_id_header, &tag); !s.ok()) {
+    return done(V2ErrorAnswer(s));
+  }
+  const bool system_shared_memory = config.system_shared_memory;
   auto body = std::make_shared<const std::string>(std::move(http_request.body()));
   size_t json_bytes = body->size();
   auto length = http_request.find(kInferenceHeaderContentLength);
@@ -153,13 +172,13 @@ void HandleInfer(const V2Target& target, HttpRequest& http_request, const std::s
   if (s.ok()) s = ToRequestHeader(*request, channel.request_limits(), &header, &frames);
   if (!s.ok()) return done(V2ErrorAnswer(s));
   const auto start = std::chrono::steady_clock::now();
-  channel.Call("http " + peer, std::move(header), std::move(frames),
+  channel.Call(tag, std::move(header), std::move(frames),
                [request, start, done = std::move(done)](FarmReply reply) {
                  const int64_t farm_us = MicrosSince(start);
                  V2InferResponse response;
                  Status s = reply.status;
-                 if (s.ok()) s = FromFarmReply(*request, reply.header, std::move(reply.frames),
-                                               &response);
+                 if (s.ok())
+                   s = FromFarmReply(*request, reply.header, std::move(reply.frames), &response);
                  V2HttpAnswer answer;
                  if (s.ok()) {
                    V2HttpBody body = WriteV2InferResponse(response);
@@ -267,7 +286,8 @@ V2HttpAnswer V2ErrorAnswer(const Status& status) {
 }
 
 void HandleV2Request(HttpRequest& request, const std::string& peer, FarmChannel& channel,
-                     std::function<void(V2HttpAnswer)> done, bool system_shared_memory) {
+                     std::function<void(V2HttpAnswer)> done, const FrontendConfig& config) {
+  const bool system_shared_memory = config.system_shared_memory;
   const auto path = request.target();
   V2Target target = ParseV2Target(request.method(), std::string_view(path.data(), path.size()));
   if (target.http_status != 0) {
@@ -284,7 +304,7 @@ void HandleV2Request(HttpRequest& request, const std::string& peer, FarmChannel&
       return done(std::move(answer));
     }
     case V2Route::kInfer:
-      return HandleInfer(target, request, peer, channel, std::move(done), system_shared_memory);
+      return HandleInfer(target, request, peer, channel, std::move(done), config);
     case V2Route::kSystemShmStatus:
     case V2Route::kSystemShmRegister:
     case V2Route::kSystemShmUnregister:

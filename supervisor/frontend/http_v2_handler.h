@@ -4,8 +4,9 @@
 // GET /v2/models/{name}[/versions/{v}][/ready|/config|/stats], GET /v2/models/stats,
 // POST /v2/models/{name}[/versions/{v}]/infer, POST /v2/repository/index,
 // POST /v2/repository/models/{name}/load|unload, /v2/systemsharedmemory/...; 404 unknown path, 405
-// wrong method), the farm calls each route makes (kMetaTag for health and metadata, "http <peer>"
-// for inference) and the status and body of the answer. Knows nothing of sockets, keep-alive or
+// wrong method), the farm calls each route makes (kMetaTag for health and metadata, for inference
+// the request's tag: its peer's, or its frontend.client_id_header's; frontend_tag.h) and the
+// status and body of the answer. Knows nothing of sockets, keep-alive or
 // limits (HttpSession does). Runs on the FarmChannel's thread; `done` runs there too, exactly once.
 #pragma once
 
@@ -20,6 +21,7 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include "common/config.h"
 #include "common/status.h"
 #include "supervisor/frontend/farm_channel.h"
 
@@ -72,10 +74,10 @@ struct V2HttpAnswer {
 // An error answer: {"error": message} with the HTTP status of `status`'s code.
 V2HttpAnswer V2ErrorAnswer(const Status& status);
 
-// Answers `request` from `peer` ("ip:port"); takes the request's body. `system_shared_memory`:
-// the config's frontend.system_shared_memory (server metadata lists the extension, and loopback
-// clients may use it).
+// Answers `request` from `peer` ("ip:port"); takes the request's body. From `config`:
+// system_shared_memory (server metadata lists the extension, and loopback clients may use it) and
+// client_id_header (an inference request's header of that name names its client).
 void HandleV2Request(HttpRequest& request, const std::string& peer, FarmChannel& channel,
-                     std::function<void(V2HttpAnswer)> done, bool system_shared_memory = false);
+                     std::function<void(V2HttpAnswer)> done, const FrontendConfig& config);
 
 }  // namespace torchfarm

@@ -27,8 +27,8 @@
 
 namespace torchfarm {
 
-// Starts the tag of a typed request: "typed http <peer>", "typed grpc <peer>". What follows is
-// the tag a JSON request has (the protocol and the client identity).
+// Starts the tag of a typed request: "typed http <peer>", "typed grpc=<id>". What follows is
+// the tag a JSON request has (the protocol and the client key; frontend_tag.h).
 inline constexpr const char* kTypedTagPrefix = "typed ";
 
 template <typename T>

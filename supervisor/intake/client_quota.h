@@ -4,7 +4,9 @@
 // Owns: a count per client key, erased when it drops to zero (the map never holds more entries
 // than there are requests in the supervisor). A client key is the ROUTER routing id of the
 // connection, or the CURVE public key (ZAP User-Id) when the job socket runs CURVE, so that one
-// key is one client however many connections it opens. Pure; runs on the supervisor's loop thread.
+// key is one client however many connections it opens; a v2 front end's request counts under its
+// frontend.client_id_header value, else its connection (supervisor/frontend/frontend_tag.h). Pure;
+// runs on the supervisor's loop thread.
 #pragma once
 
 #include <cstdint>

@@ -60,8 +60,9 @@ struct PendingRequest {
   // client_weight (0: none) until intake resolves it against the model's client_weights.
   double client_weight = 1;
   int attempts = 0;  // times this request was handed to a worker that then died
-  // What limits.max_queued_per_client counts by: ClientKey for the job socket, the front end's
-  // "http <peer>" / "grpc <peer>" for the others.
+  // What limits.max_queued_per_client, client_weights and fair queueing count by: ClientKey for
+  // the job socket; for the front ends, the id frontend.client_id_header named, else
+  // "http <peer>" / "grpc <peer>" (supervisor/frontend/frontend_tag.h).
   std::string client;
   bool quota_held = false;  // counted in the supervisor's ClientQuota until answered
 };

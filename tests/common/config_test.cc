@@ -4,7 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <fstream>
+#include <random>
 
 namespace torchfarm {
 namespace {
@@ -631,6 +633,69 @@ TEST(ConfigTest, FrontendSystemSharedMemoryIsAnOffByDefaultBoolean) {
   for (json bad : {json("true"), json(1), json(nullptr)}) {
     j["frontend"] = {{"system_shared_memory", bad}};
     EXPECT_THAT(ParseError(j), HasSubstr("config.frontend.system_shared_memory")) << bad;
+  }
+}
+
+// frontend.client_id_header: off ("") by default; an HTTP header name of 1..64 tchar characters in
+// any case, kept lowercase (gRPC's metadata keys are); anything else refused naming the key, the
+// rule and what was received. Random names over the whole range too (the seed is printed).
+TEST(ConfigTest, FrontendClientIdHeaderIsAnHttpHeaderNameOrOff) {
+  FarmConfig defaults;
+  ASSERT_TRUE(ParseConfig(MinimalConfig(), "/base", &defaults).ok());
+  EXPECT_EQ(defaults.frontend.client_id_header, "");
+  json j = MinimalConfig();
+  auto parsed = [&](const json& value) {
+    j["frontend"] = {{"client_id_header", value}};
+    FarmConfig c;
+    Status s = ParseConfig(j, "/base", &c);
+    EXPECT_TRUE(s.ok()) << value << ": " << s.ToString();
+    return c.frontend.client_id_header;
+  };
+  EXPECT_EQ(parsed(""), "");
+  EXPECT_EQ(parsed("X-Tenant"), "x-tenant");
+  EXPECT_EQ(parsed("a"), "a");
+  EXPECT_EQ(parsed("!#$%&'*+-.^_`|~09AZaz"), "!#$%&'*+-.^_`|~09azaz");
+  EXPECT_EQ(parsed(std::string(64, 'T')), std::string(64, 't'));
+  auto refused = [&](const json& value) {
+    j["frontend"] = {{"client_id_header", value}};
+    return ParseError(j);
+  };
+  EXPECT_EQ(refused("x tenant"),
+            "config.frontend.client_id_header: expected an HTTP header name (letters, digits, "
+            "-_.!#$%&'*+^`|~, 1..64 characters) or \"\" for off, got string \"x tenant\"");
+  EXPECT_EQ(refused(std::string(65, 't')),
+            "config.frontend.client_id_header: expected an HTTP header name (letters, digits, "
+            "-_.!#$%&'*+^`|~, 1..64 characters) or \"\" for off, got string \"" +
+                std::string(65, 't') + "\"");
+  for (const char* bad : {"x:tenant", "x-tenant\r\n", ":authority", "x\"t", "x(t)", "x/t", "x@t",
+                          "x=t", "t\xc3\xa9"}) {
+    EXPECT_THAT(refused(bad), HasSubstr("config.frontend.client_id_header: expected an HTTP "
+                                        "header name"))
+        << bad;
+  }
+  for (const json& wrong : {json(1), json(true), json(nullptr), json::array({"x-tenant"}),
+                            json::object({{"name", "x-tenant"}})}) {
+    EXPECT_THAT(refused(wrong), HasSubstr("config.frontend.client_id_header: expected a string "
+                                          "(an HTTP header name, or \"\" for off), got " +
+                                          std::string(wrong.type_name())))
+        << wrong;
+  }
+  const std::string tchar =
+      "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+  const unsigned seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  for (int round = 0; round < 200; ++round) {
+    std::string name(std::uniform_int_distribution<size_t>(1, 64)(rng), 'x');
+    for (char& c : name) c = tchar[rng() % tchar.size()];
+    std::string lower = name;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    ASSERT_EQ(parsed(name), lower) << "seed " << seed << " name " << name;
+    // One ASCII byte outside tchar anywhere (a config is JSON, so no invalid UTF-8 reaches it).
+    const auto outside = static_cast<char>(rng() % 128);
+    if (tchar.find(outside) != std::string::npos) continue;
+    name[rng() % name.size()] = outside;
+    ASSERT_THAT(refused(name), HasSubstr("expected an HTTP header name"))
+        << "seed " << seed << " byte " << int(outside);
   }
 }
 

@@ -176,6 +176,7 @@ class GrpcServerTest : public ::testing::Test {
     FrontendConfig config;
     config.grpc_endpoint = "127.0.0.1:0";
     config.max_body_bytes = 1 << 20;
+    Configure(config);
     Status s =
         GrpcServer::Start(config, {channels_[0].get(), channels_[1].get()}, &stats_, &server_);
     ASSERT_TRUE(s.ok()) << s.ToString();
@@ -188,6 +189,8 @@ class GrpcServerTest : public ::testing::Test {
     if (server_) server_->Stop();
     for (auto& channel : channels_) channel->Stop();
   }
+  // A suite's changes to the server's config before it starts.
+  virtual void Configure(FrontendConfig& /*config*/) {}
 
   grpc::Status Infer(const inference::ModelInferRequest& request,
                      inference::ModelInferResponse* response, int deadline_ms = 5000) {

@@ -289,6 +289,77 @@ TEST_F(HttpServerTest, InferTagsTheRequestWithThePeerAndSendsNamedInputs) {
             json::parse(R"({"name": "x", "dtype": "float32", "shape": [2, 2]})"));
 }
 
+// frontend.client_id_header: the header (any case) names the client in the tag; a hostile value,
+// an empty one or two of them get 400 naming the header and never reach the farm, and the next
+// request on the same connection is served. Without the header: the peer, as with the key off.
+TEST_F(HttpServerTest, ClientIdHeaderNamesTheClientAndHostileValuesAre400) {
+  FrontendConfig config;
+  config.client_id_header = "x-tenant";
+  StartServer(config);
+  tcp::socket socket = Connect();
+  auto infer = [&](const std::string& header_lines) {
+    const std::string request =
+        "POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\n" + header_lines +
+        "Content-Length: " + std::to_string(kInferJson.size()) + "\r\n\r\n" + kInferJson;
+    asio::write(socket, asio::buffer(request));
+    return Read(socket);
+  };
+  Response named = infer("X-Tenant: tenant-gold\r\n");
+  ASSERT_EQ(named.result_int(), 200) << named.body();
+  EXPECT_EQ(loop_->last_header()["tag"], "http=tenant-gold");
+  EXPECT_EQ(json::parse(named.body())["outputs"][0]["data"], json::parse("[1.5, 2, 3, -4.25]"));
+  const int reached = loop_->requests();
+  const std::string expected =
+      "x-tenant: expected 1..255 visible ASCII characters naming the client "
+      "(frontend.client_id_header), got ";
+  const struct {
+    std::string lines;
+    std::string error;
+  } hostile[] = {
+      {"x-tenant: " + std::string(300, 'g') + "\r\n", expected + "300 bytes"},
+      {"x-tenant: " + std::string(256, 'g') + "\r\n", expected + "256 bytes"},
+      {"x-tenant:\r\n", expected + "an empty value"},
+      {"x-tenant: t\xc3\xa9nant\r\n", expected + "7 bytes with byte 0xc3 at offset 1"},
+      {"x-tenant: gold\r\nX-TENANT: gold\r\n",
+       "x-tenant: expected one value naming the client (frontend.client_id_header), got 2 values"},
+  };
+  for (const auto& bad : hostile) {
+    Response refused = infer(bad.lines);
+    EXPECT_EQ(refused.result_int(), 400) << bad.lines;
+    EXPECT_EQ(Error(refused), bad.error);
+    EXPECT_TRUE(refused.keep_alive()) << "a bad header value is its request's problem only";
+    // The next request on the same connection is served, named by its good value.
+    Response good = infer("x-tenant: tenant-silver\r\n");
+    ASSERT_EQ(good.result_int(), 200) << good.body();
+    EXPECT_EQ(loop_->last_header()["tag"], "http=tenant-silver");
+  }
+  EXPECT_EQ(loop_->requests(), reached + 5) << "no refused request reached the farm";
+  // 255 bytes is the largest id.
+  ASSERT_EQ(infer("x-tenant: " + std::string(255, 'g') + "\r\n").result_int(), 200);
+  EXPECT_EQ(loop_->last_header()["tag"], "http=" + std::string(255, 'g'));
+  // Without the header: the connection's key.
+  ASSERT_EQ(infer("").result_int(), 200);
+  EXPECT_EQ(loop_->last_header()["tag"],
+            "http 127.0.0.1:" + std::to_string(socket.local_endpoint().port()));
+  // Health and metadata requests ignore it.
+  EXPECT_EQ(Send(socket, http::verb::get, "/v2/health/ready", {}, {{"x-tenant", ""}}).result_int(),
+            200);
+  EXPECT_EQ(
+      Send(socket, http::verb::get, "/v2/models/echo", {}, {{"x-tenant", "a b"}}).result_int(),
+      200);
+}
+
+// With the key off (the default), a client's header of any name changes nothing.
+TEST_F(HttpServerTest, WithoutClientIdHeaderAHeaderNamesNoClient) {
+  StartServer();
+  tcp::socket socket = Connect();
+  Response r = Send(socket, http::verb::post, "/v2/models/echo/infer", kInferJson,
+                    {{"x-tenant", "tenant-gold"}, {"x-client-id", ""}});
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  EXPECT_EQ(loop_->last_header()["tag"],
+            "http 127.0.0.1:" + std::to_string(socket.local_endpoint().port()));
+}
+
 TEST_F(HttpServerTest, BinaryInferenceAndOutputSelection) {
   StartServer();
   json header = json::parse(R"({"inputs": [

@@ -12,7 +12,9 @@
 
 #include "common/tensor_spec.h"
 #include "supervisor/frontend/content_encoding.h"
+#include "supervisor/frontend/frontend_tag.h"
 #include "supervisor/frontend/v2_classification.h"
+#include "supervisor/frontend/v2_client_id.h"
 #include "supervisor/frontend/v2_http_codec.h"
 #include "supervisor/frontend/v2_inference.h"
 #include "supervisor/frontend/v2_request_scanner.h"
@@ -161,11 +163,34 @@ std::optional<std::string> DecodeAsCompressed(std::string_view input) {
 
 void RunV2Body(std::string input);
 
+// The input's first line as a frontend.client_id_header value, and its first two lines as two
+// values: refused INVALID_ARGUMENT naming the header, or a tag that reads back to that id.
+void CheckClientIdValues(std::string_view input) {
+  const std::string_view first = input.substr(0, input.find('\n'));
+  std::string tag;
+  const Status one = V2RequestTag(RequestOrigin::kHttp, "127.0.0.1:1", "x-tenant", {first}, &tag);
+  if (one.ok()) {
+    if (first.empty() || first.size() > kMaxClientIdBytes) Broken("accepted a client id's size");
+    for (char c : first) {
+      if (c < 0x21 || c > 0x7e) Broken("accepted a client id byte that is not visible ASCII");
+    }
+    const FrontendTagParts parts = ReadFrontendTag(tag);
+    if (parts.client != first || parts.origin != RequestOrigin::kHttp) Broken("tag read back");
+  } else if (one.code() != StatusCode::kInvalidArgument ||
+             one.message().rfind("x-tenant: ", 0) != 0) {
+    Broken("a client id refusal must be INVALID_ARGUMENT naming the header: " + one.ToString());
+  }
+  if (V2RequestTag(RequestOrigin::kGrpc, "ipv4:1", "x-tenant", {first, first}, &tag).ok()) {
+    Broken("accepted two client id values");
+  }
+}
+
 }  // namespace
 
 void RunV2HttpInput(const uint8_t* data, size_t size) {
   CheckGoodV2StillParses();  // also after the previous input, whatever it was
   std::string input(reinterpret_cast<const char*>(data), size);
+  CheckClientIdValues(input);
   if (std::optional<std::string> decoded = DecodeAsCompressed(input)) {
     RunV2Body(std::move(*decoded));
   }

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <zmq_addon.hpp>
@@ -448,6 +449,83 @@ TEST_F(SupervisorTurnTest, ATypedRequestIsServedAndAnsweredWithItsCallId) {
   ASSERT_EQ(frames.size(), 2u);
   const auto* out = frames[1].data<float>();
   EXPECT_EQ(std::vector<float>(out, out + 4), (std::vector<float>{2.5f, -1.0f, 4.0f, 5.0f}));
+}
+
+// frontend.client_id_header (supervisor/frontend/frontend_tag.h): a front-end request named
+// "tenant-gold" counts under the same key as the ZeroMQ client whose routing id is "tenant-gold",
+// over either protocol, typed or JSON, so limits.max_queued_per_client 1 refuses it while that
+// client's request runs; an unnamed request (its connection) and another id are served.
+TEST_F(SupervisorTurnTest, ANamedFrontEndClientSharesTheQuotaOfTheZeroMqClientOfThatId) {
+  config_.frontend.http_endpoint = "127.0.0.1:0";
+  config_.limits.max_queued_per_client = 1;
+  StartFarm();
+  const auto& launch = launcher_.last();
+  zmq::socket_t control = SayHelloAndReady(launch);
+  ASSERT_TRUE(TurnUntil([&] { return AdminCommand({{"cmd", "health"}}).value("ready", false); }));
+  std::unique_ptr<FakeWorker> worker;
+  ASSERT_TRUE(FakeWorker::Open(launch, &worker).ok());
+
+  zmq::socket_t client(context_, zmq::socket_type::dealer);
+  client.set(zmq::sockopt::linger, 0);
+  client.set(zmq::sockopt::routing_id, "tenant-gold");
+  client.connect(config_.endpoint);
+  const std::vector<float> values = {1, 2};
+  client.send(zmq::buffer(json{{"v", 1},
+                               {"id", "z1"},
+                               {"model", "mlp"},
+                               {"inputs", {{{"dtype", "float32"}, {"shape", {1, 2}}}}}}
+                              .dump()),
+              zmq::send_flags::sndmore);
+  client.send(zmq::buffer(values), zmq::send_flags::none);
+  ASSERT_TRUE(TurnUntil([&] { return worker->pending() > 0; })) << "z1 runs, holding its quota";
+
+  zmq::socket_t channel(supervisor_->context(), zmq::socket_type::dealer);
+  channel.set(zmq::sockopt::linger, 0);
+  channel.connect(kFrontendEndpoint);
+  auto next_reply = [&] {
+    ReplyHeader reply;
+    reply.id = "none";
+    if (!TurnUntil([&] {
+          worker->ServeAll();
+          return Readable(channel);
+        })) {
+      return reply;
+    }
+    std::vector<zmq::message_t> frames;
+    EXPECT_TRUE(zmq::recv_multipart(channel, std::back_inserter(frames)));
+    return ReplyFrom(frames[0]);
+  };
+  SendTypedAsChannel(channel, "http=tenant-gold", "81", TypedMlp({1, 2}), values);
+  SendAsChannel(channel, "grpc=tenant-gold", "82", JsonMlp("mlp", "", 2));
+  for (int call : {81, 82}) {
+    ASSERT_TRUE(TurnUntil([&] { return Readable(channel); })) << "call " << call;
+    std::vector<zmq::message_t> frames;
+    ASSERT_TRUE(zmq::recv_multipart(channel, std::back_inserter(frames)));
+    const ReplyHeader reply = ReplyFrom(frames[0]);
+    EXPECT_EQ(reply.id, call);
+    EXPECT_EQ(reply.status.code(), StatusCode::kResourceExhausted) << reply.status.ToString();
+    EXPECT_NE(reply.status.message().find("this client already has 1 requests queued or running"),
+              std::string::npos)
+        << reply.status.message();
+  }
+  // Not the same client: a connection's key, and another id.
+  SendTypedAsChannel(channel, "http 127.0.0.1:1", "83", TypedMlp({1, 2}), values);
+  SendAsChannel(channel, "grpc=tenant-silver", "84", JsonMlp("mlp", "", 2));
+  std::set<std::string> served;
+  for (int i = 0; i < 2; ++i) {
+    const ReplyHeader reply = next_reply();
+    EXPECT_TRUE(reply.status.ok()) << reply.id.dump() << " " << reply.status.ToString();
+    served.insert(reply.id.dump());
+  }
+  EXPECT_EQ(served, (std::set<std::string>{"83", "84"}));
+  ASSERT_TRUE(TurnUntil([&] { return Readable(client); })) << "z1 was served too";
+  std::vector<zmq::message_t> frames;
+  ASSERT_TRUE(zmq::recv_multipart(client, std::back_inserter(frames)));
+  // Its quota is free again: the named front-end request is served now.
+  SendTypedAsChannel(channel, "http=tenant-gold", "85", TypedMlp({1, 2}), values);
+  const ReplyHeader again = next_reply();
+  EXPECT_EQ(again.id, 85);
+  EXPECT_TRUE(again.status.ok()) << again.status.ToString();
 }
 
 }  // namespace
