@@ -53,9 +53,17 @@ void Dispatcher::RecordSloOutcome(ServedModel& model, bool within, TimePoint now
   model.stats.set_slo_margin(model.slo_margin.factor());
 }
 
+bool Dispatcher::ModelIdle(const ServedModel& model) const {
+  if (!model.queue.empty()) return false;
+  for (size_t i : model.slots) {
+    if (workers_[i]->inflight() > 0) return false;
+  }
+  return true;
+}
+
 void Dispatcher::RecordSloRefused(ServedModel& model, bool only_by_margin) {
   model.stats.RecordSloRefused();
-  model.slo_margin.ObserveRefusal(only_by_margin);
+  model.slo_margin.ObserveRefusal(only_by_margin, ModelIdle(model));
   model.stats.set_slo_margin(model.slo_margin.factor());
 }
 
@@ -81,6 +89,8 @@ int64_t Dispatcher::ShedLateHeads(ServedModel& model, const WorkerSlot& slot, Ti
   if (model.config.latency_slo_ms <= 0 || !model.cost.known()) return INT64_MAX;
   const SloCost cost = SloCostOf(model);
   const double backlog_us = SloBacklog(model, slot);  // shedding does not change the worker
+  const double factor =
+      model.slo_margin.factor();  // what `cost` is scaled by (a shed may lower it)
   while (const PendingRequest* head = model.queue.Head()) {
     if (head->deadline == TimePoint::max() || head->deadline_is_queue_wait) return INT64_MAX;
     const double until_us = static_cast<double>(ToMicros(head->deadline - now));
@@ -91,7 +101,7 @@ int64_t Dispatcher::ShedLateHeads(ServedModel& model, const WorkerSlot& slot, Ti
         backlog_us + cost.fixed_us + cost.per_row_us * static_cast<double>(late.rows);
     const double finish_ms = (static_cast<double>(ToMicros(now - late.received)) + own_us) / 1000;
     // Every term scales with the margin: unscaled, would it have fit?
-    RecordSloRefused(model, own_us / model.slo_margin.factor() <= until_us);
+    RecordSloRefused(model, own_us / factor <= until_us);
     Fail(model, late,
          Status(StatusCode::kDeadlineExceeded,
                 "would finish at ~" + std::to_string(std::lround(finish_ms)) +

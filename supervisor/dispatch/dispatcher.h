@@ -79,7 +79,9 @@ class Dispatcher {
   static void RecordSloOutcome(ServedModel& model, bool within, TimePoint now);
   // A request refused at intake or shed from the queue because it could not make its SLO;
   // `only_by_margin`: the estimate without the margin would have accepted it (slo_margin.h).
-  static void RecordSloRefused(ServedModel& model, bool only_by_margin);
+  void RecordSloRefused(ServedModel& model, bool only_by_margin);
+  // Nothing of the model's queued (beyond a request being refused) and no batch running.
+  bool ModelIdle(const ServedModel& model) const;
 
  private:
   WorkerSlot* PickSlot(const ServedModel& model);

@@ -17,14 +17,14 @@ double WithinStep() {
 }  // namespace
 
 void SloMargin::Observe(bool within) {
-  refused_by_margin_ = 0;
+  idle_refusals_ = 0;
   factor_ =
       within ? std::max(1.0, factor_ / WithinStep()) : std::min(kMaxFactor, factor_ * kMissStep);
 }
 
-void SloMargin::ObserveRefusal(bool only_by_margin) {
-  if (!only_by_margin) return;
-  if (++refused_by_margin_ > kStuckRefusals) factor_ = std::max(1.0, factor_ / kMissStep);
+void SloMargin::ObserveRefusal(bool only_by_margin, bool model_idle) {
+  if (!only_by_margin || !model_idle) return;
+  if (++idle_refusals_ > kStuckRefusals) factor_ = std::max(1.0, factor_ / kMissStep);
 }
 
 }  // namespace torchfarm

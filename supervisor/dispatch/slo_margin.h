@@ -12,9 +12,11 @@
 // Refusals say nothing of the estimate (the farm did not try), so they do not count as answers:
 // counted, a burst of refusals would dilute the misses of the accepted requests, whose p99 is
 // what the SLO promises. One exception keeps a margin that refuses everything from staying
-// there: after kStuckRefusals refusals in a row that only the margin made (the unscaled estimate
-// would have accepted them) with no answer between, each further one steps the factor down by
-// kMissStep, so requests are accepted again and their answers say whether it was right.
+// there: after kStuckRefusals refusals with no answer between that only the margin made (the
+// unscaled estimate would have accepted them) while the model had nothing queued or running,
+// each further one steps the factor down by kMissStep. An idle model has no answer coming to
+// move the factor; under load (anything in flight) refusals never count, however many arrive
+// in one turn, and at a low rate the answers between keep the run short.
 // Bounded [1, kMaxFactor]. Pure; the loop thread owns each one.
 #pragma once
 
@@ -24,8 +26,8 @@ namespace torchfarm {
 
 class SloMargin {
  public:
-  // Misses the farm aims for among the answers with an SLO deadline (and margin-made refusals):
-  // half of the 1% a p99 allows, since the client sees its own transport on top.
+  // Misses the farm aims for among the answers with an SLO deadline: half of the 1% a p99
+  // allows, since the client sees its own transport on top.
   static constexpr double kTargetMissRate = 0.005;
   static constexpr double kMissStep = 1.05;
   static constexpr double kMaxFactor = 4.0;
@@ -34,13 +36,14 @@ class SloMargin {
   // One answered request with an SLO deadline: within it, or not (also one that expired queued).
   void Observe(bool within);
   // One request refused or shed because it could not make its SLO deadline; `only_by_margin`:
-  // the unscaled estimate would have accepted it.
-  void ObserveRefusal(bool only_by_margin);
+  // the unscaled estimate would have accepted it; `model_idle`: the model has no other request
+  // queued and no batch running.
+  void ObserveRefusal(bool only_by_margin, bool model_idle);
   double factor() const { return factor_; }
 
  private:
   double factor_ = 1.0;
-  int refused_by_margin_ = 0;  // in a row, since the last answer
+  int idle_refusals_ = 0;  // margin-only refusals of an idle model since the last answer
 };
 
 }  // namespace torchfarm

@@ -110,7 +110,7 @@ void JobAcceptor::Admit(PendingRequest& request, std::vector<zmq::message_t>& fr
     bool only_by_margin = false;
     s = d_.dispatcher.CheckDeadline(*model, request, d_.clock.Now(), &only_by_margin);
     if (!s.ok() && model->config.latency_slo_ms > 0) {
-      Dispatcher::RecordSloRefused(*model, only_by_margin);
+      d_.dispatcher.RecordSloRefused(*model, only_by_margin);
     }
   }
   if (s.ok() && !model->queue.Push(request)) {

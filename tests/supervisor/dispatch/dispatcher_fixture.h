@@ -131,7 +131,7 @@ class DispatcherTest : public ::testing::Test {
     bool only_by_margin = false;
     Status s = dispatcher_.CheckDeadline(models_[0], request, clock_.Now(), &only_by_margin);
     if (!s.ok() && configs_[0].latency_slo_ms > 0) {
-      Dispatcher::RecordSloRefused(models_[0], only_by_margin);
+      dispatcher_.RecordSloRefused(models_[0], only_by_margin);
     }
     if (s.ok() && !models_[0].queue.Push(request)) s = ResourceExhausted("queue full");
     return s;

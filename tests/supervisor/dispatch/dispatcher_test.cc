@@ -391,18 +391,26 @@ TEST_F(DispatcherTest, WithAnSloOnlyARefusalTheMarginAloneMadeCountsForTheMargin
   EXPECT_FALSE(only_by_margin);
 
   // Through intake (the queued requests' client, ""): overload refusals leave the factor, and so
-  // do kStuckRefusals the margin alone made; the next of those steps it down.
+  // do refusals the margin alone made while requests are queued (a burst under load).
   EXPECT_EQ(Offer("", "overload", {1, 2}).code(), StatusCode::kDeadlineExceeded);
   EXPECT_DOUBLE_EQ(models_[0].slo_margin.factor(), raised);
   while (!models_[0].queue.empty()) models_[0].queue.PopHead();
   for (int i = 0; i < 4; ++i) Submit("p" + std::to_string(i), {1, 2});
-  for (int i = 0; i < SloMargin::kStuckRefusals; ++i) {
-    ASSERT_EQ(Offer("", "by-margin", {1, 2}).code(), StatusCode::kDeadlineExceeded);
+  for (int i = 0; i < 3 * SloMargin::kStuckRefusals; ++i) {
+    ASSERT_EQ(Offer("", "busy", {1, 2}).code(), StatusCode::kDeadlineExceeded);
   }
   EXPECT_DOUBLE_EQ(models_[0].slo_margin.factor(), raised);
-  EXPECT_EQ(Offer("", "by-margin", {1, 2}).code(), StatusCode::kDeadlineExceeded);
+  // With the model idle, a 4-row request (50 ms plain, ~104 with the margin): kStuckRefusals of
+  // them leave it, the next steps it down.
+  while (!models_[0].queue.empty()) models_[0].queue.PopHead();
+  const std::vector<float> four_rows = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (int i = 0; i < SloMargin::kStuckRefusals; ++i) {
+    ASSERT_EQ(Offer("", "idle", four_rows).code(), StatusCode::kDeadlineExceeded);
+  }
+  EXPECT_DOUBLE_EQ(models_[0].slo_margin.factor(), raised);
+  EXPECT_EQ(Offer("", "idle", four_rows).code(), StatusCode::kDeadlineExceeded);
   EXPECT_DOUBLE_EQ(models_[0].slo_margin.factor(), raised / SloMargin::kMissStep);
-  EXPECT_EQ(models_[0].stats.slo_refused(), 2u + SloMargin::kStuckRefusals);
+  EXPECT_EQ(models_[0].stats.slo_refused(), 2u + 4 * SloMargin::kStuckRefusals);
 }
 
 TEST_F(DispatcherTest, WithAnSloOnlyAShedTheMarginAloneMadeCountsForTheMargin) {
@@ -420,8 +428,8 @@ TEST_F(DispatcherTest, WithAnSloOnlyAShedTheMarginAloneMadeCountsForTheMargin) {
   EXPECT_EQ(reply.header.status.code(), StatusCode::kDeadlineExceeded);
   EXPECT_DOUBLE_EQ(models_[0].slo_margin.factor(), raised);
 
-  // 30 ms left: 20 plain, ~42 with the margin. Shed by the margin alone kStuckRefusals + 1
-  // times in a row: the last steps it down.
+  // 30 ms left: 20 plain, ~42 with the margin. Shed by the margin alone, nothing else queued or
+  // running, kStuckRefusals + 1 times in a row: the last steps it down.
   for (int i = 0; i <= SloMargin::kStuckRefusals; ++i) {
     EXPECT_DOUBLE_EQ(models_[0].slo_margin.factor(), raised) << i;
     Submit("tight", {1, 2});  // queued only: the idle worker would take it at DispatchAll

@@ -61,7 +61,7 @@ Shares Simulate(double sigma, bool with_margin, uint64_t seed, double min_slack 
     const bool counted = i >= 50'000;  // settle first
     outcomes += counted;
     if ((with_margin ? margin.factor() : 1.0) > until_deadline) {
-      margin.ObserveRefusal(/*only_by_margin=*/1.0 <= until_deadline);
+      margin.ObserveRefusal(/*only_by_margin=*/1.0 <= until_deadline, /*model_idle=*/true);
       continue;
     }
     const bool within = spread(rng) <= until_deadline;
@@ -108,10 +108,11 @@ TEST(SloMargin, RefusalsLeaveItAloneWhileAnswersComeBetween) {
   SloMargin margin;
   for (int i = 0; i < 10; ++i) margin.Observe(false);
   const double raised = margin.factor();
-  for (int i = 0; i < 100'000; ++i) margin.ObserveRefusal(/*only_by_margin=*/false);
+  for (int i = 0; i < 100'000; ++i)
+    margin.ObserveRefusal(/*only_by_margin=*/false, /*model_idle=*/true);
   EXPECT_DOUBLE_EQ(margin.factor(), raised) << "the plain estimate refuses them too";
   for (int i = 0; i < 1000; ++i) {
-    for (int j = 0; j < SloMargin::kStuckRefusals; ++j) margin.ObserveRefusal(true);
+    for (int j = 0; j < SloMargin::kStuckRefusals; ++j) margin.ObserveRefusal(true, true);
     margin.Observe(true);
     margin.Observe(false);
     margin.Observe(false);
@@ -119,20 +120,23 @@ TEST(SloMargin, RefusalsLeaveItAloneWhileAnswersComeBetween) {
   EXPECT_DOUBLE_EQ(margin.factor(), SloMargin::kMaxFactor) << "answers between: not stuck";
 }
 
-TEST(SloMargin, ALongRunOfRefusalsOnlyTheMarginMadeBringsItBackFromTheBound) {
+TEST(SloMargin, ALongRunOfRefusalsOnlyTheMarginMadeOfAnIdleModelBringsItBackFromTheBound) {
   // A margin that refuses every request would otherwise never hear of an answer again.
   SloMargin margin;
   for (int i = 0; i < 1000; ++i) margin.Observe(false);
   ASSERT_DOUBLE_EQ(margin.factor(), SloMargin::kMaxFactor);
-  for (int i = 0; i < SloMargin::kStuckRefusals; ++i) margin.ObserveRefusal(true);
+  for (int i = 0; i < SloMargin::kStuckRefusals; ++i) margin.ObserveRefusal(true, true);
   EXPECT_DOUBLE_EQ(margin.factor(), SloMargin::kMaxFactor);
-  margin.ObserveRefusal(false);  // overload refusals neither count nor end the run
-  margin.ObserveRefusal(true);
+  margin.ObserveRefusal(false, true);  // overload refusals neither count nor end the run
+  margin.ObserveRefusal(true, false);  // nor do refusals while work is in flight
+  for (int i = 0; i < 10'000; ++i) margin.ObserveRefusal(true, false);
+  EXPECT_DOUBLE_EQ(margin.factor(), SloMargin::kMaxFactor) << "a burst under load";
+  margin.ObserveRefusal(true, true);
   EXPECT_DOUBLE_EQ(margin.factor(), SloMargin::kMaxFactor / SloMargin::kMissStep);
   // log(4) / log(1.05) = 28.4 steps to 1 in all.
-  for (int i = 0; i < 27; ++i) margin.ObserveRefusal(true);
+  for (int i = 0; i < 27; ++i) margin.ObserveRefusal(true, true);
   EXPECT_GT(margin.factor(), 1.0);
-  margin.ObserveRefusal(true);
+  margin.ObserveRefusal(true, true);
   EXPECT_DOUBLE_EQ(margin.factor(), 1.0);
 }
 
