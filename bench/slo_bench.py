@@ -99,8 +99,27 @@ def goodput(suite, model, name, settings, rate, slo_ms):
         extra = ["--rate", "%.0f" % rate, "--arrival", "gamma", "--cv", "4", "--threads", "1",
                  "--slo-ms", str(slo_ms), "--io-timeout-ms", "30000"]
         step = suite.bench(farm.endpoint, model, SHAPES[model], [1], extra=extra)[0]
+        farm_slo = farm_slo_counts(farm, model) if "latency_slo_ms" in settings else None
     return {"goodput": step["within_slo_per_s"], "ok_per_s": step["ok_per_s"],
-            "p99_us": step["latency_us"]["p99"], "errors": step["errors"], "cmd": step["cmd"]}
+            "p99_us": step["latency_us"]["p99"], "errors": step["errors"], "cmd": step["cmd"],
+            "farm_slo": farm_slo}
+
+
+def farm_slo_counts(farm, model):
+    """The farm's own SLO count for `model` (`torchfarm stats`: arrival to reply, warm-up
+    included): what its margin sees, against the client's p99 from each scheduled send."""
+    try:
+        stats = run_suite.admin_call(farm.admin, "stats")
+    except Exception:  # noqa: BLE001 - a figure for the notes, not a result
+        return None
+    for m in stats.get("models", []):
+        if m.get("name") == model and isinstance(m.get("slo"), dict):
+            slo = m["slo"]
+            answered = slo.get("within", 0) + slo.get("missed", 0)
+            return {"within": slo.get("within"), "missed": slo.get("missed"),
+                    "refused": slo.get("refused"), "margin": slo.get("margin"),
+                    "missed_of_answered": slo.get("missed", 0) / answered if answered else None}
+    return None
 
 
 def main():
