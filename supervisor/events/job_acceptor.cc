@@ -17,8 +17,20 @@ namespace torchfarm {
 
 using nlohmann::json;
 
+namespace {
+
+// Empties the reused frame vector however a read ends (a throw included): what a refused or
+// dropped request left in it is let go of now, and the capacity stays for the next turn.
+struct ClearedOnExit {
+  std::vector<zmq::message_t>& frames;
+  ~ClearedOnExit() { frames.clear(); }
+};
+
+}  // namespace
+
 void JobAcceptor::ReadJobs(zmq::socket_t& jobs) {
-  std::vector<zmq::message_t> frames;
+  std::vector<zmq::message_t>& frames = frames_;
+  const ClearedOnExit cleared{frames};
   // Envelope (identity, delimiter) + header + inputs, and one more so ParseJob sees the excess.
   const size_t max_frames = d_.limits.max_inputs + 4;
   bool truncated = false;
@@ -187,7 +199,8 @@ void JobAcceptor::AnswerFrontendMeta(zmq::socket_t& frontend, std::vector<zmq::m
 }
 
 void JobAcceptor::ReadFrontend(zmq::socket_t& frontend, const MetaAnswer& meta) {
-  std::vector<zmq::message_t> frames;
+  std::vector<zmq::message_t>& frames = frames_;
+  const ClearedOnExit cleared{frames};
   // Routing id + tag + call id + header + inputs, and one more so ParseJob sees the excess.
   const size_t max_frames = d_.limits.max_inputs + 5;
   bool truncated = false;

@@ -88,6 +88,9 @@ class JobAcceptor {
   bool system_shm_ = false;
   bool curve_ = false;
   uint64_t unanswerable_frontend_ = 0;
+  // The frames of the message being read, reused from one to the next (issue 36: no allocation
+  // per request); empty between reads.
+  std::vector<zmq::message_t> frames_;
 };
 
 }  // namespace torchfarm
