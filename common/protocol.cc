@@ -1,6 +1,7 @@
 #include "common/protocol.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 
 #include "common/bytes_items.h"
@@ -590,18 +591,31 @@ std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
   return MakeOkReply(id, outputs, {}, timing, worker_id, shm_region, shm_offsets);
 }
 
+namespace {
+
+// An integer appended as JSON writes it, without a temporary string (MakeOkReply).
+template <typename Int>
+void AppendInt(std::string* out, Int value) {
+  char text[24];
+  const auto result = std::to_chars(text, text + sizeof(text), value);
+  out->append(text, result.ptr);
+}
+
+}  // namespace
+
 std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
                         const std::vector<std::string>& output_names, const StageTimes& timing,
                         int worker_id, const std::string& shm_region,
                         const std::vector<uint64_t>* shm_offsets) {
   // Built by hand: this runs once per answered request, and a json object plus dump() cost
   // several times more (bench/analysis.md). The layout equals json::dump() of the same object.
+  // Appended piece by piece, numbers with to_chars: no temporary strings (issue 36).
   std::string out;
-  out.reserve(160 + outputs.size() * 48);
+  out.reserve(192 + outputs.size() * 64);
   out += "{\"v\":1,\"id\":";
   // The ids clients use are integers; dump() builds a serializer (and allocates) for each.
   if (id.is_number_unsigned()) {
-    out += std::to_string(id.get<uint64_t>());
+    AppendInt(&out, id.get<uint64_t>());
   } else if (id.is_null()) {
     out += "null";
   } else {
@@ -616,35 +630,54 @@ std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
     // other goes through dump().
     out += "\",\"name\":";
     if (i >= output_names.size()) {
-      out += "\"" + DefaultOutputName(i) + "\"";
+      out += '"';
+      out += DefaultOutputName(i);
+      out += '"';
     } else if (ValidTensorName(output_names[i])) {
-      out += "\"" + output_names[i] + "\"";
+      out += '"';
+      out += output_names[i];
+      out += '"';
     } else {
       out += json(output_names[i]).dump(-1, ' ', false, json::error_handler_t::replace);
     }
     out += ",\"shape\":[";
     for (size_t d = 0; d < outputs[i].shape.size(); ++d) {
       if (d) out += ',';
-      out += std::to_string(outputs[i].shape[d]);
+      AppendInt(&out, outputs[i].shape[d]);
     }
     out += ']';
     if (shm_offsets) {
       // The token is ours (hex) and needs no escaping.
-      out += ",\"shm\":{\"region\":\"" + shm_region + "\",\"offset\":" +
-             std::to_string((*shm_offsets)[i]) + "}";
+      out += ",\"shm\":{\"region\":\"";
+      out += shm_region;
+      out += "\",\"offset\":";
+      AppendInt(&out, (*shm_offsets)[i]);
+      out += '}';
     }
     out += '}';
   }
-  out += "],\"timing_us\":{\"queue\":" + std::to_string(timing.queue_us) +
-         ",\"compute\":" + std::to_string(timing.compute_us);
+  out += "],\"timing_us\":{\"queue\":";
+  AppendInt(&out, timing.queue_us);
+  out += ",\"compute\":";
+  AppendInt(&out, timing.compute_us);
   // Pipeline stages only for a model that has them (docs/protocol.md, "Replies").
-  if (timing.decode_us >= 0) out += ",\"decode\":" + std::to_string(timing.decode_us);
-  if (timing.preprocess_us >= 0) out += ",\"preprocess\":" + std::to_string(timing.preprocess_us);
-  if (timing.postprocess_us >= 0) {
-    out += ",\"postprocess\":" + std::to_string(timing.postprocess_us);
+  if (timing.decode_us >= 0) {
+    out += ",\"decode\":";
+    AppendInt(&out, timing.decode_us);
   }
-  out += ",\"total\":" + std::to_string(timing.total_us) +
-         "},\"worker\":" + std::to_string(worker_id) + "}";
+  if (timing.preprocess_us >= 0) {
+    out += ",\"preprocess\":";
+    AppendInt(&out, timing.preprocess_us);
+  }
+  if (timing.postprocess_us >= 0) {
+    out += ",\"postprocess\":";
+    AppendInt(&out, timing.postprocess_us);
+  }
+  out += ",\"total\":";
+  AppendInt(&out, timing.total_us);
+  out += "},\"worker\":";
+  AppendInt(&out, worker_id);
+  out += '}';
   return out;
 }
 

@@ -1,6 +1,10 @@
 #include "common/protocol.h"
 
+#include <algorithm>
+#include <limits>
+
 #include <gmock/gmock.h>
+
 #include <gtest/gtest.h>
 
 namespace torchfarm {
@@ -413,6 +417,43 @@ TEST(ProtocolReply, HandWrittenOkReplyEqualsTheJsonObject) {
         {"worker", 4}};
     EXPECT_EQ(nlohmann::json::parse(text), expected) << text;
   }
+}
+
+// The same with every optional part: names (one that needs escaping), shared-memory offsets,
+// pipeline stages, and numbers at their extremes (written with to_chars, issue 36).
+TEST(ProtocolReply, HandWrittenOkReplyWithEveryPartEqualsTheJsonObject) {
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  std::vector<TensorSpec> outputs = {{DType::kFloat32, {0, big}}, {DType::kInt64, {1}}};
+  const std::vector<uint64_t> offsets = {0, std::numeric_limits<uint64_t>::max()};
+  StageTimes timing{9'000'000'000, 0, 123'456'789'012};
+  timing.decode_us = 5;
+  timing.preprocess_us = 0;
+  timing.postprocess_us = 77;
+  const uint64_t id = std::numeric_limits<uint64_t>::max();
+  const std::string text = MakeOkReply(nlohmann::json(id), outputs, {"logits", "a \"b\""}, timing,
+                                       -3, "deadbeef", &offsets);
+  nlohmann::json expected = {{"v", 1},
+                             {"id", id},
+                             {"status", "ok"},
+                             {"outputs",
+                              {{{"dtype", "float32"},
+                                {"name", "logits"},
+                                {"shape", {0, big}},
+                                {"shm", {{"region", "deadbeef"}, {"offset", 0}}}},
+                               {{"dtype", "int64"},
+                                {"name", "a \"b\""},
+                                {"shape", {1}},
+                                {"shm", {{"region", "deadbeef"}, {"offset", offsets[1]}}}}}},
+                             {"timing_us",
+                              {{"queue", 9'000'000'000},
+                               {"compute", 0},
+                               {"total", 123'456'789'012},
+                               {"decode", 5},
+                               {"preprocess", 0},
+                               {"postprocess", 77}}},
+                             {"worker", -3}};
+  EXPECT_EQ(nlohmann::json::parse(text), expected) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), ' '), 1) << "only the name's space: " << text;
 }
 
 // The front ends' reply scan (ParseReplyHeaderLean): every reply MakeOkReply writes is read by
