@@ -1,5 +1,7 @@
 #include "supervisor/dispatch/reply_backlog.h"
 
+#include <utility>
+
 namespace torchfarm {
 
 struct ReplyBacklog::Block {
@@ -16,14 +18,14 @@ void ReplyBacklog::Free(void* /*data*/, void* hint) {
   delete block;  // the shared_ptr's count is atomic: the loop may be sweeping meanwhile
 }
 
-zmq::message_t ReplyBacklog::TrackedHeader(const std::string& client, const std::string& header,
+zmq::message_t ReplyBacklog::TrackedHeader(const std::string& client, std::string header,
                                            uint64_t reply_bytes) {
   std::shared_ptr<Counter>& counter = clients_[client];
   if (!counter) counter = std::make_shared<Counter>();
   auto block = std::make_unique<Block>();
   block->counter = counter;
   block->bytes = static_cast<int64_t>(reply_bytes);
-  block->text = header;
+  block->text = std::move(header);
   counter->replies.fetch_add(1, std::memory_order_relaxed);
   counter->bytes.fetch_add(block->bytes, std::memory_order_relaxed);
   Block* raw = block.release();

@@ -33,8 +33,8 @@ class ReplyBacklog {
 
   // The header frame of a reply of `reply_bytes` in all to the client with routing id `client`,
   // counted against that client until libzmq frees it (sent, or dropped unsent).
-  zmq::message_t TrackedHeader(const std::string& client, const std::string& header,
-                               uint64_t reply_bytes);
+  // `header` is moved into the message (no copy of the text).
+  zmq::message_t TrackedHeader(const std::string& client, std::string header, uint64_t reply_bytes);
   // What `client` has not taken yet.
   Counts Of(const std::string& client) const;
   // What every client has not taken yet, together.

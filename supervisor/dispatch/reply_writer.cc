@@ -1,6 +1,7 @@
 #include "supervisor/dispatch/reply_writer.h"
 
 #include <cerrno>
+#include <utility>
 
 #include "common/log.h"
 #include "common/shm_reference.h"
@@ -127,7 +128,7 @@ ReplyHeader ReplyWriter::OkReplyHeader(const PendingRequest& request, const Batc
   return header;
 }
 
-void ReplyWriter::Send(PendingRequest& request, const std::string& header,
+void ReplyWriter::Send(PendingRequest& request, std::string header,
                        std::vector<zmq::message_t>* frames) {
   const bool has_frames = frames && !frames->empty();
   ReleaseHeld(request);
@@ -142,7 +143,7 @@ void ReplyWriter::Send(PendingRequest& request, const std::string& header,
       for (const auto& frame : *frames) bytes += frame.size();
     }
     // Keyed by the routing id, read before sending empties the message.
-    header_frame = backlog_.TrackedHeader(request.identity.to_string(), header, bytes);
+    header_frame = backlog_.TrackedHeader(request.identity.to_string(), std::move(header), bytes);
   } else {
     header_frame = zmq::message_t(header.data(), header.size());
   }

@@ -85,8 +85,7 @@ class ReplyWriter {
     max_unread_bytes_ = bytes;
   }
   // Sends one answer and releases what the request held (quota, client regions).
-  void Send(PendingRequest& request, const std::string& header,
-            std::vector<zmq::message_t>* frames);
+  void Send(PendingRequest& request, std::string header, std::vector<zmq::message_t>* frames);
   void SendError(PendingRequest& request, const Status& status);
   // Sends a typed request (request.typed, a front end's: frontend/farm_channel.h) its answer as
   // a typed reply header, no text; releases what the request held as Send does.
