@@ -1,6 +1,7 @@
 #include "supervisor/models/reload_plan.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "common/worker_count.h"
 
@@ -72,6 +73,10 @@ ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>&
   changed(fresh.insecure != running.insecure, "insecure");
   changed(fresh.curve.secret_key_file != running.curve.secret_key_file, "curve.secret_key_file");
   changed(fresh.gpu.mps != running.gpu.mps, "gpu.mps");
+  // The front ends start once, with the supervisor.
+  for (std::string& key : FrontendChangesNeedingRestart(running.frontend, fresh.frontend)) {
+    plan.needs_restart.push_back(std::move(key));
+  }
   for (const ModelConfig& m : fresh.models) {
     auto old = std::find_if(served.begin(), served.end(), [&](const ModelConfig& s) {
       return s.name == m.name && s.version == m.version;

@@ -166,5 +166,19 @@ TEST(ReloadPlanTest, KeysOnlyARestartAppliesAreNamed) {
   EXPECT_EQ(plan.needs_restart, std::vector<std::string>({"endpoint", "metrics_endpoint"}));
 }
 
+// The front ends start once: a reload that changes one of their settings names it (the admin
+// answer and the log say "... changed: a restart applies them") instead of dropping it silently.
+TEST(ReloadPlanTest, FrontEndSettingsAreNamedAsNeedingARestart) {
+  FarmConfig running = Farm({Model("m")});
+  running.frontend.http_endpoint = "127.0.0.1:8000";
+  FarmConfig fresh = running;
+  fresh.frontend.client_id_header = "x-tenant";
+  fresh.frontend.max_body_bytes = 1 << 20;
+  ReloadPlan plan = PlanReload(running, running.models, fresh, 4);
+  EXPECT_EQ(plan.needs_restart,
+            std::vector<std::string>({"frontend.max_body_bytes", "frontend.client_id_header"}));
+  EXPECT_TRUE(PlanReload(running, running.models, running, 4).needs_restart.empty());
+}
+
 }  // namespace
 }  // namespace torchfarm
