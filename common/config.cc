@@ -151,32 +151,6 @@ static Status ParseClientIdHeader(const json& j, const std::string& where, std::
   return Status::Ok();
 }
 
-std::vector<std::string> FrontendChangesNeedingRestart(const FrontendConfig& running,
-                                                       const FrontendConfig& fresh) {
-  std::vector<std::string> changed;
-  auto note = [&](bool differs, const char* key) {
-    if (differs) changed.emplace_back(key);
-  };
-  note(running.http_endpoint != fresh.http_endpoint, "http_endpoint");
-  note(running.grpc_endpoint != fresh.grpc_endpoint, "grpc_endpoint");
-  note(running.threads != fresh.threads, "frontend.threads");
-  note(running.max_connections != fresh.max_connections, "frontend.max_connections");
-  note(running.idle_timeout_ms != fresh.idle_timeout_ms, "frontend.idle_timeout_ms");
-  note(running.request_timeout_ms != fresh.request_timeout_ms, "frontend.request_timeout_ms");
-  note(running.max_header_bytes != fresh.max_header_bytes, "frontend.max_header_bytes");
-  note(running.max_body_bytes != fresh.max_body_bytes, "frontend.max_body_bytes");
-  note(running.max_inflight_body_bytes != fresh.max_inflight_body_bytes,
-       "frontend.max_inflight_body_bytes");
-  note(running.tls.cert_file != fresh.tls.cert_file || running.tls.key_file != fresh.tls.key_file,
-       "frontend.tls");
-  note(running.dashboard != fresh.dashboard, "frontend.dashboard");
-  note(running.model_control != fresh.model_control, "frontend.model_control");
-  note(running.log_control != fresh.log_control, "frontend.log_control");
-  note(running.system_shared_memory != fresh.system_shared_memory, "frontend.system_shared_memory");
-  note(running.client_id_header != fresh.client_id_header, "frontend.client_id_header");
-  return changed;
-}
-
 static Status ParseFrontend(const json& j, const std::string& base_dir, FrontendConfig* out) {
   const std::string where = "config.frontend";
   if (!j.is_object()) return InvalidArgument(where + ": expected an object, got " + Got(j));

@@ -290,12 +290,6 @@ Status ParseModelRepository(const std::string& dir, const std::string& base_dir,
 // Reads and parses a file; errors name the file.
 Status LoadConfigFile(const std::string& path, FarmConfig* out);
 
-// The front-end settings a reload cannot apply (the front ends start once, with the supervisor):
-// the config key of each one that differs between the running config and a fresh one
-// ("http_endpoint", "frontend.client_id_header", ...), in the file's order. Empty: none.
-std::vector<std::string> FrontendChangesNeedingRestart(const FrontendConfig& running,
-                                                       const FrontendConfig& fresh);
-
 // True for ipc:// and inproc:// endpoints and for tcp:// on 127.0.0.0/8, [::1] or localhost:
 // endpoints another host cannot reach. Every other endpoint (tcp://*, tcp://0.0.0.0, an interface
 // name, ws://, pgm://...) counts as reachable from the network.

@@ -58,12 +58,46 @@ bool WorkerNeedsReplacing(const ModelUpdate& update, const InstanceConfig& curre
   return update.replace_workers || !SameInstance(current, wanted);
 }
 
+namespace {
+
+// Appends `key` to `out` when `differs`: the keys whose change only a restart applies.
+struct ChangedKeys {
+  std::vector<std::string>* out;
+  void operator()(bool differs, const char* key) const {
+    if (differs) out->emplace_back(key);
+  }
+};
+
+}  // namespace
+
+std::vector<std::string> FrontendChangesNeedingRestart(const FrontendConfig& running,
+                                                       const FrontendConfig& fresh) {
+  std::vector<std::string> changed;
+  const ChangedKeys note{&changed};
+  note(running.http_endpoint != fresh.http_endpoint, "http_endpoint");
+  note(running.grpc_endpoint != fresh.grpc_endpoint, "grpc_endpoint");
+  note(running.threads != fresh.threads, "frontend.threads");
+  note(running.max_connections != fresh.max_connections, "frontend.max_connections");
+  note(running.idle_timeout_ms != fresh.idle_timeout_ms, "frontend.idle_timeout_ms");
+  note(running.request_timeout_ms != fresh.request_timeout_ms, "frontend.request_timeout_ms");
+  note(running.max_header_bytes != fresh.max_header_bytes, "frontend.max_header_bytes");
+  note(running.max_body_bytes != fresh.max_body_bytes, "frontend.max_body_bytes");
+  note(running.max_inflight_body_bytes != fresh.max_inflight_body_bytes,
+       "frontend.max_inflight_body_bytes");
+  note(running.tls.cert_file != fresh.tls.cert_file || running.tls.key_file != fresh.tls.key_file,
+       "frontend.tls");
+  note(running.dashboard != fresh.dashboard, "frontend.dashboard");
+  note(running.model_control != fresh.model_control, "frontend.model_control");
+  note(running.log_control != fresh.log_control, "frontend.log_control");
+  note(running.system_shared_memory != fresh.system_shared_memory, "frontend.system_shared_memory");
+  note(running.client_id_header != fresh.client_id_header, "frontend.client_id_header");
+  return changed;
+}
+
 ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>& served,
                       const FarmConfig& fresh, int available_cores, const ModelFiles& files) {
   ReloadPlan plan;
-  auto changed = [&](bool differs, const char* key) {
-    if (differs) plan.needs_restart.push_back(key);
-  };
+  const ChangedKeys changed{&plan.needs_restart};
   changed(fresh.endpoint != running.endpoint, "endpoint");
   changed(fresh.admin_endpoint != running.admin_endpoint, "admin_endpoint");
   changed(fresh.run_dir != running.run_dir, "run_dir");

@@ -42,6 +42,12 @@ struct ModelFiles {
   std::map<std::string, FileIdentity> fresh;
 };
 
+// The front-end settings a reload cannot apply (the front ends start once, with the supervisor):
+// the config key of each one that differs between the running config and a fresh one
+// ("http_endpoint", "frontend.client_id_header", ...), in the file's order. Empty: none.
+std::vector<std::string> FrontendChangesNeedingRestart(const FrontendConfig& running,
+                                                       const FrontendConfig& fresh);
+
 // `served` are the models the farm serves now (removed ones excluded). A model whose file
 // identity changed (rewritten in place under the same path) has its workers replaced.
 ReloadPlan PlanReload(const FarmConfig& running, const std::vector<ModelConfig>& served,

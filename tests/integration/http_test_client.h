@@ -26,46 +26,6 @@ struct HttpReply {
   nlohmann::json Json() const { return nlohmann::json::parse(body, nullptr, false); }
 };
 
-// `verb` `target` with `body` and `headers` on a new connection to 127.0.0.1:`port`; a POST gets
-// Content-Length. Waits at most `bound` for the whole answer.
-inline HttpReply HttpOnce(int port, boost::beast::http::verb verb, const std::string& target,
-                          const std::string& body = {},
-                          const std::map<std::string, std::string>& headers = {},
-                          std::chrono::milliseconds bound = std::chrono::seconds(10)) {
-  namespace asio = boost::asio;
-  namespace beast = boost::beast;
-  namespace http = beast::http;
-  asio::io_context io;
-  asio::ip::tcp::socket socket(io);
-  socket.connect(
-      asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)));
-  http::request<http::string_body> request{verb, target, 11};
-  request.set(http::field::host, "127.0.0.1");
-  for (const auto& [name, value] : headers) request.set(name, value);
-  request.body() = body;
-  if (verb == http::verb::post) request.prepare_payload();
-  http::response<http::string_body> response;
-  beast::flat_buffer buffer;
-  bool answered = false;
-  const auto start = std::chrono::steady_clock::now();
-  http::async_write(socket, request, [&](beast::error_code ec, size_t) {
-    if (ec) return;
-    http::async_read(socket, buffer, response,
-                     [&](beast::error_code read_ec, size_t) { answered = !read_ec; });
-  });
-  io.run_for(bound);
-  HttpReply out;
-  out.took = std::chrono::steady_clock::now() - start;
-  if (answered) {
-    out.status = response.result_int();
-    out.body = response.body();
-    for (const auto& field : response) {
-      out.headers[std::string(field.name_string())] = std::string(field.value());
-    }
-  }
-  return out;
-}
-
 // One keep-alive HTTP/1.1 connection to 127.0.0.1:`port`, for tests that need a later request on
 // the same connection (a bad request must cost no more than itself). Each Send waits at most
 // `bound`; after an unanswered one the connection is not to be used again.
@@ -82,6 +42,7 @@ class HttpKeepAlive {
                  std::chrono::milliseconds bound = std::chrono::seconds(10)) {
     namespace http = boost::beast::http;
     http::request<http::string_body> request{verb, target, 11};
+
     request.set(http::field::host, "127.0.0.1");
     for (const auto& [name, value] : headers) request.set(name, value);
     request.body() = body;
@@ -113,5 +74,14 @@ class HttpKeepAlive {
   boost::asio::ip::tcp::socket socket_;
   boost::beast::flat_buffer buffer_;
 };
+
+// `verb` `target` with `body` and `headers` on a new connection to 127.0.0.1:`port`; a POST gets
+// Content-Length. Waits at most `bound` for the whole answer.
+inline HttpReply HttpOnce(int port, boost::beast::http::verb verb, const std::string& target,
+                          const std::string& body = {},
+                          const std::map<std::string, std::string>& headers = {},
+                          std::chrono::milliseconds bound = std::chrono::seconds(10)) {
+  return HttpKeepAlive(port).Send(verb, target, body, headers, bound);
+}
 
 }  // namespace torchfarm::testing

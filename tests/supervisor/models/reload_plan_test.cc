@@ -166,6 +166,44 @@ TEST(ReloadPlanTest, KeysOnlyARestartAppliesAreNamed) {
   EXPECT_EQ(plan.needs_restart, std::vector<std::string>({"endpoint", "metrics_endpoint"}));
 }
 
+// A reload cannot apply front-end settings (the front ends start once): each changed one is
+// named so the admin reply and the log can say so instead of dropping it silently.
+TEST(ReloadPlanTest, FrontendChangesNeedingRestartNameEachChangedKeyInFileOrder) {
+  FrontendConfig running;
+  running.http_endpoint = "127.0.0.1:8000";
+  EXPECT_TRUE(FrontendChangesNeedingRestart(running, running).empty());
+  FrontendConfig fresh = running;
+  fresh.client_id_header = "x-tenant";
+  EXPECT_EQ(FrontendChangesNeedingRestart(running, fresh),
+            std::vector<std::string>{"frontend.client_id_header"});
+  fresh.http_endpoint = "127.0.0.1:8001";
+  fresh.threads = 4;
+  fresh.tls.key_file = "/k.pem";
+  fresh.max_inflight_body_bytes = 1;
+  EXPECT_EQ(FrontendChangesNeedingRestart(running, fresh),
+            (std::vector<std::string>{"http_endpoint", "frontend.threads",
+                                      "frontend.max_inflight_body_bytes", "frontend.tls",
+                                      "frontend.client_id_header"}));
+  // Every field counts: a default FrontendConfig against one with each field changed.
+  FrontendConfig all;
+  all.http_endpoint = "a:1";
+  all.grpc_endpoint = "a:2";
+  all.threads = 2;
+  all.max_connections = 2;
+  all.idle_timeout_ms = 2;
+  all.request_timeout_ms = 2;
+  all.max_header_bytes = 2;
+  all.max_body_bytes = 2;
+  all.max_inflight_body_bytes = 2;
+  all.tls.cert_file = "c";
+  all.dashboard = false;
+  all.model_control = true;
+  all.log_control = true;
+  all.system_shared_memory = true;
+  all.client_id_header = "x";
+  EXPECT_EQ(FrontendChangesNeedingRestart(FrontendConfig{}, all).size(), 15u);
+}
+
 // The front ends start once: a reload that changes one of their settings names it (the admin
 // answer and the log say "... changed: a restart applies them") instead of dropping it silently.
 TEST(ReloadPlanTest, FrontEndSettingsAreNamedAsNeedingARestart) {
