@@ -14,17 +14,25 @@
 #include <cstring>
 #include <string_view>
 
+#include "common/float_text.h"
 #include "supervisor/frontend/v2_http_codec.h"
 
 namespace torchfarm {
 
 // A JSON number as nlohmann's lexer types it: without '-' and within uint64, unsigned; with '-'
-// and within int64, signed; with a fraction or an exponent, a float (kept as text until needed).
+// and within int64, signed; with a fraction or an exponent, a float (kept as text until needed,
+// with its significant digits collected on the way so the common ones convert without a re-read).
 struct JsonNumber {
   enum Kind { kUnsigned, kSigned, kFloat } kind = kUnsigned;
   uint64_t unsigned_value = 0;
   int64_t signed_value = 0;
   std::string_view text;
+  // The value is (negative ? -1 : 1) x digits x 10^exponent when all_digits (at most 19
+  // significant digits); otherwise digits holds the first 19 and the text decides.
+  uint64_t digits = 0;
+  int exponent = 0;
+  bool negative = false;
+  bool all_digits = true;
 
   // An integer 0..max, as GetNonNegative accepts it ("-0" included).
   bool NonNegative(uint64_t max, uint64_t* out) const {
@@ -35,20 +43,31 @@ struct JsonNumber {
     return true;
   }
   // As json::get<double>(): integers converted, floats read (strtod and from_chars both round
-  // correctly). False for what from_chars calls out of range; nlohmann may still take an
-  // underflow, so the DOM path decides.
+  // correctly; DecimalToDouble does where it answers). False for what from_chars calls out of
+  // range; nlohmann may still take an underflow, so the DOM path decides.
   bool ToDouble(double* out) const {
     if (kind == kUnsigned) {
       *out = static_cast<double>(unsigned_value);
     } else if (kind == kSigned) {
       *out = static_cast<double>(signed_value);
-    } else {
-      auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *out);
-      if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(*out)) {
-        return false;
-      }
+    } else if (!all_digits || !DecimalToDouble(digits, exponent, negative, out)) {
+      return ReadText(out);
     }
     return true;
+  }
+  // For a float32 element: a double that the float cast and the float range check treat exactly as
+  // they treat ToDouble's (float_text.h, DecimalToFloat), cheaper for 17-19 digits.
+  bool ToDoubleForFloat(double* out) const {
+    if (kind == kFloat && all_digits && DecimalToFloat(digits, exponent, negative, out)) {
+      return true;
+    }
+    return ToDouble(out);
+  }
+
+ private:
+  bool ReadText(double* out) const {
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *out);
+    return error == std::errc() && end == text.data() + text.size() && std::isfinite(*out);
   }
 };
 
@@ -58,6 +77,7 @@ class JsonCursor {
   explicit JsonCursor(std::string_view text) : at_(text.data()), end_(text.data() + text.size()) {}
 
   void SkipBlanks() {
+    if (at_<end_&& static_cast<unsigned char>(*at_)> ' ') return;  // the usual case: none
     while (at_ < end_ && (*at_ == ' ' || *at_ == '\n' || *at_ == '\r' || *at_ == '\t')) ++at_;
   }
   bool Take(char c) {
@@ -126,42 +146,65 @@ class JsonCursor {
   }
 
   // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, typed as JsonNumber says. An integer past 64
-  // bits, which nlohmann reads as a float, is left to the DOM path.
+  // bits, which nlohmann reads as a float, is left to the DOM path. One pass: the digits are
+  // checked and collected together.
   bool Numeric(JsonNumber* out) {
     SkipBlanks();
-    const char* start = at_;
-    const bool negative = at_ < end_ && *at_ == '-';
-    if (negative) ++at_;
-    const char* digits = at_;
-    while (at_ < end_ && IsDigit(*at_)) ++at_;
-    const size_t count = static_cast<size_t>(at_ - digits);
-    if (count == 0 || (count > 1 && *digits == '0')) return false;
+    const char* p = at_;
+    const char* start = p;
+    out->negative = p < end_ && *p == '-';
+    if (out->negative) ++p;
+    const char* whole = p;
+    uint64_t digits = 0;
+    int exponent = 0;
+    bool all_digits = true;
+    p = DigitRun(p, false, &digits, &exponent, &all_digits);
+    const size_t whole_count = static_cast<size_t>(p - whole);
+    if (whole_count == 0 || (whole_count > 1 && *whole == '0')) return false;
     bool integer = true;
-    if (at_ < end_ && *at_ == '.') {
+    if (p < end_ && *p == '.') {
       integer = false;
-      const char* fraction = ++at_;
-      while (at_ < end_ && IsDigit(*at_)) ++at_;
-      if (at_ == fraction) return false;
+      const char* fraction = ++p;
+      p = DigitRun(p, true, &digits, &exponent, &all_digits);
+      if (p == fraction) return false;
     }
-    if (at_ < end_ && (*at_ == 'e' || *at_ == 'E')) {
+    if (p < end_ && (*p == 'e' || *p == 'E')) {
       integer = false;
-      ++at_;
-      if (at_ < end_ && (*at_ == '+' || *at_ == '-')) ++at_;
-      const char* exponent = at_;
-      while (at_ < end_ && IsDigit(*at_)) ++at_;
-      if (at_ == exponent) return false;
+      ++p;
+      const bool minus = p < end_ && *p == '-';
+      if (p < end_ && (*p == '+' || *p == '-')) ++p;
+      const char* first = p;
+      int power = 0;
+      while (p < end_ && IsDigit(*p)) {
+        if (power < 100000) power = power * 10 + (*p - '0');  // past it, the text decides
+        ++p;
+      }
+      if (p == first) return false;
+      exponent += minus ? -power : power;
     }
-    out->text = std::string_view(start, static_cast<size_t>(at_ - start));
+    at_ = p;
+    out->text = std::string_view(start, static_cast<size_t>(p - start));
+    out->digits = digits;
+    out->exponent = exponent;
+    out->all_digits = all_digits;
     if (!integer) {
       out->kind = JsonNumber::kFloat;
       return true;
     }
-    if (negative) {
+    if (out->negative) {
       out->kind = JsonNumber::kSigned;
-      return std::from_chars(start, at_, out->signed_value).ec == std::errc();
+      if (all_digits && digits <= static_cast<uint64_t>(INT64_MAX)) {
+        out->signed_value = -static_cast<int64_t>(digits);
+        return true;
+      }
+      return std::from_chars(start, p, out->signed_value).ec == std::errc();
     }
     out->kind = JsonNumber::kUnsigned;
-    return std::from_chars(digits, at_, out->unsigned_value).ec == std::errc();
+    if (all_digits) {
+      out->unsigned_value = digits;
+      return true;
+    }
+    return std::from_chars(whole, p, out->unsigned_value).ec == std::errc();
   }
 
   // Any JSON value the DOM path would read (and ignore), within the nesting bound.
@@ -202,6 +245,51 @@ class JsonCursor {
 
  private:
   static bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+  // The digits at p, eight at a time where they can be, collected into *digits while it stays
+  // below 10^19 (a fraction's each lower *exponent); one past that is dropped (*all_digits false;
+  // a whole part's raises *exponent). Returns the first byte after the run.
+  const char* DigitRun(const char* p, bool fraction, uint64_t* digits, int* exponent,
+                       bool* all_digits) const {
+    uint64_t value = *digits;
+    int power = *exponent;
+    uint64_t eight;
+    while (end_ - p >= 8 && value < 100000000000ULL && EightDigits(p, &eight)) {
+      value = value * 100000000 + eight;
+      if (fraction) power -= 8;
+      p += 8;
+    }
+    for (; p < end_ && IsDigit(*p); ++p) {
+      if (value < 1000000000000000000ULL) {
+        value = value * 10 + static_cast<unsigned>(*p - '0');
+        if (fraction) --power;
+      } else {
+        *all_digits = false;
+        if (!fraction) ++power;
+      }
+    }
+    *digits = value;
+    *exponent = power;
+    return p;
+  }
+
+  // Whether the 8 bytes at p are all ASCII digits, and their value (SWAR: a byte's high nibble
+  // is 3 and adding 6 keeps it 3; then pairs, fours and the eight combined by multiplication).
+  static bool EightDigits(const char* p, uint64_t* value) {
+    uint64_t v;
+    std::memcpy(&v, p, sizeof(v));
+    if (((v & 0xF0F0F0F0F0F0F0F0ULL) |
+         (((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) != 0x3333333333333333ULL) {
+      return false;
+    }
+    v -= 0x3030303030303030ULL;
+    v = (v * 10) + (v >> 8);
+    v = (((v & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+         (((v >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >>
+        32;
+    *value = v;
+    return true;
+  }
 
   const char* at_;
   const char* end_;

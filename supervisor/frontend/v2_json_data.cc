@@ -1,5 +1,6 @@
 // JSON numbers <-> tensor bytes (v2_json_data.h). Elements are copied with memcpy: frames carry no
-// alignment promise. Floats print with std::to_chars' shortest form, which reads back exactly.
+// alignment promise. Floats print with std::to_chars' shortest form, which reads back exactly
+// (WriteShortestFloat's for float, the same text).
 #include "supervisor/frontend/v2_json_data.h"
 
 #include <charconv>
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/float_text.h"
 #include "common/tensor_spec.h"
 
 namespace torchfarm {
@@ -163,21 +165,48 @@ T Load(const char* bytes, size_t index) {
   return value;
 }
 
+// The most characters one element of `dtype` takes in the text: "false", "-128", "-32768",
+// int32's and int64's minimum, "255", a float's to_chars form (float_text.h) or "null", a
+// double's ("-2.2250738585072014e-308").
+size_t MaxElementChars(DType dtype) {
+  switch (dtype) {
+    case DType::kBool:
+      return 5;
+    case DType::kInt8:
+      return 4;
+    case DType::kInt16:
+      return 6;
+    case DType::kInt32:
+      return 11;
+    case DType::kInt64:
+      return 20;
+    case DType::kUInt8:
+      return 3;
+    case DType::kFloat64:
+      return 24;
+    case DType::kFloat32:
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return kMaxShortestFloatChars;
+  }
+  return 24;
+}
+
+// Writes value at `out`, which has room for MaxElementChars; returns the end.
 template <typename T>
-void AppendNumber(T value, std::string* out) {
+char* WriteNumber(T value, char* out) {
   if constexpr (std::is_floating_point_v<T>) {
     if (!std::isfinite(value)) {
-      *out += "null";
-      return;
+      std::memcpy(out, "null", 4);
+      return out + 4;
     }
     if (value == 0 && std::signbit(value)) {
-      *out += "-0.0";  // "-0" would read back as the integer 0
-      return;
+      std::memcpy(out, "-0.0", 4);  // "-0" would read back as the integer 0
+      return out + 4;
     }
+    if constexpr (std::is_same_v<T, float>) return WriteShortestFloat(out, value);
   }
-  char text[40];
-  auto result = std::to_chars(text, text + sizeof(text), value);
-  out->append(text, result.ptr);
+  return std::to_chars(out, out + 24, value).ptr;
 }
 
 }  // namespace
@@ -243,25 +272,57 @@ bool EncodeJsonFloat(DType dtype, double value, void* dst) {
 
 void AppendJsonData(DType dtype, const void* bytes, size_t count, std::string* out) {
   const char* p = static_cast<const char*>(bytes);
-  // One growth for the common case (short floats), not a doubling every few hundred numbers.
-  out->reserve(out->size() + 2 + count * 12);
-  out->push_back('[');
+  // Written in place into room for the longest text, then cut to what was written: no append's
+  // checks per number.
+  const size_t start = out->size();
+  out->resize(start + 2 + count * (MaxElementChars(dtype) + 1));
+  char* at = out->data() + start;
+  *at++ = '[';
   for (size_t i = 0; i < count; ++i) {
-    if (i > 0) out->push_back(',');
+    if (i > 0) *at++ = ',';
     switch (dtype) {
-      case DType::kBool: *out += Load<uint8_t>(p, i) ? "true" : "false"; break;
-      case DType::kInt8: AppendNumber(static_cast<int>(Load<int8_t>(p, i)), out); break;
-      case DType::kInt16: AppendNumber(Load<int16_t>(p, i), out); break;
-      case DType::kInt32: AppendNumber(Load<int32_t>(p, i), out); break;
-      case DType::kInt64: AppendNumber(Load<int64_t>(p, i), out); break;
-      case DType::kUInt8: AppendNumber(static_cast<unsigned>(Load<uint8_t>(p, i)), out); break;
-      case DType::kFloat32: AppendNumber(Load<float>(p, i), out); break;
-      case DType::kFloat64: AppendNumber(Load<double>(p, i), out); break;
-      case DType::kFloat16: AppendNumber(HalfToFloat(Load<uint16_t>(p, i)), out); break;
-      case DType::kBFloat16: AppendNumber(BFloat16ToFloat(Load<uint16_t>(p, i)), out); break;
+      case DType::kBool:
+        if (Load<uint8_t>(p, i)) {
+          std::memcpy(at, "true", 4);
+          at += 4;
+        } else {
+          std::memcpy(at, "false", 5);
+          at += 5;
+        }
+        break;
+      case DType::kInt8:
+        at = WriteNumber(static_cast<int>(Load<int8_t>(p, i)), at);
+        break;
+      case DType::kInt16:
+        at = WriteNumber(Load<int16_t>(p, i), at);
+        break;
+      case DType::kInt32:
+        at = WriteNumber(Load<int32_t>(p, i), at);
+        break;
+      case DType::kInt64:
+        at = WriteNumber(Load<int64_t>(p, i), at);
+        break;
+      case DType::kUInt8:
+        at = WriteNumber(static_cast<unsigned>(Load<uint8_t>(p, i)), at);
+        break;
+      case DType::kFloat32:
+        at = WriteNumber(Load<float>(p, i), at);
+        break;
+      case DType::kFloat64:
+        at = WriteNumber(Load<double>(p, i), at);
+        break;
+      case DType::kFloat16:
+        at = WriteNumber(HalfToFloat(Load<uint16_t>(p, i)), at);
+        break;
+      case DType::kBFloat16:
+        at = WriteNumber(BFloat16ToFloat(Load<uint16_t>(p, i)), at);
+        break;
+      case DType::kBytes:
+        break;  // BYTES text is BytesDataJson's, never written here
     }
   }
-  out->push_back(']');
+  *at++ = ']';
+  out->resize(static_cast<size_t>(at - out->data()));
 }
 
 uint16_t FloatToHalf(float value) {

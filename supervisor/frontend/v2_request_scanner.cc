@@ -169,7 +169,9 @@ class DataScanner {
         break;
     }
     double value;
-    if (!number.ToDouble(&value) || !EncodeJsonFloat(dtype_, value, dst_)) return false;
+    const bool read =
+        dtype_ == DType::kFloat32 ? number.ToDoubleForFloat(&value) : number.ToDouble(&value);
+    if (!read || !EncodeJsonFloat(dtype_, value, dst_)) return false;
     dst_ += DTypeSize(dtype_);
     return true;
   }

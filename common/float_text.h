@@ -1,0 +1,42 @@
+// Floats to and from decimal text, fast where tensors' numbers usually are, exact everywhere
+// (issue 36: a v2 request with 256 JSON numbers spent ~560 instructions a number in
+// std::from_chars, std::to_chars and the text around them).
+//
+// Owns two promises, each checked against the standard library:
+//   - WriteShortestFloat writes exactly the characters std::to_chars(first, last, value) writes for
+//     a float (the shortest decimal that reads back as the value, fixed or scientific, whichever
+//     is shorter, fixed on a tie). Values of magnitude 2^-37..2^24 (about 7e-12..1.7e7) take an
+//     integer path of ~100 instructions; others go to std::to_chars.
+//   - DecimalToDouble / DecimalToFloat turn a decimal already split into digits and a power of ten
+//     (what a number scanner collects on its way through the text) into the double std::from_chars
+//     would read, and the float a cast of that double gives. They answer only where that is cheap
+//     and certain, and return false otherwise, leaving the caller to from_chars: so a caller's
+//     result never depends on which path ran.
+// Header with no dependencies beyond the standard library; any thread.
+#pragma once
+
+#include <cstdint>
+
+namespace torchfarm {
+
+// Room for any float WriteShortestFloat writes ("-1.1754944e-38" is 14 characters).
+inline constexpr int kMaxShortestFloatChars = 16;
+
+// Writes `value` (finite, not needed to be normal) at `first`, which has room for
+// kMaxShortestFloatChars; returns the end. Exactly std::to_chars(first, last, value)'s text.
+char* WriteShortestFloat(char* first, float value);
+
+// The decimal (negative ? -1 : 1) x digits x 10^exponent. `digits` holds every significant digit
+// (at most 19 of them, so it never wrapped). True and *out set to the correctly rounded double
+// when digits < 2^53 and |exponent| <= 22 (both exact in a double: one rounding), else false.
+bool DecimalToDouble(uint64_t digits, int exponent, bool negative, double* out);
+
+// As DecimalToDouble and then a cast to float, i.e. static_cast<float>(the correctly rounded
+// double), for any 19-digit `digits` and |exponent| <= 22. *as_double gets a double that rounds to
+// the same float as the correctly rounded one and lies on the same side of every float's rounding
+// boundary, so a range check against such a boundary (the float's overflow threshold) answers the
+// same. False where it cannot promise that (a value within a few double ulps of a boundary between
+// two floats), and the caller reads the text exactly instead.
+bool DecimalToFloat(uint64_t digits, int exponent, bool negative, double* as_double);
+
+}  // namespace torchfarm
