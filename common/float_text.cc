@@ -148,7 +148,8 @@ char* WriteShortestFloat(char* first, float value) {
   // value x 10^k in [10^9, 10^10.4): log10(2^(e2+23)) rounded down by the usual 78913 / 2^18.
   const int k = 9 - ((e2 + 23) * 78913 >> 18);
   // k is 3..21 here; 10^20 and 10^21 pass 64 bits.
-  const u128 pow10k = k <= 19 ? static_cast<u128>(kPow10[k]) : static_cast<u128>(kPow10[19]) * kPow10[k - 19];
+  const u128 pow10k =
+      k <= 19 ? static_cast<u128>(kPow10[k]) : static_cast<u128>(kPow10[19]) * kPow10[k - 19];
   const int s = 2 - e2;  // 2..62: the scaled values are N / 2^s
   const u128 mask = (static_cast<u128>(1) << s) - 1;
   const u128 n_lower = lower * pow10k;

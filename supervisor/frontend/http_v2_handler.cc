@@ -198,14 +198,20 @@ void HandleInfer(const V2Target& target, HttpRequest& http_request, const std::s
 V2Target ParseV2Target(http::verb method, std::string_view target) {
   const std::string_view path = target.substr(0, target.find('?'));
   std::vector<std::string> seg;
-  V2Target not_found;
-  not_found.http_status = 404;
-  not_found.error = "no such path: '" + std::string(path.substr(0, 200)) +
-                    "'; expected /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}"
-                    "[/versions/{v}][/ready|/config|/stats|/infer], /v2/models/stats, "
-                    "/v2/repository/index, /v2/repository/models/{name}/load|unload, /v2/logging, "
-                    "/v2/systemsharedmemory[/region/{name}]/status|register|unregister";
-  if (!SplitPath(path, &seg) || seg.empty() || seg[0] != "v2") return not_found;
+  seg.reserve(8);  // the longest route has 6 segments
+  // Worded only when it is the answer: every request would otherwise build it.
+  const auto not_found_error = [path] {
+    V2Target not_found;
+    not_found.http_status = 404;
+    not_found.error = "no such path: '" + std::string(path.substr(0, 200)) +
+                      "'; expected /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}"
+                      "[/versions/{v}][/ready|/config|/stats|/infer], /v2/models/stats, "
+                      "/v2/repository/index, /v2/repository/models/{name}/load|unload, "
+                      "/v2/logging, /v2/systemsharedmemory[/region/{name}]/status|register|"
+                      "unregister";
+    return not_found;
+  };
+  if (!SplitPath(path, &seg) || seg.empty() || seg[0] != "v2") return not_found_error();
   const http::verb get = http::verb::get;
   if (seg.size() >= 3 && seg[1] == "systemsharedmemory") {
     std::string region;
@@ -214,7 +220,7 @@ V2Target ParseV2Target(http::verb method, std::string_view target) {
       region = seg[3];
       action = 4;
     } else if (seg.size() != 3) {
-      return not_found;
+      return not_found_error();
     }
     if (seg[action] == "status") {
       return Routed(V2Route::kSystemShmStatus, method, get, std::move(region));
@@ -225,7 +231,7 @@ V2Target ParseV2Target(http::verb method, std::string_view target) {
     if (seg[action] == "register" && action == 4) {
       return Routed(V2Route::kSystemShmRegister, method, http::verb::post, std::move(region));
     }
-    return not_found;
+    return not_found_error();
   }
   if (seg.size() == 1) return Routed(V2Route::kServerMetadata, method, get);
   if (seg.size() == 3 && seg[1] == "health" && seg[2] == "live") {
@@ -249,7 +255,7 @@ V2Target ParseV2Target(http::verb method, std::string_view target) {
     return Routed(seg[4] == "load" ? V2Route::kRepositoryLoad : V2Route::kRepositoryUnload, method,
                   post, seg[3]);
   }
-  if (seg.size() < 3 || seg[1] != "models" || seg[2].empty()) return not_found;
+  if (seg.size() < 3 || seg[1] != "models" || seg[2].empty()) return not_found_error();
   // As Triton: every model's statistics (a model named "stats" is reached with /versions/).
   if (seg.size() == 3 && seg[2] == "stats") return Routed(V2Route::kModelStats, method, get);
   std::string model = seg[2];
@@ -274,7 +280,7 @@ V2Target ParseV2Target(http::verb method, std::string_view target) {
   if (seg.size() == next + 1 && seg[next] == "infer") {
     return Routed(V2Route::kInfer, method, http::verb::post, std::move(model), std::move(version));
   }
-  return not_found;
+  return not_found_error();
 }
 
 V2HttpAnswer V2ErrorAnswer(const Status& status) {

@@ -31,6 +31,32 @@ std::string Quote(const std::string& text) {
   return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+// Appends Quote(text): printable ASCII without '"' or '\\' (every name people choose) as it is,
+// anything else through nlohmann's escaping.
+void AppendQuoted(const std::string& text, std::string* out) {
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte >= 0x7f || c == '"' || c == '\\') {
+      out->append(Quote(text));
+      return;
+    }
+  }
+  out->push_back('"');
+  out->append(text);
+  out->push_back('"');
+}
+
+// Appends a shape as json(shape).dump() writes it: [1,256].
+void AppendShape(const std::vector<int64_t>& shape, std::string* out) {
+  out->push_back('[');
+  char number[24];
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (d > 0) out->push_back(',');
+    out->append(number, std::to_chars(number, number + sizeof(number), shape[d]).ptr);
+  }
+  out->push_back(']');
+}
+
 std::string Got(const json& value) {
   std::string text = value.dump();
   if (text.size() > 64) text = text.substr(0, 61) + "...";
@@ -353,12 +379,28 @@ Status ParseV2InferRequestJson(const std::shared_ptr<const std::string>& body, s
 V2HttpBody WriteV2InferResponse(const V2InferResponse& response) {
   V2HttpBody body;
   std::string& text = body.bytes;
-  text = "{\"model_name\":" + Quote(response.model);
+  // One allocation for the usual reply: the JSON part and any binary outputs after it.
+  size_t binary_bytes = 0;
+  for (size_t k = 0; k < response.outputs.size(); ++k) {
+    if (k < response.binary.size() && response.binary[k]) {
+      binary_bytes += response.outputs[k].data.size();
+    }
+  }
+  text.reserve(160 + 96 * response.outputs.size() + binary_bytes);
+  text = "{\"model_name\":";
+  AppendQuoted(response.model, &text);
   // Empty for a request that named no version: the farm's reply does not say which one ran it.
-  if (!response.version.empty()) text += ",\"model_version\":" + Quote(response.version);
-  if (!response.id.empty()) text += ",\"id\":" + Quote(response.id);
+  if (!response.version.empty()) {
+    text += ",\"model_version\":";
+    AppendQuoted(response.version, &text);
+  }
+  if (!response.id.empty()) {
+    text += ",\"id\":";
+    AppendQuoted(response.id, &text);
+  }
   text += ",\"outputs\":[";
   bool any_binary = false;
+  char number[24];
   for (size_t k = 0; k < response.outputs.size(); ++k) {
     const V2Tensor& output = response.outputs[k];
     const bool binary = k < response.binary.size() && response.binary[k];
@@ -366,8 +408,12 @@ V2HttpBody WriteV2InferResponse(const V2InferResponse& response) {
     const bool bytes = output.datatype == "BYTES";  // a classification (v2_classification.h)
     if (!bytes) DTypeFromV2(output.datatype, "outputs", &dtype);
     if (k > 0) text += ',';
-    text += "{\"name\":" + Quote(output.name) + ",\"datatype\":\"" + output.datatype +
-            "\",\"shape\":" + json(output.shape).dump();
+    text += "{\"name\":";
+    AppendQuoted(output.name, &text);
+    text += ",\"datatype\":\"";
+    text += output.datatype;
+    text += "\",\"shape\":";
+    AppendShape(output.shape, &text);
     if (output.shm.used()) {
       // The bytes are in the client's region: name, datatype and shape only. No "parameters":
       // Triton's own C++ HTTP client (perf_analyzer's) reads any output "parameters" as the
@@ -375,7 +421,9 @@ V2HttpBody WriteV2InferResponse(const V2InferResponse& response) {
       text += '}';
     } else if (binary) {
       any_binary = true;
-      text += ",\"parameters\":{\"binary_data_size\":" + std::to_string(output.data.size()) + "}}";
+      text += ",\"parameters\":{\"binary_data_size\":";
+      text.append(number, std::to_chars(number, number + sizeof(number), output.data.size()).ptr);
+      text += "}}";
     } else {
       text += ",\"data\":";
       if (bytes) {
