@@ -31,6 +31,7 @@ packages=(
   libbenchmark-dev
   prometheus-cpp-dev     # /metrics exposition (civetweb inside)
   libsystemd-dev         # sd_notify: Type=notify, watchdog
+  libgoogle-perftools-dev  # tcmalloc_minimal, torchfarm-supervisor's allocator (TORCHFARM_MALLOC)
   systemd                # systemd-analyze verify of configs/*.service (tests/tools)
   python3-numpy python3-zmq python3-pytest
   python3-requests python3-grpcio python3-protobuf  # tests/python: v2 clients as users write them

@@ -194,6 +194,15 @@ Status MatchInputNames(const ModelConfig& model, const std::vector<std::string>&
 Status ArrangeNamedInputs(const ModelConfig& model, RequestHeader* header,
                           std::vector<zmq::message_t>& frames, size_t first_frame) {
   if (header->input_names.empty()) return Status::Ok();
+  // The usual request names the model's inputs in its own order: nothing to move, and no error
+  // text to prepare.
+  const std::vector<std::string>& given = header->input_names;
+  bool in_order = given.size() == model.inputs.size();
+  for (size_t k = 0; in_order && k < given.size(); ++k) {
+    in_order = k < model.input_names.size() ? given[k] == model.input_names[k]
+                                            : given[k] == model.input_name(k);
+  }
+  if (in_order) return Status::Ok();
   std::vector<size_t> order;
   if (Status s = MatchInputNames(model, header->input_names, &order); !s.ok()) return s;
   std::vector<size_t> frame_of(header->inputs.size(), 0);
