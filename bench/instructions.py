@@ -12,8 +12,10 @@ can be taken on a busy machine and compared between commits. For each path the h
 Every thread of the supervisor is counted (the loop, ZeroMQ's I/O thread, the front ends').
 
 Paths: zmq (the farm's own protocol, pyzmq DEALER), http (v2, binary tensor extension),
-http-json (v2, 256 numbers as JSON), grpc (v2, raw_input_contents). The clients are the project's
-.venv Python (pyzmq, tritonclient); their own cost is not counted, only the supervisor's.
+http-json (v2, 256 numbers as JSON), grpc (v2, raw_input_contents); and, asked for by name, the
+reference grpc-echo (gRPC alone: bench/grpc_echo.cc under the supervisor's allocator). The
+clients are the project's .venv Python (pyzmq, tritonclient); their own cost is not counted, only
+the server's.
 
 Usage: .venv/bin/python bench/instructions.py --build-dir build [--paths zmq,http]
           [--requests 2000] [--warmup 200] [--json FILE] [--markdown FILE]
@@ -38,6 +40,10 @@ from pathlib import Path
 import numpy as np
 
 PATHS = ("zmq", "http", "http-json", "grpc")
+# A reference, not the farm: torchfarm-bench-grpc-echo (bench/grpc_echo.cc), gRPC's callback API
+# answering ModelInfer with its inputs and nothing else, under the supervisor's allocator. What
+# gRPC itself costs a call in the server process, the floor under the grpc path's figure.
+REFERENCES = ("grpc-echo",)
 WIDTH = 256
 
 
@@ -60,7 +66,7 @@ def write_config(work: Path, build: Path, model: Path, path: str) -> dict:
     }
     if path in ("http", "http-json"):
         config["http_endpoint"] = f"127.0.0.1:{free_port()}"
-    if path == "grpc":
+    if path in ("grpc", "grpc-echo"):
         config["grpc_endpoint"] = f"127.0.0.1:{free_port()}"
     (work / "config.json").write_text(json.dumps(config))
     return config
@@ -153,17 +159,32 @@ def total_instructions(dump: Path) -> int:
     raise RuntimeError(f"{dump}: no totals line")
 
 
+def supervisor_allocator(build: Path) -> str:
+    """The malloc library torchfarm-supervisor loads beside libc ('' for glibc's own)."""
+    out = subprocess.run(["ldd", str(build / "bin" / "torchfarm-supervisor")], check=True,
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if "tcmalloc" in line or "jemalloc" in line:
+            return line.split("=>")[1].split("(")[0].strip()
+    return ""
+
+
 def measure(build: Path, model: Path, path: str, warmup: int, requests: int) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"tf-instr-{path}-"))
     try:
         config = write_config(work, build, model, path)
         out = work / "cg.out"
+        server = [str(build / "bin" / "torchfarm-supervisor"), "--config",
+                  str(work / "config.json"), "--log-level", "warn"]
+        env = None
+        if path == "grpc-echo":
+            server = [str(build / "bin" / "torchfarm-bench-grpc-echo"), "--listen",
+                      config["grpc_endpoint"]]
+            env = dict(os.environ, LD_PRELOAD=supervisor_allocator(build))
         supervisor = subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--compress-strings=no", "--compress-pos=no",
-             f"--callgrind-out-file={out}",
-             str(build / "bin" / "torchfarm-supervisor"), "--config", str(work / "config.json"),
-             "--log-level", "warn"],
-            stdout=open(work / "supervisor.log", "w"), stderr=subprocess.STDOUT)
+             f"--callgrind-out-file={out}"] + server,
+            stdout=open(work / "supervisor.log", "w"), stderr=subprocess.STDOUT, env=env)
         try:
             deadline = time.time() + 180
             client = None
@@ -171,7 +192,8 @@ def measure(build: Path, model: Path, path: str, warmup: int, requests: int) -> 
                 if supervisor.poll() is not None:
                     raise RuntimeError(f"{path}: the supervisor exited; see {work}/supervisor.log")
                 try:
-                    client = client or (ZmqClient(config) if path == "zmq" else V2Client(config, path))
+                    client = client or (ZmqClient(config) if path == "zmq" else
+                                        V2Client(config, "grpc" if path == "grpc-echo" else path))
                     if client.infer(-1, 2_000):
                         break
                 except Exception:  # noqa: BLE001 - the front end is not listening yet
@@ -220,9 +242,13 @@ def main() -> int:
     parser.add_argument("--markdown")
     args = parser.parse_args()
     paths = [p for p in args.paths.split(",") if p]
-    unknown = [p for p in paths if p not in PATHS]
+    unknown = [p for p in paths if p not in PATHS + REFERENCES]
     if unknown:
-        parser.error(f"--paths: expected some of {','.join(PATHS)}, got {','.join(unknown)}")
+        parser.error(f"--paths: expected some of {','.join(PATHS + REFERENCES)}, "
+                     f"got {','.join(unknown)}")
+    if "grpc-echo" in paths and not (Path(args.build_dir) / "bin" / "torchfarm-bench-grpc-echo").exists():
+        parser.error("--paths grpc-echo: build it first (cmake --build BUILD --target "
+                     "torchfarm-bench-grpc-echo)")
     if args.requests < 1 or args.warmup < 1:
         parser.error("--requests and --warmup: expected at least 1")
     for tool in ("valgrind", "callgrind_control", "callgrind_annotate"):

@@ -176,7 +176,11 @@ class JsonCursor {
       const char* first = p;
       int power = 0;
       while (p < end_ && IsDigit(*p)) {
-        if (power < 100000) power = power * 10 + (*p - '0');  // past it, the text decides
+        if (power < 100000) {
+          power = power * 10 + (*p - '0');
+        } else {
+          all_digits = false;  // an exponent past a million: the text decides
+        }
         ++p;
       }
       if (p == first) return false;

@@ -24,7 +24,7 @@ struct FloatRange {
 };
 constexpr FloatRange kHalfRange = {65504.0, 65520.0};
 constexpr FloatRange kBFloat16Range = {3.3895313892515355e38, 3.3961775292304077e38};
-constexpr FloatRange kFloatRange = {3.4028234663852886e38, 3.4028235677973366e38};
+constexpr FloatRange kFloatRange = {3.4028234663852886e38, kFloat32RoundsToInfinity};
 constexpr FloatRange kDoubleRange = {std::numeric_limits<double>::max(),
                                      std::numeric_limits<double>::infinity()};
 
@@ -192,9 +192,9 @@ size_t MaxElementChars(DType dtype) {
   return 24;
 }
 
-// Writes value at `out`, which has room for MaxElementChars; returns the end.
+// Writes value at `out`, which has room for MaxElementChars before `last`; returns the end.
 template <typename T>
-char* WriteNumber(T value, char* out) {
+char* WriteNumber(T value, char* out, char* last) {
   if constexpr (std::is_floating_point_v<T>) {
     if (!std::isfinite(value)) {
       std::memcpy(out, "null", 4);
@@ -206,7 +206,7 @@ char* WriteNumber(T value, char* out) {
     }
     if constexpr (std::is_same_v<T, float>) return WriteShortestFloat(out, value);
   }
-  return std::to_chars(out, out + 24, value).ptr;
+  return std::to_chars(out, last, value).ptr;
 }
 
 }  // namespace
@@ -245,16 +245,12 @@ Status DecodeJsonData(const json& data, DType dtype, const std::string& datatype
 }
 
 bool EncodeJsonFloat(DType dtype, double value, void* dst) {
+  if (dtype == DType::kFloat32) return EncodeJsonFloat32(value, dst);
   if (std::fabs(value) >= RangeOf(dtype).rounds_to_infinity) return false;
   switch (dtype) {
     case DType::kFloat64:
       std::memcpy(dst, &value, sizeof(value));
       return true;
-    case DType::kFloat32: {
-      const float f = static_cast<float>(value);
-      std::memcpy(dst, &f, sizeof(f));
-      return true;
-    }
     case DType::kFloat16:
     case DType::kBFloat16: {
       // Through float rounded to odd: a value just under the limit may still round to infinity.
@@ -272,13 +268,20 @@ bool EncodeJsonFloat(DType dtype, double value, void* dst) {
 
 void AppendJsonData(DType dtype, const void* bytes, size_t count, std::string* out) {
   const char* p = static_cast<const char*>(bytes);
-  // Written in place into room for the longest text, then cut to what was written: no append's
-  // checks per number.
-  const size_t start = out->size();
-  out->resize(start + 2 + count * (MaxElementChars(dtype) + 1));
-  char* at = out->data() + start;
+  // Written into a stack chunk and appended a chunk at a time: no append's checks per number, and
+  // no zero-filled room (resize) written twice.
+  out->reserve(out->size() + 2 + count * 12);
+  const size_t room = MaxElementChars(dtype) + 2;  // a comma, the element, and the closing ']'
+
+  char chunk[2048];
+  char* const end = chunk + sizeof(chunk);
+  char* at = chunk;
   *at++ = '[';
   for (size_t i = 0; i < count; ++i) {
+    if (static_cast<size_t>(end - at) < room) {
+      out->append(chunk, static_cast<size_t>(at - chunk));
+      at = chunk;
+    }
     if (i > 0) *at++ = ',';
     switch (dtype) {
       case DType::kBool:
@@ -291,38 +294,38 @@ void AppendJsonData(DType dtype, const void* bytes, size_t count, std::string* o
         }
         break;
       case DType::kInt8:
-        at = WriteNumber(static_cast<int>(Load<int8_t>(p, i)), at);
+        at = WriteNumber(static_cast<int>(Load<int8_t>(p, i)), at, end);
         break;
       case DType::kInt16:
-        at = WriteNumber(Load<int16_t>(p, i), at);
+        at = WriteNumber(Load<int16_t>(p, i), at, end);
         break;
       case DType::kInt32:
-        at = WriteNumber(Load<int32_t>(p, i), at);
+        at = WriteNumber(Load<int32_t>(p, i), at, end);
         break;
       case DType::kInt64:
-        at = WriteNumber(Load<int64_t>(p, i), at);
+        at = WriteNumber(Load<int64_t>(p, i), at, end);
         break;
       case DType::kUInt8:
-        at = WriteNumber(static_cast<unsigned>(Load<uint8_t>(p, i)), at);
+        at = WriteNumber(static_cast<unsigned>(Load<uint8_t>(p, i)), at, end);
         break;
       case DType::kFloat32:
-        at = WriteNumber(Load<float>(p, i), at);
+        at = WriteNumber(Load<float>(p, i), at, end);
         break;
       case DType::kFloat64:
-        at = WriteNumber(Load<double>(p, i), at);
+        at = WriteNumber(Load<double>(p, i), at, end);
         break;
       case DType::kFloat16:
-        at = WriteNumber(HalfToFloat(Load<uint16_t>(p, i)), at);
+        at = WriteNumber(HalfToFloat(Load<uint16_t>(p, i)), at, end);
         break;
       case DType::kBFloat16:
-        at = WriteNumber(BFloat16ToFloat(Load<uint16_t>(p, i)), at);
+        at = WriteNumber(BFloat16ToFloat(Load<uint16_t>(p, i)), at, end);
         break;
       case DType::kBytes:
         break;  // BYTES text is BytesDataJson's, never written here
     }
   }
   *at++ = ']';
-  out->resize(static_cast<size_t>(at - out->data()));
+  out->append(chunk, static_cast<size_t>(at - chunk));
 }
 
 uint16_t FloatToHalf(float value) {

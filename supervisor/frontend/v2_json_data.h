@@ -6,8 +6,10 @@
 // Also the FP16/BF16 <-> float conversions this needs. Pure functions; any thread.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,16 @@ Status DecodeJsonData(const nlohmann::json& data, DType dtype, const std::string
 // it. False, with nothing written, when `value` is past the dtype's range or `dtype` is not
 // floating. Shared with the request scanner (v2_request_scanner.h) so the two cannot drift.
 bool EncodeJsonFloat(DType dtype, double value, void* dst);
+
+// EncodeJsonFloat's FP32 case, inline for the scanner's per-number loop: from this magnitude up
+// (half an ulp past the largest float) a value rounds to infinity and is refused.
+inline constexpr double kFloat32RoundsToInfinity = 3.4028235677973366e38;
+inline bool EncodeJsonFloat32(double value, void* dst) {
+  if (std::fabs(value) >= kFloat32RoundsToInfinity) return false;
+  const float f = static_cast<float>(value);
+  std::memcpy(dst, &f, sizeof(f));
+  return true;
+}
 
 // Appends `[v0,v1,...]` for `count` elements of `dtype` at `bytes` (any alignment). A NaN or
 // infinity, which JSON cannot carry, is written as null (binary_data keeps them).

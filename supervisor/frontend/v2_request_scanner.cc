@@ -115,7 +115,8 @@ class DataScanner {
     if (!in_.Open('[')) return false;
     if (in_.Close(']')) return true;
     do {
-      if (!Value()) return false;
+      // A leaf straight away (the usual flat array), a nested array through Value.
+      if (!(in_.Peek('[') ? Value() : Leaf())) return false;
     } while (in_.Take(','));
     return in_.Close(']');
   }
@@ -169,9 +170,12 @@ class DataScanner {
         break;
     }
     double value;
-    const bool read =
-        dtype_ == DType::kFloat32 ? number.ToDoubleForFloat(&value) : number.ToDouble(&value);
-    if (!read || !EncodeJsonFloat(dtype_, value, dst_)) return false;
+    if (dtype_ == DType::kFloat32) {
+      if (!number.ToDoubleForFloat(&value) || !EncodeJsonFloat32(value, dst_)) return false;
+      dst_ += sizeof(float);
+      return true;
+    }
+    if (!number.ToDouble(&value) || !EncodeJsonFloat(dtype_, value, dst_)) return false;
     dst_ += DTypeSize(dtype_);
     return true;
   }

@@ -158,6 +158,17 @@ TEST(V2RequestScannerTest, JsonDataOfEveryDatatypeMatchesTheDomPath) {
   ExpectSame(Request(Input("INT8", "[0]", "[]")));
   ExpectSame(Request(Input("INT8", "[0, 4]", "[[], [[]]]")));
   ExpectSame(Request(Input("FP32", "[]", "[2.5]")));  // a scalar: one element, in an array
+  // An exponent too long to collect must not cancel a fraction's leading zeros: 0.(99,999
+  // zeros)1e1000000 overflows (the DOM path refuses it), it does not read as 1.
+  const std::string lying = "0." + std::string(99'999, '0') + "1e1000000";
+  for (const char* datatype : {"FP32", "FP64", "FP16", "BF16"}) {
+    ExpectSafe(Request(Input(datatype, "[1]", "[" + lying + "]")));
+    V2InferRequest request;
+    const std::string body = Request(Input(datatype, "[1]", "[" + lying + "]"));
+    EXPECT_FALSE(
+        ParseV2InferRequest(std::make_shared<const std::string>(body), body.size(), &request).ok())
+        << datatype;
+  }
 }
 
 TEST(V2RequestScannerTest, EveryParameterAndKeyMatchesTheDomPath) {
