@@ -149,7 +149,9 @@ def top_functions(dump: Path, count: int = 5) -> list[tuple[str, int]]:
                 own[function] = own.get(function, 0) + int(parts[1])
             after_calls = False
     ranked = sorted(own.items(), key=lambda item: -item[1])[:count]
-    return [(re.sub(r"\(.*", "", name).strip()[:70], n) for name, n in ranked]
+    # Cut the argument list, not an anonymous namespace's "(anonymous namespace)::".
+    return [(re.sub(r"\(.*", "", name.replace("(anonymous namespace)::", "{anon}::"))
+             .replace("{anon}::", "").strip()[:70], n) for name, n in ranked]
 
 
 def total_instructions(dump: Path) -> int:
