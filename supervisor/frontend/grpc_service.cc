@@ -307,6 +307,7 @@ Status V2RequestFromProto(const ModelInferRequest& request, V2InferRequest* out)
   int in_shm = 0;
   for (int i = 0; i < request.inputs_size(); ++i) {
     const auto& input = request.inputs(i);
+    if (input.parameters().empty()) continue;  // no region: the usual input, nothing to word
     const std::string where = V2InputWhere(static_cast<size_t>(i), input.name());
     if (Status s = ShmPlaceFromProto(input.parameters(), where, &places[i]); !s.ok()) return s;
     if (places[i].used() && input.has_contents()) {
@@ -326,7 +327,8 @@ Status V2RequestFromProto(const ModelInferRequest& request, V2InferRequest* out)
   out->inputs.reserve(request.inputs_size());
   for (int i = 0, next_raw = 0; i < request.inputs_size(); ++i) {
     const auto& input = request.inputs(i);
-    const std::string where = V2InputWhere(static_cast<size_t>(i), input.name());
+    // Worded only for an error or the contents path, which names elements in its own.
+    const auto where = [&] { return V2InputWhere(static_cast<size_t>(i), input.name()); };
     V2Tensor tensor;
     tensor.name = input.name();
     tensor.datatype = input.datatype();
@@ -336,13 +338,13 @@ Status V2RequestFromProto(const ModelInferRequest& request, V2InferRequest* out)
       // The bytes are in the region; ToFarmRequest checks shared_memory_byte_size.
     } else if (raw) {
       if (input.has_contents()) {
-        return InvalidArgument(where +
+        return InvalidArgument(where() +
                                ": has contents, but the request uses "
                                "raw_input_contents (use one or the other)");
       }
       const std::string& bytes = request.raw_input_contents(next_raw++);
       tensor.data = zmq::message_t(bytes.data(), bytes.size());
-    } else if (Status s = InputFromContents(input, where, &tensor); !s.ok()) {
+    } else if (Status s = InputFromContents(input, where(), &tensor); !s.ok()) {
       return s;
     }
     out->inputs.push_back(std::move(tensor));
