@@ -19,7 +19,8 @@
 
 namespace torchfarm {
 
-// Room for any float WriteShortestFloat writes ("-1.1754944e-38" is 14 characters).
+// Room for any float WriteShortestFloat writes (at most 15 characters, "-1.23456789e-38"; the
+// path may use all 16 as scratch).
 inline constexpr int kMaxShortestFloatChars = 16;
 
 // Writes `value` (finite, not needed to be normal) at `first`, which has room for

@@ -3,6 +3,7 @@
 // (WriteShortestFloat's for float, the same text).
 #include "supervisor/frontend/v2_json_data.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -270,7 +271,9 @@ void AppendJsonData(DType dtype, const void* bytes, size_t count, std::string* o
   const char* p = static_cast<const char*>(bytes);
   // Written into a stack chunk and appended a chunk at a time: no append's checks per number, and
   // no zero-filled room (resize) written twice.
-  out->reserve(out->size() + 2 + count * 12);
+  // Room for short numbers, never more than the longest text: a large UINT8 tensor reserves its
+  // 4 bytes an element, not 12.
+  out->reserve(out->size() + 2 + count * std::min<size_t>(12, MaxElementChars(dtype) + 1));
   const size_t room = MaxElementChars(dtype) + 2;  // a comma, the element, and the closing ']'
 
   char chunk[2048];
