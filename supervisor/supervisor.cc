@@ -137,6 +137,7 @@ Status Supervisor::BindSockets(const std::string& control_endpoint) {
     }
     ipc_files_.push_back(IpcEndpointFile::Bound(endpoint));
   }
+  ++socket_reads_[kWatchedMonitor];
   connections_.HandleEvents();  // the LISTENING event: which descriptor the guard caps
   return ApplyIpcGroup(config_, &ipc_gid_);
 }
@@ -295,16 +296,17 @@ Supervisor::TurnEvents Supervisor::Poll(TimePoint now) {
   owners.clear();
   // These four live as long as the supervisor: watched, so one untouched since it last had no
   // input is asked nothing before the wait (loop_poller.h); every send and read on it counts.
-  poller.AddSocket(static_cast<void*>(jobs_), &socket_watches_[0],
-                   socket_reads_[0] + replies_.jobs_sends());
-  poller.AddSocket(static_cast<void*>(control_), &socket_watches_[1],
-                   socket_reads_[1] + worker_events_.control_sends());
-  poller.AddSocket(static_cast<void*>(admin_), &socket_watches_[2], socket_reads_[2]);
+  poller.AddSocket(static_cast<void*>(jobs_), &socket_watches_[kWatchedJobs],
+                   socket_reads_[kWatchedJobs] + replies_.jobs_sends());
+  poller.AddSocket(static_cast<void*>(control_), &socket_watches_[kWatchedControl],
+                   socket_reads_[kWatchedControl] + worker_events_.control_sends());
+  poller.AddSocket(static_cast<void*>(admin_), &socket_watches_[kWatchedAdmin],
+                   socket_reads_[kWatchedAdmin]);
   poller.AddDescriptor(signals_.fd());
   poller.AddDescriptor(timer_.fd());
   // An unbound socket never becomes readable: polling it always keeps the indices fixed.
-  poller.AddSocket(static_cast<void*>(frontend_jobs_), &socket_watches_[3],
-                   socket_reads_[3] + replies_.frontend_sends());
+  poller.AddSocket(static_cast<void*>(frontend_jobs_), &socket_watches_[kWatchedFrontend],
+                   socket_reads_[kWatchedFrontend] + replies_.frontend_sends());
   for (auto& slot : workers_) {
     if (slot->response_fd() >= 0) {
       poller.AddDescriptor(slot->response_fd());
@@ -315,10 +317,17 @@ Supervisor::TurnEvents Supervisor::Poll(TimePoint now) {
       owners.emplace_back(slot.get(), PollSource::kOutput);
     }
   }
+  // The ZAP socket and the monitor's reader live as long as the supervisor too: watched alike.
   const size_t zap_item = poller.size();
-  if (curve_.started()) poller.AddSocket(curve_.socket_handle());
+  if (curve_.started()) {
+    poller.AddSocket(curve_.socket_handle(), &socket_watches_[kWatchedZap],
+                     socket_reads_[kWatchedZap]);
+  }
   const size_t monitor_item = poller.size();
-  if (connections_.socket_handle()) poller.AddSocket(connections_.socket_handle());
+  if (connections_.socket_handle()) {
+    poller.AddSocket(connections_.socket_handle(), &socket_watches_[kWatchedMonitor],
+                     socket_reads_[kWatchedMonitor]);
+  }
   // A starting zygote's ready message only wakes the loop; the "zygotes" duty reads it.
   for (int fd : zygotes_.StartingChannels()) poller.AddDescriptor(fd);
   Guarded("timer", [&] { timer_.ArmAt(NextWakeUp(now)); });
@@ -359,8 +368,14 @@ void Supervisor::RunTurn(TimePoint now) {
   const TurnEvents events = Poll(now);
   // Each duty is one delegation inside its own barrier: a bug in one (a malformed control
   // message, an allocation failure) is logged and the loop carries on serving.
-  if (events.zap) Guarded("zap", [&] { curve_.HandleRequests(); });
-  if (events.connections) Guarded("connections", [&] { connections_.HandleEvents(); });
+  if (events.zap) {
+    ++socket_reads_[kWatchedZap];
+    Guarded("zap", [&] { curve_.HandleRequests(); });
+  }
+  if (events.connections) {
+    ++socket_reads_[kWatchedMonitor];
+    Guarded("connections", [&] { connections_.HandleEvents(); });
+  }
   for (WorkerSlot* slot : events.output) {
     Guarded("worker output", [&] { worker_events_.OnOutput(*slot); });
   }
@@ -370,15 +385,15 @@ void Supervisor::RunTurn(TimePoint now) {
   }
   // Each read below counts as a use of its socket (socket_reads_, Poll's watches).
   if (events.control) {
-    ++socket_reads_[1];
+    ++socket_reads_[kWatchedControl];
     Guarded("control", [&] { worker_events_.OnControl(); });
   }
   if (events.jobs) {
-    ++socket_reads_[0];
+    ++socket_reads_[kWatchedJobs];
     Guarded("jobs", [&] { job_acceptor_.ReadJobs(jobs_); });
   }
   if (events.frontend) {
-    ++socket_reads_[3];
+    ++socket_reads_[kWatchedFrontend];
     Guarded("front end", [&] {
       job_acceptor_.ReadFrontend(frontend_jobs_, [this](const json& query) {
         if (query.contains("repository")) return repository_.Answer(query);
@@ -401,7 +416,7 @@ void Supervisor::RunTurn(TimePoint now) {
     });
   }
   if (events.admin) {
-    ++socket_reads_[2];
+    ++socket_reads_[kWatchedAdmin];
     Guarded("admin", [&] { admin_service_.HandleRequests(admin_); });
   }
   Guarded("deadlines", [&] { dispatcher_.ExpireDeadlines(); });

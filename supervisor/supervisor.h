@@ -183,13 +183,23 @@ class Supervisor {
   // The loop's wait and the worker each descriptor after the fixed items belongs to; kept
   // between turns so a turn allocates nothing (Poll).
   LoopPoller poller_;
-  // jobs_, control_, admin_ and frontend_jobs_, in that order: the poller's watch of each and the
-  // turns whose handler read it. A socket's use count for the watch is its reads plus the sends
-  // its owner counts (ReplyWriter for jobs_ and frontend_jobs_, WorkerEvents for control_;
-  // AdminService answers only within its read). Code that sends or receives on one of these
-  // anywhere else must count there too, or a message can wait for the next wake-up (Poll).
-  std::array<LoopPoller::SocketWatch, 4> socket_watches_{};
-  std::array<uint64_t, 4> socket_reads_{};
+  // jobs_, control_, admin_, frontend_jobs_, the connection monitor's reader and the ZAP socket,
+  // in that order (kWatched*): the poller's watch of each and the turns whose handler read it. A
+  // socket's use count for the watch is its reads plus the sends its owner counts (ReplyWriter
+  // for jobs_ and frontend_jobs_, WorkerEvents for control_; AdminService and the ZAP handler
+  // answer only within their read, the monitor only reads). Code that sends or receives on one of
+  // these anywhere else must count there too, or a message can wait for the next wake-up (Poll).
+  enum WatchedSocket : size_t {
+    kWatchedJobs,
+    kWatchedControl,
+    kWatchedAdmin,
+    kWatchedFrontend,
+    kWatchedMonitor,
+    kWatchedZap,
+    kWatchedSockets
+  };
+  std::array<LoopPoller::SocketWatch, kWatchedSockets> socket_watches_{};
+  std::array<uint64_t, kWatchedSockets> socket_reads_{};
   std::vector<std::pair<WorkerSlot*, PollSource>> poll_owners_;
   RunDirLock lock_;
   std::unique_ptr<MetricsExporter> metrics_;
