@@ -193,10 +193,20 @@ char* WriteShortestFloat(char* first, float value) {
   return Format(out, digits, j - k);
 }
 
+namespace {
+
+// digits x 10^exponent for |exponent| <= 22 (the powers a double holds exactly): one rounding
+// when digits < 2^53, two otherwise.
+double Scaled(uint64_t digits, int exponent) {
+  const double value = static_cast<double>(digits);
+  return exponent >= 0 ? value * kExactPow10[exponent] : value / kExactPow10[-exponent];
+}
+
+}  // namespace
+
 bool DecimalToDouble(uint64_t digits, int exponent, bool negative, double* out) {
   if (digits > (1ULL << 53) || exponent < -22 || exponent > 22) return false;
-  double value = static_cast<double>(digits);
-  value = exponent >= 0 ? value * kExactPow10[exponent] : value / kExactPow10[-exponent];
+  const double value = Scaled(digits, exponent);
   *out = negative ? -value : value;
   return true;
 }
@@ -208,8 +218,7 @@ bool DecimalToFloat(uint64_t digits, int exponent, bool negative, double* as_dou
   // i.e. two of its ulps. A boundary between two floats is a double whose low 29 significand bits
   // are exactly 2^28; anywhere further than 4 ulps from one, both this double and the correctly
   // rounded one fall between the same two boundaries.
-  double value = static_cast<double>(digits);
-  value = exponent >= 0 ? value * kExactPow10[exponent] : value / kExactPow10[-exponent];
+  const double value = Scaled(digits, exponent);
   uint64_t bits;
   std::memcpy(&bits, &value, sizeof(bits));
   const int64_t low = static_cast<int64_t>(bits & ((1ULL << 29) - 1)) - (1LL << 28);

@@ -1,7 +1,8 @@
 #include "common/protocol.h"
 
+#include "common/int_text.h"
+
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 
 #include "common/bytes_items.h"
@@ -590,18 +591,6 @@ std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
                         const std::vector<uint64_t>* shm_offsets) {
   return MakeOkReply(id, outputs, {}, timing, worker_id, shm_region, shm_offsets);
 }
-
-namespace {
-
-// An integer appended as JSON writes it, without a temporary string (MakeOkReply).
-template <typename Int>
-void AppendInt(std::string* out, Int value) {
-  char text[24];
-  const auto result = std::to_chars(text, text + sizeof(text), value);
-  out->append(text, result.ptr);
-}
-
-}  // namespace
 
 std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
                         const std::vector<std::string>& output_names, const StageTimes& timing,

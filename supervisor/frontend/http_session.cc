@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <chrono>
 #include <optional>
 #include <type_traits>
@@ -24,6 +23,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/status.hpp>
 
+#include "common/int_text.h"
 #include "supervisor/frontend/content_encoding.h"
 #include "supervisor/frontend/dashboard.h"
 #include "supervisor/frontend/http_v2_handler.h"
@@ -64,8 +64,7 @@ std::string PeerOf(const tcp::socket& socket) {
 void WriteResponseHead(const V2HttpAnswer& answer, bool keep_alive, std::string* head) {
   head->clear();
   head->append("HTTP/1.1 ");
-  char number[24];
-  head->append(number, std::to_chars(number, number + sizeof(number), answer.http_status).ptr);
+  AppendInt(head, answer.http_status);
   head->push_back(' ');
   const auto reason = http::obsolete_reason(static_cast<http::status>(answer.http_status));
   head->append(reason.data(), reason.size());
@@ -75,7 +74,7 @@ void WriteResponseHead(const V2HttpAnswer& answer, bool keep_alive, std::string*
     head->append("\r\n");
     head->append(kInferenceHeaderContentLength);
     head->append(": ");
-    head->append(number, std::to_chars(number, number + sizeof(number), *answer.json_bytes).ptr);
+    AppendInt(head, *answer.json_bytes);
   }
   if (!answer.allow.empty()) {
     head->append("\r\nAllow: ");
@@ -89,7 +88,7 @@ void WriteResponseHead(const V2HttpAnswer& answer, bool keep_alive, std::string*
   }
   if (!keep_alive) head->append("\r\nConnection: close");
   head->append("\r\nContent-Length: ");
-  head->append(number, std::to_chars(number, number + sizeof(number), answer.body.size()).ptr);
+  AppendInt(head, answer.body.size());
   head->append("\r\n\r\n");
 }
 

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/client_weights.h"
+#include "common/int_text.h"
 #include "common/protocol.h"
 #include "common/tensor_spec.h"
 #include "supervisor/frontend/frontend_endpoint.h"
@@ -49,10 +50,9 @@ void AppendQuoted(const std::string& text, std::string* out) {
 // Appends a shape as json(shape).dump() writes it: [1,256].
 void AppendShape(const std::vector<int64_t>& shape, std::string* out) {
   out->push_back('[');
-  char number[24];
   for (size_t d = 0; d < shape.size(); ++d) {
     if (d > 0) out->push_back(',');
-    out->append(number, std::to_chars(number, number + sizeof(number), shape[d]).ptr);
+    AppendInt(out, shape[d]);
   }
   out->push_back(']');
 }
@@ -400,7 +400,6 @@ V2HttpBody WriteV2InferResponse(const V2InferResponse& response) {
   }
   text += ",\"outputs\":[";
   bool any_binary = false;
-  char number[24];
   for (size_t k = 0; k < response.outputs.size(); ++k) {
     const V2Tensor& output = response.outputs[k];
     const bool binary = k < response.binary.size() && response.binary[k];
@@ -422,7 +421,7 @@ V2HttpBody WriteV2InferResponse(const V2InferResponse& response) {
     } else if (binary) {
       any_binary = true;
       text += ",\"parameters\":{\"binary_data_size\":";
-      text.append(number, std::to_chars(number, number + sizeof(number), output.data.size()).ptr);
+      AppendInt(&text, output.data.size());
       text += "}}";
     } else {
       text += ",\"data\":";
