@@ -456,8 +456,21 @@ TEST_F(HttpServerTest, BadRequestBodiesGet400AndTheConnectionStays) {
   EXPECT_EQ(r.result_int(), 400);
   EXPECT_NE(Error(r).find("Inference-Header-Content-Length: expected an integer"),
             std::string::npos);
+  // A number whose exponent is too long to collect, then good 17-digit numbers on the same
+  // connection: the first is refused as out of range, the next read exactly (issue 36's scanner).
+  const std::string huge = "0." + std::string(99'999, '0') + "1e1000000";
+  r = Send(
+      socket, http::verb::post, "/v2/models/echo/infer",
+      R"({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [)" + huge + "]}]}");
+  EXPECT_EQ(r.result_int(), 400);
   EXPECT_EQ(Send(socket, http::verb::get, "/v2/health/live").result_int(), 200);
   EXPECT_EQ(loop_->requests(), 1);  // only the health check reached the loop
+  r = Send(socket, http::verb::post, "/v2/models/echo/infer",
+           R"({"inputs": [{"name": "x", "datatype": "FP32", "shape": [3],
+               "data": [0.4731886386871338, 0.50000002980232239, -1e-3]}]})");
+  ASSERT_EQ(r.result_int(), 200) << r.body();
+  // Read as float32, written back in float32's shortest form; the tie reads as the even 0.5.
+  EXPECT_NE(r.body().find("\"data\":[0.47318864,0.5,-0.001]"), std::string::npos) << r.body();
 }
 
 TEST_F(HttpServerTest, MalformedHttpGets400AndClose) {
