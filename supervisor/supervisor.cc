@@ -61,7 +61,6 @@ Supervisor::Supervisor(FarmConfig config, SupervisorOptions options, SupervisorS
       jobs_(context_, zmq::socket_type::router),
       control_(context_, zmq::socket_type::router),
       admin_(context_, zmq::socket_type::router),
-      frontend_jobs_(context_, zmq::socket_type::router),
       workers_(clock_),
       hang_limit_([this](const WorkerSlot& slot) {
         return Millis(models_[slot.model_index()].config.hang_timeout_ms);
@@ -210,16 +209,13 @@ Status Supervisor::StartWorkers(LaunchContext launch) {
 Status Supervisor::StartFrontend() {
   if (!config_.frontend.enabled()) return Status::Ok();
   try {
-    frontend_jobs_.set(zmq::sockopt::linger, 0);
-    frontend_jobs_.set(zmq::sockopt::sndhwm, 0);
-    frontend_jobs_.set(zmq::sockopt::rcvhwm, 0);
-    frontend_jobs_.bind(kFrontendEndpoint);
-  } catch (const zmq::error_t& e) {
-    return Internal(std::string("cannot bind the front-end socket: ") + e.what());
+    frontend_hub_ = std::make_unique<FrontendHub>();
+  } catch (const std::system_error& e) {
+    return Internal(std::string("cannot make the front ends' hub: ") + e.what());
   }
-  replies_.set_frontend_socket(&frontend_jobs_);
+  replies_.set_frontend_hub(frontend_hub_.get());
   frontend_ = std::make_unique<Frontend>();
-  return frontend_->Start(config_.frontend, context_, config_.limits.request);
+  return frontend_->Start(config_.frontend, *frontend_hub_, config_.limits.request);
 }
 
 void Supervisor::RegisterAdminCommands() {
@@ -304,9 +300,9 @@ Supervisor::TurnEvents Supervisor::Poll(TimePoint now) {
                    socket_reads_[kWatchedAdmin]);
   poller.AddDescriptor(signals_.fd());
   poller.AddDescriptor(timer_.fd());
-  // An unbound socket never becomes readable: polling it always keeps the indices fixed.
-  poller.AddSocket(static_cast<void*>(frontend_jobs_), &socket_watches_[kWatchedFrontend],
-                   socket_reads_[kWatchedFrontend] + replies_.frontend_sends());
+  // Readable while the hub holds a request (frontend_hub.h); -1 without a front end keeps the
+  // indices fixed.
+  poller.AddDescriptor(frontend_hub_ ? frontend_hub_->requests().fd() : -1);
   for (auto& slot : workers_) {
     if (slot->response_fd() >= 0) {
       poller.AddDescriptor(slot->response_fd());
@@ -392,10 +388,9 @@ void Supervisor::RunTurn(TimePoint now) {
     ++socket_reads_[kWatchedJobs];
     Guarded("jobs", [&] { job_acceptor_.ReadJobs(jobs_); });
   }
-  if (events.frontend) {
-    ++socket_reads_[kWatchedFrontend];
+  if (events.frontend && frontend_hub_) {
     Guarded("front end", [&] {
-      job_acceptor_.ReadFrontend(frontend_jobs_, [this](const json& query) {
+      job_acceptor_.ReadFrontend(*frontend_hub_, [this](const json& query) {
         if (query.contains("repository")) return repository_.Answer(query);
         if (query.contains(kSystemShmQuery)) {
           return SystemShmAnswer(client_shm_.get(), config_.frontend.system_shared_memory, query);

@@ -1,6 +1,6 @@
 // The supervisor: the composition root of the farm. It owns the ZeroMQ context and sockets (job:
-// ROUTER for clients; control: ROUTER for workers; admin: ROUTER for JSON commands; front end:
-// ROUTER on inproc:// for the HTTP and gRPC front ends' threads), the signalfd, the loop timer,
+// ROUTER for clients; control: ROUTER for workers; admin: ROUTER for JSON commands; front ends'
+// hub: the HTTP and gRPC front ends' threads' mailboxes), the signalfd, the loop timer,
 // the run_dir lock and every collaborator, wires them in Start(), and runs the loop. Each duty
 // lives in a collaborator with its own header and tests (supervisor/README.md draws them):
 //   ModelTable, ModelControl, RolloutController, SpareManager   models/
@@ -59,6 +59,7 @@
 #include "supervisor/loop/duty_barrier.h"
 #include "supervisor/loop/event_ring.h"
 #include "supervisor/loop/farm_phase.h"
+#include "supervisor/loop/frontend_hub.h"
 #include "supervisor/loop/ipc_endpoint_file.h"
 #include "supervisor/loop/loop_poller.h"
 #include "supervisor/loop/loop_timer.h"
@@ -116,6 +117,8 @@ class Supervisor {
   // The context the in-process front ends' channels connect in (inproc://), for tests that
   // play a FarmChannel.
   zmq::context_t& context() { return context_; }
+  // The front ends' hub; null unless a front end is configured (tests play a channel on it).
+  FrontendHub* frontend_hub() { return frontend_hub_.get(); }
 
  private:
   struct TurnEvents;  // what one poll found ready (supervisor.cc)
@@ -170,7 +173,9 @@ class Supervisor {
   zmq::socket_t jobs_;
   zmq::socket_t control_;
   zmq::socket_t admin_;
-  zmq::socket_t frontend_jobs_;  // bound only when a front end is configured
+  // Where the front ends' threads hand in requests and take replies; made only when a front end
+  // is configured. Declared before frontend_, whose channels use it until they stop.
+  std::unique_ptr<FrontendHub> frontend_hub_;
   ConnectionMonitor connections_{AcceptGuard::Instance()};  // the job socket's connections
   AdminService admin_service_;
   CurveAuthenticator curve_;  // ZAP handler; bound before any CURVE socket
@@ -183,17 +188,16 @@ class Supervisor {
   // The loop's wait and the worker each descriptor after the fixed items belongs to; kept
   // between turns so a turn allocates nothing (Poll).
   LoopPoller poller_;
-  // jobs_, control_, admin_, frontend_jobs_, the connection monitor's reader and the ZAP socket,
-  // in that order (kWatched*): the poller's watch of each and the turns whose handler read it. A
-  // socket's use count for the watch is its reads plus the sends its owner counts (ReplyWriter
-  // for jobs_ and frontend_jobs_, WorkerEvents for control_; AdminService and the ZAP handler
+  // jobs_, control_, admin_, the connection monitor's reader and the ZAP socket, in that order
+  // (kWatched*): the poller's watch of each and the turns whose handler read it. A socket's use
+  // count for the watch is its reads plus the sends its owner counts (ReplyWriter for jobs_,
+  // WorkerEvents for control_; AdminService and the ZAP handler
   // answer only within their read, the monitor only reads). Code that sends or receives on one of
   // these anywhere else must count there too, or a message can wait for the next wake-up (Poll).
   enum WatchedSocket : size_t {
     kWatchedJobs,
     kWatchedControl,
     kWatchedAdmin,
-    kWatchedFrontend,
     kWatchedMonitor,
     kWatchedZap,
     kWatchedSockets

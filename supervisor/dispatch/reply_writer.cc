@@ -61,12 +61,9 @@ void ReplyWriter::CountUndeliverable(const PendingRequest& request, int error) {
   unlogged_undeliverable_ = 0;
 }
 
-bool ReplyWriter::SendEnvelope(zmq::socket_t& socket, PendingRequest& request) {
-  ++(&socket == &jobs_ ? jobs_sends_ : frontend_sends_);
-  if (&socket != &jobs_) {
-    socket.send(request.identity, zmq::send_flags::sndmore);
-    return true;
-  }
+bool ReplyWriter::SendEnvelope(PendingRequest& request) {
+  zmq::socket_t& socket = jobs_;
+  ++jobs_sends_;
   // ROUTER_MANDATORY decides on the first frame: unknown peer (EHOSTUNREACH) or a full pipe
   // (EAGAIN); once it is taken, the rest of the message is too.
   try {
@@ -101,15 +98,20 @@ void ReplyWriter::SendTyped(PendingRequest& request, ReplyHeader header,
     if (frames) frames->clear();
     return;
   }
-  // Built before the envelope goes, as in Send: a throw after it would break the next message.
-  zmq::message_t header_frame = MakeTypedFrame(std::move(header));
-  ++frontend_sends_;
-  frontend_->send(request.identity, zmq::send_flags::sndmore);
-  frontend_->send(header_frame, has_frames ? zmq::send_flags::sndmore : zmq::send_flags::none);
-  if (!has_frames) return;
-  for (size_t i = 0; i < frames->size(); ++i) {
-    frontend_->send((*frames)[i],
-                    i + 1 < frames->size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  SendToFrontend(request, MakeTypedFrame(std::move(header)), has_frames ? frames : nullptr);
+  if (frames) frames->clear();
+}
+
+void ReplyWriter::SendToFrontend(PendingRequest& request, zmq::message_t header,
+                                 std::vector<zmq::message_t>* frames) {
+  FrontendMessage message;
+  message.reserve(1 + (frames ? frames->size() : 0));
+  message.push_back(std::move(header));
+  if (frames) {
+    for (auto& frame : *frames) message.push_back(std::move(frame));
+  }
+  if (!frontend_->Reply(request.identity, std::move(message))) {
+    CountUndeliverable(request, EHOSTUNREACH);
   }
 }
 
@@ -132,22 +134,23 @@ void ReplyWriter::Send(PendingRequest& request, std::string header,
                        std::vector<zmq::message_t>* frames) {
   const bool has_frames = frames && !frames->empty();
   ReleaseHeld(request);
-  zmq::socket_t& socket =
-      request.origin != RequestOrigin::kZmq && frontend_ ? *frontend_ : jobs_;
+  if (request.origin != RequestOrigin::kZmq && frontend_) {
+    SendToFrontend(request, zmq::message_t(header.data(), header.size()),
+                   has_frames ? frames : nullptr);
+    if (frames) frames->clear();
+    return;
+  }
+  zmq::socket_t& socket = jobs_;
   // Everything that allocates happens before the envelope goes: once its first frame is taken, a
   // throw would leave the ROUTER mid-message and the next reply's envelope in this one's body.
-  zmq::message_t header_frame;
-  if (&socket == &jobs_) {
-    uint64_t bytes = header.size();
-    if (has_frames) {
-      for (const auto& frame : *frames) bytes += frame.size();
-    }
-    // Keyed by the routing id, read before sending empties the message.
-    header_frame = backlog_.TrackedHeader(request.identity.to_string(), std::move(header), bytes);
-  } else {
-    header_frame = zmq::message_t(header.data(), header.size());
+  uint64_t bytes = header.size();
+  if (has_frames) {
+    for (const auto& frame : *frames) bytes += frame.size();
   }
-  if (!SendEnvelope(socket, request)) {
+  // Keyed by the routing id, read before sending empties the message.
+  zmq::message_t header_frame =
+      backlog_.TrackedHeader(request.identity.to_string(), std::move(header), bytes);
+  if (!SendEnvelope(request)) {
     if (frames) frames->clear();  // pinned frames let go of their slot now, not at the next reply
     return;
   }

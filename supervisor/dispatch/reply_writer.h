@@ -26,6 +26,7 @@
 #include "supervisor/dispatch/reply_backlog.h"
 #include "supervisor/intake/client_quota.h"
 #include "supervisor/intake/pending_request.h"
+#include "supervisor/loop/frontend_hub.h"
 #include "supervisor/workers/pinned_response_ring.h"
 
 namespace torchfarm {
@@ -66,13 +67,13 @@ class ReplyWriter {
   }
   ReplyBacklog& backlog() { return backlog_; }
   const ReplyBacklog& backlog() const { return backlog_; }
-  // The loop's front-end socket (supervisor/frontend/farm_channel.h): requests whose origin is
-  // HTTP or gRPC are answered there. Unset while no front end runs.
-  void set_frontend_socket(zmq::socket_t* socket) { frontend_ = socket; }
-  // Replies begun on the job socket and on the front-end socket since the start: the loop's
-  // poller must hear of every use of them (loop_poller.h SocketWatch).
+  // The loop's front-end hub (supervisor/loop/frontend_hub.h, frontend/farm_channel.h): requests
+  // whose origin is HTTP or gRPC are answered through it, to the channel that sent them. Unset
+  // while no front end runs.
+  void set_frontend_hub(FrontendHub* hub) { frontend_ = hub; }
+  // Replies begun on the job socket since the start: the loop's poller must hear of every use
+  // of it (loop_poller.h SocketWatch).
   uint64_t jobs_sends() const { return jobs_sends_; }
-  uint64_t frontend_sends() const { return frontend_sends_; }
 
   // Counts an accepted request against its client; RESOURCE_EXHAUSTED when the client is at
   // limits.max_queued_per_client. `per_key`: CURVE is on and clients count by public key.
@@ -106,12 +107,16 @@ class ReplyWriter {
   // text (ParseReplyHeaderLean).
   static ReplyHeader OkReplyHeader(const PendingRequest& request, const BatchShare& share,
                                    const std::vector<std::string>& names);
-  // Whether libzmq took the reply (ROUTER_MANDATORY, no wait); counts and logs it when not.
-  bool SendEnvelope(zmq::socket_t& socket, PendingRequest& request);
+  // Whether libzmq took the reply's envelope on the job socket (ROUTER_MANDATORY, no wait);
+  // counts and logs it when not.
+  bool SendEnvelope(PendingRequest& request);
+  // Hands a front-end request's reply to its channel; counts it "gone" when the channel stopped.
+  void SendToFrontend(PendingRequest& request, zmq::message_t header,
+                      std::vector<zmq::message_t>* frames);
   void CountUndeliverable(const PendingRequest& request, int error);
 
   zmq::socket_t& jobs_;
-  zmq::socket_t* frontend_ = nullptr;
+  FrontendHub* frontend_ = nullptr;
   ClientQuota& quota_;
   std::vector<zmq::message_t> frames_;  // reused between replies
   std::vector<uint64_t> shm_offsets_;
@@ -123,7 +128,6 @@ class ReplyWriter {
   TimePoint last_undeliverable_log_{};
   uint64_t unlogged_undeliverable_ = 0;
   uint64_t jobs_sends_ = 0;
-  uint64_t frontend_sends_ = 0;
 };
 
 }  // namespace torchfarm

@@ -179,7 +179,7 @@ bool ReadCallId(const zmq::message_t& frame, json* out) {
 
 }  // namespace
 
-void JobAcceptor::AnswerFrontendMeta(zmq::socket_t& frontend, std::vector<zmq::message_t>& frames,
+void JobAcceptor::AnswerFrontendMeta(FrontendHub& hub, std::vector<zmq::message_t>& frames,
                                      const json& call_id, const MetaAnswer& meta) {
   // [routing][tag][call id][query]: the query is the channel's own small object.
   json query = json::object();
@@ -194,19 +194,20 @@ void JobAcceptor::AnswerFrontendMeta(zmq::socket_t& frontend, std::vector<zmq::m
   reply["v"] = kProtocolVersion;
   reply["id"] = call_id;
   if (!reply.contains("status")) reply["status"] = "ok";
-  frontend.send(frames[0], zmq::send_flags::sndmore);
-  frontend.send(zmq::buffer(reply.dump()), zmq::send_flags::none);
+  const std::string text = reply.dump();
+  FrontendMessage message;
+  message.emplace_back(text.data(), text.size());
+  hub.Reply(frames[0], std::move(message));  // false: the channel stopped and failed the call
 }
 
-void JobAcceptor::ReadFrontend(zmq::socket_t& frontend, const MetaAnswer& meta) {
+void JobAcceptor::ReadFrontend(FrontendHub& hub, const MetaAnswer& meta) {
   std::vector<zmq::message_t>& frames = frames_;
   const ClearedOnExit cleared{frames};
-  // Routing id + tag + call id + header + inputs, and one more so ParseJob sees the excess.
+  // Identity + tag + call id + header + inputs, and one more so ParseJob sees the excess (the
+  // front ends check max_inputs first; this keeps the loop's bound whatever they send).
   const size_t max_frames = d_.limits.max_inputs + 5;
-  bool truncated = false;
-  for (int n = 0; n < kMaxMessagesPerTurn &&
-                  ReceiveMultipartBounded(frontend, &frames, max_frames, &truncated);
-       ++n) {
+  for (int n = 0; n < kMaxMessagesPerTurn && hub.requests().Pop(&frames); ++n) {
+    if (frames.size() > max_frames) frames.resize(max_frames);
     json call_id;
     if (frames.size() < 3 || !ReadCallId(frames[2], &call_id)) {
       // Nothing to answer by: only a broken FarmChannel sends this.
@@ -217,7 +218,7 @@ void JobAcceptor::ReadFrontend(zmq::socket_t& frontend, const MetaAnswer& meta) 
     }
     const std::string tag(static_cast<const char*>(frames[1].data()), frames[1].size());
     if (tag == kMetaTag) {
-      AnswerFrontendMeta(frontend, frames, call_id, meta);
+      AnswerFrontendMeta(hub, frames, call_id, meta);
       continue;
     }
     // A typed request's tag is the prefix and then a JSON request's tag (farm_channel.h), which

@@ -1,8 +1,9 @@
-// Requests into the farm: reads the job socket (ZeroMQ clients) and the front-end socket (the HTTP
-// and gRPC front ends' threads, frontend/farm_channel.h), parses and checks each request
-// (intake/job_intake.h), runs client shared-memory commands, and queues what is accepted on its
-// model — or answers it at once with the reason it cannot be (unknown or unloading model, quota,
-// unread replies, draining, no live worker, a deadline that cannot be met, a full queue).
+// Requests into the farm: reads the job socket (ZeroMQ clients) and the front-end hub's request
+// mailbox (the HTTP and gRPC front ends' threads: loop/frontend_hub.h, frontend/farm_channel.h),
+// parses and checks each request (intake/job_intake.h), runs client shared-memory commands, and
+// queues what is accepted on its model — or answers it at once with the reason it cannot be
+// (unknown or unloading model, quota, unread replies, draining, no live worker, a deadline that
+// cannot be met, a full queue).
 //
 // Every request it reads is queued or answered, never dropped. Owns nothing. Loop thread only.
 #pragma once
@@ -22,6 +23,7 @@
 #include "supervisor/intake/client_shm_registry.h"
 #include "supervisor/intake/request_origin.h"
 #include "supervisor/loop/farm_phase.h"
+#include "supervisor/loop/frontend_hub.h"
 #include "supervisor/models/model_table.h"
 
 namespace torchfarm {
@@ -58,9 +60,10 @@ class JobAcceptor {
 
   // The job socket is readable: up to kMaxMessagesPerTurn requests.
   void ReadJobs(zmq::socket_t& jobs);
-  // The front-end socket is readable: requests, and "meta" queries answered with `meta`. Every
-  // message is answered with its call id (frontend/farm_channel.h), whatever its header holds.
-  void ReadFrontend(zmq::socket_t& frontend, const MetaAnswer& meta);
+  // The front-end hub's request mailbox is readable: up to kMaxMessagesPerTurn requests, and
+  // "meta" queries answered with `meta`. Every message is answered with its call id
+  // (frontend/farm_channel.h), whatever its header holds.
+  void ReadFrontend(FrontendHub& hub, const MetaAnswer& meta);
   // One request: frames[0] is the routing id; `origin` and `client` (the quota key) are set for
   // front-end requests, and `call_id`: the id every reply to it carries, also when its header
   // cannot be read.
@@ -79,7 +82,7 @@ class JobAcceptor {
   void Admit(PendingRequest& request, std::vector<zmq::message_t>& frames, size_t payload,
              size_t served, Status s);
   void RunShmCommand(PendingRequest& request, const ShmCommand& command, const std::string& client);
-  void AnswerFrontendMeta(zmq::socket_t& frontend, std::vector<zmq::message_t>& frames,
+  void AnswerFrontendMeta(FrontendHub& hub, std::vector<zmq::message_t>& frames,
                           const nlohmann::json& call_id, const MetaAnswer& meta);
 
   Deps d_;

@@ -1,6 +1,5 @@
-// FarmChannel: see farm_channel.h. The DEALER's ZMQ_FD only says "look at ZMQ_EVENTS": it signals
-// edges, not levels, so every wake-up and every send is followed by reading until ZMQ_EVENTS has
-// no POLLIN (otherwise a reply that arrived during a send would wait for the next one).
+// FarmChannel: see farm_channel.h. The reply mailbox's eventfd is level-triggered (readable while
+// a reply waits: frontend_hub.h), so each wake-up reads until the mailbox is empty and waits again.
 #include "supervisor/frontend/farm_channel.h"
 
 #include <unistd.h>
@@ -17,27 +16,22 @@ namespace torchfarm {
 
 namespace asio = boost::asio;
 
-FarmChannel::FarmChannel(zmq::context_t& context, std::string endpoint)
-    : context_(context), endpoint_(std::move(endpoint)) {}
+FarmChannel::FarmChannel(FrontendHub& hub) : hub_(hub) {}
 
 FarmChannel::~FarmChannel() { Stop(); }
 
 Status FarmChannel::Start() {
   try {
-    socket_ = zmq::socket_t(context_, zmq::socket_type::dealer);
-    socket_.set(zmq::sockopt::linger, 0);
-    // The loop reads at its own pace; requests wait in this queue, bounded by the front ends'
-    // own limits (connections, gRPC quota), never dropped by a high-water mark.
-    socket_.set(zmq::sockopt::sndhwm, 0);
-    socket_.set(zmq::sockopt::rcvhwm, 0);
-    socket_.connect(endpoint_);
-    const int fd = ::dup(socket_.get(zmq::sockopt::fd));
-    if (fd < 0) return Internal("front-end channel: dup(ZMQ_FD) failed");
-    socket_fd_ = std::make_unique<asio::posix::stream_descriptor>(io_, fd);
-  } catch (const zmq::error_t& e) {
-    return Unavailable("front-end channel: cannot connect to '" + endpoint_ + "': " + e.what());
+    replies_ = std::make_unique<FrontendMailbox>();
+  } catch (const std::system_error& e) {
+    return Internal(std::string("front-end channel: no reply mailbox: ") + e.what());
   }
-  WatchSocket();
+  // asio owns (and closes) the descriptor it watches; the mailbox keeps its own.
+  const int fd = ::dup(replies_->fd());
+  if (fd < 0) return Internal("front-end channel: dup of the reply mailbox's eventfd failed");
+  replies_fd_ = std::make_unique<asio::posix::stream_descriptor>(io_, fd);
+  identity_ = hub_.Attach(replies_.get());
+  WatchReplies();
   thread_ = std::thread([this] {
     auto guard = asio::make_work_guard(io_);
     // An exception out of a handler would end the whole supervisor (std::terminate on this
@@ -62,12 +56,15 @@ void FarmChannel::Stop() {
   asio::post(io_, [this] {
     FailAll(Unavailable("the supervisor is shutting down"));
     boost::system::error_code ignored;
-    socket_fd_->cancel(ignored);
+    replies_fd_->cancel(ignored);
     io_.stop();
   });
   thread_.join();
-  socket_fd_.reset();
-  socket_.close();
+  // From here the loop's replies to this channel are dropped (ReplyWriter counts them "gone");
+  // the ones already in the mailbox go with it, their calls failed above.
+  hub_.Detach(identity_);
+  replies_fd_.reset();
+  replies_.reset();
 }
 
 void FarmChannel::set_request_limits(const RequestLimits& limits) {
@@ -129,26 +126,24 @@ void FarmChannel::Call(const std::string& tag, RequestHeader header,
 void FarmChannel::Send(const std::string& tag, zmq::message_t header,
                        std::vector<zmq::message_t> frames, Done done) {
   const uint64_t id = next_id_++;
+  FrontendMessage message;
   try {
     char call_id[24];
     const auto [end, error] = std::to_chars(call_id, call_id + sizeof(call_id), id);
     (void)error;  // 24 bytes hold any uint64
-    socket_.send(zmq::buffer(tag), zmq::send_flags::sndmore);
-    socket_.send(zmq::buffer(call_id, static_cast<size_t>(end - call_id)),
-                 zmq::send_flags::sndmore);
-    socket_.send(header, frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
-    for (size_t i = 0; i < frames.size(); ++i) {
-      socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore
-                                                    : zmq::send_flags::none);
-    }
-  } catch (const zmq::error_t& e) {
+    message.reserve(4 + frames.size());
+    message.emplace_back(identity_.data(), identity_.size());
+    message.emplace_back(tag.data(), tag.size());
+    message.emplace_back(call_id, static_cast<size_t>(end - call_id));
+  } catch (const zmq::error_t& e) {  // libzmq out of memory
     done(FarmReply{Unavailable(std::string("front-end channel: send failed: ") + e.what()), {}, {}});
     return;
   }
+  message.push_back(std::move(header));
+  for (auto& frame : frames) message.push_back(std::move(frame));
   waiting_.emplace(id, Waiting{std::move(done), tag == kMetaTag});
   pending_count_.store(waiting_.size(), std::memory_order_relaxed);
-  // A send may have consumed the edge that announced a reply: look now.
-  DrainReplies();
+  hub_.requests().Push(std::move(message));
 }
 
 namespace {
@@ -172,32 +167,19 @@ void AsReplyText(Status* status) {
 
 }  // namespace
 
-void FarmChannel::WatchSocket() {
-  socket_fd_->async_wait(asio::posix::stream_descriptor::wait_read,
-                         [this](const boost::system::error_code& error) {
-                           if (error || stopping_) return;
-                           DrainReplies();
-                           WatchSocket();
-                         });
+void FarmChannel::WatchReplies() {
+  replies_fd_->async_wait(asio::posix::stream_descriptor::wait_read,
+                          [this](const boost::system::error_code& error) {
+                            if (error || stopping_) return;
+                            DrainReplies();
+                            WatchReplies();
+                          });
 }
 
 void FarmChannel::DrainReplies() {
-  while (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) {
-    std::vector<zmq::message_t> frames;
-    bool complete = false;
-    while (true) {
-      zmq::message_t part;
-      if (!socket_.recv(part, frames.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none)) {
-        break;
-      }
-      const bool more = part.more();
-      frames.push_back(std::move(part));
-      if (!more) {
-        complete = true;
-        break;
-      }
-    }
-    if (!complete || frames.empty()) return;
+  std::vector<zmq::message_t> frames;
+  while (replies_->Pop(&frames)) {
+    if (frames.empty()) continue;
     FarmReply reply;
     const std::string_view text(static_cast<const char*>(frames[0].data()), frames[0].size());
     Status parsed = Status::Ok();

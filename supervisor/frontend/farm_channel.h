@@ -1,17 +1,19 @@
 // FarmChannel: how a front-end thread talks to the supervisor's job loop.
 //
 // The HTTP and gRPC front ends (docs/kserve-v2.md) run on threads of the supervisor process, never
-// on its poll loop. Each FarmChannel is one such thread: it runs a Boost.Asio io_context and owns
-// one ZeroMQ DEALER socket connected to the loop's front-end socket (inproc://, a ROUTER the
-// supervisor polls beside the job socket). So a front-end request is an ordinary job to the loop:
-// the same intake checks, batching, quotas and replies as the ZeroMQ path, with no extra process
-// hop. The DEALER's descriptor (ZMQ_FD) is watched by the io_context, so one thread serves both
-// its HTTP connections and its farm replies.
+// on its poll loop. Each FarmChannel is one such thread: it runs a Boost.Asio io_context and
+// pushes its requests into the loop's FrontendHub (supervisor/loop/frontend_hub.h: a locked queue
+// whose eventfd the loop polls beside the job socket); the loop pushes each answer into the
+// channel's own reply mailbox, whose eventfd the io_context watches, so one thread serves both
+// its HTTP connections and its farm replies. A front-end request is an ordinary job to the loop:
+// the same intake checks, batching, quotas and replies as the ZeroMQ path, with no process hop
+// and no socket between them.
 //
-// Messages on the front-end socket (DEALER -> loop), each one of:
-//   [tag][call id][header][data frames...]            a JSON request, or a "meta" query
-//   ["typed " tag][call id][typed header][data frames...]   a typed request (issue 36)
+// Messages into the hub's request mailbox (channel -> loop), each one of:
+//   [identity][tag][call id][header][data frames...]            a JSON request, or a "meta" query
+//   [identity]["typed " tag][call id][typed header][data frames...]   a typed request (issue 36)
 // where
+//   identity the channel's, from FrontendHub::Attach: the loop's replies name it.
 //   tag     the protocol (metrics label) and the client key that limits.max_queued_per_client,
 //           client_weights and fair queueing count by (frontend_tag.h owns the format):
 //           "http <peer>" / "grpc <peer>", one client per connection, or "http=<id>" /
@@ -31,7 +33,7 @@
 //           (v2_inference.h), so the loop reads no JSON; the loop checks it as it checks a parsed
 //           header (common/request_header_check.h) and then exactly as any other request.
 //   data    one frame per input not in shared memory, in the header's order.
-// Replies (loop -> DEALER), one per message:
+// Replies (loop -> the channel's reply mailbox), one per message:
 //   [header][data frames...]        to a JSON request or query: exactly as the job socket's
 //                                   replies, with "id": N
 //   [typed reply][data frames...]   to a typed request: a common/protocol.h ReplyHeader in a
@@ -66,10 +68,9 @@
 #include "common/protocol.h"
 #include "common/status.h"
 #include "supervisor/frontend/frontend_endpoint.h"
+#include "supervisor/loop/frontend_hub.h"
 
 namespace torchfarm {
-
-// The loop's end of the front-end socket.
 
 // One answer from the loop. `status` is not OK when the farm answered with an error or when the
 // channel could not deliver the request; `header` is the reply's parsed header (empty on a channel
@@ -84,8 +85,9 @@ class FarmChannel {
  public:
   using Done = std::function<void(FarmReply)>;
 
-  // Connects a DEALER to `endpoint` in `context`; Start runs the thread.
-  FarmChannel(zmq::context_t& context, std::string endpoint = kFrontendEndpoint);
+  // Talks to the loop through `hub`, which must outlive the channel; Start attaches and runs the
+  // thread.
+  explicit FarmChannel(FrontendHub& hub);
   ~FarmChannel();  // Stop()
   FarmChannel(const FarmChannel&) = delete;
   FarmChannel& operator=(const FarmChannel&) = delete;
@@ -122,18 +124,20 @@ class FarmChannel {
   uint64_t unmatched_replies() const { return unmatched_.load(std::memory_order_relaxed); }
 
  private:
-  // Sends [tag][call id][header][frames...] and waits for the reply to the call id.
+  // Pushes [identity][tag][call id][header][frames...] and waits for the reply to the call id.
   void Send(const std::string& tag, zmq::message_t header, std::vector<zmq::message_t> frames,
             Done done);
-  void WatchSocket();
+  void WatchReplies();
   void DrainReplies();
   void FailAll(const Status& status);
 
-  zmq::context_t& context_;
-  std::string endpoint_;
-  zmq::socket_t socket_;
+  FrontendHub& hub_;
+  std::unique_ptr<FrontendMailbox> replies_;
+  zmq::message_t identity_;  // from hub_.Attach; empty until Start
   boost::asio::io_context io_;
-  std::unique_ptr<boost::asio::posix::stream_descriptor> socket_fd_;
+  std::unique_ptr<boost::asio::posix::stream_descriptor> replies_fd_;
+  FrontendMessage reply_;  // the reply being read, reused
+
   std::thread thread_;
   uint64_t next_id_ = 1;
   struct Waiting {

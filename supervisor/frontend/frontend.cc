@@ -12,13 +12,13 @@ Frontend::Frontend() = default;
 
 Frontend::~Frontend() { Stop(); }
 
-Status Frontend::Start(const FrontendConfig& config, zmq::context_t& context,
+Status Frontend::Start(const FrontendConfig& config, FrontendHub& hub,
                        const RequestLimits& limits) {
   config_ = config;
   if (!config.enabled()) return Status::Ok();
   std::vector<FarmChannel*> channels;
   for (int i = 0; i < config.threads; ++i) {
-    channels_.push_back(std::make_unique<FarmChannel>(context));
+    channels_.push_back(std::make_unique<FarmChannel>(hub));
     channels_.back()->set_request_limits(limits);
     if (Status s = channels_.back()->Start(); !s.ok()) return s;
     channels.push_back(channels_.back().get());

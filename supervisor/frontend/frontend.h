@@ -1,9 +1,9 @@
 // Frontend: the Open Inference Protocol front ends of one supervisor (docs/kserve-v2.md).
 //
-// Owns: the FarmChannels (config.frontend.threads of them, each a thread with a DEALER on the
-// loop's inproc front-end socket), the HttpServer and the GrpcServer when their endpoints are
+// Owns: the FarmChannels (config.frontend.threads of them, each a thread attached to the loop's
+// FrontendHub), the HttpServer and the GrpcServer when their endpoints are
 // configured, and the FrontendStats they share. Created and stopped by the Supervisor on its loop
-// thread: Start after the loop's front-end socket is bound, Stop before the ZeroMQ context ends.
+// thread: Start after the loop's hub is made, Stop before the hub and the ZeroMQ context end.
 #pragma once
 
 #include <chrono>
@@ -30,7 +30,7 @@ class Frontend {
 
   // Starts the channels and the servers `config` enables; logs each bound address. Errors name
   // the endpoint. `limits` are the loop's limits.request (SetRequestLimits).
-  Status Start(const FrontendConfig& config, zmq::context_t& context,
+  Status Start(const FrontendConfig& config, FrontendHub& hub,
                const RequestLimits& limits = RequestLimits{});
   // Waits up to `grace` for the channels' calls the loop already answered to be passed on, then
   // stops the servers and the channels.

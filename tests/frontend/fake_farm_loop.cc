@@ -6,16 +6,14 @@
 
 #include "common/model_versions.h"
 #include "common/protocol.h"
+#include "tests/frontend/hub_loop.h"
 #include "typed_request_json.h"
 
 namespace torchfarm::testing {
 
 using nlohmann::json;
 
-FakeFarmLoop::FakeFarmLoop(zmq::context_t& context, std::string endpoint)
-    : endpoint_(std::move(endpoint)), socket_(context, zmq::socket_type::router) {
-  socket_.set(zmq::sockopt::linger, 0);
-  socket_.bind(endpoint_);
+FakeFarmLoop::FakeFarmLoop() {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -31,18 +29,8 @@ json FakeFarmLoop::last_header() const {
 
 void FakeFarmLoop::Run() {
   while (!stop_) {
-    zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(20));
-    if (!(item.revents & ZMQ_POLLIN)) continue;
     std::vector<zmq::message_t> frames;
-    while (true) {
-      zmq::message_t part;
-      if (!socket_.recv(part, zmq::recv_flags::none)) break;
-      const bool more = part.more();
-      frames.push_back(std::move(part));
-      if (!more) break;
-    }
-    Answer(frames);
+    if (ReceiveFromHub(hub_, &frames, std::chrono::milliseconds(20))) Answer(frames);
   }
 }
 
@@ -197,12 +185,11 @@ void FakeFarmLoop::Answer(std::vector<zmq::message_t>& frames) {
                   {"code", "NOT_FOUND"},
                   {"message", ModelNotServed(model, {"echo", "named"}).message()}});
   }
-  socket_.send(frames[0], zmq::send_flags::sndmore);
-  const std::string text = reply.dump();
-  socket_.send(zmq::buffer(text), data.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
-  for (size_t i = 0; i < data.size(); ++i) {
-    socket_.send(data[i], i + 1 < data.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-  }
+  std::vector<zmq::message_t> message;
+  message.push_back(std::move(frames[0]));
+  message.emplace_back(reply.dump());
+  for (auto& frame : data) message.push_back(std::move(frame));
+  ReplyThroughHub(hub_, std::move(message));
 }
 
 }  // namespace torchfarm::testing

@@ -1,5 +1,5 @@
-// FakeFarmLoop: a stand-in for the supervisor's front-end socket in tests (farm_channel.h): a
-// ROUTER bound to an inproc endpoint, answered by a thread of the test process.
+// FakeFarmLoop: a stand-in for the supervisor's loop in tests (farm_channel.h): a FrontendHub whose
+// requests a thread of the test process answers.
 //
 // Models: "echo" returns its inputs as outputs without names (the front end falls back to
 // OUTPUT__k); "named" returns its inputs in reverse order, output k named "out_<input name>";
@@ -15,14 +15,17 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "supervisor/loop/frontend_hub.h"
+
 namespace torchfarm::testing {
 
 class FakeFarmLoop {
  public:
-  FakeFarmLoop(zmq::context_t& context, std::string endpoint);
+  FakeFarmLoop();
   ~FakeFarmLoop();
 
-  const std::string& endpoint() const { return endpoint_; }
+  // What the test's FarmChannels attach to.
+  FrontendHub& hub() { return hub_; }
   void set_ready(bool ready) { ready_ = ready; }
   int requests() const { return requests_.load(); }
   nlohmann::json last_header() const;
@@ -31,8 +34,7 @@ class FakeFarmLoop {
   void Run();
   void Answer(std::vector<zmq::message_t>& frames);
 
-  std::string endpoint_;
-  zmq::socket_t socket_;
+  FrontendHub hub_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> ready_{true};
   std::atomic<int> requests_{0};

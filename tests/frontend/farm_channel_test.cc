@@ -1,5 +1,5 @@
-// FarmChannel against a fake job loop: a ROUTER in the test bound to an inproc endpoint that
-// answers like the supervisor (docs/protocol.md replies, the channel's ids echoed).
+// FarmChannel against a fake job loop: the test reads the channel's requests from a FrontendHub
+// and answers like the supervisor (docs/protocol.md replies, the channel's ids echoed).
 #include "supervisor/frontend/farm_channel.h"
 #include "supervisor/frontend/typed_frame.h"
 
@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/frontend/hub_loop.h"
+
 namespace torchfarm {
 namespace {
 
@@ -18,23 +20,10 @@ using nlohmann::json;
 
 class FakeLoop {
  public:
-  explicit FakeLoop(zmq::context_t& context, const std::string& endpoint)
-      : socket_(context, zmq::socket_type::router) {
-    socket_.set(zmq::sockopt::linger, 0);
-    socket_.bind(endpoint);
-  }
-  // Reads one request: [routing][tag][call id][header][frames...].
+  FrontendHub& hub() { return hub_; }
+  // Reads one request: [identity][tag][call id][header][frames...].
   bool Receive(std::vector<zmq::message_t>* frames, int timeout_ms = 5000) {
-    zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) == 0) return false;
-    frames->clear();
-    while (true) {
-      zmq::message_t part;
-      (void)socket_.recv(part);
-      const bool more = part.more();
-      frames->push_back(std::move(part));
-      if (!more) return true;
-    }
+    return testing::ReceiveFromHub(hub_, frames, std::chrono::milliseconds(timeout_ms));
   }
   // Answers `request` with an ok reply carrying one output: the request's first frame echoed.
   void Echo(std::vector<zmq::message_t>& request) {
@@ -53,33 +42,37 @@ class FakeLoop {
                   {"outputs", json::array({{{"dtype", "uint8"}, {"shape", {request[4].size()}}}})},
                   {"timing_us", {{"queue", 1}, {"compute", 2}, {"total", 3}}},
                   {"worker", 0}};
-    socket_.send(request[0], zmq::send_flags::sndmore);
-    socket_.send(zmq::buffer(reply.dump()), zmq::send_flags::sndmore);
-    socket_.send(request[4], zmq::send_flags::none);
+    std::vector<zmq::message_t> data;
+    data.push_back(std::move(request[4]));
+    Send(request, zmq::message_t(reply.dump()), std::move(data));
   }
   // Answers a typed request as the loop does (ReplyWriter::SendTyped): a typed reply header with
   // the call id, then `data` frames.
   void ReplyTyped(std::vector<zmq::message_t>& request, ReplyHeader header,
                   std::vector<std::string> data) {
     header.id = std::stoull(request[2].to_string());
-    socket_.send(request[0], zmq::send_flags::sndmore);
-    socket_.send(MakeTypedFrame(std::move(header)),
-                 data.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
-    for (size_t i = 0; i < data.size(); ++i) {
-      socket_.send(zmq::buffer(data[i]),
-                   i + 1 < data.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    }
+    std::vector<zmq::message_t> frames;
+    for (const std::string& bytes : data) frames.emplace_back(bytes.data(), bytes.size());
+    Send(request, MakeTypedFrame(std::move(header)), std::move(frames));
   }
   void Error(std::vector<zmq::message_t>& request, const std::string& code) {
     const json header = json::parse(request[3].to_string());
     json reply = {{"v", 1}, {"id", header["id"]}, {"status", "error"}, {"code", code},
                   {"message", "no such model"}};
-    socket_.send(request[0], zmq::send_flags::sndmore);
-    socket_.send(zmq::buffer(reply.dump()), zmq::send_flags::none);
+    Send(request, zmq::message_t(reply.dump()), {});
   }
 
  private:
-  zmq::socket_t socket_;
+  void Send(const std::vector<zmq::message_t>& request, zmq::message_t header,
+            std::vector<zmq::message_t> data) {
+    std::vector<zmq::message_t> reply;
+    reply.emplace_back(request[0].data(), request[0].size());
+    reply.push_back(std::move(header));
+    for (auto& frame : data) reply.push_back(std::move(frame));
+    EXPECT_TRUE(testing::ReplyThroughHub(hub_, std::move(reply)));
+  }
+
+  FrontendHub hub_;
 };
 
 std::vector<zmq::message_t> OneFrame(const std::string& bytes) {
@@ -89,9 +82,8 @@ std::vector<zmq::message_t> OneFrame(const std::string& bytes) {
 }
 
 TEST(FarmChannel, ARequestTravelsWithItsTagAndTheReplyComesBackOnTheChannelThread) {
-  zmq::context_t context;
-  FakeLoop loop(context, "inproc://farm-channel-1");
-  FarmChannel channel(context, "inproc://farm-channel-1");
+  FakeLoop loop;
+  FarmChannel channel(loop.hub());
   ASSERT_TRUE(channel.Start().ok());
   std::promise<FarmReply> answered;
   std::promise<std::thread::id> channel_thread;
@@ -124,9 +116,8 @@ TEST(FarmChannel, ARequestTravelsWithItsTagAndTheReplyComesBackOnTheChannelThrea
 }
 
 TEST(FarmChannel, AFarmErrorArrivesAsTheStatusWithItsCode) {
-  zmq::context_t context;
-  FakeLoop loop(context, "inproc://farm-channel-2");
-  FarmChannel channel(context, "inproc://farm-channel-2");
+  FakeLoop loop;
+  FarmChannel channel(loop.hub());
   ASSERT_TRUE(channel.Start().ok());
   std::promise<FarmReply> answered;
   channel.Post([&] {
@@ -144,9 +135,8 @@ TEST(FarmChannel, AFarmErrorArrivesAsTheStatusWithItsCode) {
 
 // Many calls in flight, answered in reverse order: each Done runs exactly once with its own bytes.
 TEST(FarmChannel, ManyCallsAnsweredOutOfOrderEachGetTheirOwnReplyOnce) {
-  zmq::context_t context;
-  FakeLoop loop(context, "inproc://farm-channel-3");
-  FarmChannel channel(context, "inproc://farm-channel-3");
+  FakeLoop loop;
+  FarmChannel channel(loop.hub());
   ASSERT_TRUE(channel.Start().ok());
   constexpr int kCalls = 500;
   std::atomic<int> done{0};
@@ -184,9 +174,8 @@ TEST(FarmChannel, ManyCallsAnsweredOutOfOrderEachGetTheirOwnReplyOnce) {
 }
 
 TEST(FarmChannel, StopAnswersEveryWaitingCallUnavailable) {
-  zmq::context_t context;
-  FakeLoop loop(context, "inproc://farm-channel-4");
-  FarmChannel channel(context, "inproc://farm-channel-4");
+  FakeLoop loop;
+  FarmChannel channel(loop.hub());
   ASSERT_TRUE(channel.Start().ok());
   std::atomic<int> unavailable{0};
   std::promise<void> sent;
@@ -208,9 +197,8 @@ TEST(FarmChannel, StopAnswersEveryWaitingCallUnavailable) {
 // A header over the loop's limit is answered at once and never sent; a reply that matches no
 // call is counted (a dropped answer is a bug the tests must see).
 TEST(FarmChannel, AnOversizedHeaderIsRefusedAtOnceAndAnUnmatchedReplyIsCounted) {
-  zmq::context_t context;
-  FakeLoop loop(context, "inproc://farm-channel-5");
-  FarmChannel channel(context, "inproc://farm-channel-5");
+  FakeLoop loop;
+  FarmChannel channel(loop.hub());
   ASSERT_TRUE(channel.Start().ok());
   RequestLimits limits;
   limits.max_header_bytes = 300;
@@ -250,9 +238,8 @@ TEST(FarmChannel, AnOversizedHeaderIsRefusedAtOnceAndAnUnmatchedReplyIsCounted) 
 // with the call id the reply comes back by; a typed frame nobody reads is freed with its message
 // (the ASan build sees a leak otherwise).
 TEST(FarmChannel, ATypedRequestTravelsAsItsHeaderInATypedFrame) {
-  zmq::context_t context;
-  FakeLoop loop(context, "inproc://farm-channel-6");
-  FarmChannel channel(context, "inproc://farm-channel-6");
+  FakeLoop loop;
+  FarmChannel channel(loop.hub());
   ASSERT_TRUE(channel.Start().ok());
   std::promise<FarmReply> answered;
   channel.Post([&] {
@@ -284,8 +271,7 @@ TEST(FarmChannel, ATypedRequestTravelsAsItsHeaderInATypedFrame) {
   ASSERT_TRUE(reply.status.ok()) << reply.status.ToString();
   ASSERT_EQ(reply.frames.size(), 1u);
   EXPECT_EQ(reply.frames[0].to_string(), "abcdef");
-  // The second call stays unread in the loop's socket: the sockets' and the context's end free
-  // its header.
+  // The second call stays unread in the hub: the hub's end frees its header.
   channel.Stop();
 }
 
@@ -307,9 +293,8 @@ TEST(FarmChannel, ATypedFrameOwnsItsValueAcrossCopies) {
 // Issue 36: the loop answers a typed request with a typed reply header, taken without parsing;
 // an error's message is what the text reply would carry (invalid UTF-8 replaced).
 TEST(FarmChannel, ATypedReplyIsTakenAsItIs) {
-  zmq::context_t context;
-  FakeLoop loop(context, "inproc://farm-channel-7");
-  FarmChannel channel(context, "inproc://farm-channel-7");
+  FakeLoop loop;
+  FarmChannel channel(loop.hub());
   ASSERT_TRUE(channel.Start().ok());
   std::promise<FarmReply> ok_answer;
   std::promise<FarmReply> error_answer;

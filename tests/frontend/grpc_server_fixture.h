@@ -1,6 +1,6 @@
 // The GrpcServer tests' fixture (grpc_server_test.cc, grpc_triton_test.cc): GrpcServer over a
-// real gRPC channel against FakeLoop, a ROUTER on an inproc endpoint of the test's ZeroMQ
-// context that answers like the supervisor's front-end socket (farm_channel.h).
+// real gRPC channel against FakeLoop, a FrontendHub whose requests a thread of the test answers
+// like the supervisor's loop (farm_channel.h).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -26,6 +26,7 @@
 #include "supervisor/frontend/farm_channel.h"
 #include "supervisor/frontend/frontend_stats.h"
 #include "supervisor/frontend/grpc_server.h"
+#include "tests/frontend/hub_loop.h"
 #include "tests/frontend/typed_request_json.h"
 
 namespace torchfarm {
@@ -38,16 +39,14 @@ using nlohmann::json;
 // "identity" (ready) and "cold" (not ready).
 class FakeLoop {
  public:
-  explicit FakeLoop(zmq::context_t& context, std::string endpoint)
-      : socket_(context, zmq::socket_type::router) {
-    socket_.set(zmq::sockopt::linger, 0);
-    socket_.bind(endpoint);
+  FakeLoop() {
     thread_ = std::thread([this] { Run(); });
   }
   ~FakeLoop() {
     stop_ = true;
     thread_.join();
   }
+  FrontendHub& hub() { return hub_; }
   std::string last_tag() {
     std::lock_guard<std::mutex> lock(mutex_);
     return last_tag_;
@@ -84,12 +83,8 @@ class FakeLoop {
  private:
   void Run() {
     while (!stop_) {
-      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(20));
-      if (!(item.revents & ZMQ_POLLIN)) continue;
       std::vector<zmq::message_t> parts;
-      if (!zmq::recv_multipart(socket_, std::back_inserter(parts))) continue;
-      Answer(parts);
+      if (testing::ReceiveFromHub(hub_, &parts, std::chrono::milliseconds(20))) Answer(parts);
     }
   }
 
@@ -110,7 +105,7 @@ class FakeLoop {
       json meta = Meta();
       meta["id"] = header["id"];
       reply.emplace_back(meta.dump());
-      zmq::send_multipart(socket_, reply);
+      testing::ReplyThroughHub(hub_, std::move(reply));
       return;
     }
     const std::string model = header.value("model", "");
@@ -124,7 +119,7 @@ class FakeLoop {
           {"code", "NOT_FOUND"},
           {"message", VersionNotLoaded(model, header.value("version", ""), {"1"}).message()}};
       reply.emplace_back(error.dump());
-      zmq::send_multipart(socket_, reply);
+      testing::ReplyThroughHub(hub_, std::move(reply));
       return;
     }
     if (model.rfind("fail_", 0) == 0) {
@@ -134,7 +129,7 @@ class FakeLoop {
                     {"code", model.substr(5)},
                     {"message", "fake " + model.substr(5)}};
       reply.emplace_back(error.dump());
-      zmq::send_multipart(socket_, reply);
+      testing::ReplyThroughHub(hub_, std::move(reply));
       return;
     }
     json outputs = json::array();
@@ -152,10 +147,10 @@ class FakeLoop {
                {"worker", 0}};
     reply.emplace_back(ok.dump());
     for (size_t i = 4; i < parts.size(); ++i) reply.push_back(std::move(parts[i]));
-    zmq::send_multipart(socket_, reply);
+    testing::ReplyThroughHub(hub_, std::move(reply));
   }
 
-  zmq::socket_t socket_;
+  FrontendHub hub_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::mutex mutex_;
@@ -166,11 +161,9 @@ class FakeLoop {
 class GrpcServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static std::atomic<int> counter{0};
-    const std::string endpoint = "inproc://grpc-test-" + std::to_string(counter++);
-    loop_ = std::make_unique<FakeLoop>(context_, endpoint);
+    loop_ = std::make_unique<FakeLoop>();
     for (int i = 0; i < 2; ++i) {
-      channels_.push_back(std::make_unique<FarmChannel>(context_, endpoint));
+      channels_.push_back(std::make_unique<FarmChannel>(loop_->hub()));
       ASSERT_TRUE(channels_.back()->Start().ok());
     }
     FrontendConfig config;
@@ -214,7 +207,6 @@ class GrpcServerTest : public ::testing::Test {
     return request;
   }
 
-  zmq::context_t context_;
   std::unique_ptr<FakeLoop> loop_;
   std::vector<std::unique_ptr<FarmChannel>> channels_;
   FrontendStats stats_;

@@ -363,8 +363,8 @@ TEST_F(GrpcServerTest, ConcurrentCallsAllComplete) {
 }
 
 TEST(GrpcServerStartTest, AnEndpointInUseNamesIt) {
-  zmq::context_t context;
-  FarmChannel channel(context, "inproc://grpc-test-unused");
+  FrontendHub hub;
+  FarmChannel channel(hub);
   ASSERT_TRUE(channel.Start().ok());
   FrontendStats stats;
   FrontendConfig config;
@@ -397,9 +397,8 @@ TEST(GrpcServerStartTest, ServesTlsWithTheConfiguredCertificate) {
                            "-keyout " + key + " -out " + cert + " >/dev/null 2>&1";
   if (std::system(make.c_str()) != 0)
     GTEST_SKIP() << "the openssl command could not make a certificate";
-  zmq::context_t context;
-  FakeLoop loop(context, "inproc://grpc-test-tls");
-  FarmChannel channel(context, "inproc://grpc-test-tls");
+  FakeLoop loop;
+  FarmChannel channel(loop.hub());
   ASSERT_TRUE(channel.Start().ok());
   FrontendStats stats;
   FrontendConfig config;

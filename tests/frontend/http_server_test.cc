@@ -33,12 +33,10 @@ using Response = http::response<http::string_body>;
 class HttpServerTest : public ::testing::Test {
  protected:
   void StartServer(FrontendConfig config = {}) {
-    static int counter = 0;
-    loop_ = std::make_unique<testing::FakeFarmLoop>(
-        context_, "inproc://http-server-test-" + std::to_string(++counter));
-    channel_ = std::make_unique<FarmChannel>(context_, loop_->endpoint());
+    loop_ = std::make_unique<testing::FakeFarmLoop>();
+    channel_ = std::make_unique<FarmChannel>(loop_->hub());
     ASSERT_TRUE(channel_->Start().ok());
-    second_channel_ = std::make_unique<FarmChannel>(context_, loop_->endpoint());
+    second_channel_ = std::make_unique<FarmChannel>(loop_->hub());
     ASSERT_TRUE(second_channel_->Start().ok());
     config.http_endpoint = "127.0.0.1:0";
     Status s = HttpServer::Start(config, {channel_.get(), second_channel_.get()}, &stats_,
@@ -110,7 +108,6 @@ class HttpServerTest : public ::testing::Test {
     return json::parse(response.body()).value("error", "");
   }
 
-  zmq::context_t context_;
   asio::io_context io_;
   std::unique_ptr<testing::FakeFarmLoop> loop_;
   std::unique_ptr<FarmChannel> channel_;

@@ -209,15 +209,36 @@ TEST_F(SupervisorTurnTest, AnUnknownModelIsAnsweredNotFoundInTheSameTurn) {
   EXPECT_NE(reply.status.message().find("resnet"), std::string::npos) << reply.status.message();
 }
 
+// Plays a FarmChannel on the supervisor's hub (supervisor/loop/frontend_hub.h): pushes messages
+// with its identity first, as a channel does, and reads the replies the loop hands it.
+class HubChannel {
+ public:
+  explicit HubChannel(FrontendHub* hub) : hub_(*hub), identity_(hub_.Attach(&replies_)) {}
+  ~HubChannel() { hub_.Detach(identity_); }
+  // [tag][call id][header][data...]; the identity goes first.
+  void Push(std::vector<zmq::message_t> frames) {
+    frames.insert(frames.begin(), zmq::message_t(identity_.data(), identity_.size()));
+    hub_.requests().Push(std::move(frames));
+  }
+  bool Readable() const { return replies_.size() > 0; }
+  bool Receive(std::vector<zmq::message_t>* frames) { return replies_.Pop(frames); }
+
+ private:
+  FrontendHub& hub_;
+  FrontendMailbox replies_;
+  zmq::message_t identity_;
+};
+
 // A FarmChannel's message: [tag][call id][header][data].
-void SendAsChannel(zmq::socket_t& channel, const std::string& tag, const std::string& call_id,
+void SendAsChannel(HubChannel& channel, const std::string& tag, const std::string& call_id,
                    const std::string& header) {
   const std::vector<float> values = {1, 2};
-  channel.send(zmq::buffer(tag), zmq::send_flags::sndmore);
-  channel.send(zmq::buffer(call_id), zmq::send_flags::sndmore);
-  channel.send(zmq::buffer(header),
-               tag == kMetaTag ? zmq::send_flags::none : zmq::send_flags::sndmore);
-  if (tag != kMetaTag) channel.send(zmq::buffer(values), zmq::send_flags::none);
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(tag.data(), tag.size());
+  frames.emplace_back(call_id.data(), call_id.size());
+  frames.emplace_back(header.data(), header.size());
+  if (tag != kMetaTag) frames.emplace_back(values.data(), values.size() * sizeof(float));
+  channel.Push(std::move(frames));
 }
 
 // Issue 35 item 1: the loop answers every front-end message with its call id, also one whose
@@ -226,9 +247,7 @@ void SendAsChannel(zmq::socket_t& channel, const std::string& tag, const std::st
 TEST_F(SupervisorTurnTest, EveryFrontEndMessageIsAnsweredWithItsCallIdEvenAnUnreadableOne) {
   config_.frontend.http_endpoint = "127.0.0.1:0";
   StartFarm();
-  zmq::socket_t channel(supervisor_->context(), zmq::socket_type::dealer);
-  channel.set(zmq::sockopt::linger, 0);
-  channel.connect(kFrontendEndpoint);
+  HubChannel channel(supervisor_->frontend_hub());
   const std::string inputs = R"("inputs":[{"dtype":"float32","shape":[1,2]}]})";
   SendAsChannel(channel, "grpc ipv4:t", "41",
                 R"({"v":1,"id":41,"model":")" + std::string(70'000, 'm') + "\"," + inputs);
@@ -245,9 +264,9 @@ TEST_F(SupervisorTurnTest, EveryFrontEndMessageIsAnsweredWithItsCallIdEvenAnUnre
       {44, StatusCode::kOk},
       {45, StatusCode::kInvalidArgument}};
   for (const auto& [id, code] : expected) {
-    ASSERT_TRUE(TurnUntil([&] { return Readable(channel); })) << "no answer for call " << id;
+    ASSERT_TRUE(TurnUntil([&] { return channel.Readable(); })) << "no answer for call " << id;
     std::vector<zmq::message_t> frames;
-    ASSERT_TRUE(zmq::recv_multipart(channel, std::back_inserter(frames)));
+    ASSERT_TRUE(channel.Receive(&frames));
     const json reply = json::parse(frames[0].to_string());
     EXPECT_EQ(reply["id"], id) << reply.dump().substr(0, 300);
     EXPECT_EQ(reply.value("status", ""), code == StatusCode::kOk ? "ok" : "error")
@@ -270,15 +289,13 @@ TEST_F(SupervisorTurnTest, TheDashboardStatusHasModelsWorkersAndEventsAndNoPaths
   EXPECT_TRUE(AdminCommand({{"cmd", "scale"}, {"model", "mlp"}, {"count", 2}}).value("ok", false));
   EXPECT_FALSE(AdminCommand({{"cmd", "scale"}, {"model", "nope"}, {"count", 2}}).value("ok", true));
 
-  zmq::socket_t channel(supervisor_->context(), zmq::socket_type::dealer);
-  channel.set(zmq::sockopt::linger, 0);
-  channel.connect(kFrontendEndpoint);
+  HubChannel channel(supervisor_->frontend_hub());
   auto ask = [&](const std::string& call_id, const json& query) {
     SendAsChannel(channel, kMetaTag, call_id, query.dump());
     json reply;
-    if (!TurnUntil([&] { return Readable(channel); })) return reply;
+    if (!TurnUntil([&] { return channel.Readable(); })) return reply;
     std::vector<zmq::message_t> frames;
-    if (!zmq::recv_multipart(channel, std::back_inserter(frames))) return reply;
+    if (!channel.Receive(&frames)) return reply;
     return json::parse(frames[0].to_string());
   };
   const json status = ask("51", {{"id", 51}, {"dashboard", true}});
@@ -320,16 +337,14 @@ TEST_F(SupervisorTurnTest, TheDashboardStatusHasModelsWorkersAndEventsAndNoPaths
 
 // A FarmChannel's typed message (farm_channel.h): [typed tag][call id][typed header][data];
 // without `header` the message stops after the call id (what only a broken channel sends).
-void SendTypedAsChannel(zmq::socket_t& channel, const std::string& tag, const std::string& call_id,
+void SendTypedAsChannel(HubChannel& channel, const std::string& tag, const std::string& call_id,
                         std::optional<RequestHeader> header, const std::vector<float>& values) {
-  channel.send(zmq::buffer(kTypedTagPrefix + tag), zmq::send_flags::sndmore);
-  channel.send(zmq::buffer(call_id),
-               header || !values.empty() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-  if (header) {
-    channel.send(MakeTypedFrame(std::move(*header)),
-                 values.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
-  }
-  if (!values.empty()) channel.send(zmq::buffer(values), zmq::send_flags::none);
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(kTypedTagPrefix + tag);
+  frames.emplace_back(call_id.data(), call_id.size());
+  if (header) frames.push_back(MakeTypedFrame(std::move(*header)));
+  if (!values.empty()) frames.emplace_back(values.data(), values.size() * sizeof(float));
+  channel.Push(std::move(frames));
 }
 
 // A reply on the front-end socket: a typed reply header (the answer to a typed request) taken
@@ -368,9 +383,7 @@ std::string JsonMlp(const std::string& model, const std::string& version, int co
 TEST_F(SupervisorTurnTest, ATypedRequestIsRefusedAsItsJsonTwinAndABrokenOneIsAnswered) {
   config_.frontend.http_endpoint = "127.0.0.1:0";
   StartFarm();
-  zmq::socket_t channel(supervisor_->context(), zmq::socket_type::dealer);
-  channel.set(zmq::sockopt::linger, 0);
-  channel.connect(kFrontendEndpoint);
+  HubChannel channel(supervisor_->frontend_hub());
   RequestHeader resnet = TypedMlp({1, 2});
   resnet.model = "resnet";
   SendTypedAsChannel(channel, "http t", "61", resnet, {1, 2});
@@ -382,14 +395,18 @@ TEST_F(SupervisorTurnTest, ATypedRequestIsRefusedAsItsJsonTwinAndABrokenOneIsAns
   SendTypedAsChannel(channel, "http t", "65", bad_version, {1, 2});
   SendAsChannel(channel, "http t", "66", JsonMlp("mlp", "a b", 2));
   // Tagged typed, with JSON text where the typed header belongs; then nothing after the call id.
-  channel.send(zmq::buffer(std::string(kTypedTagPrefix) + "http t"), zmq::send_flags::sndmore);
-  channel.send(zmq::buffer(std::string("67")), zmq::send_flags::sndmore);
-  channel.send(zmq::buffer(JsonMlp("mlp", "", 2)), zmq::send_flags::none);
+  {
+    std::vector<zmq::message_t> frames;
+    frames.emplace_back(std::string(kTypedTagPrefix) + "http t");
+    frames.emplace_back(std::string("67"));
+    frames.emplace_back(JsonMlp("mlp", "", 2));
+    channel.Push(std::move(frames));
+  }
   SendTypedAsChannel(channel, "http t", "68", std::nullopt, {});
   std::vector<ReplyHeader> replies;
-  while (replies.size() < 8 && TurnUntil([&] { return Readable(channel); })) {
+  while (replies.size() < 8 && TurnUntil([&] { return channel.Readable(); })) {
     std::vector<zmq::message_t> frames;
-    ASSERT_TRUE(zmq::recv_multipart(channel, std::back_inserter(frames)));
+    ASSERT_TRUE(channel.Receive(&frames));
     replies.push_back(ReplyFrom(frames[0]));
     // Typed requests get typed answers, JSON ones text.
     const bool odd_call = replies.size() % 2 == 1 && replies.size() < 7;
@@ -419,9 +436,7 @@ TEST_F(SupervisorTurnTest, ATypedRequestIsServedAndAnsweredWithItsCallId) {
   zmq::socket_t control = SayHelloAndReady(launch);
   ASSERT_TRUE(TurnUntil([&] { return AdminCommand({{"cmd", "health"}}).value("ready", false); }));
 
-  zmq::socket_t channel(supervisor_->context(), zmq::socket_type::dealer);
-  channel.set(zmq::sockopt::linger, 0);
-  channel.connect(kFrontendEndpoint);
+  HubChannel channel(supervisor_->frontend_hub());
   const std::vector<float> values = {1.5f, -2.0f, 3.0f, 4.0f};
   RequestHeader header = TypedMlp({2, 2});
   header.timeout_ms = 60'000;
@@ -435,9 +450,9 @@ TEST_F(SupervisorTurnTest, ATypedRequestIsServedAndAnsweredWithItsCallId) {
   ASSERT_EQ(held.size(), 1u);
   EXPECT_EQ(held[0].Values<float>(0), values);
   EXPECT_EQ(worker->ServeAll(), 1);
-  ASSERT_TRUE(TurnUntil([&] { return Readable(channel); })) << "the answer came back";
+  ASSERT_TRUE(TurnUntil([&] { return channel.Readable(); })) << "the answer came back";
   std::vector<zmq::message_t> frames;
-  ASSERT_TRUE(zmq::recv_multipart(channel, std::back_inserter(frames)));
+  ASSERT_TRUE(channel.Receive(&frames));
   ASSERT_NE(TypedFrameValue<ReplyHeader>(frames[0]), nullptr) << "a typed answer, no text";
   const ReplyHeader reply = ReplyFrom(frames[0]);
   EXPECT_EQ(reply.id, 71);
@@ -479,28 +494,26 @@ TEST_F(SupervisorTurnTest, ANamedFrontEndClientSharesTheQuotaOfTheZeroMqClientOf
   client.send(zmq::buffer(values), zmq::send_flags::none);
   ASSERT_TRUE(TurnUntil([&] { return worker->pending() > 0; })) << "z1 runs, holding its quota";
 
-  zmq::socket_t channel(supervisor_->context(), zmq::socket_type::dealer);
-  channel.set(zmq::sockopt::linger, 0);
-  channel.connect(kFrontendEndpoint);
+  HubChannel channel(supervisor_->frontend_hub());
   auto next_reply = [&] {
     ReplyHeader reply;
     reply.id = "none";
     if (!TurnUntil([&] {
           worker->ServeAll();
-          return Readable(channel);
+          return channel.Readable();
         })) {
       return reply;
     }
     std::vector<zmq::message_t> frames;
-    EXPECT_TRUE(zmq::recv_multipart(channel, std::back_inserter(frames)));
+    EXPECT_TRUE(channel.Receive(&frames));
     return ReplyFrom(frames[0]);
   };
   SendTypedAsChannel(channel, "http=tenant-gold", "81", TypedMlp({1, 2}), values);
   SendAsChannel(channel, "grpc=tenant-gold", "82", JsonMlp("mlp", "", 2));
   for (int call : {81, 82}) {
-    ASSERT_TRUE(TurnUntil([&] { return Readable(channel); })) << "call " << call;
+    ASSERT_TRUE(TurnUntil([&] { return channel.Readable(); })) << "call " << call;
     std::vector<zmq::message_t> frames;
-    ASSERT_TRUE(zmq::recv_multipart(channel, std::back_inserter(frames)));
+    ASSERT_TRUE(channel.Receive(&frames));
     const ReplyHeader reply = ReplyFrom(frames[0]);
     EXPECT_EQ(reply.id, call);
     EXPECT_EQ(reply.status.code(), StatusCode::kResourceExhausted) << reply.status.ToString();

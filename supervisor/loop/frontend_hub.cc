@@ -1,0 +1,91 @@
+// FrontendHub: see frontend_hub.h.
+#include "supervisor/loop/frontend_hub.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+namespace torchfarm {
+
+FrontendMailbox::FrontendMailbox() {
+  fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+}
+
+FrontendMailbox::~FrontendMailbox() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+// Both under mutex_: the descriptor's level follows messages_.empty() exactly. A failed write
+// cannot be EAGAIN (the counter is at most 1); the others mean a closed descriptor, a bug.
+void FrontendMailbox::Raise() {
+  const uint64_t one = 1;
+  while (::write(fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
+  }
+}
+
+void FrontendMailbox::Lower() {
+  uint64_t count = 0;
+  while (::read(fd_, &count, sizeof(count)) < 0 && errno == EINTR) {
+  }
+}
+
+void FrontendMailbox::Push(FrontendMessage message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  messages_.push_back(std::move(message));
+  if (messages_.size() == 1) Raise();
+}
+
+bool FrontendMailbox::Pop(FrontendMessage* out) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (messages_.empty()) return false;
+  *out = std::move(messages_.front());
+  messages_.pop_front();
+  if (messages_.empty()) Lower();
+  return true;
+}
+
+size_t FrontendMailbox::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return messages_.size();
+}
+
+zmq::message_t FrontendHub::Attach(FrontendMailbox* replies) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint32_t id = next_channel_++;
+  channels_[id] = replies;
+  return zmq::message_t(&id, sizeof(id));
+}
+
+namespace {
+
+bool ChannelId(const zmq::message_t& identity, uint32_t* id) {
+  if (identity.size() != sizeof(*id)) return false;
+  std::memcpy(id, identity.data(), sizeof(*id));
+  return true;
+}
+
+}  // namespace
+
+void FrontendHub::Detach(const zmq::message_t& identity) {
+  uint32_t id = 0;
+  if (!ChannelId(identity, &id)) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  channels_.erase(id);
+}
+
+bool FrontendHub::Reply(const zmq::message_t& identity, FrontendMessage message) {
+  uint32_t id = 0;
+  if (!ChannelId(identity, &id)) return false;
+  // Held while pushing, so Detach cannot return while a reply is on its way into the mailbox.
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = channels_.find(id);
+  if (it == channels_.end()) return false;
+  it->second->Push(std::move(message));
+  return true;
+}
+
+}  // namespace torchfarm
