@@ -116,13 +116,14 @@ void ReplyWriter::SendToFrontend(PendingRequest& request, zmq::message_t header,
 }
 
 ReplyHeader ReplyWriter::OkReplyHeader(const PendingRequest& request, const BatchShare& share,
+                                       std::vector<TensorSpec> outputs,
                                        const std::vector<std::string>& names) {
   ReplyHeader header;
   header.id = request.id;
   header.status = Status::Ok();
-  header.outputs = share.outputs;
-  header.output_names.reserve(share.outputs.size());
-  for (size_t i = 0; i < share.outputs.size(); ++i) {
+  header.outputs = std::move(outputs);
+  header.output_names.reserve(header.outputs.size());
+  for (size_t i = 0; i < header.outputs.size(); ++i) {
     header.output_names.push_back(i < names.size() ? names[i] : DefaultOutputName(i));
   }
   header.timing = share.timing;
@@ -176,7 +177,8 @@ void ReplyWriter::SendError(PendingRequest& request, const Status& status) {
 
 Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
   const std::vector<std::string>& names = share.output_names ? *share.output_names : kNoNames;
-  std::vector<std::pair<const uint8_t*, uint64_t>> slices;  // this request's bytes per output
+  std::vector<std::pair<const uint8_t*, uint64_t>>& slices = slices_;  // its bytes per output
+  slices.clear();
   for (size_t i = 0; i < share.outputs.size(); ++i) {
     slices.push_back(share.view->OutputRows(i, share.first_row, request.rows));
     if (share.batched) share.outputs[i].shape[0] = request.rows;
@@ -214,7 +216,7 @@ Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
     }
   }
   if (request.typed) {
-    SendTyped(request, OkReplyHeader(request, share, names), &frames_);
+    SendTyped(request, OkReplyHeader(request, share, std::move(share.outputs), names), &frames_);
     return Status::Ok();
   }
   Send(request, MakeOkReply(request.id, share.outputs, names, share.timing, share.worker_id),
@@ -260,7 +262,7 @@ Status ReplyWriter::SendPlacedOutputs(
   // The reply names each placed output's region and offset and carries no frame for it
   // (ParseReplyHeader reads "shm"); the front end answers with Triton's parameters.
   if (request.typed) {
-    ReplyHeader typed = OkReplyHeader(request, share, names);
+    ReplyHeader typed = OkReplyHeader(request, share, share.outputs, names);
     typed.output_shm.resize(share.outputs.size());
     for (size_t i = 0; i < share.outputs.size(); ++i) {
       if (placed[i]) {

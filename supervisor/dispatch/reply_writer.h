@@ -104,8 +104,9 @@ class ReplyWriter {
   // Lets go of what an answered request held: its quota and its client regions.
   void ReleaseHeld(PendingRequest& request);
   // The typed reply of an "ok" answer, field by field what a front end reads from MakeOkReply's
-  // text (ParseReplyHeaderLean).
+  // text (ParseReplyHeaderLean). `outputs` is the share's, moved in where nothing reads it after.
   static ReplyHeader OkReplyHeader(const PendingRequest& request, const BatchShare& share,
+                                   std::vector<TensorSpec> outputs,
                                    const std::vector<std::string>& names);
   // Whether libzmq took the reply's envelope on the job socket (ROUTER_MANDATORY, no wait);
   // counts and logs it when not.
@@ -120,6 +121,7 @@ class ReplyWriter {
   ClientQuota& quota_;
   std::vector<zmq::message_t> frames_;  // reused between replies
   std::vector<uint64_t> shm_offsets_;
+  std::vector<std::pair<const uint8_t*, uint64_t>> slices_;  // SendOutputs', reused
   ReplyBacklog backlog_;
   int64_t max_unread_replies_ = 256;
   int64_t max_unread_bytes_ = int64_t{64} << 20;

@@ -160,31 +160,13 @@ void JobAcceptor::RunShmCommand(PendingRequest& request, const ShmCommand& comma
                   nullptr);
 }
 
-namespace {
-
-// The call id frame of a front-end message: a decimal uint64 (farm_channel.h).
-bool ReadCallId(const zmq::message_t& frame, json* out) {
-  const std::string_view text(static_cast<const char*>(frame.data()), frame.size());
-  if (text.empty() || text.size() > 20) return false;
-  uint64_t id = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    const uint64_t digit = static_cast<uint64_t>(c - '0');
-    if (id > (UINT64_MAX - digit) / 10) return false;
-    id = id * 10 + digit;
-  }
-  *out = id;
-  return true;
-}
-
-}  // namespace
-
-void JobAcceptor::AnswerFrontendMeta(FrontendHub& hub, std::vector<zmq::message_t>& frames,
-                                     const json& call_id, const MetaAnswer& meta) {
-  // [routing][tag][call id][query]: the query is the channel's own small object.
+void JobAcceptor::AnswerFrontendMeta(FrontendHub& hub, FrontendRequest& call,
+                                     const MetaAnswer& meta) {
+  // [identity][query]: the query is the channel's own small object.
   json query = json::object();
-  if (frames.size() > 3) {
-    const std::string_view text(static_cast<const char*>(frames[3].data()), frames[3].size());
+  if (call.frames.size() > 1) {
+    const std::string_view text(static_cast<const char*>(call.frames[1].data()),
+                                call.frames[1].size());
     if (text.size() <= d_.limits.max_header_bytes && JsonNestingWithin(text, kMaxHeaderDepth)) {
       query = json::parse(text, nullptr, false);
       if (!query.is_object()) query = json::object();
@@ -192,47 +174,40 @@ void JobAcceptor::AnswerFrontendMeta(FrontendHub& hub, std::vector<zmq::message_
   }
   json reply = meta(query);
   reply["v"] = kProtocolVersion;
-  reply["id"] = call_id;
+  reply["id"] = call.call_id;
   if (!reply.contains("status")) reply["status"] = "ok";
   const std::string text = reply.dump();
   FrontendMessage message;
   message.emplace_back(text.data(), text.size());
-  hub.Reply(frames[0], std::move(message));  // false: the channel stopped and failed the call
+  hub.Reply(call.frames[0], std::move(message));  // false: the channel stopped and failed the call
 }
 
 void JobAcceptor::ReadFrontend(FrontendHub& hub, const MetaAnswer& meta) {
-  std::vector<zmq::message_t>& frames = frames_;
-  const ClearedOnExit cleared{frames};
-  // Identity + tag + call id + header + inputs, and one more so ParseJob sees the excess (the
-  // front ends check max_inputs first; this keeps the loop's bound whatever they send).
-  const size_t max_frames = d_.limits.max_inputs + 5;
-  for (int n = 0; n < kMaxMessagesPerTurn && hub.requests().Pop(&frames); ++n) {
-    if (frames.size() > max_frames) frames.resize(max_frames);
-    json call_id;
-    if (frames.size() < 3 || !ReadCallId(frames[2], &call_id)) {
-      // Nothing to answer by: only a broken FarmChannel sends this.
-      ++unanswerable_frontend_;
-      TF_LOG(kError) << "front-end message without a call id dropped"
-                     << Kv("frames", frames.size());
+  FrontendRequest& call = frontend_call_;
+  const ClearedOnExit cleared{call.frames};
+  // Identity + header + inputs, and one more so ParseJob sees the excess (the front ends check
+  // max_inputs first; this keeps the loop's bound whatever they send).
+  const size_t max_frames = d_.limits.max_inputs + 3;
+  for (int n = 0; n < kMaxMessagesPerTurn && hub.requests().Pop(&call); ++n) {
+    if (call.frames.empty()) {
+      // No identity to answer by: only a broken FarmChannel sends this.
+      TF_LOG(kError) << "front-end request without its channel's identity dropped"
+                     << Kv("call", call.call_id);
       continue;
     }
-    const std::string tag(static_cast<const char*>(frames[1].data()), frames[1].size());
-    if (tag == kMetaTag) {
-      AnswerFrontendMeta(hub, frames, call_id, meta);
+    if (call.frames.size() > max_frames) call.frames.resize(max_frames);
+    if (call.tag == kMetaTag) {
+      AnswerFrontendMeta(hub, call, meta);
       continue;
     }
-    // A typed request's tag is the prefix and then a JSON request's tag (farm_channel.h), which
-    // says the protocol and the client key (frontend_tag.h).
-    const size_t prefix = std::char_traits<char>::length(kTypedTagPrefix);
-    const bool typed = tag.compare(0, prefix, kTypedTagPrefix) == 0;
-    FrontendTagParts parts =
-        ReadFrontendTag(typed ? std::string_view(tag).substr(prefix) : std::string_view(tag));
-    // [routing][header][data...] as on the job socket; a missing header is ParseJob's error.
-    frames.erase(frames.begin() + 1, frames.begin() + 3);
-    if (typed) {
-      AcceptTyped(frames, parts.origin, std::move(parts.client), call_id);
+    // The tag says the protocol and the client key (frontend_tag.h).
+    FrontendTagParts parts = ReadFrontendTag(std::move(call.tag));
+    const json call_id = call.call_id;
+    if (call.typed) {
+      AcceptTyped(call.frames, parts.origin, std::move(parts.client), call_id);
     } else {
-      Accept(frames, parts.origin, std::move(parts.client), &call_id);
+      // [identity][header][data...] as on the job socket; a missing header is ParseJob's error.
+      Accept(call.frames, parts.origin, std::move(parts.client), &call_id);
     }
   }
 }

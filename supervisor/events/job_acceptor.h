@@ -73,8 +73,6 @@ class JobAcceptor {
   // the typed header (a frame that is not one is answered INTERNAL), data frames after it.
   void AcceptTyped(std::vector<zmq::message_t>& frames, RequestOrigin origin, std::string client,
                    const nlohmann::json& call_id);
-  // Front-end messages without a readable call id (a broken front end; logged as errors).
-  uint64_t unanswerable_frontend() const { return unanswerable_frontend_; }
 
  private:
   // After the parse, for every protocol: the model's state, quotas, deadlines and its queue, or
@@ -82,18 +80,17 @@ class JobAcceptor {
   void Admit(PendingRequest& request, std::vector<zmq::message_t>& frames, size_t payload,
              size_t served, Status s);
   void RunShmCommand(PendingRequest& request, const ShmCommand& command, const std::string& client);
-  void AnswerFrontendMeta(FrontendHub& hub, std::vector<zmq::message_t>& frames,
-                          const nlohmann::json& call_id, const MetaAnswer& meta);
+  void AnswerFrontendMeta(FrontendHub& hub, FrontendRequest& call, const MetaAnswer& meta);
 
   Deps d_;
   MetricsExporter* metrics_ = nullptr;
   ClientShmRegistry* client_shm_ = nullptr;
   bool system_shm_ = false;
   bool curve_ = false;
-  uint64_t unanswerable_frontend_ = 0;
   // The frames of the message being read, reused from one to the next (issue 36: no allocation
   // per request); empty between reads.
   std::vector<zmq::message_t> frames_;
+  FrontendRequest frontend_call_;  // the same for the front-end request being read
 };
 
 }  // namespace torchfarm

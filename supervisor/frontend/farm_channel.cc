@@ -102,7 +102,7 @@ void FarmChannel::Call(const std::string& tag, nlohmann::json header,
                    {}});
     return;
   }
-  Send(tag, zmq::message_t(text.data(), text.size()), std::move(frames), std::move(done));
+  Send(tag, false, zmq::message_t(text.data(), text.size()), std::move(frames), std::move(done));
 }
 
 void FarmChannel::Call(const std::string& tag, RequestHeader header,
@@ -120,30 +120,28 @@ void FarmChannel::Call(const std::string& tag, RequestHeader header,
         FarmReply{Unavailable(std::string("front-end channel: send failed: ") + e.what()), {}, {}});
     return;
   }
-  Send(kTypedTagPrefix + tag, std::move(boxed), std::move(frames), std::move(done));
+  Send(tag, true, std::move(boxed), std::move(frames), std::move(done));
 }
 
-void FarmChannel::Send(const std::string& tag, zmq::message_t header,
+void FarmChannel::Send(const std::string& tag, bool typed, zmq::message_t header,
                        std::vector<zmq::message_t> frames, Done done) {
   const uint64_t id = next_id_++;
-  FrontendMessage message;
+  FrontendRequest request;
+  request.call_id = id;
+  request.tag = tag;
+  request.typed = typed;
+  request.frames.reserve(2 + frames.size());
   try {
-    char call_id[24];
-    const auto [end, error] = std::to_chars(call_id, call_id + sizeof(call_id), id);
-    (void)error;  // 24 bytes hold any uint64
-    message.reserve(4 + frames.size());
-    message.emplace_back(identity_.data(), identity_.size());
-    message.emplace_back(tag.data(), tag.size());
-    message.emplace_back(call_id, static_cast<size_t>(end - call_id));
+    request.frames.emplace_back(identity_.data(), identity_.size());
   } catch (const zmq::error_t& e) {  // libzmq out of memory
     done(FarmReply{Unavailable(std::string("front-end channel: send failed: ") + e.what()), {}, {}});
     return;
   }
-  message.push_back(std::move(header));
-  for (auto& frame : frames) message.push_back(std::move(frame));
+  request.frames.push_back(std::move(header));
+  for (auto& frame : frames) request.frames.push_back(std::move(frame));
   waiting_.emplace(id, Waiting{std::move(done), tag == kMetaTag});
   pending_count_.store(waiting_.size(), std::memory_order_relaxed);
-  hub_.requests().Push(std::move(message));
+  hub_.requests().Push(std::move(request));
 }
 
 namespace {

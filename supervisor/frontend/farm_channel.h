@@ -9,21 +9,20 @@
 // the same intake checks, batching, quotas and replies as the ZeroMQ path, with no process hop
 // and no socket between them.
 //
-// Messages into the hub's request mailbox (channel -> loop), each one of:
-//   [identity][tag][call id][header][data frames...]            a JSON request, or a "meta" query
-//   [identity]["typed " tag][call id][typed header][data frames...]   a typed request (issue 36)
+// Requests into the hub's request mailbox (channel -> loop) are FrontendRequests
+// (frontend_hub.h): a call id, a tag, whether the header is typed, and the frames
+//   [identity][header][data frames...]             a JSON request, or a "meta" query
+//   [identity][typed header][data frames...]       a typed request (issue 36)
 // where
-//   identity the channel's, from FrontendHub::Attach: the loop's replies name it.
+//   call id the call's id N: the loop answers every request with it (JobAcceptor::ReadFrontend),
+//           also one whose header it cannot read (over limits.max_header_bytes, not JSON, a
+//           typed frame that is not one), so no error reply is ever uncorrelated.
 //   tag     the protocol (metrics label) and the client key that limits.max_queued_per_client,
 //           client_weights and fair queueing count by (frontend_tag.h owns the format):
 //           "http <peer>" / "grpc <peer>", one client per connection, or "http=<id>" /
 //           "grpc=<id>" when frontend.client_id_header named the client <id>; or "meta": a
-//           metadata/health query. A typed request's tag is kTypedTagPrefix ("typed ") and then
-//           the same.
-//   call id the call's id N in decimal, in a frame of its own: the loop answers every message
-//           with it (JobAcceptor::ReadFrontend), also one whose header it cannot read (over
-//           limits.max_header_bytes, not JSON, a typed frame that is not one), so no error reply
-//           is ever uncorrelated.
+//           metadata/health query.
+//   identity the channel's, from FrontendHub::Attach: the loop's replies name it.
 //   header  a wire-protocol request header (docs/protocol.md), "id" set by the channel to N too;
 //           for "meta": {"id": N} or {"id": N, "model": NAME}.
 //   typed header
@@ -124,9 +123,10 @@ class FarmChannel {
   uint64_t unmatched_replies() const { return unmatched_.load(std::memory_order_relaxed); }
 
  private:
-  // Pushes [identity][tag][call id][header][frames...] and waits for the reply to the call id.
-  void Send(const std::string& tag, zmq::message_t header, std::vector<zmq::message_t> frames,
-            Done done);
+  // Pushes a FrontendRequest (frames [identity][header][frames...]) and waits for the reply to
+  // its call id.
+  void Send(const std::string& tag, bool typed, zmq::message_t header,
+            std::vector<zmq::message_t> frames, Done done);
   void WatchReplies();
   void DrainReplies();
   void FailAll(const Status& status);
@@ -134,7 +134,9 @@ class FarmChannel {
   FrontendHub& hub_;
   std::unique_ptr<FrontendMailbox> replies_;
   zmq::message_t identity_;  // from hub_.Attach; empty until Start
-  boost::asio::io_context io_;
+  // Run by this channel's thread alone (hint 1): work posted from that thread skips the shared
+  // queue's lock and the wake-up of other runners; posting from any thread stays safe.
+  boost::asio::io_context io_{1};
   std::unique_ptr<boost::asio::posix::stream_descriptor> replies_fd_;
   FrontendMessage reply_;  // the reply being read, reused
 

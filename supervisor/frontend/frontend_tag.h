@@ -12,7 +12,6 @@
 // <protocol> is RequestOriginName's "http" or "grpc". The character after it decides, so no peer
 // text is ever read as an id. An id is 1..255 visible ASCII bytes (v2_client_id.h checks it before
 // the tag is written): it has no space, so a named client can never take a connection's key.
-// A typed request's tag is kTypedTagPrefix (typed_frame.h) and then one of these.
 #pragma once
 
 #include <string>
@@ -38,23 +37,25 @@ inline std::string ClientIdTag(RequestOrigin origin, std::string_view id) {
   return tag;
 }
 
-// What the loop reads from a tag without kTypedTagPrefix.
+// What the loop reads from a tag.
 struct FrontendTagParts {
   RequestOrigin origin = RequestOrigin::kHttp;
   std::string client;  // the client key
 };
 
 // A tag that starts with "grpc" is gRPC's, any other HTTP's (only FarmChannel writes tags, so
-// there is no third kind to refuse); the key as the header comment says.
-inline FrontendTagParts ReadFrontendTag(std::string_view tag) {
+// there is no third kind to refuse); the key as the header comment says. Taken by value: an
+// unnamed tag becomes the key without a copy.
+inline FrontendTagParts ReadFrontendTag(std::string tag) {
   FrontendTagParts parts;
   const std::string_view grpc = RequestOriginName(RequestOrigin::kGrpc);
-  parts.origin = tag.substr(0, grpc.size()) == grpc ? RequestOrigin::kGrpc : RequestOrigin::kHttp;
+  parts.origin =
+      tag.compare(0, grpc.size(), grpc) == 0 ? RequestOrigin::kGrpc : RequestOrigin::kHttp;
   const size_t protocol = RequestOriginName(parts.origin).size();
   if (tag.size() > protocol && tag[protocol] == '=') {
-    parts.client = std::string(tag.substr(protocol + 1));
+    parts.client = tag.substr(protocol + 1);
   } else {
-    parts.client = std::string(tag);
+    parts.client = std::move(tag);
   }
   return parts;
 }

@@ -5,15 +5,15 @@
 // A typed frame is a zmq::message_t whose bytes are a heap TypedFrameBox<T>: an 8-byte marker
 // naming T, then the T. The message owns the box: libzmq calls the box's deleter when the last
 // reference to the message goes, on whichever thread that is (the reader once it has taken the
-// value, or the context at shutdown when nobody read it), so a box is neither leaked nor freed
-// twice. Only an inproc:// socket may carry one (the bytes hold pointers that mean nothing in
-// another process); the loop's front-end socket is inproc only (frontend_endpoint.h). Header-only
+// value, or the hub's mailbox at its end when nobody read it), so a box is neither leaked nor freed
+// twice. It never leaves the process (the bytes hold pointers that mean nothing in another
+// process): only the FrontendHub's mailboxes carry one. Header-only
 // so the loop's side (events/job_acceptor.cc) links none of the front ends' libraries.
 //
-// Recognising one: the message's tag says a typed request is coming (kTypedTagPrefix); a reply
-// has no tag and is typed when its first frame is a box (the loop's JSON replies begin with '{',
-// a box with a NUL byte). TypedFrameValue checks size and marker either way, so a frame that is not
-// what its tag says is refused, never read as a T.
+// Recognising one: a request says it is typed (FrontendRequest::typed, loop/frontend_hub.h); a
+// reply is typed when its first frame is a box (the loop's JSON replies begin with '{', a box with
+// a NUL byte). TypedFrameValue checks size and marker either way, so a frame that is not what the
+// request says is refused, never read as a T.
 #pragma once
 
 #include <cstring>
@@ -26,10 +26,6 @@
 #include "common/protocol.h"
 
 namespace torchfarm {
-
-// Starts the tag of a typed request: "typed http <peer>", "typed grpc=<id>". What follows is
-// the tag a JSON request has (the protocol and the client key; frontend_tag.h).
-inline constexpr const char* kTypedTagPrefix = "typed ";
 
 template <typename T>
 struct TypedFrameMarker;

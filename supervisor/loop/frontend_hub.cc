@@ -10,47 +10,27 @@
 
 namespace torchfarm {
 
-FrontendMailbox::FrontendMailbox() {
+MailboxSignal::MailboxSignal() {
   fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
 }
 
-FrontendMailbox::~FrontendMailbox() {
+MailboxSignal::~MailboxSignal() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-// Both under mutex_: the descriptor's level follows messages_.empty() exactly. A failed write
-// cannot be EAGAIN (the counter is at most 1); the others mean a closed descriptor, a bug.
-void FrontendMailbox::Raise() {
+// Both under the mailbox's lock: the descriptor's level follows its emptiness exactly. A failed
+// write cannot be EAGAIN (the counter is at most 1); the others mean a closed descriptor, a bug.
+void MailboxSignal::Raise() {
   const uint64_t one = 1;
   while (::write(fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
   }
 }
 
-void FrontendMailbox::Lower() {
+void MailboxSignal::Lower() {
   uint64_t count = 0;
   while (::read(fd_, &count, sizeof(count)) < 0 && errno == EINTR) {
   }
-}
-
-void FrontendMailbox::Push(FrontendMessage message) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  messages_.push_back(std::move(message));
-  if (messages_.size() == 1) Raise();
-}
-
-bool FrontendMailbox::Pop(FrontendMessage* out) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (messages_.empty()) return false;
-  *out = std::move(messages_.front());
-  messages_.pop_front();
-  if (messages_.empty()) Lower();
-  return true;
-}
-
-size_t FrontendMailbox::size() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return messages_.size();
 }
 
 zmq::message_t FrontendHub::Attach(FrontendMailbox* replies) {

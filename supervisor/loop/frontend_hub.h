@@ -3,10 +3,10 @@
 //
 // Owns: one mailbox of requests that every front-end channel pushes into and the loop alone
 // takes from, and the table of the channels' reply mailboxes, which the loop pushes into and
-// each channel takes from. A message is the multipart form the wire protocol has
-// (std::vector<zmq::message_t>, frames moved, never copied); farm_channel.h gives its frames.
-// A request's first frame is its channel's identity (Attach), which the loop keeps with the
-// request (PendingRequest::identity) and names again in Reply.
+// each channel takes from. Tensors and headers travel as the wire protocol's frames
+// (zmq::message_t, moved, never copied); farm_channel.h gives the frames. A request's first frame
+// is its channel's identity (Attach), which the loop keeps with the request
+// (PendingRequest::identity) and names again in Reply.
 //
 // Why not an inproc:// ZeroMQ socket (what this replaced; issue 36): a ROUTER/DEALER pair costs
 // ~13.6k instructions a request (a frame-by-frame send and receive on both sides, ZMQ_EVENTS
@@ -21,46 +21,81 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include <zmq.hpp>
 
-
 namespace torchfarm {
 
+// A reply: [header][data...].
 using FrontendMessage = std::vector<zmq::message_t>;
 
-class FrontendMailbox {
+// A request: what the channel sends and the call id the loop answers it by. The tag and the id
+// travel as fields, not frames: the loop reads them without parsing (farm_channel.h).
+struct FrontendRequest {
+  uint64_t call_id = 0;
+  std::string tag;         // frontend_tag.h, or kMetaTag
+  bool typed = false;      // frames[1] is a typed RequestHeader (typed_frame.h), not JSON text
+  FrontendMessage frames;  // [identity][header][data...]
+};
+
+// The eventfd of a Mailbox, readable while it holds something (the header comment).
+class MailboxSignal {
  public:
   // Throws std::system_error when no eventfd can be made (the process is out of descriptors).
-  FrontendMailbox();
-  ~FrontendMailbox();
-  FrontendMailbox(const FrontendMailbox&) = delete;
-  FrontendMailbox& operator=(const FrontendMailbox&) = delete;
-
-  // Readable (POLLIN) while the mailbox holds a message. Owned by the mailbox.
+  MailboxSignal();
+  ~MailboxSignal();
+  MailboxSignal(const MailboxSignal&) = delete;
+  MailboxSignal& operator=(const MailboxSignal&) = delete;
   int fd() const { return fd_; }
-  // Any thread. Never blocks and never refuses: the front ends bound what they send (their
-  // connection and call limits), as the unbounded inproc pipe's high-water mark of 0 did.
-  void Push(FrontendMessage message);
-  // Any thread: moves the oldest message into *out; false when there is none.
-  bool Pop(FrontendMessage* out);
-  size_t size() const;
-
- private:
   void Raise();
   void Lower();
 
+ private:
   int fd_ = -1;
-  mutable std::mutex mutex_;
-  std::deque<FrontendMessage> messages_;
 };
+
+template <typename T>
+class Mailbox {
+ public:
+  // Readable (POLLIN) while the mailbox holds something. Owned by the mailbox.
+  int fd() const { return signal_.fd(); }
+  // Any thread. Never blocks and never refuses: the front ends bound what they send (their
+  // connection and call limits), as the unbounded inproc pipe's high-water mark of 0 did.
+  void Push(T item) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    items_.push_back(std::move(item));
+    if (items_.size() == 1) signal_.Raise();
+  }
+  // Any thread: moves the oldest item into *out; false when there is none.
+  bool Pop(T* out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (items_.empty()) return false;
+    *out = std::move(items_.front());
+    items_.pop_front();
+    if (items_.empty()) signal_.Lower();
+    return true;
+  }
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return items_.size();
+  }
+
+ private:
+  MailboxSignal signal_;
+  mutable std::mutex mutex_;  // held across Raise and Lower: the level follows items_ exactly
+  std::deque<T> items_;
+};
+
+// A channel's replies.
+using FrontendMailbox = Mailbox<FrontendMessage>;
 
 class FrontendHub {
  public:
   // The mailbox the loop reads requests from.
-  FrontendMailbox& requests() { return requests_; }
+  Mailbox<FrontendRequest>& requests() { return requests_; }
 
   // A channel's reply mailbox joins: returns the identity its requests carry as their first
   // frame. The mailbox must outlive its Detach.
@@ -72,7 +107,7 @@ class FrontendHub {
   bool Reply(const zmq::message_t& identity, FrontendMessage message);
 
  private:
-  FrontendMailbox requests_;
+  Mailbox<FrontendRequest> requests_;
   std::mutex mutex_;
   uint32_t next_channel_ = 1;
   std::unordered_map<uint32_t, FrontendMailbox*> channels_;

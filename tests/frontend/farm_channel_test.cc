@@ -256,7 +256,7 @@ TEST(FarmChannel, ATypedRequestTravelsAsItsHeaderInATypedFrame) {
   std::vector<zmq::message_t> request;
   ASSERT_TRUE(loop.Receive(&request));
   ASSERT_EQ(request.size(), 5u);
-  EXPECT_EQ(request[1].to_string(), std::string(kTypedTagPrefix) + "http 127.0.0.1:40000");
+  EXPECT_EQ(request[1].to_string(), std::string(testing::kTypedTagPrefix) + "http 127.0.0.1:40000");
   const RequestHeader* typed = TypedFrameValue<RequestHeader>(request[3]);
   ASSERT_NE(typed, nullptr);
   EXPECT_EQ(typed->model, "m");

@@ -11,6 +11,7 @@
 
 #include "common/protocol.h"
 #include "supervisor/frontend/typed_frame.h"
+#include "tests/frontend/hub_loop.h"
 
 namespace torchfarm::testing {
 

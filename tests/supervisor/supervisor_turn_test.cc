@@ -23,6 +23,7 @@
 #include "ipc/shm_layout.h"
 #include "supervisor/frontend/frontend_endpoint.h"
 #include "supervisor/frontend/typed_frame.h"
+#include "tests/frontend/hub_loop.h"
 #include "tests/supervisor/fake_worker.h"
 
 namespace torchfarm {
@@ -215,10 +216,9 @@ class HubChannel {
  public:
   explicit HubChannel(FrontendHub* hub) : hub_(*hub), identity_(hub_.Attach(&replies_)) {}
   ~HubChannel() { hub_.Detach(identity_); }
-  // [tag][call id][header][data...]; the identity goes first.
+  // [tag][call id][header][data...] (tests/frontend/hub_loop.h).
   void Push(std::vector<zmq::message_t> frames) {
-    frames.insert(frames.begin(), zmq::message_t(identity_.data(), identity_.size()));
-    hub_.requests().Push(std::move(frames));
+    hub_.requests().Push(testing::FromFrames(identity_, std::move(frames)));
   }
   bool Readable() const { return replies_.size() > 0; }
   bool Receive(std::vector<zmq::message_t>* frames) { return replies_.Pop(frames); }
@@ -340,7 +340,7 @@ TEST_F(SupervisorTurnTest, TheDashboardStatusHasModelsWorkersAndEventsAndNoPaths
 void SendTypedAsChannel(HubChannel& channel, const std::string& tag, const std::string& call_id,
                         std::optional<RequestHeader> header, const std::vector<float>& values) {
   std::vector<zmq::message_t> frames;
-  frames.emplace_back(kTypedTagPrefix + tag);
+  frames.emplace_back(testing::kTypedTagPrefix + tag);
   frames.emplace_back(call_id.data(), call_id.size());
   if (header) frames.push_back(MakeTypedFrame(std::move(*header)));
   if (!values.empty()) frames.emplace_back(values.data(), values.size() * sizeof(float));
@@ -397,7 +397,7 @@ TEST_F(SupervisorTurnTest, ATypedRequestIsRefusedAsItsJsonTwinAndABrokenOneIsAns
   // Tagged typed, with JSON text where the typed header belongs; then nothing after the call id.
   {
     std::vector<zmq::message_t> frames;
-    frames.emplace_back(std::string(kTypedTagPrefix) + "http t");
+    frames.emplace_back(std::string(testing::kTypedTagPrefix) + "http t");
     frames.emplace_back(std::string("67"));
     frames.emplace_back(JsonMlp("mlp", "", 2));
     channel.Push(std::move(frames));
