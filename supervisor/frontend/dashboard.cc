@@ -340,11 +340,15 @@ std::string FormatUptime(double seconds) {
 }
 
 bool IsDashboardTarget(std::string_view target) {
-  std::string_view path = PathOf(target);
-  if (path == kDashboardStatusPath || path == std::string(kDashboardStatusPath) + "/") return true;
-  return path == kDashboardPath ||
-         (path.size() > kDashboardPath.size() &&
-          path.substr(0, kDashboardPath.size() + 1) == std::string(kDashboardPath) + "/");
+  const std::string_view path = PathOf(target);
+  // `base` followed by '/' and then anything; nothing built (every HTTP request asks this).
+  const auto under = [path](std::string_view base) {
+    return path.size() > base.size() && path.compare(0, base.size(), base) == 0 &&
+           path[base.size()] == '/';
+  };
+  if (path == kDashboardStatusPath) return true;
+  if (under(kDashboardStatusPath) && path.size() == kDashboardStatusPath.size() + 1) return true;
+  return path == kDashboardPath || under(kDashboardPath);
 }
 
 uint64_t DashboardEventsAfter(std::string_view target) {

@@ -62,34 +62,35 @@ std::string PeerOf(const tcp::socket& socket) {
 // answer here has a body length, and none is 1xx, 204 or 304). Written by hand: Beast's
 // serializer cost ~7,500 instructions a response (issue 36).
 void WriteResponseHead(const V2HttpAnswer& answer, bool keep_alive, std::string* head) {
+  using namespace std::string_view_literals;
   head->clear();
-  head->append("HTTP/1.1 ");
+  head->append("HTTP/1.1 "sv);
   AppendInt(head, answer.http_status);
   head->push_back(' ');
   const auto reason = http::obsolete_reason(static_cast<http::status>(answer.http_status));
   head->append(reason.data(), reason.size());
-  head->append("\r\nServer: torchfarm\r\nContent-Type: ");
+  head->append("\r\nServer: torchfarm\r\nContent-Type: "sv);
   head->append(answer.content_type);
   if (answer.json_bytes) {
-    head->append("\r\n");
+    head->append("\r\n"sv);
     head->append(kInferenceHeaderContentLength);
-    head->append(": ");
+    head->append(": "sv);
     AppendInt(head, *answer.json_bytes);
   }
   if (!answer.allow.empty()) {
-    head->append("\r\nAllow: ");
+    head->append("\r\nAllow: "sv);
     head->append(answer.allow);
   }
   for (const auto& [name, value] : answer.headers) {
-    head->append("\r\n");
+    head->append("\r\n"sv);
     head->append(name);
-    head->append(": ");
+    head->append(": "sv);
     head->append(value);
   }
-  if (!keep_alive) head->append("\r\nConnection: close");
-  head->append("\r\nContent-Length: ");
+  if (!keep_alive) head->append("\r\nConnection: close"sv);
+  head->append("\r\nContent-Length: "sv);
   AppendInt(head, answer.body.size());
-  head->append("\r\n\r\n");
+  head->append("\r\n\r\n"sv);
 }
 
 template <class Stream>

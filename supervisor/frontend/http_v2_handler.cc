@@ -196,6 +196,7 @@ void HandleInfer(const V2Target& target, HttpRequest& http_request, const std::s
 }  // namespace
 
 V2Target ParseV2Target(http::verb method, std::string_view target) {
+  using namespace std::string_view_literals;
   const std::string_view path = target.substr(0, target.find('?'));
   std::vector<std::string> seg;
   seg.reserve(8);  // the longest route has 6 segments
@@ -211,73 +212,73 @@ V2Target ParseV2Target(http::verb method, std::string_view target) {
                       "unregister";
     return not_found;
   };
-  if (!SplitPath(path, &seg) || seg.empty() || seg[0] != "v2") return not_found_error();
+  if (!SplitPath(path, &seg) || seg.empty() || seg[0] != "v2"sv) return not_found_error();
   const http::verb get = http::verb::get;
-  if (seg.size() >= 3 && seg[1] == "systemsharedmemory") {
+  if (seg.size() >= 3 && seg[1] == "systemsharedmemory"sv) {
     std::string region;
     size_t action = 2;
-    if (seg.size() == 5 && seg[2] == "region" && !seg[3].empty()) {
+    if (seg.size() == 5 && seg[2] == "region"sv && !seg[3].empty()) {
       region = seg[3];
       action = 4;
     } else if (seg.size() != 3) {
       return not_found_error();
     }
-    if (seg[action] == "status") {
+    if (seg[action] == "status"sv) {
       return Routed(V2Route::kSystemShmStatus, method, get, std::move(region));
     }
-    if (seg[action] == "unregister") {
+    if (seg[action] == "unregister"sv) {
       return Routed(V2Route::kSystemShmUnregister, method, http::verb::post, std::move(region));
     }
-    if (seg[action] == "register" && action == 4) {
+    if (seg[action] == "register"sv && action == 4) {
       return Routed(V2Route::kSystemShmRegister, method, http::verb::post, std::move(region));
     }
     return not_found_error();
   }
   if (seg.size() == 1) return Routed(V2Route::kServerMetadata, method, get);
-  if (seg.size() == 3 && seg[1] == "health" && seg[2] == "live") {
+  if (seg.size() == 3 && seg[1] == "health"sv && seg[2] == "live"sv) {
     return Routed(V2Route::kHealthLive, method, get);
   }
-  if (seg.size() == 3 && seg[1] == "health" && seg[2] == "ready") {
+  if (seg.size() == 3 && seg[1] == "health"sv && seg[2] == "ready"sv) {
     return Routed(V2Route::kHealthReady, method, get);
   }
   const http::verb post = http::verb::post;
-  if (seg.size() == 2 && seg[1] == "logging") {
+  if (seg.size() == 2 && seg[1] == "logging"sv) {
     V2Target logging = Routed(V2Route::kLogging, method, method == post ? post : get,
                               method == post ? "POST" : "GET");
     if (logging.http_status == 405) logging.allow = "GET, POST";
     return logging;
   }
-  if (seg.size() == 3 && seg[1] == "repository" && seg[2] == "index") {
+  if (seg.size() == 3 && seg[1] == "repository"sv && seg[2] == "index"sv) {
     return Routed(V2Route::kRepositoryIndex, method, post);
   }
-  if (seg.size() == 5 && seg[1] == "repository" && seg[2] == "models" &&
-      (seg[4] == "load" || seg[4] == "unload")) {
-    return Routed(seg[4] == "load" ? V2Route::kRepositoryLoad : V2Route::kRepositoryUnload, method,
-                  post, seg[3]);
+  if (seg.size() == 5 && seg[1] == "repository"sv && seg[2] == "models"sv &&
+      (seg[4] == "load"sv || seg[4] == "unload"sv)) {
+    return Routed(seg[4] == "load"sv ? V2Route::kRepositoryLoad : V2Route::kRepositoryUnload,
+                  method, post, seg[3]);
   }
-  if (seg.size() < 3 || seg[1] != "models" || seg[2].empty()) return not_found_error();
+  if (seg.size() < 3 || seg[1] != "models"sv || seg[2].empty()) return not_found_error();
   // As Triton: every model's statistics (a model named "stats" is reached with /versions/).
-  if (seg.size() == 3 && seg[2] == "stats") return Routed(V2Route::kModelStats, method, get);
-  std::string model = seg[2];
+  if (seg.size() == 3 && seg[2] == "stats"sv) return Routed(V2Route::kModelStats, method, get);
+  std::string model = std::move(seg[2]);
   std::string version;
   size_t next = 3;
-  if (seg.size() >= 5 && seg[3] == "versions" && !seg[4].empty()) {
-    version = seg[4];
+  if (seg.size() >= 5 && seg[3] == "versions"sv && !seg[4].empty()) {
+    version = std::move(seg[4]);
     next = 5;
   }
   if (seg.size() == next) {
     return Routed(V2Route::kModelMetadata, method, get, std::move(model), std::move(version));
   }
-  if (seg.size() == next + 1 && seg[next] == "ready") {
+  if (seg.size() == next + 1 && seg[next] == "ready"sv) {
     return Routed(V2Route::kModelReady, method, get, std::move(model), std::move(version));
   }
-  if (seg.size() == next + 1 && seg[next] == "stats") {
+  if (seg.size() == next + 1 && seg[next] == "stats"sv) {
     return Routed(V2Route::kModelStats, method, get, std::move(model), std::move(version));
   }
-  if (seg.size() == next + 1 && seg[next] == "config") {
+  if (seg.size() == next + 1 && seg[next] == "config"sv) {
     return Routed(V2Route::kModelConfig, method, get, std::move(model), std::move(version));
   }
-  if (seg.size() == next + 1 && seg[next] == "infer") {
+  if (seg.size() == next + 1 && seg[next] == "infer"sv) {
     return Routed(V2Route::kInfer, method, http::verb::post, std::move(model), std::move(version));
   }
   return not_found_error();
