@@ -114,8 +114,7 @@ class Supervisor {
   // every duty once, in the order drawn above.
   void RunTurn(TimePoint now);
   FarmPhase phase() const { return farm_.phase; }
-  // The context the in-process front ends' channels connect in (inproc://), for tests that
-  // play a FarmChannel.
+  // The ZeroMQ context of the farm's sockets, for tests.
   zmq::context_t& context() { return context_; }
   // The front ends' hub; null unless a front end is configured (tests play a channel on it).
   FrontendHub* frontend_hub() { return frontend_hub_.get(); }

@@ -111,7 +111,8 @@ class ReplyWriter {
   // Whether libzmq took the reply's envelope on the job socket (ROUTER_MANDATORY, no wait);
   // counts and logs it when not.
   bool SendEnvelope(PendingRequest& request);
-  // Hands a front-end request's reply to its channel; counts it "gone" when the channel stopped.
+  // Hands a front-end request's reply to its channel (dropped when the channel stopped: it has
+  // answered its calls itself).
   void SendToFrontend(PendingRequest& request, zmq::message_t header,
                       std::vector<zmq::message_t>* frames);
   void CountUndeliverable(const PendingRequest& request, int error);

@@ -188,7 +188,11 @@ void JobAcceptor::ReadFrontend(FrontendHub& hub, const MetaAnswer& meta) {
   // Identity + header + inputs, and one more so ParseJob sees the excess (the front ends check
   // max_inputs first; this keeps the loop's bound whatever they send).
   const size_t max_frames = d_.limits.max_inputs + 3;
-  for (int n = 0; n < kMaxMessagesPerTurn && hub.requests().Pop(&call); ++n) {
+  for (int n = 0; n < kMaxMessagesPerTurn; ++n) {
+    // What a refused request left is let go of here, not inside Pop under the lock every
+    // channel pushes under.
+    call.frames.clear();
+    if (!hub.requests().Pop(&call)) break;
     if (call.frames.empty()) {
       // No identity to answer by: only a broken FarmChannel sends this.
       TF_LOG(kError) << "front-end request without its channel's identity dropped"

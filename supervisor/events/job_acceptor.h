@@ -90,7 +90,7 @@ class JobAcceptor {
   // The frames of the message being read, reused from one to the next (issue 36: no allocation
   // per request); empty between reads.
   std::vector<zmq::message_t> frames_;
-  FrontendRequest frontend_call_;  // the same for the front-end request being read
+  FrontendRequest frontend_call_;  // the front-end request being read
 };
 
 }  // namespace torchfarm

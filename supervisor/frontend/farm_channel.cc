@@ -1,5 +1,7 @@
-// FarmChannel: see farm_channel.h. The reply mailbox's eventfd is level-triggered (readable while
-// a reply waits: frontend_hub.h), so each wake-up reads until the mailbox is empty and waits again.
+// FarmChannel: see farm_channel.h. The reply mailbox's eventfd is readable while a reply waits
+// (frontend_hub.h), but asio's epoll reactor sees edges: a push into the empty mailbox. So each
+// wake-up reads until the mailbox is empty, on this thread, before the wait is armed again; a
+// reply pushed meanwhile leaves an edge that the next epoll_wait, after the re-arm, reports.
 #include "supervisor/frontend/farm_channel.h"
 
 #include <unistd.h>
@@ -51,7 +53,10 @@ Status FarmChannel::Start() {
 }
 
 void FarmChannel::Stop() {
-  if (!thread_.joinable()) return;
+  if (!thread_.joinable()) {
+    if (identity_.size() > 0) hub_.Detach(identity_);  // attached, but the thread never ran
+    return;
+  }
   stopping_ = true;
   asio::post(io_, [this] {
     FailAll(Unavailable("the supervisor is shutting down"));
@@ -217,7 +222,14 @@ void FarmChannel::DrainReplies() {
     }
     frames.erase(frames.begin());
     reply.frames = std::move(frames);
-    done(std::move(reply));
+    // A handler that throws loses its own call only: the drain goes on, since replies left in
+    // the mailbox would raise no new edge for asio's edge-triggered wait (frontend_hub.h).
+    try {
+      done(std::move(reply));
+    } catch (const std::exception& e) {
+      TF_LOG(kError) << "front-end channel: a reply's handler threw; its call is dropped"
+                     << Kv("error", e.what());
+    }
   }
 }
 

@@ -138,7 +138,6 @@ class FarmChannel {
   // queue's lock and the wake-up of other runners; posting from any thread stays safe.
   boost::asio::io_context io_{1};
   std::unique_ptr<boost::asio::posix::stream_descriptor> replies_fd_;
-  FrontendMessage reply_;  // the reply being read, reused
 
   std::thread thread_;
   uint64_t next_id_ = 1;

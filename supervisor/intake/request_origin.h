@@ -1,5 +1,5 @@
 // Which front door a request came through: the ZeroMQ job socket, or the HTTP or gRPC front end
-// (supervisor/frontend/, over the loop's inproc front-end socket). Replies go back the same way;
+// (supervisor/frontend/, through the loop's FrontendHub). Replies go back the same way;
 // metrics carry it as the `protocol` label.
 #pragma once
 

@@ -14,8 +14,10 @@
 //
 // A Mailbox's descriptor is an eventfd that is readable exactly while the mailbox holds a
 // message: the push that makes it non-empty raises it and the take that empties it lowers it,
-// both under the mailbox's lock. So a reader may poll it level-triggered (the loop's ::poll,
-// an asio wait), take some messages, and leave the rest for the next wake-up. Thread-safe.
+// both under the mailbox's lock. So a level-triggered reader (the loop's ::poll) may take some
+// messages and leave the rest for the next wake-up. An edge-triggered one (asio's epoll reactor)
+// must empty the mailbox before it waits again: only a push into the empty mailbox makes an edge.
+// Thread-safe.
 #pragma once
 
 #include <cstdint>

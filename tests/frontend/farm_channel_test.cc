@@ -7,6 +7,7 @@
 #include <chrono>
 #include <future>
 #include <map>
+#include <stdexcept>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -333,6 +334,46 @@ TEST(FarmChannel, ATypedReplyIsTakenAsItIs) {
   EXPECT_EQ(reply.status.message(), as_text.status.message());
   EXPECT_NE(reply.status.message(), error.status.message()) << "the bytes were replaced";
   EXPECT_EQ(channel.unmatched_replies(), 0u);
+}
+
+// A reply handler that throws loses its own call only: the replies behind it in the mailbox are
+// still delivered, and later calls on the channel are answered (the mailbox raises no new edge
+// while it holds a reply, so a drain cut short would leave the channel deaf).
+TEST(FarmChannel, AThrowingReplyHandlerCostsOnlyItsOwnCall) {
+  FakeLoop loop;
+  FarmChannel channel(loop.hub());
+  ASSERT_TRUE(channel.Start().ok());
+  std::promise<FarmReply> second;
+  channel.Post([&] {
+    channel.Call("http p", json{{"v", 1}}, OneFrame("one"),
+                 [](FarmReply) { throw std::runtime_error("handler bug"); });
+    channel.Call("http p", json{{"v", 1}}, OneFrame("two"),
+                 [&](FarmReply reply) { second.set_value(std::move(reply)); });
+  });
+  std::vector<zmq::message_t> first_request;
+  std::vector<zmq::message_t> second_request;
+  ASSERT_TRUE(loop.Receive(&first_request));
+  ASSERT_TRUE(loop.Receive(&second_request));
+  // Both replies wait in the mailbox before the channel's drain runs the throwing handler.
+  channel.Post([&] {
+    loop.Echo(first_request);
+    loop.Echo(second_request);
+  });
+  auto future = second.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(future.get().frames[0].to_string(), "two");
+  std::promise<FarmReply> third;
+  channel.Post([&] {
+    channel.Call("http p", json{{"v", 1}}, OneFrame("three"),
+                 [&](FarmReply reply) { third.set_value(std::move(reply)); });
+  });
+  std::vector<zmq::message_t> third_request;
+  ASSERT_TRUE(loop.Receive(&third_request));
+  loop.Echo(third_request);
+  auto later = third.get_future();
+  ASSERT_EQ(later.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(later.get().frames[0].to_string(), "three");
+  EXPECT_EQ(channel.pending(), 0u);
 }
 
 }  // namespace

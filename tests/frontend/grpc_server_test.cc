@@ -1,7 +1,7 @@
-// GrpcServer over a real gRPC channel, against a fake job loop: a ROUTER on an inproc endpoint of
-// the test's ZeroMQ context that answers like the supervisor's front-end socket
-// (farm_channel.h). Every RPC, raw and typed contents, output selection, and each error class
-// with its gRPC code. Triton's additions are in grpc_triton_test.cc.
+// GrpcServer over a real gRPC channel, against a fake job loop: a FrontendHub whose requests a
+// thread of the test answers like the supervisor's loop (farm_channel.h). Every RPC, raw and typed
+// contents, output selection, and each error class with its gRPC code. Triton's additions are in
+// grpc_triton_test.cc.
 #include "tests/frontend/grpc_server_fixture.h"
 
 namespace torchfarm {

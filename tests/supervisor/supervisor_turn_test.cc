@@ -277,7 +277,7 @@ TEST_F(SupervisorTurnTest, EveryFrontEndMessageIsAnsweredWithItsCallIdEvenAnUnre
   }
 }
 
-// Issue 33: the dashboard's status over the front-end socket: models, workers and the event
+// Issue 33: the dashboard's status through the front ends' hub: models, workers and the event
 // ring, what an HTTP client may see only: no config path, no model path.
 TEST_F(SupervisorTurnTest, TheDashboardStatusHasModelsWorkersAndEventsAndNoPaths) {
   config_.frontend.http_endpoint = "127.0.0.1:0";
@@ -347,7 +347,7 @@ void SendTypedAsChannel(HubChannel& channel, const std::string& tag, const std::
   channel.Push(std::move(frames));
 }
 
-// A reply on the front-end socket: a typed reply header (the answer to a typed request) taken
+// A reply through the hub: a typed reply header (the answer to a typed request) taken
 // as it is, a text one parsed.
 ReplyHeader ReplyFrom(zmq::message_t& frame) {
   ReplyHeader reply;
@@ -428,7 +428,7 @@ TEST_F(SupervisorTurnTest, ATypedRequestIsRefusedAsItsJsonTwinAndABrokenOneIsAns
 }
 
 // Issue 36: a typed request is served like any other: batched into the worker's ring with its
-// bytes, answered on the front-end socket with its call id.
+// bytes, answered through the hub with its call id.
 TEST_F(SupervisorTurnTest, ATypedRequestIsServedAndAnsweredWithItsCallId) {
   config_.frontend.http_endpoint = "127.0.0.1:0";
   StartFarm();
