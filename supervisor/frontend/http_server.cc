@@ -4,6 +4,7 @@
 // share HttpServerState with the server, so none refers to the server object itself.
 #include "supervisor/frontend/http_server.h"
 
+#include <atomic>
 #include <chrono>
 #include <future>
 
@@ -27,15 +28,19 @@ constexpr auto kStopWait = std::chrono::seconds(2);
 constexpr auto kAcceptRetry = std::chrono::milliseconds(50);
 
 // Runs `work` on `io`'s thread and waits for it (at most kStopWait: the thread may be gone).
-void RunOn(asio::io_context& io, std::function<void()> work) {
-  if (io.get_executor().running_in_this_thread()) return work();
+// False when it did not run in that time.
+bool RunOn(asio::io_context& io, std::function<void()> work) {
+  if (io.get_executor().running_in_this_thread()) {
+    work();
+    return true;
+  }
   auto done = std::make_shared<std::promise<void>>();
   std::future<void> finished = done->get_future();
   asio::post(io, [work = std::move(work), done] {
     work();
     done->set_value();
   });
-  finished.wait_for(kStopWait);
+  return finished.wait_for(kStopWait) == std::future_status::ready;
 }
 
 Status LoadTls(const TlsConfig& tls, std::shared_ptr<asio::ssl::context>* out) {
@@ -102,6 +107,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
 
   void Accept() {
     FarmChannel* channel = channels_[next_++ % channels_.size()];
+    accept_pending_ = true;
     acceptor_.async_accept(channel->io(), [self = shared_from_this(), channel](
                                               boost::system::error_code ec, tcp::socket socket) {
       self->OnAccept(ec, std::move(socket), channel);
@@ -115,11 +121,15 @@ class Listener : public std::enable_shared_from_this<Listener> {
   }
 
   int port() const { return port_; }
+  // An accept is waiting or its handler has not run yet. Its handler holds a socket of another
+  // channel's io_context: that context must outlive it, so Stop waits for it to run.
+  bool accept_pending() const { return accept_pending_.load(); }
   const std::shared_ptr<HttpServerState>& state() const { return state_; }
   const std::vector<FarmChannel*>& channels() const { return channels_; }
 
  private:
   void OnAccept(boost::system::error_code ec, tcp::socket socket, FarmChannel* channel) {
+    accept_pending_ = false;
     if (ec == asio::error::operation_aborted || state_->stopping) return;
     if (ec) {
       TF_LOG(kWarn) << "http: accept failed; retrying" << Kv("error", ec.message());
@@ -153,6 +163,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
   asio::steady_timer retry_;
   size_t next_ = 0;
   int port_ = 0;
+  std::atomic<bool> accept_pending_{false};
 };
 
 }  // namespace
@@ -192,7 +203,15 @@ void HttpServer::Stop() {
   const std::shared_ptr<Listener>& listener = impl_->listener_;
   const std::shared_ptr<HttpServerState>& state = listener->state();
   state->stopping = true;
-  RunOn(listener->channels()[0]->io(), [listener] { listener->CloseAcceptor(); });
+  asio::io_context& accepting = listener->channels()[0]->io();
+  bool running = RunOn(accepting, [listener] { listener->CloseAcceptor(); });
+  // The aborted accept's handler runs on the accepting thread after the close; until it has, a
+  // channel stopped and destroyed would leave it holding a socket of a dead io_context.
+  for (int turn = 0; running && turn < 100 && listener->accept_pending() &&
+                     !accepting.get_executor().running_in_this_thread();
+       ++turn) {
+    running = RunOn(accepting, [] {});
+  }
   std::vector<std::shared_ptr<HttpConnection>> open;
   {
     std::lock_guard<std::mutex> lock(state->mutex);
