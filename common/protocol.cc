@@ -375,11 +375,17 @@ Status ReadInputs(const json& j, const RequestLimits& limits, RequestHeader* out
   return Status::Ok();
 }
 
-// The header's optional "timeout_ms", "priority" and "output_shm".
+// The header's optional "timeout_ms", "deadline_unix_us", "priority" and "output_shm".
 Status ReadOptionalFields(const json& j, RequestHeader* out) {
   if (auto t = j.find("timeout_ms"); t != j.end() && !t->is_null()) {
     // Beyond kMaxTimeoutMs (supervisor/intake/job_intake.h) it means no deadline; never negative.
     if (Status s = IntegerFromJson(*t, "header field 'timeout_ms'", 0, INT64_MAX, &out->timeout_ms);
+        !s.ok())
+      return s;
+  }
+  if (auto d = j.find("deadline_unix_us"); d != j.end() && !d->is_null()) {
+    if (Status s = IntegerFromJson(*d, "header field 'deadline_unix_us'", 0, INT64_MAX,
+                                   &out->deadline_unix_us);
         !s.ok())
       return s;
   }
@@ -409,11 +415,11 @@ Status ReadOptionalFields(const json& j, RequestHeader* out) {
 Status CheckHeaderFields(const json& j) {
   for (const auto& [key, value] : j.items()) {
     if (key != "v" && key != "id" && key != "op" && key != "model" && key != "version" &&
-        key != "inputs" && key != "timeout_ms" && key != "priority" && key != "client_weight" &&
-        key != "output_shm" && key != "outputs_shm") {
+        key != "inputs" && key != "timeout_ms" && key != "deadline_unix_us" && key != "priority" &&
+        key != "client_weight" && key != "output_shm" && key != "outputs_shm") {
       return InvalidArgument("header: unknown field '" + key +
                              "' (expected v, id, op, model, version, inputs, timeout_ms, "
-                             "priority, client_weight, output_shm, outputs_shm)");
+                             "deadline_unix_us, priority, client_weight, output_shm, outputs_shm)");
     }
   }
   return Status::Ok();
@@ -433,7 +439,8 @@ bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out, const Req
     kInputs = 8,
     kTimeout = 16,
     kPriority = 32,
-    kVersion = 64
+    kVersion = 64,
+    kDeadline = 128
   };
   unsigned seen = 0;
   const int max_rank = std::min(limits.max_rank, kMaxRank);
@@ -477,6 +484,9 @@ bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out, const Req
     } else if (key == "timeout_ms") {
       if (!ScanOptionalInteger(in, UINT64_MAX, &header.timeout_ms)) return false;
       field = kTimeout;
+    } else if (key == "deadline_unix_us") {
+      if (!ScanOptionalInteger(in, INT64_MAX, &header.deadline_unix_us)) return false;
+      field = kDeadline;
     } else if (key == "priority") {
       int64_t priority = 0;
       if (!ScanOptionalInteger(in, 1000, &priority)) return false;

@@ -60,6 +60,11 @@ struct RequestHeader {
   // puts the inputs into the model's declared order (supervisor/intake/job_intake.h).
   std::vector<std::string> input_names;
   int64_t timeout_ms = 0;  // 0: no deadline
+  // The client's own deadline: microseconds since the Unix epoch on the client's wall clock
+  // (0: none). The supervisor converts it with its own wall clock on arrival (the clocks must
+  // agree: the same host, or NTP), so time the request spent before the supervisor read it
+  // (a client's late send, a socket's queue) counts; the nearer of it and timeout_ms applies.
+  int64_t deadline_unix_us = 0;
   int priority = 0;        // 0 is highest, kMaxPriority lowest
   // The client's own weight in its model's fair shares (0.01..100; 0: none given): it may lower
   // the weight the config gives the client, never raise it (common/client_weights.h).

@@ -101,10 +101,15 @@ Status CheckHeaderOutputPlaces(const std::vector<OutputPlace>& places) {
   return Status::Ok();
 }
 
-// timeout_ms, priority and client_weight, as ReadOptionalFields checks them (0: absent).
+// timeout_ms, deadline_unix_us, priority and client_weight, as ReadOptionalFields checks them
+// (0: absent).
 Status CheckHeaderOptionalFields(const RequestHeader& header) {
   if (header.timeout_ms < 0) {
     return HeaderIntegerIn(header.timeout_ms, "header field 'timeout_ms'", 0, INT64_MAX);
+  }
+  if (header.deadline_unix_us < 0) {
+    return HeaderIntegerIn(header.deadline_unix_us, "header field 'deadline_unix_us'", 0,
+                           INT64_MAX);
   }
   if (Status s = HeaderIntegerIn(header.priority, "header field 'priority'", 0, kMaxPriority);
       !s.ok()) {

@@ -165,6 +165,10 @@ BenchCommand::BenchCommand(CLI::App* parent) {
                    "Latency objective: each step also reports the ok replies within it "
                    "(within_slo) and their rate (within_slo_per_s, goodput)")
       ->check(CLI::Range(1e-3, 86'400'000.0));
+  app_->add_flag("--client-deadline", client_deadline_,
+                 "With --slo-ms: send each request's own deadline, its (scheduled) start + "
+                 "--slo-ms, as deadline_unix_us, so the farm counts the time before it reads "
+                 "the request and refuses one that cannot make it (same host or synced clocks)");
   app_->add_option("--clients", clients_,
                    "Open loop over N tenants, each its own connection at its own rate "
                    "(--client-rates); the report lists each")
@@ -276,6 +280,11 @@ int BenchCommand::Run() {
                                        arrival_ + " (poisson's cv is 1, fixed's 0)"),
                        kExitUsage);
   }
+  if (client_deadline_ && slo_ms_ <= 0) {
+    return ReportError(InvalidArgument("--client-deadline sends start + --slo-ms as each "
+                                       "request's deadline: it needs --slo-ms"),
+                       kExitUsage);
+  }
   std::vector<double> client_rates;
   if (Status s = CheckClientFlags(&client_rates); !s.ok()) return ReportError(s, kExitUsage);
   std::vector<TensorSpec> inputs;
@@ -349,6 +358,7 @@ LoadSpec BenchCommand::BaseSpec(const std::vector<TensorSpec>& inputs) const {
   (void)ParseArrival(arrival_, &spec.arrival);  // CLI11 accepted only the three names
   spec.cv = cv_;
   spec.slo_ms = slo_ms_;
+  spec.client_deadline = client_deadline_;
   return spec;
 }
 

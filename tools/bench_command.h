@@ -104,6 +104,7 @@ class BenchCommand : public Command {
   std::string arrival_ = "fixed";
   double cv_ = 1;
   double slo_ms_ = 0;
+  bool client_deadline_ = false;
   int clients_ = 0;
   std::vector<std::string> client_rates_;
   CLI::Option* cv_option_ = nullptr;

@@ -128,19 +128,41 @@ RequestTemplate::RequestTemplate(const std::string& model, const std::vector<Ten
   suffix_ += "}";
 }
 
-std::string RequestTemplate::Build(uint64_t id) const {
+namespace {
+
+// The id and the extras: `<id>[,"timeout_ms":T][,"deadline_unix_us":D]` into `out` (96 bytes
+// hold the longest); returns the length.
+int IdAndExtras(uint64_t id, const RequestExtras& extras, char* out, size_t capacity) {
+  int length = std::snprintf(out, capacity, "%llu", static_cast<unsigned long long>(id));
+  if (extras.timeout_ms > 0) {
+    length += std::snprintf(out + length, capacity - static_cast<size_t>(length),
+                            ",\"timeout_ms\":%lld", static_cast<long long>(extras.timeout_ms));
+  }
+  if (extras.deadline_unix_us > 0) {
+    length += std::snprintf(out + length, capacity - static_cast<size_t>(length),
+                            ",\"deadline_unix_us\":%lld",
+                            static_cast<long long>(extras.deadline_unix_us));
+  }
+  return length;
+}
+
+}  // namespace
+
+std::string RequestTemplate::Build(uint64_t id, const RequestExtras& extras) const {
+  char digits[96];
+  const int length = IdAndExtras(id, extras, digits, sizeof(digits));
   std::string header;
-  header.reserve(prefix_.size() + suffix_.size() + 20);
+  header.reserve(prefix_.size() + suffix_.size() + static_cast<size_t>(length));
   header += prefix_;
-  header += std::to_string(id);
+  header.append(digits, static_cast<size_t>(length));
   header += suffix_;
   return header;
 }
 
-size_t RequestTemplate::BuildInto(uint64_t id, char* out, size_t capacity) const {
-  char digits[24];
-  const int length =
-      std::snprintf(digits, sizeof(digits), "%llu", static_cast<unsigned long long>(id));
+size_t RequestTemplate::BuildInto(uint64_t id, char* out, size_t capacity,
+                                  const RequestExtras& extras) const {
+  char digits[96];
+  const int length = IdAndExtras(id, extras, digits, sizeof(digits));
   const size_t total = prefix_.size() + static_cast<size_t>(length) + suffix_.size();
   if (total > capacity) return 0;
   std::memcpy(out, prefix_.data(), prefix_.size());

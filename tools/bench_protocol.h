@@ -25,16 +25,22 @@ struct ShmPlacement {
 };
 
 // Frame 0 of a request for one model and fixed input specs; only the id changes per request.
+// What a request adds to its template: the header's timeout_ms and deadline_unix_us (0: left out).
+struct RequestExtras {
+  int64_t timeout_ms = 0;
+  int64_t deadline_unix_us = 0;
+};
+
 class RequestTemplate {
  public:
   RequestTemplate(const std::string& model, const std::vector<TensorSpec>& inputs);
   // The same with every input in shared memory and "output_shm" (the request has no data frames).
   RequestTemplate(const std::string& model, const std::vector<TensorSpec>& inputs,
                   const ShmPlacement& shm);
-  // {"v":1,"id":<id>,"model":…,"inputs":[…]}
-  std::string Build(uint64_t id) const;
+  // {"v":1,"id":<id>[,"timeout_ms":T][,"deadline_unix_us":D],"model":…,"inputs":[…]}
+  std::string Build(uint64_t id, const RequestExtras& extras = {}) const;
   // The same into `out`; returns the length, or 0 when it needs more than `capacity` bytes.
-  size_t BuildInto(uint64_t id, char* out, size_t capacity) const;
+  size_t BuildInto(uint64_t id, char* out, size_t capacity, const RequestExtras& extras = {}) const;
 
  private:
   std::string prefix_;  // up to and including "id":

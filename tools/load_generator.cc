@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <unordered_map>
 #include <zmq.hpp>
@@ -82,7 +83,13 @@ struct LoadGenerator::ThreadState {
 LoadGenerator::LoadGenerator(LoadSpec spec)
     : spec_(std::move(spec)),
       pool_(spec_.inputs, spec_.seed),
-      template_(spec_.model, spec_.inputs) {}
+      template_(spec_.model, spec_.inputs),
+      wall_minus_steady_us_(
+          std::chrono::duration_cast<std::chrono::microseconds>(
+              std::chrono::system_clock::now().time_since_epoch())
+              .count() -
+          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch())
+              .count()) {}
 
 LoadGenerator::~LoadGenerator() {
   stop_early_ = true;
@@ -274,7 +281,8 @@ void LoadGenerator::RunThread(ThreadState* state) {
   Drain(state);
 }
 
-bool LoadGenerator::BuildRequest(ThreadState* state, size_t client, uint64_t id, int* area) {
+bool LoadGenerator::BuildRequest(ThreadState* state, size_t client, uint64_t id, TimePoint start,
+                                 int* area) {
   state->frames.clear();
   const RequestTemplate* header = &template_;
   if (shm_) {
@@ -288,10 +296,18 @@ bool LoadGenerator::BuildRequest(ThreadState* state, size_t client, uint64_t id,
     }
     header = &shm_->Template(global, *area);
   }
+  RequestExtras extras;
+  extras.timeout_ms = spec_.timeout_ms;
+  if (spec_.client_deadline && spec_.slo_ms > 0) {
+    const int64_t start_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(start.time_since_epoch()).count();
+    extras.deadline_unix_us =
+        start_us + wall_minus_steady_us_ + static_cast<int64_t>(spec_.slo_ms * 1000);
+  }
   char buffer[1024];
-  size_t length = header->BuildInto(id, buffer, sizeof(buffer));
+  size_t length = header->BuildInto(id, buffer, sizeof(buffer), extras);
   state->frames.push_back(length ? zmq::message_t(buffer, length)
-                                 : zmq::message_t(header->Build(id)));
+                                 : zmq::message_t(header->Build(id, extras)));
   for (size_t i = 0; !shm_ && i < pool_.input_count(); ++i) {
     zmq::message_t data(pool_.input_bytes(i));
     pool_.Fill(i, id, state->rng, static_cast<uint8_t*>(data.data()));
@@ -303,13 +319,13 @@ bool LoadGenerator::BuildRequest(ThreadState* state, size_t client, uint64_t id,
 void LoadGenerator::SendRequest(ThreadState* state, size_t client,
                                 std::optional<TimePoint> scheduled) {
   const uint64_t id = ++state->next_id;
+  const TimePoint start = scheduled.value_or(Clock::now());
   int area = -1;
-  if (!BuildRequest(state, client, id, &area)) {
+  if (!BuildRequest(state, client, id, start, &area)) {
     // Cannot happen in the closed loop (a client never has more than --depth in flight).
     if (InWindow(Clock::now())) ++state->errors["SHM_AREAS_BUSY"];
     return;
   }
-  const TimePoint start = scheduled.value_or(Clock::now());
   zmq::socket_t& socket = *state->clients[client];
   bool sent = true;
   try {

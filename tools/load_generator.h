@@ -62,6 +62,9 @@ struct LoadSpec {
   Arrival arrival = Arrival::kFixed;  // open loop: how the gaps between sends are drawn
   double cv = 1;                      // kGamma: coefficient of variation of the gaps
   double slo_ms = 0;                  // > 0: count ok replies within this latency (goodput)
+  // With slo_ms: each request carries deadline_unix_us = its start (the scheduled send in the
+  // open loop) + slo_ms on the wall clock (docs/protocol.md).
+  bool client_deadline = false;
   double warmup_s = 1;
   double seconds = 5;
   int64_t max_requests = 0;   // > 0: the window ends after this many counted replies
@@ -146,7 +149,7 @@ class LoadGenerator {
   void SendRequest(ThreadState* state, size_t client, std::optional<TimePoint> scheduled);
   // Builds request `id` in state->frames: inputs copied into data frames, or (shm) into a free
   // area of the client's region, whose number goes to `*area`. False when no area is free.
-  bool BuildRequest(ThreadState* state, size_t client, uint64_t id, int* area);
+  bool BuildRequest(ThreadState* state, size_t client, uint64_t id, TimePoint start, int* area);
   // Reads every reply waiting on `client`; in the closed loop each one is replaced by a new
   // request while the window is open.
   void HandleReplies(ThreadState* state, size_t client, bool resend);
@@ -159,6 +162,9 @@ class LoadGenerator {
   LoadSpec spec_;
   InputPool pool_;
   RequestTemplate template_;
+  // The wall clock minus the steady clock, in microseconds, read once: a start on the steady
+  // clock plus this is the same instant on the wall clock (spec_.client_deadline).
+  int64_t wall_minus_steady_us_ = 0;
   std::unique_ptr<BenchShmRegions> shm_;  // with spec_.shm
   std::unique_ptr<zmq::context_t> context_;
   std::vector<std::unique_ptr<ThreadState>> states_;

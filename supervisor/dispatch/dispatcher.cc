@@ -21,6 +21,7 @@ void Dispatcher::ApplyQueueWait(const ModelConfig& config, PendingRequest* reque
   if (limit < request->deadline) {
     request->deadline = limit;
     request->deadline_is_queue_wait = true;
+    request->deadline_is_client = false;
   }
 }
 
@@ -31,6 +32,7 @@ void Dispatcher::ApplyLatencySlo(const ModelConfig& config, PendingRequest* requ
     request->deadline = limit;
     request->deadline_is_slo = true;
     request->deadline_is_queue_wait = false;
+    request->deadline_is_client = false;
   }
 }
 
@@ -80,7 +82,8 @@ namespace {
 
 // What a request's deadline is, for the messages that name it.
 const char* DeadlineName(const PendingRequest& request) {
-  return request.deadline_is_slo ? "latency_slo_ms" : "timeout_ms";
+  if (request.deadline_is_slo) return "latency_slo_ms";
+  return request.deadline_is_client ? "deadline_unix_us" : "timeout_ms";
 }
 
 }  // namespace
@@ -156,7 +159,8 @@ Status Dispatcher::CheckDeadline(const ServedModel& model, const PendingRequest&
   const TimePoint start = now + Micros(static_cast<int64_t>(earliest_free_us));
   if (start <= request.deadline) return Status::Ok();
   return Status(StatusCode::kDeadlineExceeded,
-                "timeout_ms of " + std::to_string(ToMicros(request.deadline - request.received) / 1000) +
+                std::string(DeadlineName(request)) + " of " +
+                    std::to_string(ToMicros(request.deadline - request.received) / 1000) +
                     " ms cannot be met: every worker of model '" + model.config.name +
                     "' is busy for at least " +
                     std::to_string(static_cast<int64_t>(earliest_free_us / 1000)) +

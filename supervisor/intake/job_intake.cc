@@ -1,7 +1,9 @@
 #include "supervisor/intake/job_intake.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 
 #include "common/model_versions.h"
 #include "common/protocol.h"
@@ -312,6 +314,33 @@ TimePoint DeadlineAfter(TimePoint now, int64_t timeout_ms) {
   return now + timeout;
 }
 
+Status ApplyClientDeadline(int64_t deadline_unix_us, int64_t wall_now_us, TimePoint now,
+                           PendingRequest* request) {
+  if (deadline_unix_us <= 0) return Status::Ok();
+  const int64_t left_us = deadline_unix_us - wall_now_us;  // both within [0, INT64_MAX]
+  if (left_us <= 0) {
+    char late[32];
+    std::snprintf(late, sizeof(late), "%.1f", static_cast<double>(-left_us) / 1000.0);
+    return Status(StatusCode::kDeadlineExceeded,
+                  "the request arrived " + std::string(late) + " ms after its deadline_unix_us (" +
+                      std::to_string(deadline_unix_us) + "; the supervisor's wall clock read " +
+                      std::to_string(wall_now_us) +
+                      "); it never ran. The client's and the supervisor's clocks must agree");
+  }
+  if (left_us / 1000 > kMaxTimeoutMs) return Status::Ok();
+  const TimePoint deadline = now + Micros(left_us);  // fits: kMaxTimeoutMs bounds it
+  if (deadline < request->deadline) {
+    request->deadline = deadline;
+    request->deadline_is_client = true;
+  }
+  return Status::Ok();
+}
+
+int64_t WallClockMicros() {
+  return std::chrono::duration_cast<Micros>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 namespace {
 
 // Everything ParseJob checks once it has an inference header, whichever protocol the header came
@@ -348,6 +377,10 @@ Status IntakeInferenceHeader(RequestHeader& header, uint64_t header_bytes,
   request->slot_bytes = slot_bytes;
   request->received = now;
   request->deadline = DeadlineAfter(now, header.timeout_ms);
+  if (header.deadline_unix_us > 0) {
+    if (s = ApplyClientDeadline(header.deadline_unix_us, WallClockMicros(), now, request); !s.ok())
+      return s;
+  }
   request->priority = header.priority;
   request->client_weight = header.client_weight;
   SetRows(request);

@@ -35,6 +35,16 @@ constexpr int64_t kMaxTimeoutMs = 36525LL * 24 * 3600 * 1000;  // 100 years of 3
 // 0, for values beyond kMaxTimeoutMs and where the sum would pass the clock's end.
 TimePoint DeadlineAfter(TimePoint now, int64_t timeout_ms);
 
+// A client's deadline_unix_us (common/protocol.h) applied to `request`, which arrived at `now`
+// (the loop's clock) when the supervisor's wall clock read `wall_now_us`: the nearer of it and
+// the request's deadline so far. DEADLINE_EXCEEDED, naming by how much, when it had passed on
+// arrival; one more than kMaxTimeoutMs ahead changes nothing.
+Status ApplyClientDeadline(int64_t deadline_unix_us, int64_t wall_now_us, TimePoint now,
+                           PendingRequest* request);
+// The supervisor's wall clock in microseconds since the Unix epoch: read only for a request
+// that carries deadline_unix_us (the one place the loop reads the wall clock).
+int64_t WallClockMicros();
+
 // A KServe v2 request's "priority" in Triton's meaning as the farm's level (0 is served first):
 // 1..priority_levels are levels 0..priority_levels-1; 0, and values past priority_levels, are
 // the model's default_priority_level (as Triton's InferenceRequest::SetPriority). ZeroMQ requests

@@ -52,6 +52,7 @@ struct PendingRequest {
   TimePoint deadline = TimePoint::max();
   bool deadline_is_queue_wait = false;  // `deadline` is max_queue_wait_ms, not the client's timeout
   bool deadline_is_slo = false;         // `deadline` is the model's latency_slo_ms
+  bool deadline_is_client = false;      // `deadline` is the header's deadline_unix_us
   int priority = 0;
   // Fair queueing (supervisor/dispatch/model_queue.h): the virtual time, in weighted rows served
   // by the request's priority level, at which this request's turn starts. Set by ModelQueue::Push.

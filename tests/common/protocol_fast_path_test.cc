@@ -21,6 +21,7 @@ void ExpectSame(const RequestHeader& a, const RequestHeader& b, const std::strin
   EXPECT_EQ(a.inputs, b.inputs) << text;
   EXPECT_EQ(a.input_names, b.input_names) << text;
   EXPECT_EQ(a.timeout_ms, b.timeout_ms) << text;
+  EXPECT_EQ(a.deadline_unix_us, b.deadline_unix_us) << text;
   EXPECT_EQ(a.priority, b.priority) << text;
 }
 
@@ -131,12 +132,34 @@ TEST(ProtocolFastPathTest, LeavesEverythingElseToTheJsonParser) {
       R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"timeout_ms":9223372036854775808})",
       R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"timeout_ms":18446744073709551615})",
       R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"priority":1001})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"deadline_unix_us":-1})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"deadline_unix_us":9223372036854775808})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"deadline_unix_us":1.5})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"deadline_unix_us":"1"})",
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"deadline_unix_us":1,"deadline_unix_us":2})",
       R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"id":nul})",
       R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1,2,3,4,5,6,7,8,9]}]})",
       R"({"model":"m","inputs":[{"dtype":"float32","shape":[1]}]})",
       std::string(R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}]})") + '\0',
   };
   for (const std::string& text : declined) EXPECT_FALSE(FastTakes(text)) << text;
+}
+
+// A client deadline (deadline_unix_us) is read by the fast path exactly as the JSON path reads
+// it, at its bounds and beside the other optional fields.
+TEST(ProtocolFastPathTest, TakesAClientDeadlineAsTheJsonPathDoes) {
+  for (const std::string& value : {"0", "1", "1733550000123456", "9223372036854775807", "null"}) {
+    const std::string text =
+        R"({"v":1,"id":7,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"timeout_ms":20,"deadline_unix_us":)" +
+        value + R"(,"priority":3})";
+    // 19 digits are past what the scanner reads itself: the JSON path takes those.
+    EXPECT_EQ(FastTakes(text), value.size() < 19) << text;
+  }
+  RequestHeader header;
+  ASSERT_TRUE(ParseRequestHeaderFast(
+      R"({"v":1,"model":"m","inputs":[{"dtype":"float32","shape":[1]}],"deadline_unix_us":1733550000123456})",
+      &header));
+  EXPECT_EQ(header.deadline_unix_us, 1733550000123456);
 }
 
 TEST(ProtocolFastPathTest, DeclinesWhatTheLimitsRefuse) {

@@ -162,7 +162,7 @@ TEST(ProtocolTest, RejectsUnknownFields) {
   EXPECT_EQ(
       ProtocolError(j),
       "header: unknown field 'deadline' (expected v, id, op, model, version, inputs, timeout_ms, "
-      "priority, client_weight, output_shm, outputs_shm)");
+      "deadline_unix_us, priority, client_weight, output_shm, outputs_shm)");
   j = ValidHeader();
   j["inputs"][0]["layout"] = "nchw";
   EXPECT_EQ(ProtocolError(j), "inputs[0]: unknown key 'layout' (expected dtype, shape, name)");
@@ -178,6 +178,31 @@ TEST(ProtocolTest, RejectsNegativeOrNonIntegerTimeout) {
   EXPECT_EQ(
       ProtocolError(j),
       "header field 'timeout_ms': expected an integer in 0..9223372036854775807, got number 1.5");
+}
+
+// deadline_unix_us: an integer 0..2^63-1 (0 and null: none); anything else names the field.
+TEST(ProtocolTest, AClientDeadlineIsAnIntegerInItsRange) {
+  RequestHeader h;
+  json j = ValidHeader();
+  for (const json& v : {json(0), json(1), json(int64_t{1733550000123456}), json(INT64_MAX)}) {
+    j["deadline_unix_us"] = v;
+    ASSERT_TRUE(ParseHeaderText(j, &h).ok()) << v.dump();
+    EXPECT_EQ(h.deadline_unix_us, v.get<int64_t>());
+  }
+  j["deadline_unix_us"] = nullptr;
+  ASSERT_TRUE(ParseHeaderText(j, &h).ok());
+  EXPECT_EQ(h.deadline_unix_us, 0);
+  for (const json& v : {json(-1), json(1.5), json(uint64_t{1} << 63), json(UINT64_MAX)}) {
+    j["deadline_unix_us"] = v;
+    EXPECT_EQ(ProtocolError(j),
+              "header field 'deadline_unix_us': expected an integer in 0..9223372036854775807, "
+              "got number " +
+                  v.dump());
+  }
+  j["deadline_unix_us"] = "1733550000123456";
+  EXPECT_NE(ProtocolError(j).find("header field 'deadline_unix_us': expected an integer"),
+            std::string::npos)
+      << ProtocolError(j);
 }
 
 // Header numbers at and beyond their bounds, and where a value would wrap into the field's type:

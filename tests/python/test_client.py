@@ -117,6 +117,39 @@ def test_client_timeout_raises_deadline_exceeded(farm):
     assert info.value.message == f"no reply from {farm.endpoint} within 0.5 s"
 
 
+def test_a_client_deadline_past_on_arrival_is_refused_at_once_and_the_next_request_runs(client):
+    # deadline_at is sent as deadline_unix_us: one already past is the farm's DEADLINE_EXCEEDED,
+    # answered at once and naming by how much, never run; the same client's next request with a
+    # deadline ahead is served.
+    x = np.ones((1, 256), np.float32)
+    start = time.monotonic()
+    with pytest.raises(torchfarm.DeadlineExceeded) as info:
+        client.infer("mlp", x, deadline_at=time.time() - 0.25)
+    assert time.monotonic() - start < 2.0
+    assert info.value.code == "DEADLINE_EXCEEDED"
+    assert "ms after its deadline_unix_us" in info.value.message
+    late_ms = float(info.value.message.split("arrived ")[1].split(" ms")[0])
+    assert 250 <= late_ms < 2250
+    (y,) = client.infer("mlp", x, deadline_at=time.time() + 30)
+    assert y.shape[0] == 1
+    many = client.infer_many("mlp", [x, x], deadline_at=time.time() + 30)
+    assert len(many) == 2
+    with pytest.raises(ValueError, match="deadline_at"):
+        client.infer("mlp", x, deadline_at=-1.0)
+
+
+def test_async_client_sends_its_deadline_at(farm):
+    async def run():
+        async with torchfarm.AsyncClient(farm.endpoint, timeout=10) as client:
+            x = np.ones((1, 256), np.float32)
+            with pytest.raises(torchfarm.DeadlineExceeded, match="deadline_unix_us"):
+                await client.infer("mlp", x, deadline_at=time.time() - 1)
+            return await client.infer("mlp", x, deadline_at=time.time() + 30)
+
+    (y,) = asyncio.run(run())
+    assert y.shape[0] == 1
+
+
 def test_failover_to_the_next_endpoint(farm):
     silent = f"ipc://{farm.dir}/nobody-listens.sock"
     with torchfarm.Client([silent, farm.endpoint], timeout=0.3) as client:

@@ -23,6 +23,13 @@ def test_request_frames_follow_protocol_v1():
     assert bytes(frames[1]) == x.tobytes()
 
 
+def test_a_client_deadline_travels_as_deadline_unix_us():
+    x = np.zeros((1, 2), dtype=np.float32)
+    header = _header(_wire.encode_request(3, "m", [x], deadline_unix_us=1733550000123456))
+    assert header["deadline_unix_us"] == 1733550000123456 and "timeout_ms" not in header
+    assert "deadline_unix_us" not in _header(_wire.encode_request(3, "m", [x]))
+
+
 def test_numpy_input_is_sent_without_copy():
     x = np.ones((4, 256), dtype=np.float32)
     frame = _wire.encode_request(1, "mlp", [x])[1]

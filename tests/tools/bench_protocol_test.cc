@@ -34,6 +34,34 @@ TEST(BenchProtocolShm, TemplatePutsEveryInputInTheRegion) {
   EXPECT_EQ(RequestTemplate("identity", kInputs).Build(1).find("shm"), std::string::npos);
 }
 
+// `torchfarm bench --timeout-ms` and `--client-deadline` reach the header (--timeout-ms was parsed
+// and never sent before): both fields read back as sent, by the supervisor's own parser, from
+// Build and BuildInto alike; none of them leaves the header as it was.
+TEST(BenchProtocol, ATemplateCarriesTheTimeoutAndTheClientDeadline) {
+  const RequestTemplate request("mlp", kInputs);
+  RequestExtras extras;
+  extras.timeout_ms = 250;
+  extras.deadline_unix_us = INT64_MAX;
+  const std::string text = request.Build(UINT64_MAX, extras);
+  RequestHeader header;
+  Status s = ParseRequestHeader(text, &header);
+  ASSERT_TRUE(s.ok()) << s.ToString() << " in " << text;
+  EXPECT_EQ(header.id, UINT64_MAX);
+  EXPECT_EQ(header.timeout_ms, 250);
+  EXPECT_EQ(header.deadline_unix_us, INT64_MAX);
+  EXPECT_EQ(header.inputs, kInputs);
+  char buffer[1024];
+  EXPECT_EQ(std::string(buffer, request.BuildInto(UINT64_MAX, buffer, sizeof(buffer), extras)),
+            text);
+  EXPECT_EQ(request.BuildInto(1, buffer, 40, extras), 0u) << "too small: the caller builds it";
+  extras.timeout_ms = 0;
+  ASSERT_TRUE(ParseRequestHeader(request.Build(7, extras), &header).ok());
+  EXPECT_EQ(header.timeout_ms, 0);
+  EXPECT_EQ(header.deadline_unix_us, INT64_MAX);
+  EXPECT_EQ(request.Build(7), request.Build(7, RequestExtras{}));
+  EXPECT_EQ(request.Build(7).find("deadline"), std::string::npos);
+}
+
 TEST(BenchProtocolShm, RepliesMustPlaceOutputsInTheRange) {
   const ShmRef range{kRegion, 8192, 2048};
   std::vector<uint64_t> offsets;

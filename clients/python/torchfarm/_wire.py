@@ -70,7 +70,8 @@ def _input_entry(value: Any, index: int, data: List[Any]) -> Dict[str, Any]:
 
 def encode_request(request_id: int, model: str, inputs: Sequence[Any],
                    timeout_ms: int = 0, priority: int = 0,
-                   output_shm: Optional[ShmOutput] = None) -> List[Any]:
+                   output_shm: Optional[ShmOutput] = None,
+                   deadline_unix_us: int = 0) -> List[Any]:
     """The frames of one request: the JSON header, then a memoryview per input not in shared
     memory."""
     arrays: List[Any] = []  # numpy arrays, and bytes for "bytes" inputs
@@ -91,6 +92,8 @@ def encode_request(request_id: int, model: str, inputs: Sequence[Any],
     }
     if timeout_ms > 0:
         header["timeout_ms"] = int(timeout_ms)
+    if deadline_unix_us > 0:
+        header["deadline_unix_us"] = int(deadline_unix_us)
     if priority:
         header["priority"] = int(priority)
     if output_shm is not None:

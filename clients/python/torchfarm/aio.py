@@ -20,7 +20,8 @@ from ._wire import (check_status, decode_reply, decode_shm_create, encode_reques
                     encode_shm_create, encode_shm_release, reply_id)
 from .admin import DEFAULT_ADMIN_ENDPOINT
 from .client import (DEFAULT_MAX_IN_FLIGHT, DEFAULT_TIMEOUT_S, Batch, Endpoints, _as_inputs,
-                     _deadline_ms, _endpoint_list, _no_reply_message, _one_endpoint_only)
+                     _deadline_ms, _deadline_unix_us, _endpoint_list, _no_reply_message,
+                     _one_endpoint_only)
 from .errors import DeadlineExceeded, Internal, InvalidArgument, TorchfarmError
 from .security import ClientKeys, apply_curve, curve_keys
 from .shm import AsyncShmRegion, ShmOutput, ShmRegion, as_output_shm, map_region, uses_shm
@@ -127,7 +128,8 @@ class AsyncClient:
 
     async def infer(self, model: str, *inputs: Any, timeout: Optional[float] = None,
                     priority: int = 0, deadline: Optional[float] = None,
-                    output_shm: Union[ShmOutput, ShmRegion, None] = None) -> List[np.ndarray]:
+                    output_shm: Union[ShmOutput, ShmRegion, None] = None,
+                    deadline_at: Optional[float] = None) -> List[np.ndarray]:
         """Runs `model` on `inputs`; arguments, result and errors as :meth:`Client.infer`."""
         timeout = self.timeout if timeout is None else float(timeout)
         output = as_output_shm(output_shm)
@@ -135,7 +137,7 @@ class AsyncClient:
             _one_endpoint_only(self._endpoints, "a shared-memory tensor")
         request_id = self._take_id()
         frames = encode_request(request_id, model, inputs, _deadline_ms(deadline), priority,
-                                output)
+                                output, _deadline_unix_us(deadline_at))
         if self._spreader is not None:
             header, data = await self._spreader.request(request_id, frames, timeout, self._take_id)
         else:
@@ -172,7 +174,8 @@ class AsyncClient:
                          timeout: Optional[float] = None, priority: int = 0,
                          deadline: Optional[float] = None,
                          max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                         return_exceptions: bool = False) -> List[Any]:
+                         return_exceptions: bool = False,
+                         deadline_at: Optional[float] = None) -> List[Any]:
         """Concurrent requests, at most `max_in_flight` at once, results in input order; as
         :meth:`Client.infer_many`."""
         if max_in_flight < 1:
@@ -182,7 +185,8 @@ class AsyncClient:
         async def one(batch: Batch) -> List[np.ndarray]:
             async with slots:
                 return await self.infer(model, *_as_inputs(batch), timeout=timeout,
-                                        priority=priority, deadline=deadline)
+                                        priority=priority, deadline=deadline,
+                                        deadline_at=deadline_at)
 
         tasks = [one(b) for b in batches]
         if not return_exceptions:

@@ -46,6 +46,16 @@ def _deadline_ms(deadline: Optional[float]) -> int:
     return 0 if deadline is None else max(1, int(round(deadline * 1000)))
 
 
+def _deadline_unix_us(deadline_at: Optional[float]) -> int:
+    """`deadline_at` (seconds since the Unix epoch, as time.time()) as the header's
+    deadline_unix_us; a time before the epoch is refused here, not sent."""
+    if deadline_at is None:
+        return 0
+    if not deadline_at > 0:
+        raise ValueError(f"deadline_at must be a time.time() value > 0, got {deadline_at!r}")
+    return max(1, int(round(deadline_at * 1_000_000)))
+
+
 def _one_endpoint_only(endpoints: List[str], what: str) -> None:
     """Shared-memory regions belong to one supervisor: refuses them on a spreading client."""
     if len(endpoints) > 1:
@@ -168,7 +178,8 @@ class Client:
 
     def infer(self, model: str, *inputs: Any, timeout: Optional[float] = None, priority: int = 0,
               deadline: Optional[float] = None,
-              output_shm: Union[ShmOutput, ShmRegion, None] = None) -> List[np.ndarray]:
+              output_shm: Union[ShmOutput, ShmRegion, None] = None,
+              deadline_at: Optional[float] = None) -> List[np.ndarray]:
         """Runs `model` on `inputs` (one array-like or :class:`~torchfarm.ShmTensor` per model
         input, in the model's order; or one mapping ``{name: input}`` in any order; a list of
         byte strings, such as JPEG files' contents, is a "bytes" input for a model whose
@@ -181,6 +192,10 @@ class Client:
             priority: 0 is the highest; clamped by the farm to the model's priority levels.
             deadline: seconds the request may wait in the farm's queue before the farm answers
                 DEADLINE_EXCEEDED instead of running it (sent as ``timeout_ms``; default none).
+            deadline_at: the same as an absolute time, ``time.time()`` seconds: counted from
+                when the client decided it, so time before the farm read the request counts
+                too (sent as ``deadline_unix_us``; the farm's and this host's clocks must
+                agree). One already past on arrival is answered DEADLINE_EXCEEDED at once.
             output_shm: a :class:`~torchfarm.ShmOutput` range, or a region (all of it), that
                 the farm writes the outputs into; they are then returned as read-only views
                 into the region, overwritten by the next request that writes that range.
@@ -190,12 +205,13 @@ class Client:
             reply came within `timeout` from any endpoint.
         """
         return self._run(model, [inputs], timeout, priority, deadline, 1, False,
-                         as_output_shm(output_shm))[0]
+                         as_output_shm(output_shm), deadline_at=deadline_at)[0]
 
     def infer_many(self, model: str, batches: Iterable[Batch], *, timeout: Optional[float] = None,
                    priority: int = 0, deadline: Optional[float] = None,
                    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                   return_exceptions: bool = False) -> List[Any]:
+                   return_exceptions: bool = False,
+                   deadline_at: Optional[float] = None) -> List[Any]:
         """Pipelines one request per item of `batches` and returns their outputs in input order.
 
         An item is a tuple of array-likes (one per model input) or a single array-like. Up to
@@ -209,18 +225,21 @@ class Client:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         return self._run(model, requests, timeout, priority, deadline, max_in_flight,
-                         return_exceptions)
+                         return_exceptions, deadline_at=deadline_at)
 
     def _run(self, model: str, requests: List[tuple], timeout: Optional[float], priority: int,
              deadline: Optional[float], max_in_flight: int, return_exceptions: bool,
-             output_shm: Optional[ShmOutput] = None) -> List[Any]:
+             output_shm: Optional[ShmOutput] = None, *,
+             deadline_at: Optional[float] = None) -> List[Any]:
         if any(uses_shm(inputs, output_shm) for inputs in requests):
             _one_endpoint_only(self._endpoints, "a shared-memory tensor")
         timeout = self.timeout if timeout is None else float(timeout)
         deadline_ms = _deadline_ms(deadline)
+        deadline_us = _deadline_unix_us(deadline_at)
         first_id = self._take_ids(len(requests))
         # Encoding everything first reports a bad input before anything is sent.
-        frames = [encode_request(first_id + i, model, inputs, deadline_ms, priority, output_shm)
+        frames = [encode_request(first_id + i, model, inputs, deadline_ms, priority, output_shm,
+                                 deadline_us)
                   for i, inputs in enumerate(requests)]
         if self._spreader is not None:
             return self._run_spread(frames, first_id, timeout, max_in_flight, return_exceptions)

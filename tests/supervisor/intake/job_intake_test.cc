@@ -245,5 +245,61 @@ TEST_F(JobIntakeTest, HugeTimeoutsMeanNoDeadline) {
   EXPECT_EQ(DeadlineAfter(TimePoint::max() - Millis(5), 4), TimePoint::max() - Millis(1));
 }
 
+// deadline_unix_us: the client's deadline on its wall clock, applied on arrival. Already past:
+// DEADLINE_EXCEEDED at once, by how much; nearer than timeout_ms: it rules (and names itself);
+// farther, or more than kMaxTimeoutMs ahead: nothing changes.
+TEST(ClientDeadline, IsTheNearerDeadlineAndAPastOneIsRefusedAtOnce) {
+  const TimePoint now = TimePoint{} + std::chrono::hours(1);
+  const int64_t wall = 1'733'550'000'000'000;  // microseconds since the epoch
+  PendingRequest r;
+  r.deadline = now + Millis(100);  // timeout_ms 100
+  ASSERT_TRUE(ApplyClientDeadline(wall + 20'000, wall, now, &r).ok());
+  EXPECT_EQ(r.deadline, now + Millis(20));
+  EXPECT_TRUE(r.deadline_is_client);
+
+  PendingRequest later;
+  later.deadline = now + Millis(10);
+  ASSERT_TRUE(ApplyClientDeadline(wall + 20'000, wall, now, &later).ok());
+  EXPECT_EQ(later.deadline, now + Millis(10)) << "timeout_ms is nearer";
+  EXPECT_FALSE(later.deadline_is_client);
+
+  PendingRequest none;
+  ASSERT_TRUE(ApplyClientDeadline(0, wall, now, &none).ok());
+  EXPECT_EQ(none.deadline, TimePoint::max());
+  ASSERT_TRUE(ApplyClientDeadline(INT64_MAX, wall, now, &none).ok());
+  EXPECT_EQ(none.deadline, TimePoint::max()) << "beyond kMaxTimeoutMs: no deadline, no overflow";
+  ASSERT_TRUE(ApplyClientDeadline(wall + kMaxTimeoutMs * 1000, wall, now, &none).ok());
+  EXPECT_EQ(none.deadline, now + Millis(kMaxTimeoutMs));
+
+  for (const int64_t late_us : {int64_t{0}, int64_t{2'500}, wall - 1}) {
+    PendingRequest past;
+    const Status s = ApplyClientDeadline(wall - late_us, wall, now, &past);
+    ASSERT_EQ(s.code(), StatusCode::kDeadlineExceeded) << late_us;
+    EXPECT_EQ(past.deadline, TimePoint::max());
+    if (late_us == 2'500) {
+      EXPECT_NE(s.message().find("arrived 2.5 ms after its deadline_unix_us (1733549999997500"),
+                std::string::npos)
+          << s.message();
+      EXPECT_NE(s.message().find("clocks must agree"), std::string::npos) << s.message();
+    }
+  }
+}
+
+// Through the whole intake: a header whose deadline_unix_us has passed is refused before it is
+// queued; one a second ahead is queued with that deadline on the loop's clock.
+TEST_F(JobIntakeTest, AClientDeadlineInTheHeaderIsApplied) {
+  const std::string base = R"({"v":1,"model":"mlp","inputs":[{"dtype":"float32","shape":[1,4]}],)";
+  PendingRequest past;
+  ExpectError(Run(base + R"("deadline_unix_us":1000000})", {16}, &past),
+              StatusCode::kDeadlineExceeded, {"after its deadline_unix_us (1000000", "never ran"});
+  PendingRequest ahead;
+  const int64_t second_ahead = WallClockMicros() + 1'000'000;
+  ASSERT_TRUE(
+      Run(base + R"("deadline_unix_us":)" + std::to_string(second_ahead) + "}", {16}, &ahead).ok());
+  EXPECT_TRUE(ahead.deadline_is_client);
+  EXPECT_GT(ahead.deadline, ahead.received + Millis(900));
+  EXPECT_LE(ahead.deadline, ahead.received + Millis(1000));
+}
+
 }  // namespace
 }  // namespace torchfarm
