@@ -130,6 +130,39 @@ TEST(BenchSmoke, BurstyOpenLoopReportsGoodputWithinTheSlo) {
   EXPECT_EQ(farm.Stop(), 0);
 }
 
+// --client-deadline sends each request's start + --slo-ms as its deadline_unix_us: with 1 us the
+// deadline has passed when the farm reads the request, so every request is refused at once
+// (DEADLINE_EXCEEDED, counted by code, none run); with 60 s every one is served. Without --slo-ms
+// the flag is a usage error.
+TEST(BenchSmoke, ClientDeadlinesReachTheFarm) {
+  Farm farm(Identity(8));
+  ASSERT_TRUE(farm.Start());
+  ASSERT_TRUE(farm.WaitReady()) << farm.error();
+  const std::string base =
+      "--shape 1,256 --rate 300 --arrival poisson --threads 1 --client-deadline ";
+  CommandOutput late = RunCommand(Bench(farm.endpoint(), base + "--slo-ms 0.001"));
+  EXPECT_EQ(late.exit_code, 1) << "error replies exit 1: " << late.out;
+  json report = json::parse(late.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << late.out;
+  const json& refused = report["steps"][0];
+  EXPECT_EQ(refused["ok"], 0);
+  EXPECT_GT(refused["errors"].value("DEADLINE_EXCEEDED", 0), 0) << refused["errors"].dump();
+  EXPECT_EQ(refused["error_count"], refused["errors"].value("DEADLINE_EXCEEDED", 0));
+
+  CommandOutput ahead = RunCommand(Bench(farm.endpoint(), base + "--slo-ms 60000"));
+  EXPECT_EQ(ahead.exit_code, 0) << ahead.out;
+  report = json::parse(ahead.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << ahead.out;
+  EXPECT_GT(report["steps"][0]["ok"].get<int64_t>(), 0);
+  EXPECT_EQ(report["total_errors"], 0);
+
+  CommandOutput usage =
+      RunCommand(Bench(farm.endpoint(), "--shape 1,256 --client-deadline"), /*with_stderr=*/true);
+  EXPECT_EQ(usage.exit_code, 2) << usage.out;
+  EXPECT_NE(usage.out.find("--client-deadline"), std::string::npos) << usage.out;
+  EXPECT_EQ(farm.Stop(), 0);
+}
+
 // Issue 32's tenants: --clients 2 --client-rates 20,200 runs two connections (two clients to the
 // farm) at 1:10, and the step's counts are the sum of the clients' rows. Bad --client-rates are
 // usage errors naming what was expected and what came.
