@@ -17,6 +17,8 @@ gamma --cv 4 --threads 1`) at each load x C, `--seconds` each, against
   - slo: the same plus "latency_slo_ms" (nothing else tuned),
   - slo b32: "latency_slo_ms" with max_batch_size 32, the largest the grid may use (in SLO mode
     max_batch_size is only the cap of what the planner may choose),
+  - slo client: "slo" with each request's deadline sent by the client (`--client-deadline`:
+    scheduled send + the SLO), so the time before the supervisor reads a request counts,
   - the grid an offline sweep would try: max_queue_delay_us {0, 500, 2000} x max_batch_size {8, 32},
 and prints the goodput (OK answers within the SLO per second, `--slo-ms`) of each, the best grid
 point's, and the ratios the issue asks for (slo / best grid >= 0.95, slo / default at 1.2 C >= 1.3).
@@ -41,6 +43,10 @@ def configs(slo_ms):
     yield "default", {"max_batch_size": 16}
     yield "slo", {"max_batch_size": 16, "latency_slo_ms": slo_ms}
     yield "slo b32", {"max_batch_size": 32, "latency_slo_ms": slo_ms}
+    # "slo" with each request's own deadline sent by the client (`bench --client-deadline`:
+    # scheduled send + the SLO as deadline_unix_us), so the farm counts the time before it
+    # reads a request.
+    yield "slo client", {"max_batch_size": 16, "latency_slo_ms": slo_ms, "client_deadline": True}
     for delay, batch in GRID:
         yield "grid d%d b%d" % (delay, batch), {"max_batch_size": batch,
                                                 "max_queue_delay_us": delay}
@@ -98,6 +104,8 @@ def goodput(suite, model, name, settings, rate, slo_ms):
     with run_suite.Farm(suite, farm_name, [entry(suite, model, settings)]) as farm:
         extra = ["--rate", "%.0f" % rate, "--arrival", "gamma", "--cv", "4", "--threads", "1",
                  "--slo-ms", str(slo_ms), "--io-timeout-ms", "30000"]
+        if settings.get("client_deadline"):
+            extra.append("--client-deadline")
         step = suite.bench(farm.endpoint, model, SHAPES[model], [1], extra=extra)[0]
         farm_slo = farm_slo_counts(farm, model) if "latency_slo_ms" in settings else None
     return {"goodput": step["within_slo_per_s"], "ok_per_s": step["ok_per_s"],
@@ -186,6 +194,13 @@ def main():
                 "%.0f" % b32["goodput"] if b32 else "-",
                 "%.2f" % row["slo_b32_vs_best_grid"] if b32 else "-",
                 "%.1f" % (b32["p99_us"] / 1000) if b32 else "-"))
+        for row in rows:
+            client = row.get("slo client")
+            if client:
+                print("%.1f C slo client: goodput %.0f (%.2f of slo), p99 %.1f ms (OK answers), "
+                      "refused %s" % (row["load"], client["goodput"],
+                                      client["goodput"] / max(row["slo"]["goodput"], 1e-9),
+                                      client["p99_us"] / 1000, client["errors"]))
         for name in ("light", "heavy") if two else ():
             c = two[name]
             print("two tenants 1:10 at 1.2 C, %s: %s" % (name, json.dumps(
