@@ -127,7 +127,11 @@ void Dispatcher::ExpireDeadlines() {
                                           std::to_string(model.config.max_queue_wait_ms) +
                                           " ms); " + WorkerSummary(model)));
       } else {
-        if (r.deadline_is_slo) RecordSloOutcome(model, false, now);
+        // A client's own deadline nearer than the SLO counts as the SLO's would: an accepted
+        // request that expired is a miss the margin must see.
+        if (r.deadline_is_slo || (r.deadline_is_client && model.config.latency_slo_ms > 0)) {
+          RecordSloOutcome(model, false, now);
+        }
         Fail(model, r,
              Status(StatusCode::kDeadlineExceeded,
                     std::string(DeadlineName(r)) + " expired after " + waited +
