@@ -1,17 +1,22 @@
 // Floats to and from decimal text (float_text.h).
 //
-// WriteShortestFloat's integer path, for value = m x 2^e2 (m the 24-bit significand):
-//   1. The value's rounding interval, in units of 2^(e2-2): [4m-2, 4m+2], or [4m-1, 4m+2] for a
-//      power of two (the float below is closer), endpoints included when m is even (a decimal
+// WriteShortestFloat's integer path, for value = c x 2^q (c the 24-bit significand), is
+// Giulietti's Schubfach idea worked in exact integers:
+//   1. The value's rounding interval, in units of 2^(q-2): [4c-2, 4c+2], or [4c-1, 4c+2] for a
+//      power of two (the float below is closer), endpoints included when c is even (a decimal
 //      exactly halfway reads back as the even neighbour).
-//   2. Scaled by 10^k so the interval's integers have ten or eleven digits, exactly, in 128 bits:
-//      [lo, hi] are the integers within it, V/2^s the value itself.
-//   3. Shortest: strip trailing decimal digits while a multiple of the next power of ten is still
-//      in [lo, hi]; of the candidates left, the nearest to the value (ties to even), which is
-//      std::to_chars' rule.
-//   4. Fixed or scientific by length, fixed on a tie, as printf would write either.
+//   2. A power of ten 10^k chosen so the interval is 1 to 10 units of 10^k wide: it then holds at
+//      least one integer and at most one multiple of ten. Scaled by 10^-k, exactly, in 128 bits:
+//      [lo, hi] are the integers within it, s the value's integer part.
+//   3. Shortest: if a multiple of ten (s rounded down or up to one) is inside, it is the only
+//      decimal of fewer digits there, so it is the answer, trailing zeros dropped. Otherwise the
+//      answer has s's length: s or s + 1, whichever is inside and nearer the value (ties to
+//      even), which is std::to_chars' rule.
+//   4. Fixed or scientific by length, fixed on a tie, as printf would write either; the digits
+//      are written eight at a time in one register.
 // Magnitudes of 2^24 and up are left to std::to_chars: there a float's spacing passes 1, and the
-// fixed form's trailing digits are the library's choice, not the shortest digits'.
+// fixed form's trailing digits are the library's choice, not the shortest digits'. So are those
+// under 2^-37, where 10^-k passes 64 bits.
 #include "common/float_text.h"
 
 #include <charconv>
@@ -43,10 +48,6 @@ constexpr uint64_t kPow10[] = {1ULL,
                                1000000000000000000ULL,
                                10000000000000000000ULL};
 
-constexpr double kExactPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                  1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-                                  1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-
 constexpr char kDigitPairs[] =
     "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
@@ -63,57 +64,64 @@ int DecimalLength(uint64_t v) {
   return guess + (v >= kPow10[guess] ? 1 : 0);
 }
 
-// Writes the n digits of v (no leading zeros; n = DecimalLength(v)) at out.
-void WriteDigits(uint64_t v, int n, char* out) {
-  char* p = out + n;
-  while (v >= 100) {
-    const uint64_t pair = v % 100;
-    v /= 100;
-    p -= 2;
-    std::memcpy(p, kDigitPairs + 2 * pair, 2);
+// The eight decimal digits of v < 10^8, leading zeros included, as ASCII in memory order (the
+// first digit in the lowest byte). Each step splits every lane of the register in two: halves of
+// four digits in 32-bit lanes, pairs in 16-bit lanes, digits in bytes; a lane's quotient by 100
+// or 10 is a multiply and a shift, exact for the lane's range.
+uint64_t EightDigitsAscii(uint32_t v) {
+  const uint64_t halves = (v / 10000) | (static_cast<uint64_t>(v % 10000) << 32);
+  const uint64_t hundreds = ((halves * 10486) >> 20) & 0x0000007F0000007FULL;
+  const uint64_t pairs = hundreds | ((halves - hundreds * 100) << 16);
+  const uint64_t tens = ((pairs * 103) >> 10) & 0x000F000F000F000FULL;
+  const uint64_t digits = tens | ((pairs - tens * 10) << 8);
+  return digits + 0x3030303030303030ULL;
+}
+
+// Writes the n digits of v (no leading zeros; n = DecimalLength(v) <= 9) at out, and may write
+// up to 16 bytes from out as scratch.
+void WriteDigits(uint32_t v, int n, char* out) {
+  if (n == 9) {
+    *out++ = static_cast<char>('0' + v / 100000000);
+    v %= 100000000;
+    n = 8;
   }
-  if (v >= 10) {
-    p -= 2;
-    std::memcpy(p, kDigitPairs + 2 * v, 2);
-  } else {
-    *--p = static_cast<char>('0' + v);
-  }
+  // The last n of the eight digits, moved to the lowest bytes.
+  const uint64_t ascii = EightDigitsAscii(v) >> (8 * (8 - n));
+  std::memcpy(out, &ascii, sizeof(ascii));
 }
 
 // digits x 10^q as printf would write it in %f or %e with exactly those digits, whichever is
-// shorter (%f on a tie).
-char* Format(char* out, uint64_t digits, int q) {
+// shorter (%f on a tie). digits < 10^9; out has room for 32 bytes of scratch.
+inline char* Format(char* out, uint32_t digits, int q) {
   const int n = DecimalLength(digits);
   const int x = q + n - 1;  // the scientific exponent
   const int ax = x < 0 ? -x : x;
   const int scientific = n + (n > 1 ? 1 : 0) + 2 + (ax >= 100 ? 3 : 2);
   const int fixed = q >= 0 ? n + q : (n + q > 0 ? n + 1 : 2 - q);
+  char buffer[32];  // the digits, then scratch that the fixed-size copies below read
+  WriteDigits(digits, n, buffer);
   if (fixed <= scientific) {
-    if (q >= 0) {
-      WriteDigits(digits, n, out);
-      std::memset(out + n, '0', static_cast<size_t>(q));
+    if (q >= 0) {  // ddd000: at most 8 figures below 2^24
+      std::memcpy(out, buffer, 16);
+      std::memcpy(out + n, "00000000", 8);
       return out + n + q;
     }
-    if (n + q > 0) {  // ddd.ddd
+    if (n + q > 0) {  // ddd.ddd: the digits, then the fraction's copied one byte on
       const int whole = n + q;
-      char buffer[24];
-      WriteDigits(digits, n, buffer);
-      std::memcpy(out, buffer, static_cast<size_t>(whole));
+      std::memcpy(out, buffer, 16);
+      std::memcpy(out + whole + 1, buffer + whole, 16);
       out[whole] = '.';
-      std::memcpy(out + whole + 1, buffer + whole, static_cast<size_t>(n - whole));
       return out + n + 1;
     }
-    // 0.000ddd: fewer than 8 zeros, or %e would have been shorter; the caller's room holds 8.
+    // 0.000ddd: fewer than 8 zeros, or %e would have been shorter.
     std::memcpy(out, "0.00000000", 10);
-    WriteDigits(digits, n, out + 2 - q - n);
+    std::memcpy(out + 2 - q - n, buffer, 16);
     return out + 2 - q;
   }
-  char buffer[24];
-  WriteDigits(digits, n, buffer);
   *out++ = buffer[0];
   if (n > 1) {
     *out++ = '.';
-    std::memcpy(out, buffer + 1, static_cast<size_t>(n - 1));
+    std::memcpy(out, buffer + 1, 16);
     out += n - 1;
   }
   *out++ = 'e';
@@ -129,90 +137,76 @@ char* Format(char* out, uint64_t digits, int q) {
 
 }  // namespace
 
+namespace {
+
+// The shortest digits for c x 2^q (steps 1-3 above), as digits x 10^*k. Wide holds the scaled
+// interval, (4c + 2) x 10^-k < 2^26 x 10^-k: 64 bits while 10^-k <= 10^11 (q >= -33, the
+// irregular case's extra power of ten included; values from about 0.001), 128 below.
+template <typename Wide>
+uint32_t ShortestDigits(uint64_t c, int q, bool irregular, int* k_out) {
+  const bool inclusive = (c & 1) == 0;
+  // 10^k <= the interval's width (2^q, or 3/4 of it for a power of two) < 10^(k+1); k <= 0 here,
+  // so the scaled values are N / 2^shift with N = (units of 2^(q-2)) x 10^-k.
+  const int shift = 2 - q;  // 2..62
+  int k = q * 78913 >> 18;  // floor(q log10 2), -19..0
+  uint64_t pow10 = kPow10[-k];
+  if (irregular && 3 * static_cast<u128>(pow10) < (static_cast<u128>(1) << shift)) {
+    --k;  // three quarters of 2^q fell under 10^k (never past 10^19: pow10 < 2^62 / 3 here)
+    pow10 *= 10;
+  }
+  const Wide one = 1;
+  const Wide mask = (one << shift) - 1;
+  const Wide n_value = static_cast<Wide>(4 * c) * pow10;
+  const Wide n_lower = n_value - (irregular ? 1 : 2) * static_cast<Wide>(pow10);
+  const Wide n_upper = n_value + 2 * static_cast<Wide>(pow10);
+  uint64_t hi = static_cast<uint64_t>(n_upper >> shift);
+  if (!inclusive && (n_upper & mask) == 0) --hi;
+  uint64_t lo = static_cast<uint64_t>(n_lower >> shift);
+  if ((n_lower & mask) != 0 || !inclusive) ++lo;  // ceiling, or past an excluded endpoint
+  const uint64_t s = static_cast<uint64_t>(n_value >> shift);  // < 2^28
+
+  const uint64_t ten_below = s / 10 * 10;  // the multiples of ten either side of s
+  if (ten_below >= lo || ten_below + 10 <= hi) {
+    uint64_t digits = ten_below >= lo ? ten_below : ten_below + 10;
+    do {
+      digits /= 10;
+      ++k;
+    } while (digits % 10 == 0);
+    *k_out = k;
+    return static_cast<uint32_t>(digits);
+  }
+  // s or s + 1, the nearer inside; the value is s + part / 2^shift, half is 2^(shift-1).
+  const uint64_t part = static_cast<uint64_t>(n_value & mask);
+  const uint64_t half = uint64_t{1} << (shift - 1);
+  const bool up = s + 1 <= hi && (s < lo || part > half || (part == half && (s & 1)));
+  *k_out = k;
+  return static_cast<uint32_t>(up ? s + 1 : s);
+}
+
+}  // namespace
+
 char* WriteShortestFloat(char* first, float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof(bits));
   const int biased = static_cast<int>((bits >> 23) & 0xff);
   const uint32_t fraction = bits & 0x7fffff;
-  const int e2 = biased - 150;
-  if (biased == 0 || e2 < kLowestE2 || e2 > kHighestE2) {
+  const int q = biased - 150;
+  if (biased == 0 || q < kLowestE2 || q > kHighestE2) {
     return std::to_chars(first, first + kMaxShortestFloatChars, value).ptr;
   }
   char* out = first;
   if (bits >> 31) *out++ = '-';
-  const uint64_t m = fraction | (1u << 23);
-  const bool inclusive = (m & 1) == 0;
-  const uint64_t lower = fraction == 0 && biased > 1 ? 4 * m - 1 : 4 * m - 2;
-  const uint64_t upper = 4 * m + 2;
-
-  // value x 10^k in [10^9, 10^10.4): log10(2^(e2+23)) rounded down by the usual 78913 / 2^18.
-  const int k = 9 - ((e2 + 23) * 78913 >> 18);
-  // k is 3..21 here; 10^20 and 10^21 pass 64 bits.
-  const u128 pow10k =
-      k <= 19 ? static_cast<u128>(kPow10[k]) : static_cast<u128>(kPow10[19]) * kPow10[k - 19];
-  const int s = 2 - e2;  // 2..62: the scaled values are N / 2^s
-  const u128 mask = (static_cast<u128>(1) << s) - 1;
-  const u128 n_lower = lower * pow10k;
-  const u128 n_upper = upper * pow10k;
-  const u128 n_value = 4 * m * pow10k;
-  uint64_t hi = static_cast<uint64_t>(n_upper >> s);
-  if (!inclusive && (n_upper & mask) == 0) --hi;
-  uint64_t lo = static_cast<uint64_t>(n_lower >> s);
-  if ((n_lower & mask) != 0 || !inclusive) ++lo;  // ceiling, or past an excluded endpoint
-
-  int j = 0;
-  while (true) {
-    const uint64_t hi_next = hi / 10;
-    const uint64_t lo_next = (lo + 9) / 10;
-    if (lo_next > hi_next) break;
-    hi = hi_next;
-    lo = lo_next;
-    ++j;
-  }
-  // The candidate nearest the value, ties to even. The value is (whole + part / 2^s) at scale
-  // 10^-k: digits = whole / 10^j, and the rest (rest + part / 2^s) compared with 10^j / 2.
-  const uint64_t whole = static_cast<uint64_t>(n_value >> s);
-  const uint64_t part = static_cast<uint64_t>(n_value & mask);
-  const uint64_t unit = kPow10[j];
-  uint64_t digits = whole / unit;
-  const uint64_t twice_rest = 2 * (whole % unit);
-  const uint64_t half_part = uint64_t{1} << (s - 1);  // part / 2^s = 1/2
-  bool up;
-  if (twice_rest > unit) {
-    up = true;
-  } else if (twice_rest + 1 < unit) {
-    up = false;
-  } else if (twice_rest + 1 == unit) {  // half is (rest + 1/2): compare part with 2^s / 2
-    up = part > half_part || (part == half_part && (digits & 1));
-  } else {  // twice_rest == unit: at half, and past it by any part
-    up = part > 0 || (digits & 1);
-  }
-  if (up) ++digits;
-  if (digits < lo) digits = lo;
-  if (digits > hi) digits = hi;
-  return Format(out, digits, j - k);
+  const uint64_t c = fraction | (1u << 23);
+  const bool irregular = fraction == 0 && biased > 1;
+  int k;
+  const uint32_t digits = q >= -33 ? ShortestDigits<uint64_t>(c, q, irregular, &k)
+                                   : ShortestDigits<u128>(c, q, irregular, &k);
+  return Format(out, digits, k);
 }
 
-namespace {
+namespace float_text_detail {
 
-// digits x 10^exponent for |exponent| <= 22 (the powers a double holds exactly): one rounding
-// when digits < 2^53, two otherwise.
-double Scaled(uint64_t digits, int exponent) {
-  const double value = static_cast<double>(digits);
-  return exponent >= 0 ? value * kExactPow10[exponent] : value / kExactPow10[-exponent];
-}
-
-}  // namespace
-
-bool DecimalToDouble(uint64_t digits, int exponent, bool negative, double* out) {
-  if (digits > (1ULL << 53) || exponent < -22 || exponent > 22) return false;
-  const double value = Scaled(digits, exponent);
-  *out = negative ? -value : value;
-  return true;
-}
-
-bool DecimalToFloat(uint64_t digits, int exponent, bool negative, double* as_double) {
-  if (DecimalToDouble(digits, exponent, negative, as_double)) return true;
+bool DecimalToFloatTwoRoundings(uint64_t digits, int exponent, bool negative, double* as_double) {
   if (exponent < -22 || exponent > 22) return false;
   // Two roundings (digits to double, then the product or quotient): within 2^-52 of the value,
   // i.e. two of its ulps. A boundary between two floats is a double whose low 29 significand bits
@@ -227,4 +221,5 @@ bool DecimalToFloat(uint64_t digits, int exponent, bool negative, double* as_dou
   return true;
 }
 
+}  // namespace float_text_detail
 }  // namespace torchfarm

@@ -146,69 +146,54 @@ class JsonCursor {
   }
 
   // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, typed as JsonNumber says. An integer past 64
-  // bits, which nlohmann reads as a float, is left to the DOM path. One pass: the digits are
-  // checked and collected together.
+  // bits, which nlohmann reads as a float, is left to the DOM path.
   bool Numeric(JsonNumber* out) {
     SkipBlanks();
-    const char* p = at_;
-    const char* start = p;
-    out->negative = p < end_ && *p == '-';
-    if (out->negative) ++p;
-    const char* whole = p;
-    uint64_t digits = 0;
-    int exponent = 0;
-    bool all_digits = true;
-    p = DigitRun(p, false, &digits, &exponent, &all_digits);
-    const size_t whole_count = static_cast<size_t>(p - whole);
-    if (whole_count == 0 || (whole_count > 1 && *whole == '0')) return false;
-    bool integer = true;
-    if (p < end_ && *p == '.') {
-      integer = false;
-      const char* fraction = ++p;
-      p = DigitRun(p, true, &digits, &exponent, &all_digits);
-      if (p == fraction) return false;
-    }
-    if (p < end_ && (*p == 'e' || *p == 'E')) {
-      integer = false;
-      ++p;
-      const bool minus = p < end_ && *p == '-';
-      if (p < end_ && (*p == '+' || *p == '-')) ++p;
-      const char* first = p;
-      int power = 0;
-      while (p < end_ && IsDigit(*p)) {
-        if (power < 100000) {
-          power = power * 10 + (*p - '0');
-        } else {
-          all_digits = false;  // an exponent past a million: the text decides
-        }
-        ++p;
-      }
-      if (p == first) return false;
-      exponent += minus ? -power : power;
-    }
+    Decimal d;
+    const char* start = at_;
+    const char* p = ScanDecimal(start, &d);
+    if (p == nullptr) return false;
     at_ = p;
+    out->negative = d.negative;
     out->text = std::string_view(start, static_cast<size_t>(p - start));
-    out->digits = digits;
-    out->exponent = exponent;
-    out->all_digits = all_digits;
-    if (!integer) {
+    out->digits = d.digits;
+    out->exponent = d.exponent;
+    out->all_digits = d.all_digits;
+    if (!d.integer) {
       out->kind = JsonNumber::kFloat;
       return true;
     }
-    if (out->negative) {
+    if (d.negative) {
       out->kind = JsonNumber::kSigned;
-      if (all_digits && digits <= static_cast<uint64_t>(INT64_MAX)) {
-        out->signed_value = -static_cast<int64_t>(digits);
+      if (d.all_digits && d.digits <= static_cast<uint64_t>(INT64_MAX)) {
+        out->signed_value = -static_cast<int64_t>(d.digits);
         return true;
       }
       return std::from_chars(start, p, out->signed_value).ec == std::errc();
     }
     out->kind = JsonNumber::kUnsigned;
-    if (all_digits) {
-      out->unsigned_value = digits;
+    if (d.all_digits) {
+      out->unsigned_value = d.digits;
       return true;
     }
-    return std::from_chars(whole, p, out->unsigned_value).ec == std::errc();
+    return std::from_chars(start, p, out->unsigned_value).ec == std::errc();
+  }
+
+  // The usual element of a float32 tensor, a number with a fraction or an exponent and at most 19
+  // significant digits, read straight to *as_double: the double Numeric and ToDoubleForFloat would
+  // give, when DecimalToFloat answers. False, with the cursor where it was, for anything else (an
+  // integer, which JSON types apart; more digits; a value DecimalToFloat leaves to the text; what
+  // is no number at all), which the caller reads through Numeric.
+  bool DecimalForFloat(double* as_double) {
+    SkipBlanks();
+    Decimal d;
+    const char* p = ScanDecimal(at_, &d);
+    if (p == nullptr || d.integer || !d.all_digits ||
+        !DecimalToFloat(d.digits, d.exponent, d.negative, as_double)) {
+      return false;
+    }
+    at_ = p;
+    return true;
   }
 
   // Any JSON value the DOM path would read (and ignore), within the nesting bound.
@@ -250,18 +235,100 @@ class JsonCursor {
  private:
   static bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
-  // The digits at p, eight at a time where they can be, collected into *digits while it stays
-  // below 10^19 (a fraction's each lower *exponent); one past that is dropped (*all_digits false;
-  // a whole part's raises *exponent). Returns the first byte after the run.
+  // A JSON number's parts, as ScanDecimal collects them: the value is
+  // (negative ? -1 : 1) x digits x 10^exponent when all_digits (at most 19 significant digits).
+  struct Decimal {
+    uint64_t digits = 0;
+    int exponent = 0;
+    bool negative = false;
+    bool all_digits = true;
+    bool integer = true;  // neither a fraction nor an exponent
+  };
+
+  // The number at p in JSON's grammar, in one pass (the digits are checked and collected
+  // together): the first byte after it, or nullptr where p holds no number.
+  const char* ScanDecimal(const char* p, Decimal* d) const {
+    d->negative = p < end_ && *p == '-';
+    if (d->negative) ++p;
+    if (p < end_ &&
+        *p == '0') {  // "0", as in most of a tensor's "0.123": no other digit may follow
+      if (++p < end_ && IsDigit(*p)) return nullptr;
+    } else {
+      const char* whole = p;
+      p = DigitRun(p, false, &d->digits, &d->exponent, &d->all_digits);
+      if (p == whole) return nullptr;
+    }
+    if (p < end_ && *p == '.') {
+      d->integer = false;
+      const char* fraction = ++p;
+      p = DigitRun(p, true, &d->digits, &d->exponent, &d->all_digits);
+      if (p == fraction) return nullptr;
+    }
+    if (p < end_ && (*p == 'e' || *p == 'E')) {
+      d->integer = false;
+      ++p;
+      const bool minus = p < end_ && *p == '-';
+      if (p < end_ && (*p == '+' || *p == '-')) ++p;
+      const char* first = p;
+      int power = 0;
+      while (p < end_ && IsDigit(*p)) {
+        if (power < 100000) {
+          power = power * 10 + (*p - '0');
+        } else {
+          d->all_digits = false;  // an exponent past a million: the text decides
+        }
+        ++p;
+      }
+      if (p == first) return nullptr;
+      d->exponent += minus ? -power : power;
+    }
+    return p;
+  }
+
+  // The digits at p, up to eight at a time, collected into *digits while it stays below 10^19
+  // (a fraction's each lower *exponent); one past that is dropped (*all_digits false; a whole
+  // part's raises *exponent). Returns the first byte after the run.
   const char* DigitRun(const char* p, bool fraction, uint64_t* digits, int* exponent,
                        bool* all_digits) const {
+    // 10^(19-n): below it, n more digits keep the value below 10^19.
+    static constexpr uint64_t kRoomFor[] = {0,
+                                            1000000000000000000ULL,
+                                            100000000000000000ULL,
+                                            10000000000000000ULL,
+                                            1000000000000000ULL,
+                                            100000000000000ULL,
+                                            10000000000000ULL,
+                                            1000000000000ULL,
+                                            100000000000ULL};
+    static constexpr uint64_t kScale[] = {1,      10,      100,      1000,     10000,
+                                          100000, 1000000, 10000000, 100000000};
     uint64_t value = *digits;
     int power = *exponent;
-    uint64_t eight;
-    while (end_ - p >= 8 && value < 100000000000ULL && EightDigits(p, &eight)) {
-      value = value * 100000000 + eight;
-      if (fraction) power -= 8;
-      p += 8;
+    while (end_ - p >= 8) {
+      uint64_t bytes;
+      std::memcpy(&bytes, p, sizeof(bytes));
+      const uint64_t other = NonDigitBytes(bytes);
+      if (other == 0) {  // eight digits, and maybe more after them
+        if (value >= kRoomFor[8]) break;
+        value = value * kScale[8] + EightDigitsValue(bytes - 0x3030303030303030ULL);
+        if (fraction) power -= 8;
+        p += 8;
+        continue;
+      }
+      // The run ends inside these eight bytes, after n digits.
+      const int n = __builtin_ctzll(other) >> 3;
+      if (n > 0) {
+        if (value >= kRoomFor[n]) break;
+        // The n digits moved to the top of the register: the bytes after them, and any borrow
+        // they made, shifted out; the zeros below read as leading zeros.
+        value =
+            value * kScale[n] + EightDigitsValue((bytes - 0x3030303030303030ULL) << (8 * (8 - n)));
+        if (fraction) power -= n;
+        p += n;
+      }
+      *digits = value;
+      *exponent = power;
+      return p;
     }
     for (; p < end_ && IsDigit(*p); ++p) {
       if (value < 1000000000000000000ULL) {
@@ -277,22 +344,22 @@ class JsonCursor {
     return p;
   }
 
-  // Whether the 8 bytes at p are all ASCII digits, and their value (SWAR: a byte's high nibble
-  // is 3 and adding 6 keeps it 3; then pairs, fours and the eight combined by multiplication).
-  static bool EightDigits(const char* p, uint64_t* value) {
-    uint64_t v;
-    std::memcpy(&v, p, sizeof(v));
-    if (((v & 0xF0F0F0F0F0F0F0F0ULL) |
-         (((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) != 0x3333333333333333ULL) {
-      return false;
-    }
-    v -= 0x3030303030303030ULL;
+  // Of 8 bytes in memory order, a byte non-zero where the byte is not an ASCII digit, zero
+  // where it is. SWAR: a digit's high nibble is 3 and adding 6 keeps it 3; a byte's add carries
+  // only into later bytes, which a reader of the first non-digit never looks at.
+  static uint64_t NonDigitBytes(uint64_t bytes) {
+    const uint64_t nibbles = (bytes & 0xF0F0F0F0F0F0F0F0ULL) |
+                             (((bytes + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4);
+    return nibbles ^ 0x3333333333333333ULL;
+  }
+
+  // The eight-digit number whose digit values (0..9) are the bytes of v, the first in the lowest
+  // byte: pairs, fours and the eight combined by multiplication.
+  static uint64_t EightDigitsValue(uint64_t v) {
     v = (v * 10) + (v >> 8);
-    v = (((v & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
-         (((v >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >>
-        32;
-    *value = v;
-    return true;
+    return (((v & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+            (((v >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >>
+           32;
   }
 
   const char* at_;

@@ -115,10 +115,28 @@ class DataScanner {
     if (!in_.Open('[')) return false;
     if (in_.Close(']')) return true;
     do {
-      // A leaf straight away (the usual flat array), a nested array through Value.
+      // A float32 element read on the spot (most JSON tensors' leaves); any other leaf straight
+      // away (the usual flat array), a nested array through Value.
+      if (FloatLeaf()) continue;
       if (!(in_.Peek('[') ? Value() : Leaf())) return false;
     } while (in_.Take(','));
     return in_.Close(']');
+  }
+
+  // A float32 leaf that DecimalForFloat reads and that is in range, stored; false, with nothing
+  // read, for anything else, which Leaf reads (and refuses, where it is refused) as before.
+  bool FloatLeaf() {
+    if (dtype_ != DType::kFloat32 || left_ == 0) return false;
+    const char* start = in_.position();
+    double value;
+    if (!in_.DecimalForFloat(&value)) return false;
+    if (!EncodeJsonFloat32(value, dst_)) {
+      in_.Seek(start);
+      return false;
+    }
+    dst_ += sizeof(float);
+    --left_;
+    return true;
   }
 
   template <typename T>

@@ -60,6 +60,14 @@ TEST(FloatTextTest, WholeBinadesMatchToCharsForBothSigns) {
   }
 }
 
+TEST(FloatTextTest, BothSidesOfTheSwitchTo128BitsMatchToChars) {
+  // Values from 2^-10 (q = -33) take 64-bit arithmetic, those under it 128 bits: every 7th float
+  // of the two binades either side, where a product past 64 bits would first show.
+  for (uint32_t exponent : {115u, 116u, 117u, 118u}) {
+    EXPECT_TRUE(SameTextFor(exponent << 23, (exponent + 1) << 23, 7)) << "exponent " << exponent;
+  }
+}
+
 TEST(FloatTextTest, EveryEdgeOfTheIntegerPathMatchesToChars) {
   // The first and last 4,096 floats of every binade from below the path's lowest (2^-37) to above
   // its highest (2^24), where the interval's lower half shrinks and the scale k steps.

@@ -171,6 +171,40 @@ TEST(V2RequestScannerTest, JsonDataOfEveryDatatypeMatchesTheDomPath) {
   }
 }
 
+// Digits are read up to eight at a time: runs of every length from 1 to 24 in the whole part and
+// the fraction, at every offset from an eight-byte boundary and from the end of the JSON, read as
+// the DOM path reads them; and any byte after a run is left to the DOM path's verdict.
+TEST(V2RequestScannerTest, DigitRunsOfEveryLengthAndPlaceMatchTheDomPath) {
+  const std::string digits = "123456789012345678901234";
+  for (size_t whole = 1; whole <= 24; ++whole) {
+    for (size_t fraction = 0; fraction <= 24; fraction += (whole % 3) + 1) {
+      std::string number = digits.substr(0, whole);
+      if (fraction > 0) number += "." + digits.substr(24 - fraction);
+      for (const char* datatype : {"FP32", "FP64"}) {
+        std::string data = "[";
+        for (int pad = 0; pad < 8; ++pad) {
+          data += (pad ? ", " : "") + std::string(static_cast<size_t>(pad), ' ') + number;
+          data += ", -0." + digits.substr(0, fraction + 1);
+        }
+        // An integer past 64 bits, which nlohmann reads as a float, is the DOM path's.
+        const std::string request = Request(Input(datatype, "[16]", data + "]"));
+        fraction == 0 && whole >= 20 ? ExpectSafe(request) : ExpectSame(request);
+      }
+      if (whole <= 18) {
+        // The number last, with nothing but "]}]}" after it: fewer than eight bytes to read.
+        ExpectSame(Request(Input("INT64", "[1]", "[" + digits.substr(0, whole) + "]")));
+        ExpectSame(Request(Input("FP32", "[1]", "[" + number + "]")));
+      }
+    }
+  }
+  for (int byte = 1; byte < 256; ++byte) {
+    const std::string after(1, static_cast<char>(byte));
+    for (const char* number : {"0.123", "12345678", "0.1234567812345678", "1e1", "0"}) {
+      ExpectSafe(Request(Input("FP32", "[2]", std::string("[") + number + after + ", 1.5]")));
+    }
+  }
+}
+
 TEST(V2RequestScannerTest, EveryParameterAndKeyMatchesTheDomPath) {
   const std::string x = Input("FP32", "[1, 2]", "[1, 2]");
   // KServe's client sends model_name and model_version; anything unknown at the top is ignored.
