@@ -420,7 +420,7 @@ class HttpSession : public HttpConnection,
   std::string peer_;
   beast::flat_buffer buffer_;
   std::array<char, 4096> drain_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http::request_parser<RequestBody>> parser_;
   HttpRequest request_;
   std::string response_head_;  // status line and fields, reused by every response
   std::string response_body_;

@@ -24,10 +24,11 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "supervisor/frontend/farm_channel.h"
+#include "supervisor/frontend/request_body.h"
 
 namespace torchfarm {
 
-using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+using HttpRequest = boost::beast::http::request<RequestBody>;
 
 enum class V2Route {
   kHealthLive,

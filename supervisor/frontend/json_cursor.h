@@ -78,6 +78,10 @@ class JsonCursor {
 
   void SkipBlanks() {
     if (at_<end_&& static_cast<unsigned char>(*at_)> ' ') return;  // the usual case: none
+    if (end_ - at_ >= 2 && *at_ == ' ' && static_cast<unsigned char>(at_[1]) > ' ') {
+      ++at_;  // the next: one space, as after json.dumps' ", " and ": "
+      return;
+    }
     while (at_ < end_ && (*at_ == ' ' || *at_ == '\n' || *at_ == '\r' || *at_ == '\t')) ++at_;
   }
   bool Take(char c) {
@@ -184,7 +188,7 @@ class JsonCursor {
   // give, when DecimalToFloat answers. False, with the cursor where it was, for anything else (an
   // integer, which JSON types apart; more digits; a value DecimalToFloat leaves to the text; what
   // is no number at all), which the caller reads through Numeric.
-  bool DecimalForFloat(double* as_double) {
+  __attribute__((always_inline)) bool DecimalForFloat(double* as_double) {
     SkipBlanks();
     Decimal d;
     const char* p = ScanDecimal(at_, &d);
@@ -247,7 +251,7 @@ class JsonCursor {
 
   // The number at p in JSON's grammar, in one pass (the digits are checked and collected
   // together): the first byte after it, or nullptr where p holds no number.
-  const char* ScanDecimal(const char* p, Decimal* d) const {
+  __attribute__((always_inline)) const char* ScanDecimal(const char* p, Decimal* d) const {
     d->negative = p < end_ && *p == '-';
     if (d->negative) ++p;
     if (p < end_ &&
@@ -288,7 +292,7 @@ class JsonCursor {
   // The digits at p, up to eight at a time, collected into *digits while it stays below 10^19
   // (a fraction's each lower *exponent); one past that is dropped (*all_digits false; a whole
   // part's raises *exponent). Returns the first byte after the run.
-  const char* DigitRun(const char* p, bool fraction, uint64_t* digits, int* exponent,
+  __attribute__((always_inline)) const char* DigitRun(const char* p, bool fraction, uint64_t* digits, int* exponent,
                        bool* all_digits) const {
     // 10^(19-n): below it, n more digits keep the value below 10^19.
     static constexpr uint64_t kRoomFor[] = {0,
@@ -313,6 +317,7 @@ class JsonCursor {
         value = value * kScale[8] + EightDigitsValue(bytes - 0x3030303030303030ULL);
         if (fraction) power -= 8;
         p += 8;
+        if (p < end_ && !IsDigit(*p)) break;  // the run ended with these eight: no further load
         continue;
       }
       // The run ends inside these eight bytes, after n digits.
@@ -347,7 +352,7 @@ class JsonCursor {
   // Of 8 bytes in memory order, a byte non-zero where the byte is not an ASCII digit, zero
   // where it is. SWAR: a digit's high nibble is 3 and adding 6 keeps it 3; a byte's add carries
   // only into later bytes, which a reader of the first non-digit never looks at.
-  static uint64_t NonDigitBytes(uint64_t bytes) {
+  __attribute__((always_inline)) static uint64_t NonDigitBytes(uint64_t bytes) {
     const uint64_t nibbles = (bytes & 0xF0F0F0F0F0F0F0F0ULL) |
                              (((bytes + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4);
     return nibbles ^ 0x3333333333333333ULL;
@@ -355,7 +360,7 @@ class JsonCursor {
 
   // The eight-digit number whose digit values (0..9) are the bytes of v, the first in the lowest
   // byte: pairs, fours and the eight combined by multiplication.
-  static uint64_t EightDigitsValue(uint64_t v) {
+  __attribute__((always_inline)) static uint64_t EightDigitsValue(uint64_t v) {
     v = (v * 10) + (v >> 8);
     return (((v & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
             (((v >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >>

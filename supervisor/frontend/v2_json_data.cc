@@ -267,15 +267,14 @@ bool EncodeJsonFloat(DType dtype, double value, void* dst) {
   }
 }
 
-void AppendJsonData(DType dtype, const void* bytes, size_t count, std::string* out) {
-  const char* p = static_cast<const char*>(bytes);
-  // Written into a stack chunk and appended a chunk at a time: no append's checks per number, and
-  // no zero-filled room (resize) written twice.
-  // Room for short numbers, never more than the longest text: a large UINT8 tensor reserves its
-  // 4 bytes an element, not 12.
-  out->reserve(out->size() + 2 + count * std::min<size_t>(12, MaxElementChars(dtype) + 1));
-  const size_t room = MaxElementChars(dtype) + 2;  // a comma, the element, and the closing ']'
+namespace {
 
+// AppendJsonData's loop for one element type, chosen once: write(i, at, end) writes element i at
+// `at` (room for MaxElementChars before `end`) and returns its end. Written into a stack chunk and
+// appended a chunk at a time: no append's checks per number, and no zero-filled room (resize)
+// written twice. Each element is followed by a comma; the last comma becomes the ']'.
+template <typename Write>
+void AppendElements(size_t count, size_t room, std::string* out, Write write) {
   char chunk[2048];
   char* const end = chunk + sizeof(chunk);
   char* at = chunk;
@@ -285,50 +284,72 @@ void AppendJsonData(DType dtype, const void* bytes, size_t count, std::string* o
       out->append(chunk, static_cast<size_t>(at - chunk));
       at = chunk;
     }
-    if (i > 0) *at++ = ',';
-    switch (dtype) {
-      case DType::kBool:
-        if (Load<uint8_t>(p, i)) {
-          std::memcpy(at, "true", 4);
-          at += 4;
-        } else {
-          std::memcpy(at, "false", 5);
-          at += 5;
-        }
-        break;
-      case DType::kInt8:
-        at = WriteNumber(static_cast<int>(Load<int8_t>(p, i)), at, end);
-        break;
-      case DType::kInt16:
-        at = WriteNumber(Load<int16_t>(p, i), at, end);
-        break;
-      case DType::kInt32:
-        at = WriteNumber(Load<int32_t>(p, i), at, end);
-        break;
-      case DType::kInt64:
-        at = WriteNumber(Load<int64_t>(p, i), at, end);
-        break;
-      case DType::kUInt8:
-        at = WriteNumber(static_cast<unsigned>(Load<uint8_t>(p, i)), at, end);
-        break;
-      case DType::kFloat32:
-        at = WriteNumber(Load<float>(p, i), at, end);
-        break;
-      case DType::kFloat64:
-        at = WriteNumber(Load<double>(p, i), at, end);
-        break;
-      case DType::kFloat16:
-        at = WriteNumber(HalfToFloat(Load<uint16_t>(p, i)), at, end);
-        break;
-      case DType::kBFloat16:
-        at = WriteNumber(BFloat16ToFloat(Load<uint16_t>(p, i)), at, end);
-        break;
-      case DType::kBytes:
-        break;  // BYTES text is BytesDataJson's, never written here
-    }
+    at = write(i, at, end);
+    *at++ = ',';
   }
+  if (count > 0) --at;
   *at++ = ']';
   out->append(chunk, static_cast<size_t>(at - chunk));
+}
+
+}  // namespace
+
+void AppendJsonData(DType dtype, const void* bytes, size_t count, std::string* out) {
+  const char* p = static_cast<const char*>(bytes);
+  // Room for short numbers, never more than the longest text: a large UINT8 tensor reserves its
+  // 4 bytes an element, not 12.
+  out->reserve(out->size() + 2 + count * std::min<size_t>(12, MaxElementChars(dtype) + 1));
+  const size_t room = MaxElementChars(dtype) + 2;  // the element, a comma, and the closing ']'
+  switch (dtype) {
+    case DType::kBool:
+      return AppendElements(count, room, out, [p](size_t i, char* at, char*) {
+        if (Load<uint8_t>(p, i)) {
+          std::memcpy(at, "true", 4);
+          return at + 4;
+        }
+        std::memcpy(at, "false", 5);
+        return at + 5;
+      });
+    case DType::kInt8:
+      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
+        return WriteNumber(static_cast<int>(Load<int8_t>(p, i)), at, end);
+      });
+    case DType::kInt16:
+      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
+        return WriteNumber(Load<int16_t>(p, i), at, end);
+      });
+    case DType::kInt32:
+      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
+        return WriteNumber(Load<int32_t>(p, i), at, end);
+      });
+    case DType::kInt64:
+      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
+        return WriteNumber(Load<int64_t>(p, i), at, end);
+      });
+    case DType::kUInt8:
+      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
+        return WriteNumber(static_cast<unsigned>(Load<uint8_t>(p, i)), at, end);
+      });
+    case DType::kFloat32:
+      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
+        return WriteNumber(Load<float>(p, i), at, end);
+      });
+    case DType::kFloat64:
+      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
+        return WriteNumber(Load<double>(p, i), at, end);
+      });
+    case DType::kFloat16:
+      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
+        return WriteNumber(HalfToFloat(Load<uint16_t>(p, i)), at, end);
+      });
+    case DType::kBFloat16:
+      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
+        return WriteNumber(BFloat16ToFloat(Load<uint16_t>(p, i)), at, end);
+      });
+    case DType::kBytes:
+      break;  // BYTES text is BytesDataJson's, never written here
+  }
+  out->append("[]");
 }
 
 uint16_t FloatToHalf(float value) {
