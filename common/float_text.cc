@@ -91,33 +91,33 @@ void WriteDigits(uint32_t v, int n, char* out) {
 }
 
 // digits x 10^q as printf would write it in %f or %e with exactly those digits, whichever is
-// shorter (%f on a tie). digits < 10^9; out has room for 32 bytes of scratch.
+// shorter (%f on a tie). digits < 10^9 and the value is in the integer path's range, so %e's
+// exponent has two digits: %e is n + (n > 1) + 4 characters long, which decides each case below.
+// out has room for 32 bytes of scratch.
 inline char* Format(char* out, uint32_t digits, int q) {
   const int n = DecimalLength(digits);
-  const int x = q + n - 1;  // the scientific exponent
-  const int ax = x < 0 ? -x : x;
-  const int scientific = n + (n > 1 ? 1 : 0) + 2 + (ax >= 100 ? 3 : 2);
-  const int fixed = q >= 0 ? n + q : (n + q > 0 ? n + 1 : 2 - q);
+  const int point = n > 1 ? 1 : 0;  // %e's decimal point
   char buffer[32];  // the digits, then scratch that the fixed-size copies below read
   WriteDigits(digits, n, buffer);
-  if (fixed <= scientific) {
-    if (q >= 0) {  // ddd000: at most 8 figures below 2^24
+  if (q >= 0) {
+    if (q <= 4 + point) {  // ddd000 (n + q figures), at most 8 below 2^24
       std::memcpy(out, buffer, 16);
       std::memcpy(out + n, "00000000", 8);
       return out + n + q;
     }
-    if (n + q > 0) {  // ddd.ddd: the digits, then the fraction's copied one byte on
-      const int whole = n + q;
-      std::memcpy(out, buffer, 16);
-      std::memcpy(out + whole + 1, buffer + whole, 16);
-      out[whole] = '.';
-      return out + n + 1;
-    }
-    // 0.000ddd: fewer than 8 zeros, or %e would have been shorter.
+  } else if (n + q > 0) {  // ddd.ddd (n + 1), always shorter: the digits, the fraction one byte on
+    const int whole = n + q;
+    std::memcpy(out, buffer, 16);
+    std::memcpy(out + whole + 1, buffer + whole, 16);
+    out[whole] = '.';
+    return out + n + 1;
+  } else if (-q <= n + 2 + point) {  // 0.000ddd (2 - q): fewer than 8 zeros
     std::memcpy(out, "0.00000000", 10);
     std::memcpy(out + 2 - q - n, buffer, 16);
     return out + 2 - q;
   }
+  const int x = q + n - 1;  // the scientific exponent, |x| < 100
+  const int ax = x < 0 ? -x : x;
   *out++ = buffer[0];
   if (n > 1) {
     *out++ = '.';
@@ -126,12 +126,7 @@ inline char* Format(char* out, uint32_t digits, int q) {
   }
   *out++ = 'e';
   *out++ = x < 0 ? '-' : '+';
-  if (ax >= 100) {
-    *out++ = static_cast<char>('0' + ax / 100);
-    std::memcpy(out, kDigitPairs + 2 * (ax % 100), 2);
-  } else {
-    std::memcpy(out, kDigitPairs + 2 * ax, 2);
-  }
+  std::memcpy(out, kDigitPairs + 2 * ax, 2);
   return out + 2;
 }
 

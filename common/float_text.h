@@ -37,7 +37,9 @@ inline constexpr double kExactPow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6
 // digits x 10^exponent for |exponent| <= 22 (the powers a double holds exactly): one rounding
 // when digits <= 2^53, two otherwise.
 inline double Scaled(uint64_t digits, int exponent) {
-  const double value = static_cast<double>(digits);
+  // Through int64 where it fits: one signed conversion instruction, not the unsigned sequence.
+  const double value = digits <= (1ULL << 53) ? static_cast<double>(static_cast<int64_t>(digits))
+                                              : static_cast<double>(digits);
   return exponent >= 0 ? value * kExactPow10[exponent] : value / kExactPow10[-exponent];
 }
 

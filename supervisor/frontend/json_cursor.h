@@ -292,8 +292,9 @@ class JsonCursor {
   // The digits at p, up to eight at a time, collected into *digits while it stays below 10^19
   // (a fraction's each lower *exponent); one past that is dropped (*all_digits false; a whole
   // part's raises *exponent). Returns the first byte after the run.
-  __attribute__((always_inline)) const char* DigitRun(const char* p, bool fraction, uint64_t* digits, int* exponent,
-                       bool* all_digits) const {
+  __attribute__((always_inline)) const char* DigitRun(const char* p, bool fraction,
+                                                      uint64_t* digits, int* exponent,
+                                                      bool* all_digits) const {
     // 10^(19-n): below it, n more digits keep the value below 10^19.
     static constexpr uint64_t kRoomFor[] = {0,
                                             1000000000000000000ULL,

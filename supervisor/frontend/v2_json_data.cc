@@ -196,6 +196,11 @@ size_t MaxElementChars(DType dtype) {
 // Writes value at `out`, which has room for MaxElementChars before `last`; returns the end.
 template <typename T>
 char* WriteNumber(T value, char* out, char* last) {
+  if constexpr (std::is_same_v<T, float>) {  // finite and not -0, the usual float, in one test
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    if (((bits >> 23) & 0xff) != 0xff && bits != 0x80000000u) return WriteShortestFloat(out, value);
+  }
   if constexpr (std::is_floating_point_v<T>) {
     if (!std::isfinite(value)) {
       std::memcpy(out, "null", 4);
@@ -205,7 +210,6 @@ char* WriteNumber(T value, char* out, char* last) {
       std::memcpy(out, "-0.0", 4);  // "-0" would read back as the integer 0
       return out + 4;
     }
-    if constexpr (std::is_same_v<T, float>) return WriteShortestFloat(out, value);
   }
   return std::to_chars(out, last, value).ptr;
 }
