@@ -14,6 +14,10 @@
 #include <cstring>
 #include <string_view>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "common/float_text.h"
 #include "supervisor/frontend/v2_http_codec.h"
 
@@ -74,7 +78,8 @@ struct JsonNumber {
 // A cursor over the JSON part. Every method returns false on what it does not handle.
 class JsonCursor {
  public:
-  explicit JsonCursor(std::string_view text) : at_(text.data()), end_(text.data() + text.size()) {}
+  explicit JsonCursor(std::string_view text)
+      : begin_(text.data()), at_(text.data()), end_(text.data() + text.size()) {}
 
   void SkipBlanks() {
     if (at_<end_&& static_cast<unsigned char>(*at_)> ' ') return;  // the usual case: none
@@ -304,11 +309,56 @@ class JsonCursor {
                                             100000000000000ULL,
                                             10000000000000ULL,
                                             1000000000000ULL,
-                                            100000000000ULL};
-    static constexpr uint64_t kScale[] = {1,      10,      100,      1000,     10000,
-                                          100000, 1000000, 10000000, 100000000};
+                                            100000000000ULL,
+                                            10000000000ULL,
+                                            1000000000ULL,
+                                            100000000ULL,
+                                            10000000ULL,
+                                            1000000ULL,
+                                            100000ULL,
+                                            10000ULL,
+                                            1000ULL};
+    static constexpr uint64_t kScale[] = {1ULL,
+                                          10ULL,
+                                          100ULL,
+                                          1000ULL,
+                                          10000ULL,
+                                          100000ULL,
+                                          1000000ULL,
+                                          10000000ULL,
+                                          100000000ULL,
+                                          1000000000ULL,
+                                          10000000000ULL,
+                                          100000000000ULL,
+                                          1000000000000ULL,
+                                          10000000000000ULL,
+                                          100000000000000ULL,
+                                          1000000000000000ULL,
+                                          10000000000000000ULL};
     uint64_t value = *digits;
     int power = *exponent;
+#if defined(__SSE2__)
+    // Sixteen bytes at a time: a tensor's "0.5118216276168823" is one step. A run shorter than
+    // sixteen is read as the sixteen bytes that end with it, so only where those start within the
+    // text; elsewhere the eight-byte steps below take it.
+    while (end_ - p >= 16) {
+      const int n = LeadingDigits16(p);
+      if (n == 0) {
+        *digits = value;
+        *exponent = power;
+        return p;
+      }
+      if (value >= kRoomFor[n] || (n < 16 && p + n - 16 < begin_)) break;
+      value = value * kScale[n] + DigitsEndingAt(p + n, n);
+      if (fraction) power -= n;
+      p += n;
+      if (n < 16 || (p < end_ && !IsDigit(*p))) {  // the run ended: no further load
+        *digits = value;
+        *exponent = power;
+        return p;
+      }
+    }
+#endif
     while (end_ - p >= 8) {
       uint64_t bytes;
       std::memcpy(&bytes, p, sizeof(bytes));
@@ -350,6 +400,43 @@ class JsonCursor {
     return p;
   }
 
+#if defined(__SSE2__)
+  // How many of the 16 bytes at p (all readable) lead with ASCII digits, 0..16: a byte minus '0'
+  // is a digit's value exactly when, unsigned, it is at most 9.
+  __attribute__((always_inline)) static int LeadingDigits16(const char* p) {
+    const __m128i values =
+        _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), _mm_set1_epi8('0'));
+    const __m128i digit = _mm_cmpeq_epi8(_mm_min_epu8(values, _mm_set1_epi8(9)), values);
+    const unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(digit));
+    return __builtin_ctz(~mask);  // bit 16 of ~mask is set: at most 16
+  }
+
+  // The value of the n (1..16) digits that end at `end`, from the 16 bytes before `end` (the
+  // caller checked they are readable), those before the run masked to zero: digit pairs in 16-bit
+  // lanes, fours and eights by multiply-add, the two eights combined.
+  __attribute__((always_inline)) static uint64_t DigitsEndingAt(const char* end, int n) {
+    alignas(16) static constexpr unsigned char kKeepLast[32] = {
+        0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,
+        0,    0,    0,    0,    0,    0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    const __m128i keep = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kKeepLast + n));
+    const __m128i values = _mm_and_si128(
+        _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(end - 16)),
+                     _mm_set1_epi8('0')),
+        keep);
+    // Each 16-bit lane holds an earlier digit (low byte) and a later one (high byte).
+    const __m128i pairs =
+        _mm_add_epi16(_mm_mullo_epi16(_mm_and_si128(values, _mm_set1_epi16(0xff)),
+                                      _mm_set1_epi16(10)),
+                      _mm_srli_epi16(values, 8));
+    const __m128i fours = _mm_madd_epi16(pairs, _mm_set1_epi32((1 << 16) | 100));
+    const __m128i eights =
+        _mm_madd_epi16(_mm_packs_epi32(fours, fours), _mm_set1_epi32((1 << 16) | 10000));
+    const uint64_t both = static_cast<uint64_t>(_mm_cvtsi128_si64(eights));
+    return (both & 0xffffffffULL) * 100000000ULL + (both >> 32);
+  }
+#endif
+
   // Of 8 bytes in memory order, a byte non-zero where the byte is not an ASCII digit, zero
   // where it is. SWAR: a digit's high nibble is 3 and adding 6 keeps it 3; a byte's add carries
   // only into later bytes, which a reader of the first non-digit never looks at.
@@ -368,6 +455,7 @@ class JsonCursor {
            32;
   }
 
+  const char* begin_;  // the text's first byte: the 16-digit reader may look back to it, not past
   const char* at_;
   const char* end_;
   int depth_ = 0;
