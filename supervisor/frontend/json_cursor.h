@@ -420,15 +420,14 @@ class JsonCursor {
         0,    0,    0,    0,    0,    0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
         0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
     const __m128i keep = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kKeepLast + n));
-    const __m128i values = _mm_and_si128(
-        _mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(end - 16)),
-                     _mm_set1_epi8('0')),
-        keep);
+    const __m128i values =
+        _mm_and_si128(_mm_sub_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(end - 16)),
+                                   _mm_set1_epi8('0')),
+                      keep);
     // Each 16-bit lane holds an earlier digit (low byte) and a later one (high byte).
-    const __m128i pairs =
-        _mm_add_epi16(_mm_mullo_epi16(_mm_and_si128(values, _mm_set1_epi16(0xff)),
-                                      _mm_set1_epi16(10)),
-                      _mm_srli_epi16(values, 8));
+    const __m128i pairs = _mm_add_epi16(
+        _mm_mullo_epi16(_mm_and_si128(values, _mm_set1_epi16(0xff)), _mm_set1_epi16(10)),
+        _mm_srli_epi16(values, 8));
     const __m128i fours = _mm_madd_epi16(pairs, _mm_set1_epi32((1 << 16) | 100));
     const __m128i eights =
         _mm_madd_epi16(_mm_packs_epi32(fours, fours), _mm_set1_epi32((1 << 16) | 10000));

@@ -195,7 +195,7 @@ size_t MaxElementChars(DType dtype) {
 
 // Writes value at `out`, which has room for MaxElementChars before `last`; returns the end.
 template <typename T>
-char* WriteNumber(T value, char* out, char* last) {
+__attribute__((always_inline)) inline char* WriteNumber(T value, char* out, char* last) {
   if constexpr (std::is_same_v<T, float>) {  // finite and not -0, the usual float, in one test
     uint32_t bits;
     std::memcpy(&bits, &value, sizeof(bits));
