@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 
+#include "supervisor/frontend/json_cursor.h"
 #include "supervisor/frontend/v2_http_codec.h"
 #include "supervisor/frontend/v2_json_data.h"
 
@@ -202,6 +203,40 @@ TEST(V2RequestScannerTest, DigitRunsOfEveryLengthAndPlaceMatchTheDomPath) {
     for (const char* number : {"0.123", "12345678", "0.1234567812345678", "1e1", "0"}) {
       ExpectSafe(Request(Input("FP32", "[2]", std::string("[") + number + after + ", 1.5]")));
     }
+  }
+}
+
+// A short run of digits is read as the sixteen bytes that end with it, so never where those would
+// start before the text: numbers at the very start of a cursor's text, of every length, with room
+// after them, read as the per-digit reader reads them.
+TEST(JsonCursorTest, NumbersAtTheStartOfTheTextReadExactly) {
+  const std::string digits = "98765432109876543210987";
+  for (size_t length = 1; length <= 19; ++length) {
+    const std::string whole = digits.substr(0, length);
+    for (const std::string& text :
+         {whole, whole + std::string(20, ' '), whole + ", 1" + std::string(20, ' ')}) {
+      JsonCursor cursor(text);
+      JsonNumber number;
+      ASSERT_TRUE(cursor.Numeric(&number)) << text;
+      EXPECT_EQ(number.kind, JsonNumber::kUnsigned) << text;
+      EXPECT_EQ(number.unsigned_value, std::stoull(whole)) << text;
+      EXPECT_EQ(cursor.position(), text.data() + length) << text;
+    }
+    const std::string fraction = "0." + whole + std::string(24, ' ');
+    JsonCursor cursor(fraction);
+    double value = 0;
+    ASSERT_TRUE(cursor.DecimalForFloat(&value) || length > 15) << fraction;
+    if (length <= 15) EXPECT_EQ(value, std::stod("0." + whole)) << fraction;
+  }
+  // Not numbers, or not JSON's: the cursor stays where it was.
+  for (const std::string text : {"-", "01", "1.", ".5", "1e", "1e+", "-x", "0x10", "+1"}) {
+    const std::string padded = text + std::string(20, ' ');
+    JsonCursor cursor(padded);
+    JsonNumber number;
+    double value;
+    EXPECT_FALSE(cursor.DecimalForFloat(&value)) << text;
+    EXPECT_EQ(cursor.position(), padded.data()) << text;
+    EXPECT_FALSE(cursor.Numeric(&number) && cursor.AtEnd()) << text;
   }
 }
 
