@@ -65,6 +65,8 @@ Supervisor::Supervisor(FarmConfig config, SupervisorOptions options, SupervisorS
       hang_limit_([this](const WorkerSlot& slot) {
         return Millis(models_[slot.model_index()].config.hang_timeout_ms);
       }) {
+  // ReadJobs copes with a wake-up that carries no request and reports a drained socket.
+  socket_watches_[kWatchedJobs].probe_by_reading = true;
   RegisterAdminCommands();
 }
 
@@ -386,7 +388,13 @@ void Supervisor::RunTurn(TimePoint now) {
   }
   if (events.jobs) {
     ++socket_reads_[kWatchedJobs];
-    Guarded("jobs", [&] { job_acceptor_.ReadJobs(jobs_); });
+    bool drained = false;
+    Guarded("jobs", [&] { drained = job_acceptor_.ReadJobs(jobs_); });
+    // Its last receive answered what ZMQ_EVENTS would: the next wait need not ask.
+    if (drained) {
+      LoopPoller::DrainedWithoutInput(&socket_watches_[kWatchedJobs],
+                                      socket_reads_[kWatchedJobs] + replies_.jobs_sends());
+    }
   }
   if (events.frontend && frontend_hub_) {
     Guarded("front end", [&] {

@@ -28,17 +28,18 @@ struct ClearedOnExit {
 
 }  // namespace
 
-void JobAcceptor::ReadJobs(zmq::socket_t& jobs) {
+bool JobAcceptor::ReadJobs(zmq::socket_t& jobs) {
   std::vector<zmq::message_t>& frames = frames_;
   const ClearedOnExit cleared{frames};
   // Envelope (identity, delimiter) + header + inputs, and one more so ParseJob sees the excess.
   const size_t max_frames = d_.limits.max_inputs + 4;
   bool truncated = false;
-  for (int n = 0;
-       n < kMaxMessagesPerTurn && ReceiveMultipartBounded(jobs, &frames, max_frames, &truncated);
-       ++n) {
+  for (int n = 0; n < kMaxMessagesPerTurn; ++n) {
+    // False only when the first frame's non-blocking receive found nothing.
+    if (!ReceiveMultipartBounded(jobs, &frames, max_frames, &truncated)) return true;
     Accept(frames);
   }
+  return false;
 }
 
 void JobAcceptor::Accept(std::vector<zmq::message_t>& frames, RequestOrigin origin,

@@ -58,8 +58,10 @@ class JobAcceptor {
   // CURVE on: the quota key is the client's public key, not its routing id.
   void set_curve(bool curve) { curve_ = curve; }
 
-  // The job socket is readable: up to kMaxMessagesPerTurn requests.
-  void ReadJobs(zmq::socket_t& jobs);
+  // The job socket is readable: up to kMaxMessagesPerTurn requests. True when it stopped because
+  // a non-blocking receive found no message (EAGAIN: the socket is drained, its commands
+  // processed; LoopPoller::DrainedWithoutInput), false when it stopped at the limit.
+  bool ReadJobs(zmq::socket_t& jobs);
   // The front-end hub's request mailbox is readable: up to kMaxMessagesPerTurn requests, and
   // "meta" queries answered with `meta`. Every message is answered with its call id
   // (frontend/farm_channel.h), whatever its header holds.

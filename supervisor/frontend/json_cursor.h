@@ -14,7 +14,7 @@
 #include <cstring>
 #include <string_view>
 
-#if defined(__SSE2__)
+#if defined(__SSE2__) && defined(__x86_64__)
 #include <emmintrin.h>
 #endif
 
@@ -337,7 +337,7 @@ class JsonCursor {
                                           10000000000000000ULL};
     uint64_t value = *digits;
     int power = *exponent;
-#if defined(__SSE2__)
+#if defined(__SSE2__) && defined(__x86_64__)
     // Sixteen bytes at a time: a tensor's "0.5118216276168823" is one step. A run shorter than
     // sixteen is read as the sixteen bytes that end with it, so only where those start within the
     // text; elsewhere the eight-byte steps below take it.
@@ -348,7 +348,7 @@ class JsonCursor {
         *exponent = power;
         return p;
       }
-      if (value >= kRoomFor[n] || (n < 16 && p + n - 16 < begin_)) break;
+      if (value >= kRoomFor[n] || (n < 16 && static_cast<size_t>(p - begin_) + n < 16)) break;
       value = value * kScale[n] + DigitsEndingAt(p + n, n);
       if (fraction) power -= n;
       p += n;
@@ -400,7 +400,7 @@ class JsonCursor {
     return p;
   }
 
-#if defined(__SSE2__)
+#if defined(__SSE2__) && defined(__x86_64__)
   // How many of the 16 bytes at p (all readable) lead with ASCII digits, 0..16: a byte minus '0'
   // is a digit's value exactly when, unsigned, it is at most 9.
   __attribute__((always_inline)) static int LeadingDigits16(const char* p) {
@@ -454,7 +454,8 @@ class JsonCursor {
            32;
   }
 
-  const char* begin_;  // the text's first byte: the 16-digit reader may look back to it, not past
+  // The text's first byte: the 16-digit reader may look back to it, not past (unused without SSE2).
+  [[maybe_unused]] const char* begin_;
   const char* at_;
   const char* end_;
   int depth_ = 0;

@@ -84,8 +84,9 @@ bool LoopPoller::Wait(std::chrono::milliseconds timeout) {
       item.revents = revents;
       item.readable = (revents & POLLIN) != 0;
     } else if (!item.readable && revents != 0) {
-      // The descriptor fired: commands to process, perhaps a message.
-      item.readable = AskInput(item);
+      // The descriptor fired: commands to process, perhaps a message. A socket its owner probes
+      // by reading is left to that read (SocketWatch::probe_by_reading).
+      item.readable = (item.watch && item.watch->probe_by_reading) || AskInput(item);
     }
   }
   return true;

@@ -48,10 +48,25 @@ class LoopPoller {
     int fd = -1;                 // its ZMQ_FD, asked on first use
     uint64_t uses = UINT64_MAX;  // the caller's count at the last ZMQ_EVENTS answer
     bool input = true;           // that answer (true until asked)
+    // The owner's reader copes with finding nothing (a first non-blocking receive that may fail
+    // with EAGAIN) and reports a drain (DrainedWithoutInput): when the descriptor fires, the
+    // socket reads ready without a ZMQ_EVENTS question, and the read itself finds out. Most
+    // wake-ups of the job socket carry a request, so that question (~1k instructions) was the
+    // read's own work done twice.
+    bool probe_by_reading = false;
   };
   // The same for a watched socket: `uses` counts every send and receive the caller made on it
   // (any monotonic count; only a change matters).
   size_t AddSocket(void* socket, SocketWatch* watch, uint64_t uses);
+  // The caller's own non-blocking receive on a watched socket just failed with EAGAIN, with the
+  // socket's count at `uses` after it: libzmq processed the socket's commands and found no
+  // message, as a ZMQ_EVENTS question would have. Remembered as that answer, so the next turn
+  // asks nothing before its wait unless the count moves again (~1k instructions a turn that
+  // drained the job socket; issue 36).
+  static void DrainedWithoutInput(SocketWatch* watch, uint64_t uses) {
+    watch->uses = uses;
+    watch->input = false;
+  }
   // Adds a plain descriptor to wait for input on (a negative one is never ready).
   size_t AddDescriptor(int fd);
 

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <zmq.hpp>
@@ -191,6 +193,64 @@ TEST_F(LoopPollerTest, AnUntouchedWatchedSocketWithoutInputIsNotAskedBeforeTheWa
   ASSERT_TRUE(readable);
   EXPECT_LT(ElapsedMs(start), 2'000);
   EXPECT_EQ(ReceiveAtRouter(), "late");
+}
+
+// The job socket's way (supervisor.cc): its reader drains it with non-blocking receives, and an
+// EAGAIN stands for the ZMQ_EVENTS answer (DrainedWithoutInput); a fired descriptor makes it
+// readable without a question (probe_by_reading), and the read finds out. No message may be missed:
+// not one sent between the drain and the next wait, not one sent during the wait, not one that
+// arrived with a descriptor wake-up that carried nothing.
+TEST_F(LoopPollerTest, ASocketProbedByReadingMissesNoMessageAndAsksNothing) {
+  LoopPoller poller;
+  LoopPoller::SocketWatch watch;
+  watch.probe_by_reading = true;
+  uint64_t uses = 0;
+  // One turn: the wait, then the reader's drain as JobAcceptor::ReadJobs does it.
+  auto turn = [&](milliseconds timeout, uint64_t* questions) {
+    poller.Reset();
+    const size_t socket = poller.AddSocket(static_cast<void*>(router_), &watch, uses);
+    const uint64_t before = poller.questions();
+    EXPECT_TRUE(poller.Wait(timeout));
+    *questions = poller.questions() - before;
+    std::vector<std::string> got;
+    if (!poller.Readable(socket)) return got;
+    ++uses;
+    zmq::message_t identity, payload;
+    while (router_.recv(identity, zmq::recv_flags::dontwait)) {
+      EXPECT_TRUE(router_.recv(payload, zmq::recv_flags::dontwait));
+      got.push_back(payload.to_string());
+    }
+    LoopPoller::DrainedWithoutInput(&watch, uses);
+    return got;
+  };
+  uint64_t questions = 0;
+  dealer_.send(zmq::buffer(std::string("first")));
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(turn(milliseconds(1'000), &questions), std::vector<std::string>{"first"});
+  EXPECT_FALSE(watch.input);
+  EXPECT_EQ(watch.uses, uses);
+
+  // Sent after the drain, before the next wait: the descriptor was armed by the drain.
+  dealer_.send(zmq::buffer(std::string("between")));
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(turn(milliseconds(2'000), &questions), std::vector<std::string>{"between"});
+  EXPECT_EQ(questions, 0u) << "neither before the wait (drained, untouched) nor after it (probed)";
+
+  // Sent during the wait.
+  std::thread sender([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    dealer_.send(zmq::buffer(std::string("during")));
+  });
+  const auto start = Clock::now();
+  std::vector<std::string> got;
+  while (got.empty() && ElapsedMs(start) < 5'000) got = turn(milliseconds(5'000), &questions);
+  sender.join();
+  EXPECT_EQ(got, std::vector<std::string>{"during"});
+  EXPECT_LT(ElapsedMs(start), 2'000);
+
+  // Nothing pending: the wait times out, not readable, nothing asked.
+  EXPECT_TRUE(turn(milliseconds(20), &questions).empty());
+  EXPECT_EQ(questions, 0u);
 }
 
 TEST_F(LoopPollerTest, DescriptorsKeepTheirIndicesAndReportReadinessAndHangUp) {
