@@ -13,7 +13,8 @@ Every thread of the supervisor is counted (the loop, ZeroMQ's I/O thread, the fr
 
 Paths: zmq (the farm's own protocol, pyzmq DEALER), http (v2, binary tensor extension),
 http-json (v2, 256 numbers as JSON), grpc (v2, raw_input_contents); and, asked for by name, the
-reference grpc-echo (gRPC alone: bench/grpc_echo.cc under the supervisor's allocator). The
+references grpc-echo (gRPC alone: bench/grpc_echo.cc) and zmq-echo (ZeroMQ alone: bench/zmq_echo.cc,
+a ROUTER answering each request with its own data), both under the supervisor's allocator. The
 clients are the project's .venv Python (pyzmq, tritonclient); their own cost is not counted, only
 the server's.
 
@@ -43,7 +44,10 @@ PATHS = ("zmq", "http", "http-json", "grpc")
 # A reference, not the farm: torchfarm-bench-grpc-echo (bench/grpc_echo.cc), gRPC's callback API
 # answering ModelInfer with its inputs and nothing else, under the supervisor's allocator. What
 # gRPC itself costs a call in the server process, the floor under the grpc path's figure.
-REFERENCES = ("grpc-echo",)
+# torchfarm-bench-zmq-echo (bench/zmq_echo.cc) is ZeroMQ's: the zmq path's client against a ROUTER
+# that answers each request with its own data frames, blocking receives, nothing else.
+REFERENCES = ("grpc-echo", "zmq-echo")
+REFERENCE_BINARIES = {"grpc-echo": "torchfarm-bench-grpc-echo", "zmq-echo": "torchfarm-bench-zmq-echo"}
 WIDTH = 256
 
 
@@ -183,6 +187,9 @@ def measure(build: Path, model: Path, path: str, warmup: int, requests: int) -> 
             server = [str(build / "bin" / "torchfarm-bench-grpc-echo"), "--listen",
                       config["grpc_endpoint"]]
             env = dict(os.environ, LD_PRELOAD=supervisor_allocator(build))
+        if path == "zmq-echo":
+            server = [str(build / "bin" / "torchfarm-bench-zmq-echo"), "--bind", config["endpoint"]]
+            env = dict(os.environ, LD_PRELOAD=supervisor_allocator(build))
         supervisor = subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--compress-strings=no", "--compress-pos=no",
              f"--callgrind-out-file={out}"] + server,
@@ -194,7 +201,7 @@ def measure(build: Path, model: Path, path: str, warmup: int, requests: int) -> 
                 if supervisor.poll() is not None:
                     raise RuntimeError(f"{path}: the supervisor exited; see {work}/supervisor.log")
                 try:
-                    client = client or (ZmqClient(config) if path == "zmq" else
+                    client = client or (ZmqClient(config) if path in ("zmq", "zmq-echo") else
                                         V2Client(config, "grpc" if path == "grpc-echo" else path))
                     if client.infer(-1, 2_000):
                         break
@@ -248,9 +255,10 @@ def main() -> int:
     if unknown:
         parser.error(f"--paths: expected some of {','.join(PATHS + REFERENCES)}, "
                      f"got {','.join(unknown)}")
-    if "grpc-echo" in paths and not (Path(args.build_dir) / "bin" / "torchfarm-bench-grpc-echo").exists():
-        parser.error("--paths grpc-echo: build it first (cmake --build BUILD --target "
-                     "torchfarm-bench-grpc-echo)")
+    for reference, binary in REFERENCE_BINARIES.items():
+        if reference in paths and not (Path(args.build_dir) / "bin" / binary).exists():
+            parser.error(f"--paths {reference}: build it first (cmake --build BUILD --target "
+                         f"{binary})")
     if args.requests < 1 or args.warmup < 1:
         parser.error("--requests and --warmup: expected at least 1")
     for tool in ("valgrind", "callgrind_control", "callgrind_annotate"):
