@@ -46,8 +46,8 @@ int main(int argc, char** argv) {
     if (frames.size() < 2) continue;
     frames[1].rebuild(ok.data(), ok.size());  // the header, answered
     for (size_t i = 0; i < frames.size(); ++i) {
-      router.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore
-                                                   : zmq::send_flags::none);
+      router.send(frames[i],
+                  i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
     }
   }
 }

@@ -34,6 +34,8 @@ constexpr Millis kMaxPollTimeout{100};
 constexpr Millis kStopGrace{5'000};
 constexpr Millis kZygoteStartWait{10'000};  // before the first workers launch
 constexpr Millis kPinnedReplyPoll{2};
+// How long a turn that only moved requests may leave the maintenance duties (supervisor.h).
+constexpr Millis kMaintenanceInterval{5};
 
 std::string SelfDirectory() {
   std::error_code ec;
@@ -274,6 +276,7 @@ void Supervisor::RegisterAdminCommands() {
 struct Supervisor::TurnEvents {
   bool jobs = false, control = false, admin = false, signals = false, frontend = false;
   bool zap = false, connections = false;
+  bool zygotes = false;                // a starting zygote's channel (read by the "zygotes" duty)
   std::vector<WorkerSlot*> output;     // output pipes with something to read (or closed)
   std::vector<WorkerSlot*> responses;  // doorbells rung
 };
@@ -327,8 +330,12 @@ Supervisor::TurnEvents Supervisor::Poll(TimePoint now) {
                      socket_reads_[kWatchedMonitor]);
   }
   // A starting zygote's ready message only wakes the loop; the "zygotes" duty reads it.
+  const size_t zygote_items = poller.size();
   for (int fd : zygotes_.StartingChannels()) poller.AddDescriptor(fd);
-  Guarded("timer", [&] { timer_.ArmAt(NextWakeUp(now)); });
+  Guarded("timer", [&] {
+    next_maintenance_ = NextMaintenance(now);
+    timer_.ArmAt(NextWakeUp(now, next_maintenance_));
+  });
   bool polled = false;
   Guarded("poll", [&] {
     polled = poller.Wait(std::chrono::milliseconds(-1));
@@ -350,6 +357,9 @@ Supervisor::TurnEvents Supervisor::Poll(TimePoint now) {
   events.frontend = poller.Readable(kFrontend);
   events.zap = zap_item < monitor_item && poller.Readable(zap_item);
   events.connections = connections_.socket_handle() && poller.Readable(monitor_item);
+  for (size_t item = zygote_items; item < poller.size(); ++item) {
+    events.zygotes = events.zygotes || poller.Readable(item);
+  }
   for (size_t i = 0; i < owners.size(); ++i) {
     const size_t item = kFixedItems + i;
     if (owners[i].second == PollSource::kOutput &&
@@ -423,14 +433,23 @@ void Supervisor::RunTurn(TimePoint now) {
     Guarded("admin", [&] { admin_service_.HandleRequests(admin_); });
   }
   Guarded("deadlines", [&] { dispatcher_.ExpireDeadlines(); });
-  Guarded("liveness", [&] { workers_.KillUnresponsive(hang_limit_); });
+  // The maintenance duties' gate (supervisor.h): every turn but one that only moved requests.
+  const TimePoint after = clock_.Now();
+  const bool maintain = farm_.phase != FarmPhase::kServing || events.signals || events.control ||
+                        events.admin || events.zap || events.connections || events.zygotes ||
+                        !events.output.empty() || after >= next_maintenance_ ||
+                        after - last_maintenance_ >= kMaintenanceInterval;
+  maintenance_skipped_ = !maintain;
+  if (maintain) last_maintenance_ = after;
+  if (maintain) Guarded("liveness", [&] { workers_.KillUnresponsive(hang_limit_); });
   const bool stopping = IsStoppingWorkers(farm_.phase);
   // Before the restarts: a worker due now forks from a zygote that just became ready.
-  if (!stopping) Guarded("zygotes", [&] { zygotes_.Maintain(clock_.Now()); });
+  if (maintain && !stopping) Guarded("zygotes", [&] { zygotes_.Maintain(after); });
   // A draining farm still replaces dead workers: the queue it promised to finish needs them.
-  if (!stopping) Guarded("restarts", [&] { workers_.LaunchDue(); });
+  if (maintain && !stopping) Guarded("restarts", [&] { workers_.LaunchDue(); });
   Guarded("dispatch", [&] { dispatcher_.DispatchAll(); });
   Guarded("pinned replies", [&] { responses_.ReleasePinned(workers_, response_rings_); });
+  if (!maintain) return;
   Guarded("stops", [&] { worker_events_.SendDueStops(); });
   if (!stopping) Guarded("rollouts", [&] { rollouts_.AdvanceAll(); });
   Guarded("retire", [&] { model_control_.RetireIdle(); });
@@ -441,14 +460,22 @@ void Supervisor::RunTurn(TimePoint now) {
   Guarded("housekeeping", [&] { Housekeeping(clock_.Now()); });
 }
 
-TimePoint Supervisor::NextWakeUp(TimePoint now) const {
-  // A safety net: every deadline below is exact, but a wake-up now and then costs nothing.
-  TimePoint next = std::min(now + kMaxPollTimeout, notifier_.next_watchdog());
-  next = std::min(next, next_housekeeping_);
-  // Zero-copy replies still in libzmq free their slots without waking the loop: look again soon.
-  if (response_rings_.HasLivePins()) next = std::min(next, now + kPinnedReplyPoll);
+TimePoint Supervisor::NextMaintenance(TimePoint now) const {
+  TimePoint next = std::min(notifier_.next_watchdog(), next_housekeeping_);
   // An admin drain has no deadline: the farm stays up, not ready.
   if (HasDeadline(farm_.phase)) next = std::min(next, farm_.deadline);
+  next = std::min(next, workers_.NextDeadline(hang_limit_, IsStoppingWorkers(farm_.phase)));
+  if (!IsStoppingWorkers(farm_.phase)) next = std::min(next, zygotes_.NextDeadline(now));
+  // A turn skipped them: they run by the interval's end even if nothing else wakes the loop.
+  if (maintenance_skipped_) next = std::min(next, last_maintenance_ + kMaintenanceInterval);
+  return next;
+}
+
+TimePoint Supervisor::NextWakeUp(TimePoint now, TimePoint maintenance) const {
+  // A safety net: every deadline below is exact, but a wake-up now and then costs nothing.
+  TimePoint next = std::min(now + kMaxPollTimeout, maintenance);
+  // Zero-copy replies still in libzmq free their slots without waking the loop: look again soon.
+  if (response_rings_.HasLivePins()) next = std::min(next, now + kPinnedReplyPoll);
   for (const auto& model : models_) {
     if (auto deadline = model.queue.NextDeadline()) next = std::min(next, *deadline);
     // A batch that comes due while every worker of its model is full cannot go anyway; waking
@@ -458,8 +485,6 @@ TimePoint Supervisor::NextWakeUp(TimePoint now) const {
     if (!can_dispatch) continue;
     if (auto due = model.queue.NextDue()) next = std::min(next, *due);
   }
-  next = std::min(next, workers_.NextDeadline(hang_limit_, IsStoppingWorkers(farm_.phase)));
-  if (!IsStoppingWorkers(farm_.phase)) next = std::min(next, zygotes_.NextDeadline(now));
   return std::max(next, now);
 }
 
