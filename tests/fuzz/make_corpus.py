@@ -25,6 +25,11 @@ valid = {"v": 1, "id": 42, "model": "pair", "inputs": [spec("float32", [3, 2]), 
 seeds = [
     req(valid, 24, 24),
     req({**valid, "timeout_ms": 50, "priority": 3}, 24, 24),
+    # The client's own deadline (stop 47): microseconds since the epoch, a past one, a hostile one.
+    req({**valid, "deadline_unix_us": 1733550000123456}, 24, 24),
+    req({**valid, "deadline_unix_us": 1, "timeout_ms": 50}, 24, 24),
+    req({**valid, "deadline_unix_us": -1}, 24, 24),
+    req({**valid, "deadline_unix_us": 123456789012345678901234567890}, 24, 24),
     req({"v": 1, "id": "a", "model": "mlp", "inputs": [spec("float32", [1, 4])]}, 16),
     req({"v": 1, "model": "mlp", "version": "1", "inputs": [spec("float32", [1, 4])]}, 16),
     req({"v": 1, "model": "mlp", "version": "v2.0-rc_1", "inputs": [spec("float32", [1, 4])]}, 16),

@@ -56,7 +56,7 @@ void CheckFastPath(std::string_view header, const RequestLimits& limits) {
   if (fast.id != full.id || fast.id.type() != full.id.type() || fast.model != full.model ||
       fast.version != full.version || !(fast.inputs == full.inputs) ||
       fast.input_names != full.input_names || fast.timeout_ms != full.timeout_ms ||
-      fast.priority != full.priority) {
+      fast.deadline_unix_us != full.deadline_unix_us || fast.priority != full.priority) {
     Fail("fast path and JSON parser disagree", std::string(header.substr(0, 200)));
   }
 }
