@@ -406,14 +406,21 @@ void Supervisor::RunTurn(TimePoint now) {
                                       socket_reads_[kWatchedJobs] + replies_.jobs_sends());
     }
   }
+  // A front end's repository load or unload, or a log setting, is control plane: it wants the
+  // maintenance duties this turn (the gate below), as an admin command does.
+  bool frontend_control = false;
   if (events.frontend && frontend_hub_) {
     Guarded("front end", [&] {
-      job_acceptor_.ReadFrontend(*frontend_hub_, [this](const json& query) {
-        if (query.contains("repository")) return repository_.Answer(query);
+      job_acceptor_.ReadFrontend(*frontend_hub_, [this, &frontend_control](const json& query) {
+        if (query.contains("repository")) {
+          frontend_control = true;
+          return repository_.Answer(query);
+        }
         if (query.contains(kSystemShmQuery)) {
           return SystemShmAnswer(client_shm_.get(), config_.frontend.system_shared_memory, query);
         }
         if (query.contains("logging")) {
+          frontend_control = true;
           return LogSettingsAnswer(query["logging"], config_.frontend.log_control);
         }
         auto flag = [&](const char* key) { return query.contains(key) && query[key] == true; };
@@ -436,8 +443,8 @@ void Supervisor::RunTurn(TimePoint now) {
   // The maintenance duties' gate (supervisor.h): every turn but one that only moved requests.
   const TimePoint after = clock_.Now();
   const bool maintain = farm_.phase != FarmPhase::kServing || events.signals || events.control ||
-                        events.admin || events.zap || events.connections || events.zygotes ||
-                        !events.output.empty() || after >= next_maintenance_ ||
+                        events.admin || frontend_control || events.zap || events.connections ||
+                        events.zygotes || !events.output.empty() || after >= next_maintenance_ ||
                         after - last_maintenance_ >= kMaintenanceInterval;
   maintenance_skipped_ = !maintain;
   if (maintain) last_maintenance_ = after;

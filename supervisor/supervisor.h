@@ -24,8 +24,9 @@
 //   -> farm phase (loop/farm_phase.h: drain, stop, kill) -> housekeeping (1 s: gauges, sd_notify,
 //      watch mode)
 // The maintenance duties (liveness, zygotes, restarts, stops due and everything after the pinned
-// replies) run on a turn that had a control-plane event (signals, control, admin, worker output,
-// ZAP, connections, a starting zygote), once one of their own deadlines has come (a restart, a
+// replies) run on a turn that had a control-plane event (signals, control, admin, a front end's
+// repository or log request, worker output, ZAP, connections, a starting zygote), once one of
+// their own deadlines has come (a restart, a
 // hang, a zygote, housekeeping, the drain's), in any phase but serving, and otherwise at most
 // every kMaintenanceInterval (5 ms): a turn that only moved requests (jobs, front end, doorbells)
 // skips them and arms the timer for the interval's end (issue 36: ~1.7k instructions a request).
