@@ -201,6 +201,9 @@ __attribute__((always_inline)) inline uint32_t ShortestDigits(uint64_t c, int q,
 
 }  // namespace float_text_detail
 
+// 10^n for n in 0..19, every power of ten a uint64_t holds (the digit scanners' scales too).
+constexpr uint64_t Pow10(int n) { return float_text_detail::kPow10[n]; }
+
 // Writes `value` (finite, not needed to be normal) at `first`, which has room for
 // kMaxShortestFloatChars; returns the end. Exactly std::to_chars(first, last, value)'s text.
 __attribute__((always_inline)) inline char* WriteShortestFloat(char* first, float value) {

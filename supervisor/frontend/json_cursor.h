@@ -300,41 +300,8 @@ class JsonCursor {
   __attribute__((always_inline)) const char* DigitRun(const char* p, bool fraction,
                                                       uint64_t* digits, int* exponent,
                                                       bool* all_digits) const {
-    // 10^(19-n): below it, n more digits keep the value below 10^19.
-    static constexpr uint64_t kRoomFor[] = {0,
-                                            1000000000000000000ULL,
-                                            100000000000000000ULL,
-                                            10000000000000000ULL,
-                                            1000000000000000ULL,
-                                            100000000000000ULL,
-                                            10000000000000ULL,
-                                            1000000000000ULL,
-                                            100000000000ULL,
-                                            10000000000ULL,
-                                            1000000000ULL,
-                                            100000000ULL,
-                                            10000000ULL,
-                                            1000000ULL,
-                                            100000ULL,
-                                            10000ULL,
-                                            1000ULL};
-    static constexpr uint64_t kScale[] = {1ULL,
-                                          10ULL,
-                                          100ULL,
-                                          1000ULL,
-                                          10000ULL,
-                                          100000ULL,
-                                          1000000ULL,
-                                          10000000ULL,
-                                          100000000ULL,
-                                          1000000000ULL,
-                                          10000000000ULL,
-                                          100000000000ULL,
-                                          1000000000000ULL,
-                                          10000000000000ULL,
-                                          100000000000000ULL,
-                                          1000000000000000ULL,
-                                          10000000000000000ULL};
+    // Below 10^(19-n), n more digits keep the value below 10^19 (Pow10: float_text.h).
+    auto room_for = [](int n) { return Pow10(19 - n); };
     uint64_t value = *digits;
     int power = *exponent;
 #if defined(__SSE2__) && defined(__x86_64__)
@@ -348,8 +315,8 @@ class JsonCursor {
         *exponent = power;
         return p;
       }
-      if (value >= kRoomFor[n] || (n < 16 && static_cast<size_t>(p - begin_) + n < 16)) break;
-      value = value * kScale[n] + DigitsEndingAt(p + n, n);
+      if (value >= room_for(n) || (n < 16 && static_cast<size_t>(p - begin_) + n < 16)) break;
+      value = value * Pow10(n) + DigitsEndingAt(p + n, n);
       if (fraction) power -= n;
       p += n;
       if (n < 16 || (p < end_ && !IsDigit(*p))) {  // the run ended: no further load
@@ -364,8 +331,8 @@ class JsonCursor {
       std::memcpy(&bytes, p, sizeof(bytes));
       const uint64_t other = NonDigitBytes(bytes);
       if (other == 0) {  // eight digits, and maybe more after them
-        if (value >= kRoomFor[8]) break;
-        value = value * kScale[8] + EightDigitsValue(bytes - 0x3030303030303030ULL);
+        if (value >= room_for(8)) break;
+        value = value * Pow10(8) + EightDigitsValue(bytes - 0x3030303030303030ULL);
         if (fraction) power -= 8;
         p += 8;
         if (p < end_ && !IsDigit(*p)) break;  // the run ended with these eight: no further load
@@ -374,11 +341,11 @@ class JsonCursor {
       // The run ends inside these eight bytes, after n digits.
       const int n = __builtin_ctzll(other) >> 3;
       if (n > 0) {
-        if (value >= kRoomFor[n]) break;
+        if (value >= room_for(n)) break;
         // The n digits moved to the top of the register: the bytes after them, and any borrow
         // they made, shifted out; the zeros below read as leading zeros.
         value =
-            value * kScale[n] + EightDigitsValue((bytes - 0x3030303030303030ULL) << (8 * (8 - n)));
+            value * Pow10(n) + EightDigitsValue((bytes - 0x3030303030303030ULL) << (8 * (8 - n)));
         if (fraction) power -= n;
         p += n;
       }
