@@ -226,7 +226,9 @@ TEST(JsonCursorTest, NumbersAtTheStartOfTheTextReadExactly) {
     JsonCursor cursor(fraction);
     double value = 0;
     ASSERT_TRUE(cursor.DecimalForFloat(&value) || length > 15) << fraction;
-    if (length <= 15) EXPECT_EQ(value, std::stod("0." + whole)) << fraction;
+    if (length <= 15) {
+      EXPECT_EQ(value, std::stod("0." + whole)) << fraction;
+    }
   }
   // Not numbers, or not JSON's: the cursor stays where it was.
   for (const std::string text : {"-", "01", "1.", ".5", "1e", "1e+", "-x", "0x10", "+1"}) {
