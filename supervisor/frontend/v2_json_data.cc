@@ -304,6 +304,11 @@ void AppendJsonData(DType dtype, const void* bytes, size_t count, std::string* o
   // 4 bytes an element, not 12.
   out->reserve(out->size() + 2 + count * std::min<size_t>(12, MaxElementChars(dtype) + 1));
   const size_t room = MaxElementChars(dtype) + 2;  // the element, a comma, and the closing ']'
+  // The numeric types: element i as `load` reads it, written by WriteNumber.
+  auto numbers = [&](auto load) {
+    AppendElements(count, room, out,
+                   [load](size_t i, char* at, char* end) { return WriteNumber(load(i), at, end); });
+  };
   switch (dtype) {
     case DType::kBool:
       return AppendElements(count, room, out, [p](size_t i, char* at, char*) {
@@ -315,41 +320,23 @@ void AppendJsonData(DType dtype, const void* bytes, size_t count, std::string* o
         return at + 5;
       });
     case DType::kInt8:
-      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
-        return WriteNumber(static_cast<int>(Load<int8_t>(p, i)), at, end);
-      });
+      return numbers([p](size_t i) { return static_cast<int>(Load<int8_t>(p, i)); });
     case DType::kInt16:
-      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
-        return WriteNumber(Load<int16_t>(p, i), at, end);
-      });
+      return numbers([p](size_t i) { return Load<int16_t>(p, i); });
     case DType::kInt32:
-      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
-        return WriteNumber(Load<int32_t>(p, i), at, end);
-      });
+      return numbers([p](size_t i) { return Load<int32_t>(p, i); });
     case DType::kInt64:
-      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
-        return WriteNumber(Load<int64_t>(p, i), at, end);
-      });
+      return numbers([p](size_t i) { return Load<int64_t>(p, i); });
     case DType::kUInt8:
-      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
-        return WriteNumber(static_cast<unsigned>(Load<uint8_t>(p, i)), at, end);
-      });
+      return numbers([p](size_t i) { return static_cast<unsigned>(Load<uint8_t>(p, i)); });
     case DType::kFloat32:
-      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
-        return WriteNumber(Load<float>(p, i), at, end);
-      });
+      return numbers([p](size_t i) { return Load<float>(p, i); });
     case DType::kFloat64:
-      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
-        return WriteNumber(Load<double>(p, i), at, end);
-      });
+      return numbers([p](size_t i) { return Load<double>(p, i); });
     case DType::kFloat16:
-      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
-        return WriteNumber(HalfToFloat(Load<uint16_t>(p, i)), at, end);
-      });
+      return numbers([p](size_t i) { return HalfToFloat(Load<uint16_t>(p, i)); });
     case DType::kBFloat16:
-      return AppendElements(count, room, out, [p](size_t i, char* at, char* end) {
-        return WriteNumber(BFloat16ToFloat(Load<uint16_t>(p, i)), at, end);
-      });
+      return numbers([p](size_t i) { return BFloat16ToFloat(Load<uint16_t>(p, i)); });
     case DType::kBytes:
       break;  // BYTES text is BytesDataJson's, never written here
   }
