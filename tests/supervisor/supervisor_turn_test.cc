@@ -109,6 +109,22 @@ class SupervisorTurnTest : public ::testing::Test {
                  zmq::send_flags::none);
     return control;
   }
+  // A DEALER client of the job socket, and one float32 request of `shape` sent on it.
+  zmq::socket_t ConnectClient() {
+    zmq::socket_t client(context_, zmq::socket_type::dealer);
+    client.set(zmq::sockopt::linger, 0);
+    client.connect(config_.endpoint);
+    return client;
+  }
+  static void SendFloats(zmq::socket_t& client, const std::string& id,
+                         const std::vector<int64_t>& shape, const std::vector<float>& values) {
+    const json header = {{"v", 1},
+                         {"id", id},
+                         {"model", "mlp"},
+                         {"inputs", {{{"dtype", "float32"}, {"shape", shape}}}}};
+    client.send(zmq::buffer(header.dump()), zmq::send_flags::sndmore);
+    client.send(zmq::buffer(values), zmq::send_flags::none);
+  }
   json AdminCommand(const json& command) {
     zmq::socket_t admin(context_, zmq::socket_type::req);
     admin.set(zmq::sockopt::linger, 0);
@@ -145,16 +161,9 @@ TEST_F(SupervisorTurnTest, ARequestGoesThroughOneFarmTurnByTurnAndIsAnswered) {
   ASSERT_TRUE(health.value("ready", false)) << health.dump();
   EXPECT_EQ(health["models"][0]["ready_workers"], 1);
 
-  zmq::socket_t client(context_, zmq::socket_type::dealer);
-  client.set(zmq::sockopt::linger, 0);
-  client.connect(config_.endpoint);
+  zmq::socket_t client = ConnectClient();
   const std::vector<float> values = {1.5f, -2.0f, 3.0f, 4.0f};
-  const json header = {{"v", 1},
-                       {"id", "r1"},
-                       {"model", "mlp"},
-                       {"inputs", {{{"dtype", "float32"}, {"shape", {2, 2}}}}}};
-  client.send(zmq::buffer(header.dump()), zmq::send_flags::sndmore);
-  client.send(zmq::buffer(values), zmq::send_flags::none);
+  SendFloats(client, "r1", {2, 2}, values);
 
   std::unique_ptr<FakeWorker> worker;
   ASSERT_TRUE(FakeWorker::Open(launch, &worker).ok());
@@ -199,16 +208,8 @@ TEST_F(SupervisorTurnTest, AStopMadeDueByACollectedResponseIsSentWithoutAnotherE
   zmq::socket_t control = SayHelloAndReady(launch);
   ASSERT_TRUE(TurnUntil([&] { return AdminCommand({{"cmd", "health"}}).value("ready", false); }));
 
-  zmq::socket_t client(context_, zmq::socket_type::dealer);
-  client.set(zmq::sockopt::linger, 0);
-  client.connect(config_.endpoint);
-  const std::vector<float> values = {1.0f, 2.0f};
-  const json header = {{"v", 1},
-                       {"id", "last"},
-                       {"model", "mlp"},
-                       {"inputs", {{{"dtype", "float32"}, {"shape", {1, 2}}}}}};
-  client.send(zmq::buffer(header.dump()), zmq::send_flags::sndmore);
-  client.send(zmq::buffer(values), zmq::send_flags::none);
+  zmq::socket_t client = ConnectClient();
+  SendFloats(client, "last", {1, 2}, {1.0f, 2.0f});
   std::unique_ptr<FakeWorker> worker;
   ASSERT_TRUE(FakeWorker::Open(launch, &worker).ok());
   ASSERT_TRUE(TurnUntil([&] { return worker->pending() > 0; }));
