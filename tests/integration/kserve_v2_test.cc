@@ -188,6 +188,38 @@ TEST_F(KserveV2Http, JsonAndBinaryOutputsEqualTheZeroMqPathBitForBit) {
   EXPECT_EQ(reply.body.substr(answer_json), reference);
 }
 
+// JSON tensor data is read by a fast float path (stop 48): a hostile number fails its own request
+// with 400, and the next good request on the same connection reads every number exactly (its
+// JSON reply equals the ZeroMQ path's output bit for bit), as written by Python's json (%.17g).
+TEST_F(KserveV2Http, HostileJsonNumbersFailTheirOwnRequestAndTheNextIsExact) {
+  const std::vector<float> input = RandomFloats(256, 23);
+  const std::string reference = ZmqOutput(*farm_, input, 1);
+  auto body = [](const std::string& data) {
+    return R"({"inputs": [{"name": "INPUT__0", "datatype": "FP32", "shape": [1, 256], "data": [)" +
+           data + "]}]}";
+  };
+  std::string rest;
+  for (int i = 1; i < 256; ++i) rest += ", 0.5";
+  HttpConnection http(port_);
+  for (const std::string first :
+       {"3.5e39", "0.12.3", "-", "01.5", "1e", "0.5e99999999", "\"0.5\"", "null", "0x10"}) {
+    const HttpReply r = http.Post("/v2/models/mlp/infer", body(first + rest));
+    EXPECT_EQ(r.status, 400) << first << ": " << r.body;
+    EXPECT_TRUE(r.Json().contains("error")) << first << ": " << r.body;
+  }
+  std::string data;
+  for (size_t i = 0; i < input.size(); ++i) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.17g", static_cast<double>(input[i]));
+    data += (i ? ", " : "") + std::string(text);
+  }
+  const HttpReply good = http.Post("/v2/models/mlp/infer", body(data));
+  ASSERT_EQ(good.status, 200) << good.body.substr(0, 300);
+  std::vector<float> out = good.Json()["outputs"][0]["data"].get<std::vector<float>>();
+  ASSERT_EQ(out.size() * 4, reference.size());
+  EXPECT_EQ(std::memcmp(out.data(), reference.data(), reference.size()), 0);
+}
+
 TEST_F(KserveV2Http, ErrorsCarryTheStatusOfTheFarmCode) {
   HttpConnection http(port_);
   // Not JSON.
