@@ -172,8 +172,11 @@ def main():
                     if n.startswith("grid") and n in row]
             best = max(grid) if grid else (0.0, "slo")
             row["best_grid"] = best[1]
-            row["slo_vs_best_grid"] = row["slo"]["goodput"] / max(best[0], 1e-9)
-            row["slo_vs_default"] = row["slo"]["goodput"] / max(row["default"]["goodput"], 1e-9)
+            if "slo" in row:
+                row["slo_vs_best_grid"] = row["slo"]["goodput"] / max(best[0], 1e-9)
+            if "slo" in row and "default" in row:
+                row["slo_vs_default"] = row["slo"]["goodput"] / max(row["default"]["goodput"],
+                                                                    1e-9)
             if "slo b32" in row:
                 row["slo_b32_vs_best_grid"] = row["slo b32"]["goodput"] / max(best[0], 1e-9)
             rows.append(row)
@@ -182,25 +185,26 @@ def main():
                                    "tenants": two}
         print("\n%s: capacity %.0f/s, SLO %d ms, gamma cv 4, goodput (OK within the SLO) per s"
               % (model, cap, slo_ms))
-        print("| load | default | slo | best grid | slo/best grid | slo/default | slo p99 ms "
-              "(OK answers) | slo refused | slo b32 | slo b32/best grid | slo b32 p99 ms |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        names = [n for n, _ in configs(slo_ms) if any(n in row for row in rows)]
+        print("| load | " + " | ".join("%s goodput / p99 ms / refused / farm-seen late" % n
+                                       for n in names) + " | best grid | slo/best grid | "
+              "slo/default |")
+        print("| --- " * (len(names) + 4) + "|")
         for row in rows:
-            b32 = row.get("slo b32")
-            print("| %.1f C | %.0f | %.0f | %.0f (%s) | %.2f | %.2f | %.1f | %s | %s | %s | %s |" % (
-                row["load"], row["default"]["goodput"], row["slo"]["goodput"],
-                row[row["best_grid"]]["goodput"], row["best_grid"], row["slo_vs_best_grid"],
-                row["slo_vs_default"], row["slo"]["p99_us"] / 1000, row["slo"]["errors"],
-                "%.0f" % b32["goodput"] if b32 else "-",
-                "%.2f" % row["slo_b32_vs_best_grid"] if b32 else "-",
-                "%.1f" % (b32["p99_us"] / 1000) if b32 else "-"))
-        for row in rows:
-            client = row.get("slo client")
-            if client:
-                print("%.1f C slo client: goodput %.0f (%.2f of slo), p99 %.1f ms (OK answers), "
-                      "refused %s" % (row["load"], client["goodput"],
-                                      client["goodput"] / max(row["slo"]["goodput"], 1e-9),
-                                      client["p99_us"] / 1000, client["errors"]))
+            cells = []
+            for n in names:
+                c = row[n]
+                farm = c.get("farm_slo") or {}
+                late = farm.get("missed_of_answered")
+                cells.append("%.0f / %.1f / %s / %s" % (
+                    c["goodput"], c["p99_us"] / 1000, c["errors"],
+                    "-" if late is None else "%.2f%%" % (100 * late)))
+            ratio = lambda key: "%.2f" % row[key] if key in row else "-"  # noqa: E731
+            print("| %.1f C | %s | %s | %s | %s |" % (
+                row["load"], " | ".join(cells),
+                "%.0f (%s)" % (row[row["best_grid"]]["goodput"], row["best_grid"])
+                if row["best_grid"] in row else "-",
+                ratio("slo_vs_best_grid"), ratio("slo_vs_default")))
         for name in ("light", "heavy") if two else ():
             c = two[name]
             print("two tenants 1:10 at 1.2 C, %s: %s" % (name, json.dumps(

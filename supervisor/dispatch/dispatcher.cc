@@ -55,6 +55,13 @@ void Dispatcher::RecordSloOutcome(ServedModel& model, bool within, TimePoint now
   model.stats.set_slo_margin(model.slo_margin.factor());
 }
 
+bool Dispatcher::AnsweredWithinSlo(const ModelConfig& config, const PendingRequest& request,
+                                   TimePoint now) {
+  if (request.deadline_is_slo || request.deadline_is_client) return now <= request.deadline;
+  // A nearer timeout_ms (or max_queue_wait_ms) is the client's own business: the SLO from arrival.
+  return now <= request.received + Millis(config.latency_slo_ms);
+}
+
 bool Dispatcher::ModelIdle(const ServedModel& model) const {
   if (!model.queue.empty()) return false;
   for (size_t i : model.slots) {

@@ -144,8 +144,7 @@ std::optional<ipc::ProtocolViolation> ResponseHandler::Reply(WorkerSlot& slot, I
     }
     model.stats.RecordOk(timing.queue_us, timing.compute_us, timing.total_us, now);
     if (model.config.latency_slo_ms > 0)
-      Dispatcher::RecordSloOutcome(model, timing.total_us <= model.config.latency_slo_ms * 1000,
-                                   now);
+      Dispatcher::RecordSloOutcome(model, Dispatcher::AnsweredWithinSlo(model.config, r, now), now);
     if (view.has_pipeline) model.stats.RecordStages(timing, now);
     if (metrics_) {
       metrics_->RequestDone(model.config.name, model.config.version, StatusCode::kOk, r.origin);

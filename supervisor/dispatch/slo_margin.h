@@ -26,9 +26,12 @@ namespace torchfarm {
 
 class SloMargin {
  public:
-  // Misses the farm aims for among the answers with an SLO deadline: half of the 1% a p99
-  // allows, since the client sees its own transport on top.
-  static constexpr double kTargetMissRate = 0.005;
+  // Misses the farm aims for among the answers with an SLO deadline: a fifth of the 1% a p99
+  // allows, since the client sees its own transport on top. On 2 cores shared with the load
+  // generator that transport added 0.3-0.9% late answers on the transformer (docs/benchmarks.md,
+  // "Stop 49"): at a 0.5% aim the client's p99 sat at the SLO, at 0.2% 0.5-1.8 ms under it at
+  // the same goodput.
+  static constexpr double kTargetMissRate = 0.002;
   static constexpr double kMissStep = 1.05;
   static constexpr double kMaxFactor = 4.0;
   static constexpr int kStuckRefusals = 100;

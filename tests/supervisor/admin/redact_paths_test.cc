@@ -18,7 +18,7 @@ TEST(RedactPathsTest, AbsolutePathsKeepOnlyTheirLastComponent) {
 }
 
 TEST(RedactPathsTest, TextWithoutPathsIsUnchanged) {
-  for (const std::string text :
+  for (const std::string& text :
        {std::string("killed by SIGKILL"), std::string("exit code 1"), std::string("1/2 replaced"),
         std::string("a / b"), std::string("/"), std::string("top-level /name only"),
         std::string("")}) {

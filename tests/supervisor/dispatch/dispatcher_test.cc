@@ -324,6 +324,48 @@ TEST_F(DispatcherTest, WithAnSloAQueuedRequestAWorkerWouldFinishTooLateIsShedBef
   EXPECT_EQ(models_[0].stats.within_slo(), 1u);
 }
 
+// A client's own deadline (deadline_unix_us) nearer than the SLO is what the answer is judged by:
+// answered 40 ms after arrival, within latency_slo_ms (100) but past the client's 30, it is a miss
+// the margin hears of, as the client sees it; answered by it, within.
+TEST_F(DispatcherTest, WithAnSloAnAnswerPastTheClientsNearerDeadlineIsAMiss) {
+  Serve(SloModel(), 1);
+  MakeReady(slot(0), clock_.Now());
+  TeachCost(10, 10);
+  auto submit_with_client_deadline = [&](const std::string& id, int64_t client_ms) {
+    PendingRequest request;
+    Arrive(id, {1, 2}, 0, &request);
+    request.deadline = request.received + Millis(client_ms);  // what intake makes of it
+    request.deadline_is_client = true;
+    Dispatcher::ApplyQueueWait(configs_[0], &request);
+    Dispatcher::ApplyLatencySlo(configs_[0], &request);
+    ASSERT_TRUE(request.deadline_is_client) << "30 ms is nearer than the SLO's 100";
+    ASSERT_TRUE(models_[0].queue.Push(request));
+  };
+  submit_with_client_deadline("late", 30);
+  if (HasFatalFailure()) return;
+  dispatcher_.DispatchAll();
+  clock_.Advance(Millis(40));
+  ASSERT_EQ(worker(0).ServeAll(), 1);
+  responses_.Collect(slot(0));
+  Reply reply;
+  ASSERT_TRUE(Receive(&reply));
+  EXPECT_EQ(reply.id(), "late");
+  EXPECT_TRUE(reply.header.status.ok()) << "answered, late: " << reply.header.status.ToString();
+  EXPECT_EQ(models_[0].stats.within_slo(), 0u) << "40 ms is within 100 but past the client's 30";
+  EXPECT_DOUBLE_EQ(models_[0].slo_margin.factor(), SloMargin::kMissStep);
+
+  submit_with_client_deadline("in time", 30);
+  if (HasFatalFailure()) return;
+  dispatcher_.DispatchAll();
+  clock_.Advance(Millis(25));
+  ASSERT_EQ(worker(0).ServeAll(), 1);
+  responses_.Collect(slot(0));
+  ASSERT_TRUE(Receive(&reply));
+  EXPECT_EQ(reply.id(), "in time");
+  EXPECT_EQ(models_[0].stats.within_slo(), 1u);
+  EXPECT_LT(models_[0].slo_margin.factor(), SloMargin::kMissStep);
+}
+
 TEST_F(DispatcherTest, WithAnSloTheBatchIsCutSoItsHeadFinishesInTime) {
   Serve(SloModel(), 1);
   TeachCost(10, 10);

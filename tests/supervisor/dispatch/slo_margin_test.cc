@@ -34,7 +34,7 @@ TEST(SloMargin, EachMissRaisesItByOneStepUpToTheBound) {
 TEST(SloMargin, AnswersWithinTheSloUndoAMissAtTheTargetRate) {
   SloMargin margin;
   margin.Observe(false);
-  // One miss per 1/kTargetMissRate answers is the balance: 199 answers within undo one miss.
+  // One miss per 1/kTargetMissRate answers is the balance: 499 answers within undo one miss.
   const int within =
       static_cast<int>(std::lround((1 - SloMargin::kTargetMissRate) / SloMargin::kTargetMissRate));
   for (int i = 0; i < within; ++i) margin.Observe(true);
@@ -92,11 +92,12 @@ TEST(SloMargin, KeepsTheMissesAmongAcceptedRequestsNearTheTarget) {
 }
 
 TEST(SloMargin, OverloadRefusalsDoNotDiluteTheMissesOfAcceptedRequests) {
-  // Slack 0.1..3 mean costs: the plain estimate refuses 31% of the requests (real overload),
-  // the margin 47% more. Counted as answers within, those refusals let the accepted ones miss
-  // 2.6 times as often as the target (measured so before this test).
+  // Slack 0.1..4 mean costs: the plain estimate refuses 23% of the requests (real overload),
+  // the margin (~2.5) 38% more. Counted as answers within, those refusals let the accepted ones
+  // miss 2.6 times as often as the target (measured so before this test, at a 0.5% target and
+  // slack up to 3; at 0.2%, slack up to 3 would leave nothing the target accepts).
   for (uint64_t seed : {1u, 2u, 3u}) {
-    const Shares with = Simulate(0.4, true, seed, /*min_slack=*/0.1, /*max_slack=*/3.0);
+    const Shares with = Simulate(0.4, true, seed, /*min_slack=*/0.1, /*max_slack=*/4.0);
     SCOPED_TRACE("seed " + std::to_string(seed) + ": factor " + std::to_string(with.factor) +
                  ", misses of accepted " + std::to_string(with.missed_of_accepted));
     EXPECT_LT(with.missed_of_accepted, 1.5 * SloMargin::kTargetMissRate);

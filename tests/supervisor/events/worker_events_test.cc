@@ -64,7 +64,9 @@ class WorkerEventsTest : public ::testing::Test {
   FakeWorker& worker(size_t slot) {
     const pid_t pid = workers_[slot]->pid();
     auto& w = fakes_[pid];
-    if (!w) EXPECT_TRUE(FakeWorker::Open(*launcher_.ForPid(pid), &w).ok());
+    if (!w) {
+      EXPECT_TRUE(FakeWorker::Open(*launcher_.ForPid(pid), &w).ok());
+    }
     return *w;
   }
   void Submit(const std::string& id, const std::vector<float>& values) {
