@@ -57,8 +57,12 @@ void Dispatcher::RecordSloOutcome(ServedModel& model, bool within, TimePoint now
 
 bool Dispatcher::AnsweredWithinSlo(const ModelConfig& config, const PendingRequest& request,
                                    TimePoint now) {
-  if (request.deadline_is_slo || request.deadline_is_client) return now <= request.deadline;
-  // A nearer timeout_ms (or max_queue_wait_ms) is the client's own business: the SLO from arrival.
+  // With an SLO the deadline is at most latency_slo_ms after arrival (ApplyLatencySlo), nearer
+  // when the client's own (timeout_ms, deadline_unix_us, a gRPC deadline) is: what the planner
+  // scheduled against. Only max_queue_wait_ms is the farm's, not an objective.
+  if (request.deadline != TimePoint::max() && !request.deadline_is_queue_wait) {
+    return now <= request.deadline;
+  }
   return now <= request.received + Millis(config.latency_slo_ms);
 }
 
@@ -134,9 +138,10 @@ void Dispatcher::ExpireDeadlines() {
                                           std::to_string(model.config.max_queue_wait_ms) +
                                           " ms); " + WorkerSummary(model)));
       } else {
-        // A client's own deadline nearer than the SLO counts as the SLO's would: an accepted
-        // request that expired is a miss the margin must see.
-        if (r.deadline_is_slo || (r.deadline_is_client && model.config.latency_slo_ms > 0)) {
+        // A client's own deadline nearer than the SLO counts as the SLO's would (as an answer
+        // is judged, AnsweredWithinSlo): an accepted request that expired is a miss the margin
+        // must see.
+        if (model.config.latency_slo_ms > 0) {
           RecordSloOutcome(model, false, now);
         }
         Fail(model, r,

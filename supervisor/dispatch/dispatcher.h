@@ -78,8 +78,9 @@ class Dispatcher {
   // the model's stats and fed to its SloMargin, which SloCostOf scales the learned cost by.
   static void RecordSloOutcome(ServedModel& model, bool within, TimePoint now);
   // Whether an OK answer sent at `now` to a request of a model with latency_slo_ms made its SLO:
-  // within latency_slo_ms of arrival, and by the client's own deadline_unix_us when that is
-  // nearer (the time before the supervisor read the request counts, as the client sees it).
+  // within latency_slo_ms of arrival, and by the client's own deadline (timeout_ms,
+  // deadline_unix_us, a gRPC deadline) when that is nearer; with deadline_unix_us the time before
+  // the supervisor read the request counts, as the client sees it.
   static bool AnsweredWithinSlo(const ModelConfig& config, const PendingRequest& request,
                                 TimePoint now);
   // A request refused at intake or shed from the queue because it could not make its SLO;

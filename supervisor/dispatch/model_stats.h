@@ -45,7 +45,8 @@ class ModelStats {
     CountCode(code);
   }
   void RecordBatch(int64_t rows);
-  // Latency objective (latency_slo_ms): an OK answer within it or not, and a request refused
+  // Latency objective (latency_slo_ms): an OK answer within it (and within the client's nearer
+  // deadline, Dispatcher::AnsweredWithinSlo) or not, and a request refused
   // or shed because its measured cost said it could not make it (also counted as an error).
   void RecordSloOutcome(bool within, TimePoint now);
   void RecordSloRefused() { ++slo_refused_; }
@@ -124,7 +125,7 @@ class ModelStats {
   static constexpr size_t kSeconds = 64;
   std::array<int64_t, kSeconds> second_of_{};
   std::array<uint64_t, kSeconds> completed_{};
-  std::array<uint64_t, kSeconds> within_{};  // OK answers within latency_slo_ms, by second
+  std::array<uint64_t, kSeconds> within_{};  // OK answers within their SLO, by second
   std::array<uint64_t, kBatchBuckets> batch_buckets_{};
 };
 

@@ -324,9 +324,9 @@ TEST_F(DispatcherTest, WithAnSloAQueuedRequestAWorkerWouldFinishTooLateIsShedBef
   EXPECT_EQ(models_[0].stats.within_slo(), 1u);
 }
 
-// A client's own deadline (deadline_unix_us) nearer than the SLO is what the answer is judged by:
-// answered 40 ms after arrival, within latency_slo_ms (100) but past the client's 30, it is a miss
-// the margin hears of, as the client sees it; answered by it, within.
+// A client's own deadline (deadline_unix_us, timeout_ms) nearer than the SLO is what the answer is
+// judged by: answered 40 ms after arrival, within latency_slo_ms (100) but past the client's 30,
+// it is a miss the margin hears of, as the client sees it; answered by it, within.
 TEST_F(DispatcherTest, WithAnSloAnAnswerPastTheClientsNearerDeadlineIsAMiss) {
   Serve(SloModel(), 1);
   MakeReady(slot(0), clock_.Now());
@@ -364,6 +364,18 @@ TEST_F(DispatcherTest, WithAnSloAnAnswerPastTheClientsNearerDeadlineIsAMiss) {
   EXPECT_EQ(reply.id(), "in time");
   EXPECT_EQ(models_[0].stats.within_slo(), 1u);
   EXPECT_LT(models_[0].slo_margin.factor(), SloMargin::kMissStep);
+
+  // A nearer timeout_ms (what the v2 front ends make of Triton's timeout and a gRPC deadline) is
+  // the client's deadline as well.
+  Submit("timeout", {1, 2}, /*timeout_ms=*/30);
+  dispatcher_.DispatchAll();
+  clock_.Advance(Millis(40));
+  ASSERT_EQ(worker(0).ServeAll(), 1);
+  responses_.Collect(slot(0));
+  ASSERT_TRUE(Receive(&reply));
+  EXPECT_EQ(reply.id(), "timeout");
+  EXPECT_TRUE(reply.header.status.ok()) << reply.header.status.ToString();
+  EXPECT_EQ(models_[0].stats.within_slo(), 1u) << "40 ms is past the timeout_ms of 30";
 }
 
 TEST_F(DispatcherTest, WithAnSloTheBatchIsCutSoItsHeadFinishesInTime) {
