@@ -341,26 +341,28 @@ TEST_F(DispatcherTest, WithAnSloAnAnswerPastTheClientsNearerDeadlineIsAMiss) {
     ASSERT_TRUE(request.deadline_is_client) << "30 ms is nearer than the SLO's 100";
     ASSERT_TRUE(models_[0].queue.Push(request));
   };
+  // Dispatches what is queued, lets `ms` pass and answers it: the reply the client gets.
+  auto answer_after = [&](int64_t ms, Reply* reply) {
+    dispatcher_.DispatchAll();
+    clock_.Advance(Millis(ms));
+    ASSERT_EQ(worker(0).ServeAll(), 1);
+    responses_.Collect(slot(0));
+    ASSERT_TRUE(Receive(reply));
+    EXPECT_TRUE(reply->header.status.ok()) << "answered: " << reply->header.status.ToString();
+  };
+  Reply reply;
   submit_with_client_deadline("late", 30);
   if (HasFatalFailure()) return;
-  dispatcher_.DispatchAll();
-  clock_.Advance(Millis(40));
-  ASSERT_EQ(worker(0).ServeAll(), 1);
-  responses_.Collect(slot(0));
-  Reply reply;
-  ASSERT_TRUE(Receive(&reply));
+  answer_after(40, &reply);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(reply.id(), "late");
-  EXPECT_TRUE(reply.header.status.ok()) << "answered, late: " << reply.header.status.ToString();
   EXPECT_EQ(models_[0].stats.within_slo(), 0u) << "40 ms is within 100 but past the client's 30";
   EXPECT_DOUBLE_EQ(models_[0].slo_margin.factor(), SloMargin::kMissStep);
 
   submit_with_client_deadline("in time", 30);
   if (HasFatalFailure()) return;
-  dispatcher_.DispatchAll();
-  clock_.Advance(Millis(25));
-  ASSERT_EQ(worker(0).ServeAll(), 1);
-  responses_.Collect(slot(0));
-  ASSERT_TRUE(Receive(&reply));
+  answer_after(25, &reply);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(reply.id(), "in time");
   EXPECT_EQ(models_[0].stats.within_slo(), 1u);
   EXPECT_LT(models_[0].slo_margin.factor(), SloMargin::kMissStep);
@@ -368,13 +370,9 @@ TEST_F(DispatcherTest, WithAnSloAnAnswerPastTheClientsNearerDeadlineIsAMiss) {
   // A nearer timeout_ms (what the v2 front ends make of Triton's timeout and a gRPC deadline) is
   // the client's deadline as well.
   Submit("timeout", {1, 2}, /*timeout_ms=*/30);
-  dispatcher_.DispatchAll();
-  clock_.Advance(Millis(40));
-  ASSERT_EQ(worker(0).ServeAll(), 1);
-  responses_.Collect(slot(0));
-  ASSERT_TRUE(Receive(&reply));
+  answer_after(40, &reply);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(reply.id(), "timeout");
-  EXPECT_TRUE(reply.header.status.ok()) << reply.header.status.ToString();
   EXPECT_EQ(models_[0].stats.within_slo(), 1u) << "40 ms is past the timeout_ms of 30";
 }
 
