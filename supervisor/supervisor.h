@@ -26,10 +26,10 @@
 // The maintenance duties (liveness, zygotes, restarts, stops due and everything after the pinned
 // replies) run on a turn that had a control-plane event (signals, control, admin, a front end's
 // repository or log request, worker output, ZAP, connections, a starting zygote), once one of
-// their own deadlines has come (a restart, a
-// hang, a zygote, housekeeping, the drain's), in any phase but serving, and otherwise at most
-// every kMaintenanceInterval (5 ms): a turn that only moved requests (jobs, front end, doorbells)
-// skips them and arms the timer for the interval's end (issue 36: ~1.7k instructions a request).
+// their own deadlines has come (a restart, a hang, a zygote, housekeeping, the drain's), in any
+// phase but serving, and otherwise at most every kMaintenanceInterval (5 ms): a turn that only
+// moved requests (jobs, front end, doorbells) skips them and arms the timer for the interval's
+// end (issue 36: ~1.7k instructions a request).
 //
 // Every accepted request is answered exactly once: with its result, or with an error code.
 #pragma once

@@ -46,8 +46,8 @@ class ModelStats {
   }
   void RecordBatch(int64_t rows);
   // Latency objective (latency_slo_ms): an OK answer within it (and within the client's nearer
-  // deadline, Dispatcher::AnsweredWithinSlo) or not, and a request refused
-  // or shed because its measured cost said it could not make it (also counted as an error).
+  // deadline, Dispatcher::AnsweredWithinSlo) or not, and a request refused or shed because its
+  // measured cost said it could not make it (also counted as an error).
   void RecordSloOutcome(bool within, TimePoint now);
   void RecordSloRefused() { ++slo_refused_; }
   // The latency objective's current SloMargin factor (stats "slo.margin"; 1: the plain estimate).

@@ -116,6 +116,14 @@ class SupervisorTurnTest : public ::testing::Test {
     client.connect(config_.endpoint);
     return client;
   }
+  // Turns until a reply reaches `client` (`what` names it on failure): its frames, and its header
+  // parsed.
+  void AwaitReply(zmq::socket_t& client, const char* what, std::vector<zmq::message_t>* frames,
+                  ReplyHeader* reply) {
+    ASSERT_TRUE(TurnUntil([&] { return Readable(client); })) << what;
+    ASSERT_TRUE(zmq::recv_multipart(client, std::back_inserter(*frames)));
+    ASSERT_TRUE(ParseReplyHeader((*frames)[0].to_string_view(), reply).ok());
+  }
   static void SendFloats(zmq::socket_t& client, const std::string& id,
                          const std::vector<int64_t>& shape, const std::vector<float>& values) {
     const json header = {{"v", 1},
@@ -172,11 +180,10 @@ TEST_F(SupervisorTurnTest, ARequestGoesThroughOneFarmTurnByTurnAndIsAnswered) {
   ASSERT_EQ(held.size(), 1u);
   EXPECT_EQ(held[0].Values<float>(0), values);
   EXPECT_EQ(worker->ServeAll(), 1);
-  ASSERT_TRUE(TurnUntil([&] { return Readable(client); })) << "the answer came back";
   std::vector<zmq::message_t> frames;
-  ASSERT_TRUE(zmq::recv_multipart(client, std::back_inserter(frames)));
   ReplyHeader reply;
-  ASSERT_TRUE(ParseReplyHeader(frames[0].to_string_view(), &reply).ok());
+  AwaitReply(client, "the answer came back", &frames, &reply);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(reply.id, "r1");
   ASSERT_TRUE(reply.status.ok()) << reply.status.ToString();
   ASSERT_EQ(frames.size(), 2u);
@@ -222,11 +229,10 @@ TEST_F(SupervisorTurnTest, AStopMadeDueByACollectedResponseIsSentWithoutAnotherE
   EXPECT_FALSE(Readable(control)) << "no stop while the worker holds a request";
 
   EXPECT_EQ(worker->ServeAll(), 1);
-  ASSERT_TRUE(TurnUntil([&] { return Readable(client); })) << "the held request is answered";
   std::vector<zmq::message_t> frames;
-  ASSERT_TRUE(zmq::recv_multipart(client, std::back_inserter(frames)));
   ReplyHeader reply;
-  ASSERT_TRUE(ParseReplyHeader(frames[0].to_string_view(), &reply).ok());
+  AwaitReply(client, "the held request is answered", &frames, &reply);
+  if (HasFatalFailure()) return;
   EXPECT_TRUE(reply.status.ok()) << reply.status.ToString();
 
   const auto answered = Clock::now();
@@ -243,9 +249,7 @@ TEST_F(SupervisorTurnTest, AStopMadeDueByACollectedResponseIsSentWithoutAnotherE
 
 TEST_F(SupervisorTurnTest, AnUnknownModelIsAnsweredNotFoundInTheSameTurn) {
   StartFarm();
-  zmq::socket_t client(context_, zmq::socket_type::dealer);
-  client.set(zmq::sockopt::linger, 0);
-  client.connect(config_.endpoint);
+  zmq::socket_t client = ConnectClient();
   const json header = {{"v", 1},
                        {"id", "x"},
                        {"model", "resnet"},
@@ -253,11 +257,10 @@ TEST_F(SupervisorTurnTest, AnUnknownModelIsAnsweredNotFoundInTheSameTurn) {
   const std::vector<float> values = {1, 2};
   client.send(zmq::buffer(header.dump()), zmq::send_flags::sndmore);
   client.send(zmq::buffer(values), zmq::send_flags::none);
-  ASSERT_TRUE(TurnUntil([&] { return Readable(client); }));
   std::vector<zmq::message_t> frames;
-  ASSERT_TRUE(zmq::recv_multipart(client, std::back_inserter(frames)));
   ReplyHeader reply;
-  ASSERT_TRUE(ParseReplyHeader(frames[0].to_string_view(), &reply).ok());
+  AwaitReply(client, "a reply", &frames, &reply);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(reply.status.code(), StatusCode::kNotFound);
   EXPECT_NE(reply.status.message().find("resnet"), std::string::npos) << reply.status.message();
 }
