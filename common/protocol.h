@@ -94,8 +94,8 @@ Status ParseRequestHeader(std::string_view text, RequestHeader* out,
 // escapes, non-negative integers, an id that is null, a boolean, such an integer or such a
 // string, input names of tensor-name characters); it returns true only for a header it fully read
 // and found valid, with the same result the JSON path would give. Anything else (every error
-// included) returns false untouched-in-kind, and the JSON path, a full nlohmann parse, decides and
-// words the error.
+// included) returns false with *out partly filled, and the JSON path, a full nlohmann parse,
+// starts over, decides and words the error.
 bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out,
                             const RequestLimits& limits = RequestLimits{});
 Status ParseRequestHeaderJson(std::string_view text, RequestHeader* out,

@@ -273,14 +273,6 @@ void Supervisor::RegisterAdminCommands() {
   });
 }
 
-struct Supervisor::TurnEvents {
-  bool jobs = false, control = false, admin = false, signals = false, frontend = false;
-  bool zap = false, connections = false;
-  bool zygotes = false;                // a starting zygote's channel (read by the "zygotes" duty)
-  std::vector<WorkerSlot*> output;     // output pipes with something to read (or closed)
-  std::vector<WorkerSlot*> responses;  // doorbells rung
-};
-
 int Supervisor::Run() {
   while (farm_.phase != FarmPhase::kDone) RunTurn(clock_.Now());
   CleanUp();
@@ -288,7 +280,7 @@ int Supervisor::Run() {
   return 0;
 }
 
-Supervisor::TurnEvents Supervisor::Poll(TimePoint now) {
+const Supervisor::TurnEvents& Supervisor::Poll(TimePoint now) {
   // The fixed poll sources, by name; the workers' doorbells and pipes follow them (owners).
   enum FixedItem : size_t { kJobs, kControl, kAdmin, kSignals, kTimer, kFrontend, kFixedItems };
   LoopPoller& poller = poller_;
@@ -342,7 +334,11 @@ Supervisor::TurnEvents Supervisor::Poll(TimePoint now) {
     if (!polled && errno != EINTR) throw std::system_error(errno, std::generic_category(), "poll");
     polled = true;  // EINTR: nothing ready, the duties run and the next turn waits again
   });
-  TurnEvents events;
+  TurnEvents& events = turn_events_;
+  events.output.clear();
+  events.responses.clear();
+  events.jobs = events.control = events.admin = events.signals = events.frontend = false;
+  events.zap = events.connections = events.zygotes = false;
   if (!polled) {
     // Nothing is known to be ready; the duties still run (deadlines, restarts), and the next
     // turn polls again after the safety-net interval.
@@ -373,7 +369,7 @@ Supervisor::TurnEvents Supervisor::Poll(TimePoint now) {
 }
 
 void Supervisor::RunTurn(TimePoint now) {
-  const TurnEvents events = Poll(now);
+  const TurnEvents& events = Poll(now);
   // Each duty is one delegation inside its own barrier: a bug in one (a malformed control
   // message, an allocation failure) is logged and the loop carries on serving.
   if (events.zap) {

@@ -127,15 +127,24 @@ class Supervisor {
   FrontendHub* frontend_hub() { return frontend_hub_.get(); }
 
  private:
-  struct TurnEvents;  // what one poll found ready (supervisor.cc)
   enum class PollSource { kResponses, kOutput };  // what a worker's poll item is
+  // What one poll found ready. One object, filled by every Poll: its vectors keep their capacity,
+  // so a turn allocates nothing.
+  struct TurnEvents {
+    bool jobs = false, control = false, admin = false, signals = false, frontend = false;
+    bool zap = false, connections = false;
+    bool zygotes = false;                // a starting zygote's channel (read by the "zygotes" duty)
+    std::vector<WorkerSlot*> output;     // output pipes with something to read (or closed)
+    std::vector<WorkerSlot*> responses;  // doorbells rung
+  };
 
   Status BindSockets(const std::string& control_endpoint);
   // Models, their slots, MPS and the zygotes; then every worker is launched.
   Status StartWorkers(LaunchContext launch);
   Status StartFrontend();
   void RegisterAdminCommands();
-  TurnEvents Poll(TimePoint now);
+  // Waits, then fills turn_events_ (returned) with what is ready.
+  const TurnEvents& Poll(TimePoint now);
   void HandleSignals();
   // Moves the farm's phase by one StepFarm and carries out its actions (drain, stop, kill).
   void StepFarmPhase(FarmEvent event, TimePoint now);
@@ -215,6 +224,7 @@ class Supervisor {
   std::array<LoopPoller::SocketWatch, kWatchedSockets> socket_watches_{};
   std::array<uint64_t, kWatchedSockets> socket_reads_{};
   std::vector<std::pair<WorkerSlot*, PollSource>> poll_owners_;
+  TurnEvents turn_events_;
   RunDirLock lock_;
   std::unique_ptr<MetricsExporter> metrics_;
   std::unique_ptr<ResourceMetrics> resource_metrics_;  // in metrics_'s registry

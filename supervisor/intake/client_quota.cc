@@ -11,6 +11,7 @@ bool ClientQuota::TryAcquire(const std::string& client) {
     if (max_per_client_ <= 0) return false;
     held_.emplace(client, 1);
   } else {
+    if (it->second == 0) --idle_;
     ++it->second;
   }
   return true;
@@ -18,8 +19,13 @@ bool ClientQuota::TryAcquire(const std::string& client) {
 
 void ClientQuota::Release(const std::string& client) {
   auto it = held_.find(client);
-  if (it == held_.end()) return;
-  if (--it->second <= 0) held_.erase(it);
+  if (it == held_.end() || it->second <= 0) return;
+  if (--it->second > 0) return;
+  if (idle_ < kIdleKept) {
+    ++idle_;
+  } else {
+    held_.erase(it);
+  }
 }
 
 int64_t ClientQuota::held(const std::string& client) const {

@@ -1,12 +1,14 @@
 // Per-client admission: how many requests one client may have queued or running at once, so one
 // noisy client cannot take a whole model queue (config "limits.max_queued_per_client").
 //
-// Owns: a count per client key, erased when it drops to zero (the map never holds more entries
-// than there are requests in the supervisor). A client key is the ROUTER routing id of the
-// connection, or the CURVE public key (ZAP User-Id) when the job socket runs CURVE, so that one
-// key is one client however many connections it opens; a v2 front end's request counts under its
-// frontend.client_id_header value, else its connection (supervisor/frontend/frontend_tag.h). Pure;
-// runs on the supervisor's loop thread.
+// Owns: a count per client key. An entry that drops to zero is kept while at most kIdleKept are
+// (a client at c=1 takes and gives back its one request every reply: erasing and re-making its
+// entry cost two allocations a request, issue 36), and erased beyond that, so the map holds at
+// most the supervisor's request count plus kIdleKept entries. A client key is the ROUTER routing id
+// of the connection, or the CURVE public key (ZAP User-Id) when the job socket runs CURVE, so that
+// one key is one client however many connections it opens; a v2 front end's request counts under
+// its frontend.client_id_header value, else its connection (supervisor/frontend/frontend_tag.h).
+// Pure; runs on the supervisor's loop thread.
 #pragma once
 
 #include <cstdint>
@@ -26,13 +28,18 @@ class ClientQuota {
   void Release(const std::string& client);
 
   int64_t held(const std::string& client) const;
-  size_t clients() const { return held_.size(); }
+  // Clients holding at least one request.
+  size_t clients() const { return held_.size() - idle_; }
+  // Entries in the map, idle ones included (tests: bounded by clients() + kIdleKept).
+  size_t entries() const { return held_.size(); }
+  static constexpr size_t kIdleKept = 64;
   int64_t max_per_client() const { return max_per_client_; }
   void set_max_per_client(int64_t max) { max_per_client_ = max; }
 
  private:
   int64_t max_per_client_;
   std::unordered_map<std::string, int64_t> held_;
+  size_t idle_ = 0;  // entries at zero
 };
 
 // The key a request is counted under: the ZAP User-Id when `per_key` and the message carries one

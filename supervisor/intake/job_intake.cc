@@ -139,19 +139,23 @@ Status ResolveShm(const RequestHeader& header, ClientShmRegistry* regions, TimeP
 Status CheckBytes(const RequestHeader& header, const std::vector<zmq::message_t>& frames,
                   size_t first_frame, const RequestLimits& limits, std::vector<size_t>* sizes) {
   sizes->clear();
-  std::vector<std::string_view> data;
   bool any_bytes = false;
   for (size_t i = 0, frame = first_frame; i < header.inputs.size(); ++i) {
     if (header.input_in_shm(i)) {
       sizes->push_back(static_cast<size_t>(*ByteSize(header.inputs[i])));
       continue;
     }
-    const zmq::message_t& message = frames[frame++];
-    data.emplace_back(static_cast<const char*>(message.data()), message.size());
-    sizes->push_back(message.size());
+    sizes->push_back(frames[frame++].size());
     any_bytes = any_bytes || IsBytes(header.inputs[i].dtype);
   }
-  return any_bytes ? CheckBytesFrames(header, data, limits) : Status::Ok();
+  if (!any_bytes) return Status::Ok();  // no view list to build (an allocation a request)
+  std::vector<std::string_view> data;
+  for (size_t i = 0, frame = first_frame; i < header.inputs.size(); ++i) {
+    if (header.input_in_shm(i)) continue;
+    const zmq::message_t& message = frames[frame++];
+    data.emplace_back(static_cast<const char*>(message.data()), message.size());
+  }
+  return CheckBytesFrames(header, data, limits);
 }
 
 std::vector<std::string> InputNames(const ModelConfig& model) {

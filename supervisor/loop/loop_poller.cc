@@ -6,36 +6,6 @@
 
 namespace torchfarm {
 
-void LoopPoller::Reset() { items_.clear(); }
-
-size_t LoopPoller::AddSocket(void* socket) {
-  Item item;
-  item.socket = socket;
-  item.fd = socket ? SocketDescriptor(socket) : -1;
-  items_.push_back(item);
-  return items_.size() - 1;
-}
-
-size_t LoopPoller::AddSocket(void* socket, SocketWatch* watch, uint64_t uses) {
-  Item item;
-  item.socket = socket;
-  if (socket) {
-    if (watch->fd < 0) watch->fd = SocketDescriptor(socket);
-    item.fd = watch->fd;
-    item.watch = watch;
-    item.uses = uses;
-  }
-  items_.push_back(item);
-  return items_.size() - 1;
-}
-
-size_t LoopPoller::AddDescriptor(int fd) {
-  Item item;
-  item.fd = fd;
-  items_.push_back(item);
-  return items_.size() - 1;
-}
-
 int LoopPoller::SocketDescriptor(void* socket) {
   int fd = -1;
   size_t size = sizeof(fd);
@@ -68,8 +38,6 @@ bool LoopPoller::Wait(std::chrono::milliseconds timeout) {
     item.revents = 0;
     any_socket_ready |= item.readable;
   }
-  pollfds_.clear();
-  for (const Item& item : items_) pollfds_.push_back({item.fd, POLLIN, 0});
   const int wait_ms = any_socket_ready ? 0 : static_cast<int>(timeout.count());
   if (::poll(pollfds_.data(), pollfds_.size(), wait_ms < 0 ? -1 : wait_ms) < 0) {
     const int error = errno;

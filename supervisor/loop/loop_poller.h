@@ -38,10 +38,17 @@ namespace torchfarm {
 class LoopPoller {
  public:
   // Empties the list for the next turn (keeps the memory and the descriptor cache).
-  void Reset();
+  void Reset() {
+    items_.clear();
+    pollfds_.clear();
+  }
   // Adds a ZeroMQ socket (the void* handle of zmq::socket_t) to wait for input on; null
   // handles are kept as items that are never ready (fixed indices for absent sockets).
-  size_t AddSocket(void* socket);
+  size_t AddSocket(void* socket) {
+    Item& item = Push(socket ? SocketDescriptor(socket) : -1);
+    item.socket = socket;
+    return items_.size() - 1;
+  }
   // What the loop knows of a socket that lives as long as it does (caller-owned, one per socket;
   // see the header comment). A socket closed and another made must get a fresh watch.
   struct SocketWatch {
@@ -57,7 +64,18 @@ class LoopPoller {
   };
   // The same for a watched socket: `uses` counts every send and receive the caller made on it
   // (any monotonic count; only a change matters).
-  size_t AddSocket(void* socket, SocketWatch* watch, uint64_t uses);
+  size_t AddSocket(void* socket, SocketWatch* watch, uint64_t uses) {
+    if (!socket) {
+      Push(-1);
+    } else {
+      if (watch->fd < 0) watch->fd = SocketDescriptor(socket);
+      Item& item = Push(watch->fd);
+      item.socket = socket;
+      item.watch = watch;
+      item.uses = uses;
+    }
+    return items_.size() - 1;
+  }
   // The caller's own non-blocking receive on a watched socket just failed with EAGAIN, with the
   // socket's count at `uses` after it: libzmq processed the socket's commands and found no
   // message, as a ZMQ_EVENTS question would have. Remembered as that answer, so the next turn
@@ -68,7 +86,10 @@ class LoopPoller {
     watch->input = false;
   }
   // Adds a plain descriptor to wait for input on (a negative one is never ready).
-  size_t AddDescriptor(int fd);
+  size_t AddDescriptor(int fd) {
+    Push(fd);
+    return items_.size() - 1;
+  }
 
   // Waits until an item is ready or `timeout` passes (negative: no limit). Returns false with
   // errno set when the wait failed (EINTR included); every item then reads not ready.
@@ -95,6 +116,14 @@ class LoopPoller {
     bool readable = false;
     short revents = 0;
   };
+  // A new item polling `fd` (its other fields at their defaults), and its pollfd. Inline with
+  // the Add calls: the list is built every turn, ~8 items (issue 36).
+  Item& Push(int fd) {
+    pollfds_.push_back({fd, POLLIN, 0});
+    Item& item = items_.emplace_back();
+    item.fd = fd;
+    return item;
+  }
   // ZMQ_EVENTS & ZMQ_POLLIN; false when the question fails (a closed socket).
   static bool SocketHasInput(void* socket);
   // SocketHasInput, counted, and remembered in a watched item's watch.

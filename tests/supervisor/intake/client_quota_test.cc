@@ -1,5 +1,6 @@
 // ClientQuota: one client cannot hold more than its share; others are unaffected; released
-// entries disappear so the map stays as small as the supervisor's request count.
+// entries disappear beyond a few idle ones, so the map stays as small as the supervisor's request
+// count plus ClientQuota::kIdleKept.
 #include "supervisor/intake/client_quota.h"
 
 #include <gtest/gtest.h>
@@ -26,7 +27,25 @@ TEST(ClientQuotaTest, ReleasedClientsAreForgotten) {
     quota.Release(client);
   }
   EXPECT_EQ(quota.clients(), 0u);
+  EXPECT_EQ(quota.entries(), ClientQuota::kIdleKept);
   quota.Release("never-seen");  // harmless
+  EXPECT_EQ(quota.clients(), 0u);
+  EXPECT_EQ(quota.entries(), ClientQuota::kIdleKept);
+}
+
+TEST(ClientQuotaTest, AnIdleEntryCountsAgainFromZero) {
+  ClientQuota quota(2);
+  ASSERT_TRUE(quota.TryAcquire("a"));
+  quota.Release("a");
+  quota.Release("a");  // one release too many: still zero, not negative
+  EXPECT_EQ(quota.held("a"), 0);
+  EXPECT_EQ(quota.clients(), 0u);
+  EXPECT_TRUE(quota.TryAcquire("a"));
+  EXPECT_TRUE(quota.TryAcquire("a"));
+  EXPECT_FALSE(quota.TryAcquire("a")) << "the kept entry still caps at max_per_client";
+  EXPECT_EQ(quota.clients(), 1u);
+  quota.Release("a");
+  quota.Release("a");
   EXPECT_EQ(quota.clients(), 0u);
 }
 
