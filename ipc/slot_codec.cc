@@ -528,9 +528,22 @@ std::pair<const uint8_t*, uint64_t> ResponseView::OutputRows(size_t i, int64_t f
   return {data ? data + offsets[i] + begin : nullptr, length};
 }
 
+void ResponseView::Reset() {
+  compute_us = 0;
+  outputs.clear();
+  offsets.clear();
+  nbytes.clear();
+  data = nullptr;
+  batch_rows = 0;
+  has_pipeline = false;
+  pipeline.decode_us = pipeline.preprocess_us = pipeline.postprocess_us = -1;
+  pipeline.row_failures.clear();
+  violation = false;
+}
+
 Status ReadResponse(const uint8_t* slot, const ResponseExpectation& expected, ResponseView* out) {
   const SlotHeader& header = *SlotHeaderOf(slot);
-  *out = ResponseView{};
+  out->Reset();
   out->compute_us = header.compute_us;
   out->batch_rows = expected.batch_rows;
   out->data = expected.outputs_in_place ? nullptr : SlotData(slot);

@@ -252,8 +252,12 @@ struct ResponseView {
   bool violation = false;
 
   // The bytes of rows [first_row, first_row + rows) of output i: one request's share of a batch
-  // (of the whole output when batch_rows is 0). Null bytes when the outputs are in place.
+  // (of the whole output when batch_rows is 0). Null bytes when the outputs are in place. Reads
+  // offsets, nbytes, data and batch_rows only: `outputs` may have been moved away.
   std::pair<const uint8_t*, uint64_t> OutputRows(size_t i, int64_t first_row, int64_t rows) const;
+  // Back to a default view, keeping the vectors' memory (a reader that reuses one view allocates
+  // nothing for them per response).
+  void Reset();
 };
 
 // Reads response slot `slot` against what was asked. Fails when: the batch id differs; the worker

@@ -54,12 +54,14 @@ ModelQueue::Level& ModelQueue::LevelOf(const PendingRequest& request) {
   return levels_[std::min<size_t>(std::max(0, request.priority), levels_.size() - 1)];
 }
 
-void ModelQueue::Added(Level& level, const PendingRequest& request) {
+void ModelQueue::Added(Level& level, const PendingRequest& request, ClientShare* share) {
   if (request.deadline != TimePoint::max()) deadlines_.insert(request.deadline);
   rows_ += request.rows;
   level.rows += request.rows;
   ++size_;
-  if (policy_.fair_queueing) ++level.clients[request.client].queued;
+  if (!policy_.fair_queueing) return;
+  if (!share) share = &level.clients[request.client];
+  ++share->queued;
 }
 
 void ModelQueue::Removed(Level& level, const PendingRequest& request) {
@@ -109,10 +111,12 @@ bool ModelQueue::Push(PendingRequest& request) {
     queue.push_back(std::move(request));
     return true;
   }
-  const int64_t tag = NextTag(level, request);
-  level.clients[request.client].finish = tag + FairCost(request);
+  // NextTag's rule, on the one entry the request's client has (made here when new).
+  ClientShare& share = level.clients[request.client];
+  const int64_t tag = std::max(level.virtual_time, share.finish);
+  share.finish = tag + FairCost(request);
   request.fair_tag = tag;
-  Added(level, request);
+  Added(level, request, &share);
   if (queue.empty() || queue.back().fair_tag <= tag) {
     queue.push_back(std::move(request));  // one client, or one far behind: no search
   } else {

@@ -131,7 +131,8 @@ class ModelQueue {
   const Level* HighestLevel() const;
   Level& LevelOf(const PendingRequest& request);
   // Counts `request` in and out of the queue's totals and its client's share.
-  void Added(Level& level, const PendingRequest& request);
+  // `share`: the request's client share when the caller holds it already (one lookup a push).
+  void Added(Level& level, const PendingRequest& request, ClientShare* share = nullptr);
   void Removed(Level& level, const PendingRequest& request);
   // Indices (ascending) of the requests that would form the batch headed by level.front().
   std::vector<size_t> Candidates(const std::deque<PendingRequest>& level, int64_t max_rows,

@@ -20,7 +20,7 @@ void ReplyBacklog::Free(void* /*data*/, void* hint) {
 
 zmq::message_t ReplyBacklog::TrackedHeader(const std::string& client, std::string header,
                                            uint64_t reply_bytes) {
-  std::shared_ptr<Counter>& counter = clients_[client];
+  std::shared_ptr<Counter>& counter = *Find(client, true);
   if (!counter) counter = std::make_shared<Counter>();
   auto block = std::make_unique<Block>();
   block->counter = counter;
@@ -33,11 +33,27 @@ zmq::message_t ReplyBacklog::TrackedHeader(const std::string& client, std::strin
   return zmq::message_t(raw->text.data(), raw->text.size(), &Free, raw);
 }
 
+std::shared_ptr<ReplyBacklog::Counter>* ReplyBacklog::Find(const std::string& client,
+                                                           bool create) const {
+  if (last_ && client == last_client_) return last_;
+  std::shared_ptr<Counter>* entry = nullptr;
+  if (create) {
+    entry = &clients_[client];
+  } else if (auto it = clients_.find(client); it != clients_.end()) {
+    entry = &it->second;
+  }
+  if (entry) {
+    last_ = entry;
+    last_client_ = client;
+  }
+  return entry;
+}
+
 ReplyBacklog::Counts ReplyBacklog::Of(const std::string& client) const {
-  auto it = clients_.find(client);
-  if (it == clients_.end()) return {};
-  return {it->second->replies.load(std::memory_order_relaxed),
-          it->second->bytes.load(std::memory_order_relaxed)};
+  const std::shared_ptr<Counter>* entry = Find(client, false);
+  if (!entry || !*entry) return {};
+  return {(*entry)->replies.load(std::memory_order_relaxed),
+          (*entry)->bytes.load(std::memory_order_relaxed)};
 }
 
 ReplyBacklog::Counts ReplyBacklog::Total() const {
@@ -50,6 +66,7 @@ ReplyBacklog::Counts ReplyBacklog::Total() const {
 }
 
 size_t ReplyBacklog::Sweep() {
+  last_ = nullptr;  // its element may go below
   for (auto it = clients_.begin(); it != clients_.end();) {
     // Only blocks add references, and only this thread makes blocks: one reference left is ours.
     if (it->second.use_count() == 1) {

@@ -50,8 +50,15 @@ class ReplyBacklog {
   };
   struct Block;  // one tracked header: its bytes and its counter (reply_backlog.cc)
   static void Free(void* data, void* hint);
+  // The entry of `client`, null when it has none (create: made then). The last one found is
+  // remembered: a reply looks its client up three times (admission, the pin decision, the
+  // header), and the next request is usually the same client's (issue 36).
+  std::shared_ptr<Counter>* Find(const std::string& client, bool create) const;
 
-  std::unordered_map<std::string, std::shared_ptr<Counter>> clients_;
+  mutable std::unordered_map<std::string, std::shared_ptr<Counter>> clients_;
+  // Find's memory: an element of clients_ (stable until erased; Sweep forgets it) and its key.
+  mutable std::shared_ptr<Counter>* last_ = nullptr;
+  mutable std::string last_client_;
 };
 
 }  // namespace torchfarm

@@ -71,7 +71,7 @@ std::optional<ipc::ProtocolViolation> ResponseHandler::Reply(WorkerSlot& slot, I
   ServedModel& model = models_[slot.model_index()];
   TimePoint now = clock_.Now();
   // The segment's own capacity: a reload may have changed slot_bytes for the next launch.
-  ipc::ResponseView view;
+  ipc::ResponseView& view = view_;  // reused: its vectors keep their memory
   const Status failure = ipc::ReadResponse(
       response, ExpectedResponse(batch, slot.responses()->segment().data_capacity()), &view);
   if (view.violation) {
@@ -114,7 +114,12 @@ std::optional<ipc::ProtocolViolation> ResponseHandler::Reply(WorkerSlot& slot, I
   for (auto& r : batch.requests) {
     BatchShare share;
     share.view = &view;
-    share.outputs = view.outputs;
+    // The last share takes the specs themselves: OutputRows needs only the offsets and sizes.
+    if (&r == &batch.requests.back()) {
+      share.outputs = std::move(view.outputs);
+    } else {
+      share.outputs = view.outputs;
+    }
     share.output_names = &model.config.output_names;
     share.first_row = row_start;
     share.batched = batch.requests.size() > 1;

@@ -55,6 +55,7 @@ class ResponseHandler {
   // Per worker slot, when its last answer arrived (ServiceUs). A slot that is gone leaves a time
   // older than any later batch's dispatch, which then counts instead.
   std::unordered_map<const WorkerSlot*, TimePoint> last_answer_;
+  ipc::ResponseView view_;  // Reply's, reused from one response to the next
   static constexpr size_t kMaxLastAnswers = 1024;
   static constexpr Clock::duration kLastAnswerRelevance = std::chrono::minutes(1);
   MetricsExporter* metrics_ = nullptr;
