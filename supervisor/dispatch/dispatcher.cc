@@ -257,7 +257,9 @@ double Dispatcher::Backlog(const ServedModel& model, const WorkerSlot& slot) con
 }
 
 int64_t Dispatcher::BatchRowsFor(const ServedModel& model, const WorkerSlot& chosen) const {
-  SplitInputs in;
+  SplitInputs& in = split_inputs_;  // reused: its worker list keeps its memory
+  in.workers.clear();
+  in.chosen = 0;
   in.queued_rows = model.queue.queued_rows();
   in.max_batch_rows = model.config.max_batch_size;
   in.fixed_us = model.cost.known() ? model.cost.fixed_us() : 0;

@@ -116,6 +116,7 @@ class Dispatcher {
   MetricsExporter* metrics_ = nullptr;
   Options options_;
   uint64_t next_batch_id_ = 1;
+  mutable SplitInputs split_inputs_;  // BatchRowsFor's, reused from one batch to the next
   double dispatch_us_ = 0;  // moving average of the supervisor's own work per batch dispatched
   uint64_t shm_in_place_batches_ = 0;  // handed to workers naming client regions (no ring copy)
 };

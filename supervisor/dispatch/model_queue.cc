@@ -173,13 +173,14 @@ size_t ModelQueue::clients() const {
   return n;
 }
 
-std::vector<size_t> ModelQueue::Candidates(const std::deque<PendingRequest>& level,
-                                           int64_t max_rows, int64_t* rows) const {
+void ModelQueue::Candidates(const std::deque<PendingRequest>& level, int64_t max_rows,
+                            int64_t* rows, std::vector<size_t>* out) const {
   const PendingRequest& head = level.front();
-  std::vector<size_t> picked = {0};
+  std::vector<size_t>& picked = *out;
+  picked.assign(1, 0);
   *rows = head.rows;
   uint64_t bytes = head.slot_bytes;
-  if (!head.batchable || head.rows >= max_rows) return picked;
+  if (!head.batchable || head.rows >= max_rows) return;
   const size_t window = ScanWindow();
   for (size_t i = 1; i < level.size() && i < window && *rows < max_rows; ++i) {
     const PendingRequest& r = level[i];
@@ -190,7 +191,6 @@ std::vector<size_t> ModelQueue::Candidates(const std::deque<PendingRequest>& lev
     *rows += r.rows;
     bytes += r.slot_bytes;
   }
-  return picked;
 }
 
 size_t ModelQueue::PreferredPrefix(const std::deque<PendingRequest>& level,
@@ -214,7 +214,8 @@ std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap
   // Whether a batch is due is decided on max_batch_size; the cap only sizes it.
   const int64_t max_rows = std::max<int64_t>(1, policy_.max_batch_size);
   int64_t rows = 0;
-  std::vector<size_t> picked = Candidates(*level, max_rows, &rows);
+  std::vector<size_t>& picked = picked_;
+  Candidates(*level, max_rows, &rows, &picked);
   const PendingRequest& head = level->front();
   bool alone = !head.batchable || head.rows >= max_rows;
   bool full = rows >= max_rows;
@@ -234,7 +235,7 @@ std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap
   }
   const int64_t due_rows = rows;
   const int64_t capped = std::max<int64_t>(1, row_cap);
-  if (!alone && capped < rows) picked = Candidates(*level, capped, &rows);
+  if (!alone && capped < rows) Candidates(*level, capped, &rows, &picked);
   split_rows_left_ = rest_of_split ? std::max<int64_t>(0, split_rows_left_ - rows)
                                    : due_rows - rows;
   level_state->virtual_time = std::max(level_state->virtual_time, head.fair_tag);

@@ -134,9 +134,10 @@ class ModelQueue {
   // `share`: the request's client share when the caller holds it already (one lookup a push).
   void Added(Level& level, const PendingRequest& request, ClientShare* share = nullptr);
   void Removed(Level& level, const PendingRequest& request);
-  // Indices (ascending) of the requests that would form the batch headed by level.front().
-  std::vector<size_t> Candidates(const std::deque<PendingRequest>& level, int64_t max_rows,
-                                 int64_t* rows) const;
+  // Into *picked: indices (ascending) of the requests that would form the batch headed by
+  // level.front().
+  void Candidates(const std::deque<PendingRequest>& level, int64_t max_rows, int64_t* rows,
+                  std::vector<size_t>* picked) const;
   // How far past the head a batch looks for compatible requests.
   size_t ScanWindow() const;
   // The oldest request within the scan window: what the batch delay is counted from.
@@ -155,6 +156,7 @@ class ModelQueue {
   Clock::duration dispatch_lead_ = Millis(1);
   static constexpr int kPruneEvery = 64;  // batches taken between sweeps of idle shares
   int takes_since_prune_ = 0;
+  std::vector<size_t> picked_;  // TakeBatch's candidates, reused (no allocation a batch)
   // Rows of the last due batch a row cap left in the queue: they are due too.
   int64_t split_rows_left_ = 0;
 };

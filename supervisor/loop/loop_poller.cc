@@ -32,20 +32,21 @@ bool LoopPoller::Wait(std::chrono::milliseconds timeout) {
   // Messages already queued in a socket: no wait, only a look at the descriptors. A watched
   // socket untouched since it last said "no input" is left to its descriptor.
   bool any_socket_ready = false;
-  for (Item& item : items_) {
+  for (size_t i = 0; i < size_; ++i) {
+    Item& item = items_[i];
     const bool untouched = item.watch && item.watch->uses == item.uses && !item.watch->input;
     item.readable = item.socket != nullptr && !untouched && AskInput(item);
     item.revents = 0;
     any_socket_ready |= item.readable;
   }
   const int wait_ms = any_socket_ready ? 0 : static_cast<int>(timeout.count());
-  if (::poll(pollfds_.data(), pollfds_.size(), wait_ms < 0 ? -1 : wait_ms) < 0) {
+  if (::poll(pollfds_.data(), size_, wait_ms < 0 ? -1 : wait_ms) < 0) {
     const int error = errno;
-    for (Item& item : items_) item.readable = false;
+    for (size_t i = 0; i < size_; ++i) items_[i].readable = false;
     errno = error;
     return false;
   }
-  for (size_t i = 0; i < items_.size(); ++i) {
+  for (size_t i = 0; i < size_; ++i) {
     Item& item = items_[i];
     const short revents = pollfds_[i].revents;
     if (item.socket == nullptr) {
@@ -60,12 +61,10 @@ bool LoopPoller::Wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-bool LoopPoller::Readable(size_t index) const {
-  return index < items_.size() && items_[index].readable;
-}
+bool LoopPoller::Readable(size_t index) const { return index < size_ && items_[index].readable; }
 
 short LoopPoller::DescriptorEvents(size_t index) const {
-  return index < items_.size() && items_[index].socket == nullptr ? items_[index].revents : 0;
+  return index < size_ && items_[index].socket == nullptr ? items_[index].revents : 0;
 }
 
 }  // namespace torchfarm

@@ -22,7 +22,7 @@
 // next wake-up: every code path that touches such a socket must count (supervisor.h).
 //
 // Items keep their order and index; the caller reads results by index, as with zmq::poll. The
-// vectors keep their capacity between turns (Reset clears them): no allocation per turn. Runs on
+// entries are written over each turn (Reset rewinds the list): no allocation per turn. Runs on
 // the loop thread only.
 #pragma once
 
@@ -38,16 +38,13 @@ namespace torchfarm {
 class LoopPoller {
  public:
   // Empties the list for the next turn (keeps the memory and the descriptor cache).
-  void Reset() {
-    items_.clear();
-    pollfds_.clear();
-  }
+  void Reset() { size_ = 0; }
   // Adds a ZeroMQ socket (the void* handle of zmq::socket_t) to wait for input on; null
   // handles are kept as items that are never ready (fixed indices for absent sockets).
   size_t AddSocket(void* socket) {
     Item& item = Push(socket ? SocketDescriptor(socket) : -1);
     item.socket = socket;
-    return items_.size() - 1;
+    return size_ - 1;
   }
   // What the loop knows of a socket that lives as long as it does (caller-owned, one per socket;
   // see the header comment). A socket closed and another made must get a fresh watch.
@@ -74,7 +71,7 @@ class LoopPoller {
       item.watch = watch;
       item.uses = uses;
     }
-    return items_.size() - 1;
+    return size_ - 1;
   }
   // The caller's own non-blocking receive on a watched socket just failed with EAGAIN, with the
   // socket's count at `uses` after it: libzmq processed the socket's commands and found no
@@ -88,7 +85,7 @@ class LoopPoller {
   // Adds a plain descriptor to wait for input on (a negative one is never ready).
   size_t AddDescriptor(int fd) {
     Push(fd);
-    return items_.size() - 1;
+    return size_ - 1;
   }
 
   // Waits until an item is ready or `timeout` passes (negative: no limit). Returns false with
@@ -100,7 +97,7 @@ class LoopPoller {
   bool Readable(size_t index) const;
   // After Wait: a descriptor's poll(2) revents (POLLERR, POLLHUP), 0 for a socket.
   short DescriptorEvents(size_t index) const;
-  size_t size() const { return items_.size(); }
+  size_t size() const { return size_; }
   // ZMQ_EVENTS questions asked since the start (tests; the cost this class saves).
   uint64_t questions() const { return questions_; }
 
@@ -116,11 +113,17 @@ class LoopPoller {
     bool readable = false;
     short revents = 0;
   };
-  // A new item polling `fd` (its other fields at their defaults), and its pollfd. Inline with
-  // the Add calls: the list is built every turn, ~8 items (issue 36).
+  // A new item polling `fd` (its other fields at their defaults), and its pollfd. The list is
+  // built every turn (~9 items): the entries of earlier turns are written over, and the vectors
+  // grow only past their longest list (issue 36: push_back cost ~40 instructions an item).
   Item& Push(int fd) {
-    pollfds_.push_back({fd, POLLIN, 0});
-    Item& item = items_.emplace_back();
+    if (size_ == items_.size()) {
+      items_.emplace_back();
+      pollfds_.emplace_back();
+    }
+    pollfds_[size_] = {fd, POLLIN, 0};
+    Item& item = items_[size_++];
+    item = Item{};
     item.fd = fd;
     return item;
   }
@@ -129,8 +132,9 @@ class LoopPoller {
   // SocketHasInput, counted, and remembered in a watched item's watch.
   bool AskInput(const Item& item);
 
-  std::vector<Item> items_;
+  std::vector<Item> items_;  // [0, size_) this turn's; the rest left from longer lists
   std::vector<pollfd> pollfds_;
+  size_t size_ = 0;
   uint64_t questions_ = 0;
 };
 

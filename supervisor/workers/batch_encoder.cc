@@ -21,15 +21,22 @@ bool OutputOverlapsInputs(const PendingRequest& r) {
 }
 
 // Every input as parts, one per request: the copy path.
-ipc::RequestBatch CopiedBatch(const InflightBatch& batch) {
+// `batch` as copies into the slot, written over *encoded (whose vectors keep their memory).
+void CopiedBatch(const InflightBatch& batch, ipc::RequestBatch* encoded) {
   const PendingRequest& first = batch.requests.front();
-  ipc::RequestBatch encoded;
-  encoded.batch_id = batch.batch_id;
-  encoded.inputs.resize(first.inputs.size());
+  encoded->batch_id = batch.batch_id;
+  encoded->regions.clear();
+  encoded->output_region = -1;
+  encoded->output_offset = 0;
+  encoded->output_bytes = 0;
+  encoded->inputs.resize(first.inputs.size());
   for (size_t i = 0; i < first.inputs.size(); ++i) {
-    ipc::RequestInput& input = encoded.inputs[i];
+    ipc::RequestInput& input = encoded->inputs[i];
     input.spec = first.inputs[i];
     if (batch.requests.size() > 1 && !input.spec.shape.empty()) input.spec.shape[0] = batch.rows;
+    input.region = -1;
+    input.region_offset = 0;
+    input.parts.clear();
     input.parts.reserve(batch.requests.size());
     for (const PendingRequest& r : batch.requests) {
       // Bytes in a client region can vanish under the copy if its client truncates it.
@@ -38,12 +45,8 @@ ipc::RequestBatch CopiedBatch(const InflightBatch& batch) {
           ipc::TensorPart{r.frames[i].data<uint8_t>(), r.frames[i].size(), from_region});
     }
   }
-  return encoded;
 }
 
-// `copied` with the request's client regions named instead of copied; false when the slot's
-// region table cannot hold them. Outputs that would overwrite an input go through the response
-// slot (the supervisor copies them in).
 bool NameClientRegions(const PendingRequest& r, const ipc::RequestBatch& copied,
                        ipc::RequestBatch* in_place) {
   *in_place = copied;
@@ -70,8 +73,10 @@ bool NameClientRegions(const PendingRequest& r, const ipc::RequestBatch& copied,
 }  // namespace
 
 BatchEncoding EncodeBatch(const InflightBatch& batch, bool shm_in_place, uint8_t* slot,
-                          uint64_t data_capacity) {
-  ipc::RequestBatch encoded = CopiedBatch(batch);
+                          uint64_t data_capacity, ipc::RequestBatch* scratch) {
+  ipc::RequestBatch fresh;
+  ipc::RequestBatch& encoded = scratch ? *scratch : fresh;
+  CopiedBatch(batch, &encoded);
   const PendingRequest& first = batch.requests.front();
   BatchEncoding result;
   ipc::RequestBatch in_place;

@@ -435,7 +435,8 @@ bool WorkerSlot::Dispatch(InflightBatch& batch, bool shm_in_place) {
   // CanAccept() said yes; the ring disagrees: a failed dispatch.
   if (request_head_ - request_tail_seen_ >= ring.slot_count()) return false;
   uint8_t* slot = ring.SlotAt(request_head_);
-  const BatchEncoding encoding = EncodeBatch(batch, shm_in_place, slot, ring.data_capacity());
+  const BatchEncoding encoding =
+      EncodeBatch(batch, shm_in_place, slot, ring.data_capacity(), &encode_scratch_);
   batch.in_place = encoding.in_place;
   batch.outputs_in_place = encoding.outputs_in_place;
   ring.StoreHead(++request_head_);

@@ -52,6 +52,7 @@
 #include "common/unique_fd.h"
 #include "ipc/doorbell.h"
 #include "ipc/protocol_violation.h"
+#include "ipc/slot_codec.h"
 #include "ipc/worker_segment.h"
 #include "supervisor/intake/pending_request.h"
 #include "supervisor/intake/shm_budget.h"
@@ -382,6 +383,7 @@ class WorkerSlot {
   int64_t last_promotion_us_ = -1;
   std::string last_exit_;
   std::string failure_reason_;
+  ipc::RequestBatch encode_scratch_;  // EncodeBatch's description of each batch, reused
 };
 
 template <typename OnResponse>
