@@ -27,8 +27,11 @@ LOAD = str(BIN / "torchfarm-v2-http-load")
 
 @pytest.fixture(scope="module")
 def echo():
+    # In its own session, as the harness starts every server: proc_tree counts a root's whole
+    # session, and pytest's holds whatever else ctest runs beside it (ctest -j), whose CPU time
+    # leaves the count when those exit (a negative server_cpu_s_per_1000).
     proc = subprocess.Popen([str(BIN / "torchfarm-http-echo"), "--port", "0"],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
     port = int(proc.stdout.readline().split()[1])
     yield proc, port
     proc.terminate()
