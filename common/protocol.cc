@@ -146,6 +146,10 @@ class HeaderScanner {
     SkipBlanks();
     return at_ < text_.size() && text_[at_] == c;
   }
+  bool PeekDigit() {
+    SkipBlanks();
+    return at_ < text_.size() && (ClassOf(text_[at_]) & kDigitChar);
+  }
   bool AtEnd() {
     SkipBlanks();
     return at_ == text_.size();
@@ -192,6 +196,13 @@ class HeaderScanner {
 };
 
 bool ScanId(HeaderScanner& in, json* id) {
+  // Clients' ids are mostly integers: tried first.
+  if (in.PeekDigit()) {
+    uint64_t value;
+    if (!in.Unsigned(&value)) return false;
+    *id = value;  // number_unsigned, as json::parse makes it
+    return true;
+  }
   if (in.Peek('"')) {
     std::string_view text;
     if (!in.String(&text)) return false;
@@ -210,10 +221,7 @@ bool ScanId(HeaderScanner& in, json* id) {
     *id = false;
     return true;
   }
-  uint64_t value;
-  if (!in.Unsigned(&value)) return false;
-  *id = value;  // number_unsigned, as json::parse makes it
-  return true;
+  return false;  // anything else (a negative or fractional id, an object) is the JSON path's
 }
 
 // {"dtype": "...", "shape": [...]} with exactly those two keys, and optionally a "name" of

@@ -480,6 +480,7 @@ TimePoint Supervisor::NextWakeUp(TimePoint now, TimePoint maintenance) const {
   // Zero-copy replies still in libzmq free their slots without waking the loop: look again soon.
   if (response_rings_.HasLivePins()) next = std::min(next, now + kPinnedReplyPoll);
   for (const auto& model : models_) {
+    if (model.queue.empty()) continue;  // nothing queued: no deadline, nothing comes due
     if (auto deadline = model.queue.NextDeadline()) next = std::min(next, *deadline);
     // A batch that comes due while every worker of its model is full cannot go anyway; waking
     // for it would spin the loop (a finishing worker rings its doorbell, which wakes us).
