@@ -6,6 +6,11 @@
 
 namespace torchfarm {
 
+void LoopPoller::Grow() {
+  items_.emplace_back();
+  pollfds_.emplace_back();
+}
+
 int LoopPoller::SocketDescriptor(void* socket) {
   int fd = -1;
   size_t size = sizeof(fd);

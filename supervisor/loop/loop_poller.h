@@ -117,16 +117,15 @@ class LoopPoller {
   // built every turn (~9 items): the entries of earlier turns are written over, and the vectors
   // grow only past their longest list (issue 36: push_back cost ~40 instructions an item).
   Item& Push(int fd) {
-    if (size_ == items_.size()) {
-      items_.emplace_back();
-      pollfds_.emplace_back();
-    }
+    if (size_ == items_.size()) Grow();
     pollfds_[size_] = {fd, POLLIN, 0};
     Item& item = items_[size_++];
     item = Item{};
     item.fd = fd;
     return item;
   }
+  // One more entry in both vectors; out of line, so Push stays small enough to inline.
+  void Grow();
   // ZMQ_EVENTS & ZMQ_POLLIN; false when the question fails (a closed socket).
   static bool SocketHasInput(void* socket);
   // SocketHasInput, counted, and remembered in a watched item's watch.
