@@ -255,8 +255,8 @@ struct ResponseView {
   // (of the whole output when batch_rows is 0). Null bytes when the outputs are in place. Reads
   // offsets, nbytes, data and batch_rows only: `outputs` may have been moved away.
   std::pair<const uint8_t*, uint64_t> OutputRows(size_t i, int64_t first_row, int64_t rows) const;
-  // Back to a default view, keeping the vectors' memory (a reader that reuses one view allocates
-  // nothing for them per response).
+  // Back to a default view, keeping the vectors' memory: a reader that reuses one view does not
+  // allocate the offsets and sizes again (each output's shape still is).
   void Reset();
 };
 

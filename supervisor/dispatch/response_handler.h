@@ -55,7 +55,9 @@ class ResponseHandler {
   // Per worker slot, when its last answer arrived (ServiceUs). A slot that is gone leaves a time
   // older than any later batch's dispatch, which then counts instead.
   std::unordered_map<const WorkerSlot*, TimePoint> last_answer_;
-  ipc::ResponseView view_;  // Reply's, reused from one response to the next
+  // Reply's, reused from one response to the next: its offsets and sizes keep their memory (its
+  // outputs go to the batch's last share).
+  ipc::ResponseView view_;
   static constexpr size_t kMaxLastAnswers = 1024;
   static constexpr Clock::duration kLastAnswerRelevance = std::chrono::minutes(1);
   MetricsExporter* metrics_ = nullptr;

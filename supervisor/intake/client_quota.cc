@@ -2,6 +2,8 @@
 
 #include <zmq.h>
 
+#include <iterator>
+
 namespace torchfarm {
 
 bool ClientQuota::TryAcquire(const std::string& client) {
@@ -21,11 +23,13 @@ void ClientQuota::Release(const std::string& client) {
   auto it = held_.find(client);
   if (it == held_.end() || it->second <= 0) return;
   if (--it->second > 0) return;
-  if (idle_ < kIdleKept) {
-    ++idle_;
-  } else {
-    held_.erase(it);
+  if (++idle_ <= kIdleKept) return;
+  // Past the bound: every idle entry goes, this one included, so clients that left (a reconnect
+  // is a new routing id) do not hold the places for good. One pass every kIdleKept idle entries.
+  for (auto entry = held_.begin(); entry != held_.end();) {
+    entry = entry->second == 0 ? held_.erase(entry) : std::next(entry);
   }
+  idle_ = 0;
 }
 
 int64_t ClientQuota::held(const std::string& client) const {

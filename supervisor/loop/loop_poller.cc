@@ -7,8 +7,9 @@
 namespace torchfarm {
 
 void LoopPoller::Grow() {
-  items_.emplace_back();
+  // pollfds_ first: if items_ then fails to grow, pollfds_ is one longer, never shorter.
   pollfds_.emplace_back();
+  items_.emplace_back();
 }
 
 int LoopPoller::SocketDescriptor(void* socket) {

@@ -20,8 +20,8 @@ bool OutputOverlapsInputs(const PendingRequest& r) {
   return false;
 }
 
-// Every input as parts, one per request: the copy path.
-// `batch` as copies into the slot, written over *encoded (whose vectors keep their memory).
+// Every input as parts, one per request: the copy path. Written over *encoded, whose vectors keep
+// their memory.
 void CopiedBatch(const InflightBatch& batch, ipc::RequestBatch* encoded) {
   const PendingRequest& first = batch.requests.front();
   encoded->batch_id = batch.batch_id;
@@ -47,6 +47,9 @@ void CopiedBatch(const InflightBatch& batch, ipc::RequestBatch* encoded) {
   }
 }
 
+// `copied` with the request's client regions named instead of copied; false when the slot's
+// region table cannot hold them. Outputs that would overwrite an input go through the response
+// slot (the supervisor copies them in).
 bool NameClientRegions(const PendingRequest& r, const ipc::RequestBatch& copied,
                        ipc::RequestBatch* in_place) {
   *in_place = copied;

@@ -383,7 +383,9 @@ class WorkerSlot {
   int64_t last_promotion_us_ = -1;
   std::string last_exit_;
   std::string failure_reason_;
-  ipc::RequestBatch encode_scratch_;  // EncodeBatch's description of each batch, reused
+  // EncodeBatch's description of each batch, reused for its memory. Between batches its parts
+  // point at frames since freed: never read until the next EncodeBatch writes it over.
+  ipc::RequestBatch encode_scratch_;
 };
 
 template <typename OnResponse>
