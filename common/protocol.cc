@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdint>
+#include <cstring>
 
 #include "common/bytes_items.h"
 #include "common/client_weights.h"
@@ -133,8 +135,12 @@ class HeaderScanner {
  public:
   explicit HeaderScanner(std::string_view text) : text_(text) {}
 
+  // The loops below run on locals: a char read may alias at_, so a loop on the member would
+  // load and store it every character.
   void SkipBlanks() {
-    while (at_ < text_.size() && (ClassOf(text_[at_]) & kBlankChar)) ++at_;
+    size_t at = at_;
+    while (at < text_.size() && (ClassOf(text_[at]) & kBlankChar)) ++at;
+    at_ = at;
   }
   bool Take(char c) {
     SkipBlanks();
@@ -160,26 +166,31 @@ class HeaderScanner {
     if (!Take('"')) return false;
     const size_t start = at_;
     const uint8_t need = allowed | kPlainChar;
-    while (at_ < text_.size() && (ClassOf(text_[at_]) & need) == need) ++at_;
-    if (at_ >= text_.size() || text_[at_] != '"') return false;
-    *out = text_.substr(start, at_ - start);
-    ++at_;
+    const char* text = text_.data();
+    const size_t size = text_.size();
+    size_t at = start;
+    while (at < size && (ClassOf(text[at]) & need) == need) ++at;
+    if (at >= size || text[at] != '"') return false;
+    *out = std::string_view(text + start, at - start);
+    at_ = at + 1;
     return true;
   }
   // A non-negative integer of at most 18 digits, without leading zeros or a fraction/exponent.
   bool Unsigned(uint64_t* out) {
     SkipBlanks();
-    size_t start = at_;
+    const size_t start = at_;
+    const char* text = text_.data();
+    const size_t size = text_.size();
+    size_t at = start;
     uint64_t value = 0;
-    while (at_ < text_.size() && (ClassOf(text_[at_]) & kDigitChar)) {
-      value = value * 10 + static_cast<uint64_t>(text_[at_] - '0');
-      ++at_;
+    while (at < size && (ClassOf(text[at]) & kDigitChar)) {
+      value = value * 10 + static_cast<uint64_t>(text[at] - '0');
+      ++at;
     }
-    size_t digits = at_ - start;
-    if (digits == 0 || digits > 18 || (digits > 1 && text_[start] == '0')) return false;
-    if (at_ < text_.size() && (text_[at_] == '.' || text_[at_] == 'e' || text_[at_] == 'E')) {
-      return false;
-    }
+    at_ = at;
+    const size_t digits = at - start;
+    if (digits == 0 || digits > 18 || (digits > 1 && text[start] == '0')) return false;
+    if (at < size && (text[at] == '.' || text[at] == 'e' || text[at] == 'E')) return false;
     *out = value;
     return true;
   }
@@ -658,75 +669,102 @@ std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
                         const std::vector<uint64_t>* shm_offsets) {
   // Built by hand: this runs once per answered request, and a json object plus dump() cost
   // several times more (bench/analysis.md). The layout equals json::dump() of the same object.
-  // Appended piece by piece, numbers with to_chars: no temporary strings (issue 36).
-  std::string out;
-  out.reserve(192 + outputs.size() * 64);
-  AppendLiteral(&out, "{\"v\":1,\"id\":");
-  // The ids clients use are integers; dump() builds a serializer (and allocates) for each.
-  if (id.is_number_unsigned()) {
-    AppendInt(&out, id.get<uint64_t>());
-  } else if (id.is_null()) {
-    AppendLiteral(&out, "null");
-  } else {
-    out += id.dump(-1, ' ', false, json::error_handler_t::replace);
+  // Written through a pointer into a string sized once to a bound on the text: literals are
+  // fixed-size copies, numbers to_chars in place (issue 36; appending each piece cost a call, a
+  // capacity check and a copy).
+  std::string id_text;  // an id that is not an unsigned integer or null, dumped (rare)
+  if (!id.is_number_unsigned() && !id.is_null()) {
+    id_text = id.dump(-1, ' ', false, json::error_handler_t::replace);
   }
-  AppendLiteral(&out, ",\"status\":\"ok\",\"outputs\":[");
+  std::vector<std::string> dumped_names;  // names that need escaping, dumped (rare)
+  constexpr size_t kIntChars = 20;        // any 64-bit integer, sign included
+  // Every fixed part, an integer id and every timing field at 20 digits come to 284.
+  size_t bound = 320 + id_text.size();
   for (size_t i = 0; i < outputs.size(); ++i) {
-    if (i) out += ',';
-    AppendLiteral(&out, "{\"dtype\":\"");
-    out += DTypeName(outputs[i].dtype);
+    size_t name = 10 + kIntChars;  // "OUTPUT__k"
+    if (i < output_names.size() && ValidTensorName(output_names[i])) {
+      name = 2 + output_names[i].size();
+    } else if (i < output_names.size()) {
+      dumped_names.resize(outputs.size());
+      dumped_names[i] = json(output_names[i]).dump(-1, ' ', false, json::error_handler_t::replace);
+      name = dumped_names[i].size();
+    }
+    bound += 96 + name + (kIntChars + 1) * outputs[i].shape.size() +
+             (shm_offsets ? shm_region.size() + kIntChars : 0);
+  }
+  std::string out(bound, '\0');
+  char* p = out.data();
+  auto put = [&p](std::string_view text) {
+    std::memcpy(p, text.data(), text.size());
+    p += text.size();
+  };
+  auto put_int = [&p](auto value) { p = std::to_chars(p, p + kIntChars, value).ptr; };
+  put("{\"v\":1,\"id\":");
+  if (id.is_number_unsigned()) {
+    put_int(id.get<uint64_t>());
+  } else if (id.is_null()) {
+    put("null");
+  } else {
+    put(id_text);
+  }
+  put(",\"status\":\"ok\",\"outputs\":[");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (i) *p++ = ',';
+    put("{\"dtype\":\"");
+    put(DTypeName(outputs[i].dtype));
     // Keys in dump()'s (sorted) order. A config name needs no escaping (tensor_names.h); any
-    // other goes through dump().
-    AppendLiteral(&out, "\",\"name\":");
+    // other was dumped above.
+    put("\",\"name\":");
     if (i >= output_names.size()) {
-      AppendLiteral(&out, "\"OUTPUT__");  // DefaultOutputName(i), without a string of its own
-      AppendInt(&out, i);
-      out += '"';
-    } else if (ValidTensorName(output_names[i])) {
-      out += '"';
-      out += output_names[i];
-      out += '"';
+      put("\"OUTPUT__");  // DefaultOutputName(i), without a string of its own
+      put_int(i);
+      *p++ = '"';
+    } else if (i < dumped_names.size() && !dumped_names[i].empty()) {
+      put(dumped_names[i]);
     } else {
-      out += json(output_names[i]).dump(-1, ' ', false, json::error_handler_t::replace);
+      *p++ = '"';
+      put(output_names[i]);
+      *p++ = '"';
     }
-    AppendLiteral(&out, ",\"shape\":[");
+    put(",\"shape\":[");
     for (size_t d = 0; d < outputs[i].shape.size(); ++d) {
-      if (d) out += ',';
-      AppendInt(&out, outputs[i].shape[d]);
+      if (d) *p++ = ',';
+      put_int(outputs[i].shape[d]);
     }
-    out += ']';
+    *p++ = ']';
     if (shm_offsets) {
       // The token is ours (hex) and needs no escaping.
-      AppendLiteral(&out, ",\"shm\":{\"region\":\"");
-      out += shm_region;
-      AppendLiteral(&out, "\",\"offset\":");
-      AppendInt(&out, (*shm_offsets)[i]);
-      out += '}';
+      put(",\"shm\":{\"region\":\"");
+      put(shm_region);
+      put("\",\"offset\":");
+      put_int((*shm_offsets)[i]);
+      *p++ = '}';
     }
-    out += '}';
+    *p++ = '}';
   }
-  AppendLiteral(&out, "],\"timing_us\":{\"queue\":");
-  AppendInt(&out, timing.queue_us);
-  AppendLiteral(&out, ",\"compute\":");
-  AppendInt(&out, timing.compute_us);
+  put("],\"timing_us\":{\"queue\":");
+  put_int(timing.queue_us);
+  put(",\"compute\":");
+  put_int(timing.compute_us);
   // Pipeline stages only for a model that has them (docs/protocol.md, "Replies").
   if (timing.decode_us >= 0) {
-    AppendLiteral(&out, ",\"decode\":");
-    AppendInt(&out, timing.decode_us);
+    put(",\"decode\":");
+    put_int(timing.decode_us);
   }
   if (timing.preprocess_us >= 0) {
-    AppendLiteral(&out, ",\"preprocess\":");
-    AppendInt(&out, timing.preprocess_us);
+    put(",\"preprocess\":");
+    put_int(timing.preprocess_us);
   }
   if (timing.postprocess_us >= 0) {
-    AppendLiteral(&out, ",\"postprocess\":");
-    AppendInt(&out, timing.postprocess_us);
+    put(",\"postprocess\":");
+    put_int(timing.postprocess_us);
   }
-  AppendLiteral(&out, ",\"total\":");
-  AppendInt(&out, timing.total_us);
-  AppendLiteral(&out, "},\"worker\":");
-  AppendInt(&out, worker_id);
-  out += '}';
+  put(",\"total\":");
+  put_int(timing.total_us);
+  put("},\"worker\":");
+  put_int(worker_id);
+  *p++ = '}';
+  out.resize(static_cast<size_t>(p - out.data()));
   return out;
 }
 

@@ -67,10 +67,4 @@ bool LoopPoller::Wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-bool LoopPoller::Readable(size_t index) const { return index < size_ && items_[index].readable; }
-
-short LoopPoller::DescriptorEvents(size_t index) const {
-  return index < size_ && items_[index].socket == nullptr ? items_[index].revents : 0;
-}
-
 }  // namespace torchfarm

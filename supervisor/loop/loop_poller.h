@@ -94,9 +94,11 @@ class LoopPoller {
 
   // After Wait: whether item `index` has input (a socket: a message can be received without
   // blocking; a descriptor: POLLIN).
-  bool Readable(size_t index) const;
+  bool Readable(size_t index) const { return index < size_ && items_[index].readable; }
   // After Wait: a descriptor's poll(2) revents (POLLERR, POLLHUP), 0 for a socket.
-  short DescriptorEvents(size_t index) const;
+  short DescriptorEvents(size_t index) const {
+    return index < size_ && items_[index].socket == nullptr ? items_[index].revents : 0;
+  }
   size_t size() const { return size_; }
   // ZMQ_EVENTS questions asked since the start (tests; the cost this class saves).
   uint64_t questions() const { return questions_; }

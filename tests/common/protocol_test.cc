@@ -1,5 +1,7 @@
 #include "common/protocol.h"
 
+#include "common/tensor_names.h"
+
 #include <algorithm>
 #include <limits>
 
@@ -479,6 +481,54 @@ TEST(ProtocolReply, HandWrittenOkReplyWithEveryPartEqualsTheJsonObject) {
                              {"worker", -3}};
   EXPECT_EQ(nlohmann::json::parse(text), expected) << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), ' '), 1) << "only the name's space: " << text;
+}
+
+// MakeOkReply writes into text sized to a bound it computes first: the longest replies it can be
+// asked for (no outputs and every number at its widest; the most outputs of the highest rank with
+// the longest names and region) fit and equal the json object (ASan runs this test too).
+TEST(ProtocolReply, TheLongestOkRepliesFitTheirBound) {
+  const int64_t low = std::numeric_limits<int64_t>::min();
+  StageTimes timing{low, low, low};
+  timing.decode_us = std::numeric_limits<int64_t>::max();
+  timing.preprocess_us = std::numeric_limits<int64_t>::max();
+  timing.postprocess_us = std::numeric_limits<int64_t>::max();
+  const uint64_t id = std::numeric_limits<uint64_t>::max();
+  const int worker = std::numeric_limits<int>::min();
+  std::string none = MakeOkReply(nlohmann::json(id), {}, timing, worker);
+  nlohmann::json times = {{"queue", low},
+                          {"compute", low},
+                          {"total", low},
+                          {"decode", timing.decode_us},
+                          {"preprocess", timing.preprocess_us},
+                          {"postprocess", timing.postprocess_us}};
+  EXPECT_EQ(nlohmann::json::parse(none), (nlohmann::json{{"v", 1},
+                                                         {"id", id},
+                                                         {"status", "ok"},
+                                                         {"outputs", nlohmann::json::array()},
+                                                         {"timing_us", times},
+                                                         {"worker", worker}}))
+      << none;
+
+  std::vector<TensorSpec> outputs;
+  std::vector<std::string> names;
+  std::vector<uint64_t> offsets;
+  nlohmann::json expected_outputs = nlohmann::json::array();
+  const std::string region(255, 'f');
+  for (size_t i = 0; i < kMaxOutputs; ++i) {
+    outputs.push_back({DType::kBFloat16, std::vector<int64_t>(kMaxRank, low)});
+    // Half valid names at the longest, half that need escaping (each quote doubles).
+    names.push_back(i % 2 ? std::string(kMaxTensorNameBytes, 'n')
+                          : std::string(kMaxTensorNameBytes, '"'));
+    offsets.push_back(std::numeric_limits<uint64_t>::max());
+    expected_outputs.push_back({{"dtype", "bfloat16"},
+                                {"name", names.back()},
+                                {"shape", outputs.back().shape},
+                                {"shm", {{"region", region}, {"offset", offsets.back()}}}});
+  }
+  std::string all =
+      MakeOkReply(nlohmann::json(id), outputs, names, timing, worker, region, &offsets);
+  EXPECT_EQ(nlohmann::json::parse(all)["outputs"], expected_outputs);
+  EXPECT_EQ(nlohmann::json::parse(all)["timing_us"], times);
 }
 
 // The front ends' reply scan (ParseReplyHeaderLean): every reply MakeOkReply writes is read by
