@@ -18,7 +18,7 @@ void ReplyBacklog::Free(void* /*data*/, void* hint) {
   delete block;  // the shared_ptr's count is atomic: the loop may be sweeping meanwhile
 }
 
-zmq::message_t ReplyBacklog::TrackedHeader(const std::string& client, std::string header,
+zmq::message_t ReplyBacklog::TrackedHeader(std::string_view client, std::string header,
                                            uint64_t reply_bytes) {
   std::shared_ptr<Counter>& counter = *Find(client, true);
   if (!counter) counter = std::make_shared<Counter>();
@@ -33,23 +33,24 @@ zmq::message_t ReplyBacklog::TrackedHeader(const std::string& client, std::strin
   return zmq::message_t(raw->text.data(), raw->text.size(), &Free, raw);
 }
 
-std::shared_ptr<ReplyBacklog::Counter>* ReplyBacklog::Find(const std::string& client,
+std::shared_ptr<ReplyBacklog::Counter>* ReplyBacklog::Find(std::string_view client,
                                                            bool create) const {
-  if (last_ && client == last_client_) return last_;
+  if (last_ && client == last_client_) return last_;  // no key string made (issue 36)
   std::shared_ptr<Counter>* entry = nullptr;
+  const std::string key(client);
   if (create) {
-    entry = &clients_[client];
-  } else if (auto it = clients_.find(client); it != clients_.end()) {
+    entry = &clients_[key];
+  } else if (auto it = clients_.find(key); it != clients_.end()) {
     entry = &it->second;
   }
   if (entry) {
     last_ = entry;
-    last_client_ = client;
+    last_client_ = key;
   }
   return entry;
 }
 
-ReplyBacklog::Counts ReplyBacklog::Of(const std::string& client) const {
+ReplyBacklog::Counts ReplyBacklog::Of(std::string_view client) const {
   const std::shared_ptr<Counter>* entry = Find(client, false);
   if (!entry || !*entry) return {};
   return {(*entry)->replies.load(std::memory_order_relaxed),

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include <zmq.hpp>
@@ -34,9 +35,9 @@ class ReplyBacklog {
   // The header frame of a reply of `reply_bytes` in all to the client with routing id `client`,
   // counted against that client until libzmq frees it (sent, or dropped unsent).
   // `header` is moved into the message (no copy of the text).
-  zmq::message_t TrackedHeader(const std::string& client, std::string header, uint64_t reply_bytes);
+  zmq::message_t TrackedHeader(std::string_view client, std::string header, uint64_t reply_bytes);
   // What `client` has not taken yet.
-  Counts Of(const std::string& client) const;
+  Counts Of(std::string_view client) const;
   // What every client has not taken yet, together.
   Counts Total() const;
   // Forgets clients with nothing outstanding; returns how many clients remain.
@@ -53,7 +54,7 @@ class ReplyBacklog {
   // The entry of `client`, null when it has none (create: made then). The last one found is
   // remembered: a reply looks its client up three times (admission, the pin decision, the
   // header), and the next request is usually the same client's (issue 36).
-  std::shared_ptr<Counter>* Find(const std::string& client, bool create) const;
+  std::shared_ptr<Counter>* Find(std::string_view client, bool create) const;
 
   mutable std::unordered_map<std::string, std::shared_ptr<Counter>> clients_;
   // Find's memory: an element of clients_ (stable until erased; Sweep forgets it) and its key.

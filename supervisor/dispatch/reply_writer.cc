@@ -14,6 +14,11 @@ namespace torchfarm {
 
 namespace {
 const std::vector<std::string> kNoNames;
+
+// The request's ROUTER routing id, viewed in its frame (what the backlog counts replies under).
+std::string_view RoutingId(const PendingRequest& request) {
+  return {static_cast<const char*>(request.identity.data()), request.identity.size()};
+}
 }  // namespace
 
 Status ReplyWriter::AcquireQuota(PendingRequest& request, zmq::message_t& header_frame,
@@ -33,7 +38,7 @@ Status ReplyWriter::AcquireQuota(PendingRequest& request, zmq::message_t& header
 
 Status ReplyWriter::CheckUnread(const PendingRequest& request) const {
   if (request.origin != RequestOrigin::kZmq) return Status::Ok();
-  const ReplyBacklog::Counts unread = backlog_.Of(request.identity.to_string());
+  const ReplyBacklog::Counts unread = backlog_.Of(RoutingId(request));
   if (unread.replies < max_unread_replies_ && unread.bytes < max_unread_bytes_) {
     return Status::Ok();
   }
@@ -150,7 +155,7 @@ void ReplyWriter::Send(PendingRequest& request, std::string header,
   }
   // Keyed by the routing id, read before sending empties the message.
   zmq::message_t header_frame =
-      backlog_.TrackedHeader(request.identity.to_string(), std::move(header), bytes);
+      backlog_.TrackedHeader(RoutingId(request), std::move(header), bytes);
   if (!SendEnvelope(request)) {
     if (frames) frames->clear();  // pinned frames let go of their slot now, not at the next reply
     return;
@@ -206,8 +211,8 @@ Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
   }
   // A client with replies still in its pipe may not be reading: a pinned slot would wait on it,
   // and the worker with it. Its replies are copied, which frees the slot at once.
-  const bool reading = request.origin != RequestOrigin::kZmq ||
-                       backlog_.Of(request.identity.to_string()).replies == 0;
+  const bool reading =
+      request.origin != RequestOrigin::kZmq || backlog_.Of(RoutingId(request)).replies == 0;
   for (const auto& [bytes, length] : slices) {
     if (share.may_pin && reading && length >= kZeroCopyMinBytes) {
       frames_.push_back(share.ring->PinFrame(bytes, length));
