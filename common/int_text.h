@@ -4,7 +4,6 @@
 #pragma once
 
 #include <charconv>
-#include <cstddef>
 #include <string>
 
 namespace torchfarm {
@@ -15,12 +14,6 @@ void AppendInt(std::string* out, Int value) {
   const auto result = std::to_chars(text, text + sizeof(text), value);
   // append(pointer, count): the iterator pair overload goes through replace(), ~3x the work.
   out->append(text, static_cast<size_t>(result.ptr - text));
-}
-
-// A string literal, its length known when compiled (operator+= with a char* measures it).
-template <size_t N>
-void AppendLiteral(std::string* out, const char (&text)[N]) {
-  out->append(text, N - 1);
 }
 
 }  // namespace torchfarm

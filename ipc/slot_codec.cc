@@ -536,8 +536,7 @@ void ResponseView::Reset() {
   data = nullptr;
   batch_rows = 0;
   has_pipeline = false;
-  pipeline.decode_us = pipeline.preprocess_us = pipeline.postprocess_us = -1;
-  pipeline.row_failures.clear();
+  pipeline = PipelineOutcome{};
   violation = false;
 }
 

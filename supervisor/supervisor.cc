@@ -335,10 +335,7 @@ const Supervisor::TurnEvents& Supervisor::Poll(TimePoint now) {
     polled = true;  // EINTR: nothing ready, the duties run and the next turn waits again
   });
   TurnEvents& events = turn_events_;
-  events.output.clear();
-  events.responses.clear();
-  events.jobs = events.control = events.admin = events.signals = events.frontend = false;
-  events.zap = events.connections = events.zygotes = false;
+  events.Clear();
   if (!polled) {
     // Nothing is known to be ready; the duties still run (deadlines, restarts), and the next
     // turn polls again after the safety-net interval.

@@ -136,6 +136,12 @@ class Supervisor {
     bool zygotes = false;                // a starting zygote's channel (read by the "zygotes" duty)
     std::vector<WorkerSlot*> output;     // output pipes with something to read (or closed)
     std::vector<WorkerSlot*> responses;  // doorbells rung
+    // Nothing ready; the vectors keep their memory.
+    void Clear() {
+      jobs = control = admin = signals = frontend = zap = connections = zygotes = false;
+      output.clear();
+      responses.clear();
+    }
   };
 
   Status BindSockets(const std::string& control_endpoint);

@@ -95,10 +95,8 @@ int64_t ModelQueue::FairCost(const PendingRequest& request) {
   return std::max<int64_t>(1, std::llround(rows * static_cast<double>(kFairUnitsPerRow) / weight));
 }
 
-int64_t ModelQueue::NextTag(const Level& level, const PendingRequest& request) {
-  auto share = level.clients.find(request.client);
-  return share == level.clients.end() ? level.virtual_time
-                                      : std::max(level.virtual_time, share->second.finish);
+int64_t ModelQueue::NextTag(const Level& level, const ClientShare* share) {
+  return share ? std::max(level.virtual_time, share->finish) : level.virtual_time;
 }
 
 bool ModelQueue::Push(PendingRequest& request) {
@@ -111,9 +109,8 @@ bool ModelQueue::Push(PendingRequest& request) {
     queue.push_back(std::move(request));
     return true;
   }
-  // NextTag's rule, on the one entry the request's client has (made here when new).
-  ClientShare& share = level.clients[request.client];
-  const int64_t tag = std::max(level.virtual_time, share.finish);
+  ClientShare& share = level.clients[request.client];  // made here when new: one lookup a push
+  const int64_t tag = NextTag(level, &share);
   share.finish = tag + FairCost(request);
   request.fair_tag = tag;
   Added(level, request, &share);
@@ -264,7 +261,8 @@ int64_t ModelQueue::RowsAheadOf(const PendingRequest& request) const {
   for (size_t i = 0; i < index; ++i) rows += levels_[i].rows;
   const Level& level = levels_[index];
   if (!policy_.fair_queueing) return rows + level.rows;
-  const int64_t tag = NextTag(level, request);
+  const auto share = level.clients.find(request.client);
+  const int64_t tag = NextTag(level, share == level.clients.end() ? nullptr : &share->second);
   const auto& queue = level.requests;
   const auto at =
       std::upper_bound(queue.begin(), queue.end(), tag,

@@ -125,8 +125,9 @@ class ModelQueue {
     std::unordered_map<std::string, ClientShare> clients;
   };
 
-  // The tag `request` would get in `level` if pushed now.
-  static int64_t NextTag(const Level& level, const PendingRequest& request);
+  // The tag a request of the client with `share` (null: none yet) would get in `level` if pushed
+  // now.
+  static int64_t NextTag(const Level& level, const ClientShare* share);
   Level* HighestLevel();
   const Level* HighestLevel() const;
   Level& LevelOf(const PendingRequest& request);
