@@ -530,17 +530,17 @@ bool ParseRequestHeaderFast(std::string_view text, RequestHeader* out, const Req
       field = kVersion;
     } else if (key == "inputs") {
       if (!in.Take('[')) return false;
+      // Scanned in place: no spec moved into the list. Room for a few inputs at once, so a
+      // request's first one does not go through the vector's growth path.
+      header.inputs.reserve(4);
       do {
-        TensorSpec spec;
         std::string_view name;
-        if (header.inputs.size() >= limits.max_inputs ||
-            !ScanTensorSpec(in, max_rank, &spec, &name)) {
-          return false;
-        }
+        if (header.inputs.size() >= limits.max_inputs) return false;
+        const bool first = header.inputs.empty();
+        if (!ScanTensorSpec(in, max_rank, &header.inputs.emplace_back(), &name)) return false;
         // Every input named or none: a mix is an error, which the JSON path words.
-        if (name.empty() != header.input_names.empty() && !header.inputs.empty()) return false;
+        if (name.empty() != header.input_names.empty() && !first) return false;
         if (!name.empty()) header.input_names.emplace_back(name);
-        header.inputs.push_back(std::move(spec));
       } while (in.Take(','));
       if (!in.Take(']')) return false;
       field = kInputs;

@@ -29,9 +29,14 @@ std::optional<StatusCode> ParseStatusCode(std::string_view name) {
   return std::nullopt;
 }
 
+const std::string& Status::EmptyMessage() {
+  static const std::string* const empty = new std::string();  // never destroyed: safe at exit
+  return *empty;
+}
+
 std::string Status::ToString() const {
   if (ok()) return "OK";
-  return std::string(StatusCodeName(code_)) + ": " + message_;
+  return std::string(StatusCodeName(code_)) + ": " + message();
 }
 
 }  // namespace torchfarm

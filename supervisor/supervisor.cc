@@ -323,7 +323,9 @@ const Supervisor::TurnEvents& Supervisor::Poll(TimePoint now) {
   }
   // A starting zygote's ready message only wakes the loop; the "zygotes" duty reads it.
   const size_t zygote_items = poller.size();
-  for (int fd : zygotes_.StartingChannels()) poller.AddDescriptor(fd);
+  for (int fd : zygotes_.StartingChannels()) {
+    if (fd >= 0) poller.AddDescriptor(fd);
+  }
   Guarded("timer", [&] {
     next_maintenance_ = NextMaintenance(now);
     timer_.ArmAt(NextWakeUp(now, next_maintenance_));

@@ -297,6 +297,7 @@ void TakeInputFrames(const RequestHeader& header, const std::vector<size_t>& siz
                      std::vector<zmq::message_t>& frames, size_t first_frame,
                      PendingRequest* request) {
   size_t next_frame = first_frame;
+  request->frames.reserve(header.inputs.size());
   for (size_t i = 0; i < header.inputs.size(); ++i) {
     if (!header.input_in_shm(i)) {
       request->frames.push_back(std::move(frames[next_frame++]));
@@ -364,8 +365,9 @@ Status IntakeInferenceHeader(RequestHeader& header, uint64_t header_bytes,
   const ModelConfig& model = models[index];
   *model_index = index;  // known from here on, so errors below count against the model
 
-  std::vector<size_t> sizes;
-  sizes.reserve(frames.size() - payload_start);
+  // Reused from request to request on this thread (the loop's, or a test's): no allocation.
+  thread_local std::vector<size_t> sizes;
+  sizes.clear();
   for (size_t i = payload_start + 1; i < frames.size(); ++i) sizes.push_back(frames[i].size());
   if (s = CheckInputFrames(header, sizes, limits); !s.ok()) return s;
   // From here on the inputs are in the model's order, and sizes[i] is input i's byte count,

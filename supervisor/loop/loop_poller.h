@@ -118,7 +118,7 @@ class LoopPoller {
   // A new item polling `fd` (its other fields at their defaults), and its pollfd. The list is
   // built every turn (~9 items): the entries of earlier turns are written over, and the vectors
   // grow only past their longest list (issue 36: push_back cost ~40 instructions an item).
-  Item& Push(int fd) {
+  __attribute__((always_inline)) Item& Push(int fd) {
     if (size_ == items_.size()) Grow();
     pollfds_[size_] = {fd, POLLIN, 0};
     Item& item = items_[size_++];

@@ -32,10 +32,6 @@ Status ConnectionMonitor::Start(zmq::context_t& context, zmq::socket_t& jobs,
   return Status::Ok();
 }
 
-void* ConnectionMonitor::socket_handle() {
-  return reader_ ? static_cast<void*>(*reader_) : nullptr;
-}
-
 void ConnectionMonitor::HandleEvents() {
   if (!reader_) return;
   std::vector<zmq::message_t> frames;

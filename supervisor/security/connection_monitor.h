@@ -31,7 +31,7 @@ class ConnectionMonitor {
   // Before `jobs` binds: starts its monitor on inproc://`name` and connects the reader.
   Status Start(zmq::context_t& context, zmq::socket_t& jobs, const std::string& name);
   // For the poll set (null before Start).
-  void* socket_handle();
+  void* socket_handle() { return reader_ ? static_cast<void*>(*reader_) : nullptr; }
   // Reads the events waiting.
   void HandleEvents();
   // Logs refusals since the last line, at most once per kLogInterval.

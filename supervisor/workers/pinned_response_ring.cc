@@ -199,7 +199,19 @@ void PinnedRingKeeper::Add(std::shared_ptr<PinnedResponseRing> ring) {
 }
 
 void PinnedRingKeeper::ReleaseFreed() {
-  for (auto& ring : rings_) ring->ReleaseFreed();
+  // Runs every loop turn. When every ring is idle and still a worker's (use_count > 1) there is
+  // nothing to pop, nothing to forget, and the budget is what the last Recount found: only Add
+  // and a ring's retirement change it, and a retired ring (use_count 1) is never idle here.
+  bool changed = false;
+  for (auto& ring : rings_) {
+    if (!ring->idle()) {
+      ring->ReleaseFreed();
+      changed = true;
+    } else if (ring.use_count() == 1) {
+      changed = true;
+    }
+  }
+  if (!changed) return;
   // use_count 1: only the keeper holds it (its worker slot moved on to a new segment or is gone).
   rings_.erase(std::remove_if(
                    rings_.begin(), rings_.end(),

@@ -103,6 +103,8 @@ class PinnedResponseRing {
 
   // Answered but not popped: pinned slots and the slots queued behind them.
   uint32_t unpopped() const { return static_cast<uint32_t>(read_ - tail_); }
+  // Nothing to pop and nothing detached: ReleaseFreed would do nothing.
+  bool idle() const { return tail_ == read_ && detached_.empty(); }
   uint32_t slot_count() const { return ring_.slot_count(); }
   const ipc::WorkerSegment& segment() const { return *segment_; }
   // Set by PinnedRingKeeper::Add; without one, every frame may be pinned.

@@ -26,7 +26,9 @@ Status ZygotePool::Start(const std::string& worker_binary, Millis wait_ready,
     Maintain(now);
     if (primary_.ready() && standby_.ready()) break;
     std::vector<pollfd> channels;
-    for (int fd : StartingChannels()) channels.push_back({fd, POLLIN, 0});
+    for (int fd : StartingChannels()) {
+      if (fd >= 0) channels.push_back({fd, POLLIN, 0});
+    }
     if (channels.empty()) break;  // nothing on the way (a fork failed): workers exec until then
     const auto left = std::chrono::duration_cast<Millis>(deadline - now).count();
     ::poll(channels.data(), channels.size(), static_cast<int>(std::max<int64_t>(left, 1)));
@@ -81,14 +83,6 @@ bool ZygotePool::OnExit(pid_t pid, int wait_status, TimePoint now) {
 void ZygotePool::Stop(TimePoint now) {
   primary_.Stop(now, "the farm stops", true);
   standby_.Stop(now, "the farm stops", true);
-}
-
-std::vector<int> ZygotePool::StartingChannels() const {
-  std::vector<int> fds;
-  for (const Zygote* z : {&primary_, &standby_}) {
-    if (z->starting_channel() >= 0) fds.push_back(z->starting_channel());
-  }
-  return fds;
 }
 
 TimePoint ZygotePool::NextDeadline(TimePoint now) const {

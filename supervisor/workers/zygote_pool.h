@@ -38,6 +38,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -75,8 +76,12 @@ class ZygotePool {
   // Closes both channels (the zygotes exit) and kills them; no wait.
   void Stop(TimePoint now);
 
-  // Channels to poll for a ready message (of starting zygotes), so the loop wakes for them.
-  std::vector<int> StartingChannels() const;
+  // Channels to poll for a ready message (of starting zygotes), so the loop wakes for them: one
+  // place per zygote, -1 where it is not starting. A fixed array, not a list: the loop asks every
+  // turn (issue 36).
+  std::array<int, 2> StartingChannels() const {
+    return {primary_.starting_channel(), standby_.starting_channel()};
+  }
   // The earliest time after `now` Maintain has something to do (a restart, a deadline).
   TimePoint NextDeadline(TimePoint now) const;
 
