@@ -7,8 +7,9 @@ can be taken on a busy machine and compared between commits. For each path the h
      serving `identity` (float32 [-1, 256]) and, for the v2 paths, its HTTP or gRPC front end;
   2. sends `--warmup` requests one at a time (c=1), then zeroes the counters
      (`callgrind_control --zero`), sends `--requests` more, and dumps (`--dump`);
-  3. reports the dump's instructions divided by the requests, and the five functions with the
-     most instructions of their own (callgrind_annotate).
+  3. reports the dump's instructions divided by the requests, the loop's turns per request
+     (loop_turns: the figure moves with them), and the five functions with the most instructions
+     of their own (callgrind_annotate).
 Every thread of the supervisor is counted (the loop, ZeroMQ's I/O thread, the front ends').
 
 Paths: zmq (the farm's own protocol, pyzmq DEALER), http (v2, binary tensor extension),
@@ -158,6 +159,26 @@ def top_functions(dump: Path, count: int = 5) -> list[tuple[str, int]]:
              .replace("{anon}::", "").strip()[:70], n) for name, n in ranked]
 
 
+def loop_turns(dump: Path) -> int:
+    """How many turns the supervisor's loop ran (calls of Supervisor::RunTurn; 0 for the echoes).
+
+    The figure per request depends on it: at c=1 a request usually takes two turns (its arrival,
+    its worker's answer), but when the next request arrives before a turn ends, that turn reads it
+    too and the fixed cost of a turn (the wait, the duties) is shared. Timing decides which, so a
+    count that moved with the turns is not a change in the code's cost."""
+    turns = 0
+    function = callee = ""
+    for line in dump.read_text().splitlines():
+        if line.startswith("fn="):
+            function = line[3:]
+        elif line.startswith("cfn="):
+            callee = line[4:]
+        elif line.startswith("calls=") and "Supervisor::RunTurn(" in callee \
+                and "Supervisor::Run()" in function:
+            turns += int(line[6:].split()[0])
+    return turns
+
+
 def total_instructions(dump: Path) -> int:
     for line in dump.read_text().splitlines():
         if line.startswith("summary:") or line.startswith("totals:"):
@@ -225,6 +246,7 @@ def measure(build: Path, model: Path, path: str, warmup: int, requests: int) -> 
         total = total_instructions(dump)
         return {"path": path, "requests": requests,
                 "instructions_per_request": round(total / requests),
+                "loop_turns_per_request": round(loop_turns(dump) / requests, 2),
                 "top": [{"function": f, "per_request": round(n / requests)}
                         for f, n in top_functions(dump)]}
     finally:
@@ -233,11 +255,13 @@ def measure(build: Path, model: Path, path: str, warmup: int, requests: int) -> 
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| path | supervisor instructions per request | top five functions (own instructions per request) |",
-             "|---|---:|---|"]
+    lines = ["| path | supervisor instructions per request | loop turns per request "
+             "| top five functions (own instructions per request) |",
+             "|---|---:|---:|---|"]
     for r in rows:
         top = "; ".join(f"`{t['function']}` {t['per_request']:,}" for t in r["top"])
-        lines.append(f"| {r['path']} | {r['instructions_per_request']:,} | {top} |")
+        turns = f"{r['loop_turns_per_request']:.2f}" if r["loop_turns_per_request"] else "-"
+        lines.append(f"| {r['path']} | {r['instructions_per_request']:,} | {turns} | {top} |")
     return "\n".join(lines) + "\n"
 
 

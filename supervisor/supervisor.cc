@@ -285,47 +285,68 @@ const Supervisor::TurnEvents& Supervisor::Poll(TimePoint now) {
   enum FixedItem : size_t { kJobs, kControl, kAdmin, kSignals, kTimer, kFrontend, kFixedItems };
   LoopPoller& poller = poller_;
   std::vector<std::pair<WorkerSlot*, PollSource>>& owners = poll_owners_;
-  poller.Reset();
-  owners.clear();
-  // These four live as long as the supervisor: watched, so one untouched since it last had no
-  // input is asked nothing before the wait (loop_poller.h); every send and read on it counts.
-  poller.AddSocket(static_cast<void*>(jobs_), &socket_watches_[kWatchedJobs],
-                   socket_reads_[kWatchedJobs] + replies_.jobs_sends());
-  poller.AddSocket(static_cast<void*>(control_), &socket_watches_[kWatchedControl],
-                   socket_reads_[kWatchedControl] + worker_events_.control_sends());
-  poller.AddSocket(static_cast<void*>(admin_), &socket_watches_[kWatchedAdmin],
-                   socket_reads_[kWatchedAdmin]);
-  poller.AddDescriptor(signals_.fd());
-  poller.AddDescriptor(timer_.fd());
-  // Readable while the hub holds a request (frontend_hub.h); -1 without a front end keeps the
-  // indices fixed.
-  poller.AddDescriptor(frontend_hub_ ? frontend_hub_->requests().fd() : -1);
+  // Every input of the list below but the fixed sockets' handles (set once) and the watched
+  // sockets' use counts (updated every turn): equal to the last turn's, the list is too.
+  std::vector<intptr_t>& layout = poll_layout_scratch_;
+  layout.resize(7 + 3 * workers_.size());  // written by index: push_back's calls cost more
+  intptr_t* key = layout.data();
+  *key++ = signals_.fd();
+  *key++ = timer_.fd();
+  *key++ = frontend_hub_ ? frontend_hub_->requests().fd() : -1;
   for (auto& slot : workers_) {
-    if (slot->response_fd() >= 0) {
-      poller.AddDescriptor(slot->response_fd());
-      owners.emplace_back(slot.get(), PollSource::kResponses);
+    *key++ = reinterpret_cast<intptr_t>(slot.get());
+    *key++ = slot->response_fd();
+    *key++ = slot->output_fd();
+  }
+  *key++ = reinterpret_cast<intptr_t>(curve_.started() ? curve_.socket_handle() : nullptr);
+  *key++ = reinterpret_cast<intptr_t>(connections_.socket_handle());
+  for (int fd : zygotes_.StartingChannels()) *key++ = fd;
+  if (layout != poll_layout_ || poller.size() == 0) {
+    poller.Reset();
+    owners.clear();
+    // These four live as long as the supervisor: watched, so one untouched since it last had no
+    // input is asked nothing before the wait (loop_poller.h); every send and read on it counts.
+    poller.AddSocket(static_cast<void*>(jobs_), &socket_watches_[kWatchedJobs], 0);
+    poller.AddSocket(static_cast<void*>(control_), &socket_watches_[kWatchedControl], 0);
+    poller.AddSocket(static_cast<void*>(admin_), &socket_watches_[kWatchedAdmin], 0);
+    poller.AddDescriptor(signals_.fd());
+    poller.AddDescriptor(timer_.fd());
+    // Readable while the hub holds a request (frontend_hub.h); -1 without a front end keeps the
+    // indices fixed.
+    poller.AddDescriptor(frontend_hub_ ? frontend_hub_->requests().fd() : -1);
+    for (auto& slot : workers_) {
+      if (slot->response_fd() >= 0) {
+        poller.AddDescriptor(slot->response_fd());
+        owners.emplace_back(slot.get(), PollSource::kResponses);
+      }
+      if (slot->output_fd() >= 0) {
+        poller.AddDescriptor(slot->output_fd());
+        owners.emplace_back(slot.get(), PollSource::kOutput);
+      }
     }
-    if (slot->output_fd() >= 0) {
-      poller.AddDescriptor(slot->output_fd());
-      owners.emplace_back(slot.get(), PollSource::kOutput);
+    // The ZAP socket and the monitor's reader live as long as the supervisor too: watched alike.
+    zap_item_ = poller.size();
+    if (curve_.started()) {
+      poller.AddSocket(curve_.socket_handle(), &socket_watches_[kWatchedZap], 0);
     }
+    monitor_item_ = poller.size();
+    if (connections_.socket_handle()) {
+      poller.AddSocket(connections_.socket_handle(), &socket_watches_[kWatchedMonitor], 0);
+    }
+    // A starting zygote's ready message only wakes the loop; the "zygotes" duty reads it.
+    zygote_items_ = poller.size();
+    for (int fd : zygotes_.StartingChannels()) {
+      if (fd >= 0) poller.AddDescriptor(fd);
+    }
+    poll_layout_.swap(layout);  // last: a list left half built by a throw is rebuilt next turn
   }
-  // The ZAP socket and the monitor's reader live as long as the supervisor too: watched alike.
-  const size_t zap_item = poller.size();
-  if (curve_.started()) {
-    poller.AddSocket(curve_.socket_handle(), &socket_watches_[kWatchedZap],
-                     socket_reads_[kWatchedZap]);
-  }
-  const size_t monitor_item = poller.size();
-  if (connections_.socket_handle()) {
-    poller.AddSocket(connections_.socket_handle(), &socket_watches_[kWatchedMonitor],
-                     socket_reads_[kWatchedMonitor]);
-  }
-  // A starting zygote's ready message only wakes the loop; the "zygotes" duty reads it.
-  const size_t zygote_items = poller.size();
-  for (int fd : zygotes_.StartingChannels()) {
-    if (fd >= 0) poller.AddDescriptor(fd);
-  }
+  // The watched sockets' counts, this turn's (every send and read on one counts).
+  poller.SetUses(kJobs, socket_reads_[kWatchedJobs] + replies_.jobs_sends());
+  poller.SetUses(kControl, socket_reads_[kWatchedControl] + worker_events_.control_sends());
+  poller.SetUses(kAdmin, socket_reads_[kWatchedAdmin]);
+  const size_t zap_item = zap_item_, monitor_item = monitor_item_, zygote_items = zygote_items_;
+  if (zap_item < monitor_item) poller.SetUses(zap_item, socket_reads_[kWatchedZap]);
+  if (monitor_item < zygote_items) poller.SetUses(monitor_item, socket_reads_[kWatchedMonitor]);
   Guarded("timer", [&] {
     next_maintenance_ = NextMaintenance(now);
     timer_.ArmAt(NextWakeUp(now, next_maintenance_));

@@ -37,7 +37,9 @@ namespace torchfarm {
 
 class LoopPoller {
  public:
-  // Empties the list for the next turn (keeps the memory and the descriptor cache).
+  // Empties the list for the next turn (keeps the memory and the descriptor cache). A caller
+  // whose list did not change may skip it and keep the items, bringing the watched sockets'
+  // counts up to date with SetUses; Wait starts every item's result afresh.
   void Reset() { size_ = 0; }
   // Adds a ZeroMQ socket (the void* handle of zmq::socket_t) to wait for input on; null
   // handles are kept as items that are never ready (fixed indices for absent sockets).
@@ -61,7 +63,7 @@ class LoopPoller {
   };
   // The same for a watched socket: `uses` counts every send and receive the caller made on it
   // (any monotonic count; only a change matters).
-  size_t AddSocket(void* socket, SocketWatch* watch, uint64_t uses) {
+  __attribute__((always_inline)) size_t AddSocket(void* socket, SocketWatch* watch, uint64_t uses) {
     if (!socket) {
       Push(-1);
     } else {
@@ -73,6 +75,9 @@ class LoopPoller {
     }
     return size_ - 1;
   }
+  // A watched socket's count for this turn, when the list is kept from one turn to the next
+  // (no Reset): item `index` must have been added with a watch.
+  void SetUses(size_t index, uint64_t uses) { items_[index].uses = uses; }
   // The caller's own non-blocking receive on a watched socket just failed with EAGAIN, with the
   // socket's count at `uses` after it: libzmq processed the socket's commands and found no
   // message, as a ZMQ_EVENTS question would have. Remembered as that answer, so the next turn
@@ -83,7 +88,7 @@ class LoopPoller {
     watch->input = false;
   }
   // Adds a plain descriptor to wait for input on (a negative one is never ready).
-  size_t AddDescriptor(int fd) {
+  __attribute__((always_inline)) size_t AddDescriptor(int fd) {
     Push(fd);
     return size_ - 1;
   }
@@ -117,7 +122,9 @@ class LoopPoller {
   };
   // A new item polling `fd` (its other fields at their defaults), and its pollfd. The list is
   // built every turn (~9 items): the entries of earlier turns are written over, and the vectors
-  // grow only past their longest list (issue 36: push_back cost ~40 instructions an item).
+  // grow only past their longest list (issue 36: push_back cost ~40 instructions an item). It and
+  // the Add methods are forced inline: left to itself the compiler made out-of-line copies, and
+  // the calls cost more than the work.
   __attribute__((always_inline)) Item& Push(int fd) {
     if (size_ == items_.size()) Grow();
     pollfds_[size_] = {fd, POLLIN, 0};

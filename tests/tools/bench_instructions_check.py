@@ -39,6 +39,11 @@ def main() -> int:
         if not 5_000 <= r["instructions_per_request"] <= 5_000_000:
             failures.append(f"{r['path']}: {r['instructions_per_request']} per request, "
                             "expected 5,000..5,000,000")
+        # Every request takes at least one turn of the loop, and at c=1 at most a few (its
+        # arrival, its answer, a timer now and then); zero means the turns were not found.
+        if not 0.9 <= r["loop_turns_per_request"] <= 4:
+            failures.append(f"{r['path']}: {r['loop_turns_per_request']} loop turns per request, "
+                            "expected 0.9..4")
         names = [t["function"] for t in r["top"]]
         if len(names) != 5 or not all(names):
             failures.append(f"{r['path']}: expected five named functions, got {names}")

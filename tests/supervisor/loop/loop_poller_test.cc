@@ -195,6 +195,78 @@ TEST_F(LoopPollerTest, AnUntouchedWatchedSocketWithoutInputIsNotAskedBeforeTheWa
   EXPECT_EQ(ReceiveAtRouter(), "late");
 }
 
+// The supervisor keeps its list from turn to turn while its descriptors stay the same (Poll),
+// bringing only the watched sockets' counts up to date with SetUses: the kept list must answer
+// as a rebuilt one would. A message queued meanwhile, a count that moved, a message that arrives
+// during the wait and a descriptor that fires are all seen; an untouched socket is not asked.
+TEST_F(LoopPollerTest, AKeptListWithItsCountsUpdatedSeesWhatARebuiltOneWould) {
+  LoopPoller poller;
+  LoopPoller::SocketWatch watch;
+  const int bell = ::eventfd(0, EFD_NONBLOCK);
+  ASSERT_GE(bell, 0);
+  const size_t socket = poller.AddSocket(static_cast<void*>(router_), &watch, 0);
+  const size_t descriptor = poller.AddDescriptor(bell);
+  auto turn = [&](uint64_t uses, int wait_ms) {
+    poller.SetUses(socket, uses);  // no Reset: the same two items as the last turn
+    EXPECT_TRUE(poller.Wait(milliseconds(wait_ms)));
+  };
+  turn(0, 0);
+  EXPECT_FALSE(poller.Readable(socket));
+  EXPECT_FALSE(poller.Readable(descriptor));
+  const uint64_t asked = poller.questions();
+  turn(0, 0);
+  EXPECT_EQ(poller.questions(), asked) << "untouched since it said no input: not asked";
+  EXPECT_EQ(poller.size(), 2u);
+
+  dealer_.send(zmq::buffer(std::string("queued")));
+  turn(0, 1'000);
+  ASSERT_TRUE(poller.Readable(socket)) << "its descriptor fired: asked, and it has input";
+  EXPECT_EQ(ReceiveAtRouter(), "queued");
+  turn(2, 0);  // two receives since: asked before the wait, and nothing is left
+  EXPECT_FALSE(poller.Readable(socket));
+
+  const uint64_t one = 1;
+  ASSERT_EQ(::write(bell, &one, sizeof(one)), static_cast<ssize_t>(sizeof(one)));
+  turn(2, 1'000);
+  EXPECT_TRUE(poller.Readable(descriptor)) << "a kept descriptor still reports";
+  EXPECT_FALSE(poller.Readable(socket));
+  uint64_t drained = 0;
+  ASSERT_EQ(::read(bell, &drained, sizeof(drained)), static_cast<ssize_t>(sizeof(drained)));
+  turn(2, 0);
+  EXPECT_FALSE(poller.Readable(descriptor)) << "results start afresh every wait";
+
+  std::thread sender([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    dealer_.send(zmq::buffer(std::string("late")));
+  });
+  const auto start = Clock::now();
+  bool readable = false;
+  while (!readable && ElapsedMs(start) < 5'000) {
+    turn(2, 5'000);
+    readable = poller.Readable(socket);
+  }
+  sender.join();
+  ASSERT_TRUE(readable);
+  EXPECT_LT(ElapsedMs(start), 2'000);
+  EXPECT_EQ(ReceiveAtRouter(), "late");
+
+  // The count is what keeps a kept list honest: the socket said "no input", then a message came
+  // and a send processed its signal before the wait. Only the moved count (SetUses) makes the
+  // wait ask; without it the wait would sleep on a descriptor that no longer fires.
+  turn(4, 0);
+  EXPECT_FALSE(poller.Readable(socket));
+  dealer_.send(zmq::buffer(std::string("hidden")));
+  std::this_thread::sleep_for(milliseconds(50));  // inproc: its signal is in the mailbox now
+  router_.send(zmq::buffer(identity_), zmq::send_flags::sndmore);
+  router_.send(zmq::buffer(std::string("reply")));  // processes the mailbox: the signal is gone
+  const auto hidden = Clock::now();
+  turn(6, 1'000);
+  EXPECT_TRUE(poller.Readable(socket));
+  EXPECT_LT(ElapsedMs(hidden), 500) << "seen before the wait, not after a timeout";
+  EXPECT_EQ(ReceiveAtRouter(), "hidden");
+  ::close(bell);
+}
+
 // The job socket's way (supervisor.cc): its reader drains it with non-blocking receives, and an
 // EAGAIN stands for the ZMQ_EVENTS answer (DrainedWithoutInput); a fired descriptor makes it
 // readable without a question (probe_by_reading), and the read finds out. No message may be missed:
