@@ -127,8 +127,7 @@ int64_t Dispatcher::ShedLateHeads(ServedModel& model, const WorkerSlot& slot, Ti
   return INT64_MAX;
 }
 
-void Dispatcher::ExpireDeadlines() {
-  TimePoint now = clock_.Now();
+void Dispatcher::ExpireDeadlines(TimePoint now) {
   for (auto& model : models_) {
     for (auto& r : model.queue.TakeExpired(now)) {
       const std::string waited = std::to_string(ToMicros(now - r.received) / 1000) + " ms";

@@ -46,7 +46,8 @@ class Dispatcher {
   void Requeue(InflightBatch& batch, size_t model_index, const std::string& cause,
                bool was_running);
   // Answers the queued requests whose deadline passed.
-  void ExpireDeadlines();
+  void ExpireDeadlines() { ExpireDeadlines(clock_.Now()); }
+  void ExpireDeadlines(TimePoint now);
   // DEADLINE_EXCEEDED when `request`'s timeout_ms cannot be met even if a worker took it next:
   // every serving worker of `model` is busy past its deadline by the measured batch cost (a lower
   // bound: the batch running on each may end at once). OK when it might be served in time, and

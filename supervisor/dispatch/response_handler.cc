@@ -161,9 +161,8 @@ std::optional<ipc::ProtocolViolation> ResponseHandler::Reply(WorkerSlot& slot, I
   return std::nullopt;
 }
 
-void ResponseHandler::ReleasePinned(WorkerPool& workers, PinnedRingKeeper& rings) {
+void ResponseHandler::ReleasePinned(WorkerPool& workers, PinnedRingKeeper& rings, TimePoint now) {
   rings.ReleaseFreed();
-  TimePoint now = clock_.Now();
   if (now >= next_backlog_sweep_) {
     replies_.backlog().Sweep();
     next_backlog_sweep_ = now + Millis(1'000);

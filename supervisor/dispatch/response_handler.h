@@ -37,7 +37,7 @@ class ResponseHandler {
   // Each turn: frees ring slots of zero-copy replies libzmq let go of; a reply whose client does
   // not read it is copied out of its worker's ring after 50 ms, and if that cannot help, the
   // worker is replaced on a fresh segment after 2 s (the ring is in order).
-  void ReleasePinned(WorkerPool& workers, PinnedRingKeeper& rings);
+  void ReleasePinned(WorkerPool& workers, PinnedRingKeeper& rings, TimePoint now);
   uint64_t detached_replies() const { return detached_replies_; }
 
  private:
