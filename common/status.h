@@ -39,8 +39,9 @@ class Status {
   Status(const Status& other) : code_(other.code_), message_(CopyOf(other.message_)) {}
   Status& operator=(const Status& other) {
     if (this != &other) {
+      std::unique_ptr<std::string> message = CopyOf(other.message_);  // may throw: first
       code_ = other.code_;
-      message_ = CopyOf(other.message_);
+      message_ = std::move(message);
     }
     return *this;
   }

@@ -304,6 +304,7 @@ const Supervisor::TurnEvents& Supervisor::Poll(TimePoint now) {
   if (layout != poll_layout_ || poller.size() == 0) {
     poller.Reset();
     owners.clear();
+    poll_layout_.clear();  // matches no layout until the list is whole (the swap below)
     // These four live as long as the supervisor: watched, so one untouched since it last had no
     // input is asked nothing before the wait (loop_poller.h); every send and read on it counts.
     poller.AddSocket(static_cast<void*>(jobs_), &socket_watches_[kWatchedJobs], 0);

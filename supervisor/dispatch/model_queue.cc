@@ -75,10 +75,9 @@ void ModelQueue::Removed(Level& level, const PendingRequest& request) {
   --it->second.queued;
   // A client's finish tag outlives its queued requests until the virtual time passes it: a
   // closed-loop client that forgot it would get the virtual time again each time, ahead of a
-  // pipelining client's whole backlog. Forgotten once passed, by PruneShares, not here: an idle
-  // share whose finish the virtual time passed tags the client's next request exactly as a new
-  // one would (NextTag), and a closed-loop client would otherwise have its share erased and made
-  // again, key string and all, every request (issue 36).
+  // pipelining client's whole backlog. Forgotten once passed, by PruneShares only: an idle share
+  // whose finish the virtual time passed tags the client's next request exactly as a new one
+  // would (NextTag), so keeping it until the sweep changes nothing but one comparison here.
 }
 
 void ModelQueue::PruneShares(Level& level) {

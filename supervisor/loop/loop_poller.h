@@ -21,9 +21,10 @@
 // alone wakes the wait. A send or receive the count misses is a message left unseen until the
 // next wake-up: every code path that touches such a socket must count (supervisor.h).
 //
-// Items keep their order and index; the caller reads results by index, as with zmq::poll. The
-// entries are written over each turn (Reset rewinds the list): no allocation per turn. Runs on
-// the loop thread only.
+// Items keep their order and index; the caller reads results by index, as with zmq::poll. A
+// list rebuilt writes over the entries of the last (Reset rewinds it): no allocation per turn.
+// A caller whose items did not change keeps the list and only moves the watched sockets' counts
+// (SetUses), as the supervisor does. Runs on the loop thread only.
 #pragma once
 
 #include <poll.h>
@@ -120,8 +121,8 @@ class LoopPoller {
     bool readable = false;
     short revents = 0;
   };
-  // A new item polling `fd` (its other fields at their defaults), and its pollfd. The list is
-  // built every turn (~9 items): the entries of earlier turns are written over, and the vectors
+  // A new item polling `fd` (its other fields at their defaults), and its pollfd. A rebuilt list
+  // (~9 items) writes over the entries of the last one, and the vectors
   // grow only past their longest list (issue 36: push_back cost ~40 instructions an item). It and
   // the Add methods are forced inline: left to itself the compiler made out-of-line copies, and
   // the calls cost more than the work.

@@ -201,7 +201,8 @@ void PinnedRingKeeper::Add(std::shared_ptr<PinnedResponseRing> ring) {
 void PinnedRingKeeper::ReleaseFreed() {
   // Runs every loop turn. When every ring is idle and still a worker's (use_count > 1) there is
   // nothing to pop, nothing to forget, and the budget is what the last Recount found: only Add
-  // and a ring's retirement change it, and a retired ring (use_count 1) is never idle here.
+  // and a ring's retirement change it. A retired ring (use_count 1), idle or not, takes the
+  // full path, which forgets it once nothing of it is left.
   bool changed = false;
   for (auto& ring : rings_) {
     if (!ring->idle()) {

@@ -103,8 +103,11 @@ class PinnedResponseRing {
 
   // Answered but not popped: pinned slots and the slots queued behind them.
   uint32_t unpopped() const { return static_cast<uint32_t>(read_ - tail_); }
-  // Nothing to pop and nothing detached: ReleaseFreed would do nothing.
-  bool idle() const { return tail_ == read_ && detached_.empty(); }
+  // Nothing to pop and nothing detached that could be mapped back: ReleaseFreed would do nothing.
+  bool idle() const {
+    return tail_ == read_ && std::all_of(detached_.begin(), detached_.end(),
+                                         [](const DetachedRange& r) { return r.permanent; });
+  }
   uint32_t slot_count() const { return ring_.slot_count(); }
   const ipc::WorkerSegment& segment() const { return *segment_; }
   // Set by PinnedRingKeeper::Add; without one, every frame may be pinned.
