@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +40,22 @@ class LoopPollerTest : public ::testing::Test {
     identity_ = identity.to_string();
     return payload.to_string();
   }
+  // The dealer sends "late" 100 ms from now, while `turn` waits (it returns whether the router
+  // read as readable; the descriptor may fire for commands that carry no message yet, so it is
+  // called again, as the loop does). Expects the message seen within 2 s, and received.
+  void ExpectLateMessageWakes(const std::function<bool()>& turn) {
+    std::thread sender([&] {
+      std::this_thread::sleep_for(milliseconds(100));
+      dealer_.send(zmq::buffer(std::string("late")));
+    });
+    const auto start = Clock::now();
+    bool readable = false;
+    while (!readable && ElapsedMs(start) < 5'000) readable = turn();
+    sender.join();
+    ASSERT_TRUE(readable);
+    EXPECT_LT(ElapsedMs(start), 2'000);
+    EXPECT_EQ(ReceiveAtRouter(), "late");
+  }
   zmq::context_t context_;
   zmq::socket_t router_;
   zmq::socket_t dealer_;
@@ -70,21 +87,10 @@ TEST_F(LoopPollerTest, AMessageQueuedBeforeTheWaitIsSeenWithoutWaiting) {
 TEST_F(LoopPollerTest, AMessageArrivingDuringTheWaitWakesIt) {
   LoopPoller poller;
   const size_t socket = poller.AddSocket(static_cast<void*>(router_));
-  std::thread sender([&] {
-    std::this_thread::sleep_for(milliseconds(100));
-    dealer_.send(zmq::buffer(std::string("late")));
+  ExpectLateMessageWakes([&] {
+    EXPECT_TRUE(poller.Wait(milliseconds(5'000)));
+    return poller.Readable(socket);
   });
-  const auto start = Clock::now();
-  bool readable = false;
-  // The descriptor may fire for commands that carry no message yet: wait again, as the loop does.
-  while (!readable && ElapsedMs(start) < 5'000) {
-    ASSERT_TRUE(poller.Wait(milliseconds(5'000)));
-    readable = poller.Readable(socket);
-  }
-  sender.join();
-  EXPECT_TRUE(readable);
-  EXPECT_LT(ElapsedMs(start), 2'000);
-  EXPECT_EQ(ReceiveAtRouter(), "late");
 }
 
 // Two messages arrive; the loop takes one and replies on the same socket, which processes the
@@ -177,22 +183,12 @@ TEST_F(LoopPollerTest, AnUntouchedWatchedSocketWithoutInputIsNotAskedBeforeTheWa
   EXPECT_EQ(turn(1), 0u);
 
   // Still woken by its descriptor, and then asked.
-  std::thread sender([&] {
-    std::this_thread::sleep_for(milliseconds(100));
-    dealer_.send(zmq::buffer(std::string("late")));
-  });
-  const auto start = Clock::now();
-  bool readable = false;
-  while (!readable && ElapsedMs(start) < 5'000) {
+  ExpectLateMessageWakes([&] {
     poller.Reset();
     const size_t socket = poller.AddSocket(static_cast<void*>(router_), &watch, 1);
-    ASSERT_TRUE(poller.Wait(milliseconds(5'000)));
-    readable = poller.Readable(socket);
-  }
-  sender.join();
-  ASSERT_TRUE(readable);
-  EXPECT_LT(ElapsedMs(start), 2'000);
-  EXPECT_EQ(ReceiveAtRouter(), "late");
+    EXPECT_TRUE(poller.Wait(milliseconds(5'000)));
+    return poller.Readable(socket);
+  });
 }
 
 // The supervisor keeps its list from turn to turn while its descriptors stay the same (Poll),
@@ -235,20 +231,10 @@ TEST_F(LoopPollerTest, AKeptListWithItsCountsUpdatedSeesWhatARebuiltOneWould) {
   turn(2, 0);
   EXPECT_FALSE(poller.Readable(descriptor)) << "results start afresh every wait";
 
-  std::thread sender([&] {
-    std::this_thread::sleep_for(milliseconds(100));
-    dealer_.send(zmq::buffer(std::string("late")));
-  });
-  const auto start = Clock::now();
-  bool readable = false;
-  while (!readable && ElapsedMs(start) < 5'000) {
+  ExpectLateMessageWakes([&] {
     turn(2, 5'000);
-    readable = poller.Readable(socket);
-  }
-  sender.join();
-  ASSERT_TRUE(readable);
-  EXPECT_LT(ElapsedMs(start), 2'000);
-  EXPECT_EQ(ReceiveAtRouter(), "late");
+    return poller.Readable(socket);
+  });
 
   // The count is what keeps a kept list honest: the socket said "no input", then a message came
   // and a send processed its signal before the wait. Only the moved count (SetUses) makes the
