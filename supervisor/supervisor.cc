@@ -298,10 +298,10 @@ const Supervisor::TurnEvents& Supervisor::Poll(TimePoint now) {
     *key++ = slot->response_fd();
     *key++ = slot->output_fd();
   }
-  *key++ = reinterpret_cast<intptr_t>(curve_.started() ? curve_.socket_handle() : nullptr);
+  *key++ = reinterpret_cast<intptr_t>(curve_.socket_handle());  // null until started
   *key++ = reinterpret_cast<intptr_t>(connections_.socket_handle());
   for (int fd : zygotes_.StartingChannels()) *key++ = fd;
-  if (layout != poll_layout_ || poller.size() == 0) {
+  if (layout != poll_layout_) {  // the first turn's too: poll_layout_ starts empty
     poller.Reset();
     owners.clear();
     poll_layout_.clear();  // matches no layout until the list is whole (the swap below)

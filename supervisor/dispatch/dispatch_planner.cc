@@ -72,7 +72,7 @@ double BatchCostModel::BatchUs(int64_t rows) const {
 }
 
 int64_t PlanBatchRows(const SplitInputs& in) {
-  const int64_t whole = std::max<int64_t>(1, std::min(in.queued_rows, in.max_batch_rows));
+  const int64_t whole = WholeBatchRows(in.queued_rows, in.max_batch_rows);
   if (in.chosen >= in.workers.size() || in.per_row_us <= 0 || in.queued_rows <= 1) return whole;
   // Start times of a batch on each accepting worker, lowest first.
   std::vector<double> bases;

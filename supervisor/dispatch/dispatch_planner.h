@@ -15,6 +15,7 @@
 // queue (up to max_batch_size) goes to the chosen worker.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -82,6 +83,11 @@ struct SplitInputs {
 
 // Rows the chosen worker's next batch may take (>= 1, <= max_batch_rows).
 int64_t PlanBatchRows(const SplitInputs& in);
+// What PlanBatchRows answers when there is nothing to split: the whole queue, up to a batch, at
+// least one row.
+inline int64_t WholeBatchRows(int64_t queued_rows, int64_t max_batch_rows) {
+  return std::max<int64_t>(1, std::min(queued_rows, max_batch_rows));
+}
 
 // Latency objective (a model's latency_slo_ms, docs/scheduling.md): what the measured cost says
 // about a request's deadline. Times are microseconds from now.

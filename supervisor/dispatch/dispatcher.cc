@@ -259,7 +259,7 @@ int64_t Dispatcher::BatchRowsFor(const ServedModel& model, const WorkerSlot& cho
   // One row, or one worker: nothing to split, and PlanBatchRows would say the whole queue (up to
   // a batch). Answered without the cost model's fit, as most turns at low load are (issue 36).
   if (model.queue.queued_rows() <= 1 || model.slots.size() < 2) {
-    return std::max<int64_t>(1, std::min(model.queue.queued_rows(), model.config.max_batch_size));
+    return WholeBatchRows(model.queue.queued_rows(), model.config.max_batch_size);
   }
   SplitInputs& in = split_inputs_;  // reused: its worker list keeps its memory
   in.workers.clear();
