@@ -65,7 +65,7 @@ void ModelQueue::Added(Level& level, const PendingRequest& request, ClientShare*
 }
 
 void ModelQueue::Removed(Level& level, const PendingRequest& request) {
-  if (request.deadline != TimePoint::max()) deadlines_.erase(deadlines_.find(request.deadline));
+  if (request.deadline != TimePoint::max()) deadlines_.erase(request.deadline);
   rows_ -= request.rows;
   level.rows -= request.rows;
   --size_;
@@ -221,7 +221,7 @@ std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap
   // counts, the same one NextDue waits for (so a due wake-up always finds a batch).
   bool waited = now - OldestInWindow(*level) >= Micros(policy_.max_queue_delay_us);
   // A deadline that waiting for company would miss makes the batch due now.
-  bool urgent = !deadlines_.empty() && now >= *deadlines_.begin() - dispatch_lead_;
+  bool urgent = !deadlines_.empty() && now >= deadlines_.earliest() - dispatch_lead_;
   // The rest of a due batch that a cap split goes as soon as a worker can take it.
   bool rest_of_split = split_rows_left_ > 0;
   if (!alone && !full && !waited && !urgent && !rest_of_split) {
@@ -298,13 +298,13 @@ std::optional<TimePoint> ModelQueue::NextDue() const {
   const Level* level = HighestLevel();
   if (!level) return std::nullopt;
   TimePoint due = OldestInWindow(level->requests) + Micros(policy_.max_queue_delay_us);
-  if (!deadlines_.empty()) due = std::min(due, *deadlines_.begin() - dispatch_lead_);
+  if (!deadlines_.empty()) due = std::min(due, deadlines_.earliest() - dispatch_lead_);
   return due;
 }
 
 std::vector<PendingRequest> ModelQueue::TakeExpired(TimePoint now) {
   std::vector<PendingRequest> expired;
-  if (deadlines_.empty() || now < *deadlines_.begin()) return expired;
+  if (deadlines_.empty() || now < deadlines_.earliest()) return expired;
   for (auto& level : levels_) {
     for (auto it = level.requests.begin(); it != level.requests.end();) {
       if (it->deadline <= now) {
@@ -322,7 +322,7 @@ std::vector<PendingRequest> ModelQueue::TakeExpired(TimePoint now) {
 
 std::optional<TimePoint> ModelQueue::NextDeadline() const {
   if (deadlines_.empty()) return std::nullopt;
-  return *deadlines_.begin();
+  return deadlines_.earliest();
 }
 
 std::vector<PendingRequest> ModelQueue::TakeAll() {

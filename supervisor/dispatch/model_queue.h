@@ -33,13 +33,13 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "supervisor/dispatch/deadline_set.h"
 #include "supervisor/intake/pending_request.h"
 
 namespace torchfarm {
@@ -153,7 +153,7 @@ class ModelQueue {
   size_t size_ = 0;
   int64_t rows_ = 0;
   // Every finite deadline queued, so the earliest is exact after any removal.
-  std::multiset<TimePoint> deadlines_;
+  DeadlineSet deadlines_;
   Clock::duration dispatch_lead_ = Millis(1);
   static constexpr int kPruneEvery = 64;  // batches taken between sweeps of idle shares
   int takes_since_prune_ = 0;

@@ -38,27 +38,24 @@ bool LoopPoller::Wait(std::chrono::milliseconds timeout) {
   // Messages already queued in a socket: no wait, only a look at the descriptors. A watched
   // socket untouched since it last said "no input" is left to its descriptor.
   bool any_socket_ready = false;
-  for (size_t i = 0; i < size_; ++i) {
+  for (const uint32_t i : sockets_) {
     Item& item = items_[i];
     const bool untouched = item.watch && item.watch->uses == item.uses && !item.watch->input;
-    item.readable = item.socket != nullptr && !untouched && AskInput(item);
-    item.revents = 0;
+    item.readable = !untouched && AskInput(item);
     any_socket_ready |= item.readable;
   }
+  // poll(2) writes every entry's revents, which is each descriptor's answer (Readable).
   const int wait_ms = any_socket_ready ? 0 : static_cast<int>(timeout.count());
   if (::poll(pollfds_.data(), size_, wait_ms < 0 ? -1 : wait_ms) < 0) {
     const int error = errno;
-    for (size_t i = 0; i < size_; ++i) items_[i].readable = false;
+    for (size_t i = 0; i < size_; ++i) pollfds_[i].revents = 0;
+    for (const uint32_t i : sockets_) items_[i].readable = false;
     errno = error;
     return false;
   }
-  for (size_t i = 0; i < size_; ++i) {
+  for (const uint32_t i : sockets_) {
     Item& item = items_[i];
-    const short revents = pollfds_[i].revents;
-    if (item.socket == nullptr) {
-      item.revents = revents;
-      item.readable = (revents & POLLIN) != 0;
-    } else if (!item.readable && revents != 0) {
+    if (!item.readable && pollfds_[i].revents != 0) {
       // The descriptor fired: commands to process, perhaps a message. A socket its owner probes
       // by reading is left to that read (SocketWatch::probe_by_reading).
       item.readable = (item.watch && item.watch->probe_by_reading) || AskInput(item);
