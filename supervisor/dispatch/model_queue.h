@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -118,8 +119,14 @@ class ModelQueue {
     int64_t finish = 0;  // virtual time at which its last queued request ends
     size_t queued = 0;
   };
+  // A queued request, in an object the queue keeps for the next one when it leaves (Hold,
+  // Recycle): a push moves the request into a kept object instead of a new deque node, and a
+  // request taken leaves a moved-from shell that is not destroyed (issue 36: the node and the
+  // shell's destruction were ~300 instructions a request).
+  using Held = std::unique_ptr<PendingRequest>;
+  using Requests = std::deque<Held>;
   struct Level {
-    std::deque<PendingRequest> requests;  // in fair_tag order (arrival order when not fair)
+    Requests requests;                    // in fair_tag order (arrival order when not fair)
     int64_t virtual_time = 0;             // the tag of the last batch head taken
     int64_t rows = 0;                     // rows of its requests
     std::unordered_map<std::string, ClientShare> clients;
@@ -137,16 +144,19 @@ class ModelQueue {
   void Removed(Level& level, const PendingRequest& request);
   // Into *picked: indices (ascending) of the requests that would form the batch headed by
   // level.front().
-  void Candidates(const std::deque<PendingRequest>& level, int64_t max_rows, int64_t* rows,
+  void Candidates(const Requests& level, int64_t max_rows, int64_t* rows,
                   std::vector<size_t>* picked) const;
   // How far past the head a batch looks for compatible requests.
   size_t ScanWindow() const;
   // The oldest request within the scan window: what the batch delay is counted from.
-  TimePoint OldestInWindow(const std::deque<PendingRequest>& level) const;
+  TimePoint OldestInWindow(const Requests& level) const;
+  // `request` moved into a kept object (or a new one when none is kept).
+  Held Hold(PendingRequest&& request);
+  // Keeps a held object whose request was moved out, for the next Hold (up to kMaxKept).
+  void Recycle(Held held);
   // Forgets idle clients whose finish tag the level's virtual time has passed.
   void PruneShares(Level& level);
-  size_t PreferredPrefix(const std::deque<PendingRequest>& level,
-                         const std::vector<size_t>& picked) const;
+  size_t PreferredPrefix(const Requests& level, const std::vector<size_t>& picked) const;
 
   BatchingPolicy policy_;
   std::vector<Level> levels_;
@@ -157,6 +167,8 @@ class ModelQueue {
   Clock::duration dispatch_lead_ = Millis(1);
   static constexpr int kPruneEvery = 64;  // batches taken between sweeps of idle shares
   int takes_since_prune_ = 0;
+  std::vector<Held> kept_;
+  static constexpr size_t kMaxKept = 256;
   std::vector<size_t> picked_;  // TakeBatch's candidates, reused (no allocation a batch)
   // Rows of the last due batch a row cap left in the queue: they are due too.
   int64_t split_rows_left_ = 0;

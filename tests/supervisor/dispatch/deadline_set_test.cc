@@ -29,7 +29,7 @@ TEST(DeadlineSet, StartsEmptyAndKeepsTheEarliestOfOutOfOrderInserts) {
   EXPECT_EQ(set.earliest(), At(10));
   set.erase(At(10));
   EXPECT_EQ(set.earliest(), At(10));  // the duplicate stays
-  set.erase(At(20));                   // from the middle
+  set.erase(At(20));                  // from the middle
   EXPECT_EQ(set.earliest(), At(10));
   set.erase(At(10));
   EXPECT_EQ(set.earliest(), At(30));
