@@ -39,8 +39,10 @@ void BM_BatchAssembly(benchmark::State& state) {
   std::string name = "torchfarm-microbench-batch-" + std::to_string(::getpid());
   if (!ipc::WorkerSegment::Create(name, 4, 1 << 20, &segment).ok()) std::abort();
   ipc::SpscRing ring = segment->request_ring();
-  std::vector<PendingRequest> requests;
-  for (int i = 0; i < batch_size; ++i) requests.push_back(MakeRequest(i));
+  std::vector<HeldRequest> requests;
+  for (int i = 0; i < batch_size; ++i) {
+    requests.push_back(std::make_unique<PendingRequest>(MakeRequest(i)));
+  }
   const TimePoint now = Clock::now();
   uint64_t batch_id = 0;
   for (auto _ : state) {
@@ -70,10 +72,10 @@ void BM_ModelQueuePushTake(benchmark::State& state) {
   policy.max_batch_size = batch_size;
   policy.fair_queueing = state.range(1) != 0;
   ModelQueue queue(policy);
-  std::vector<PendingRequest> requests;
+  std::vector<HeldRequest> requests;
   for (int i = 0; i < batch_size; ++i) {
-    requests.push_back(MakeRequest(i));
-    requests.back().client = "client-" + std::to_string(i % state.range(2));
+    requests.push_back(std::make_unique<PendingRequest>(MakeRequest(i)));
+    requests.back()->client = "client-" + std::to_string(i % state.range(2));
   }
   const TimePoint now = Clock::now();
   for (auto _ : state) {

@@ -560,7 +560,8 @@ void Supervisor::StepFarmPhase(FarmEvent event, TimePoint now) {
   if (step.actions.fail_queued) {
     for (auto& model : models_) {
       for (auto& r : model.queue.TakeAll()) {
-        dispatcher_.Fail(model, r, Unavailable("the farm shut down before this request could run"));
+        dispatcher_.Fail(model, *r,
+                         Unavailable("the farm shut down before this request could run"));
       }
     }
   }
@@ -756,7 +757,7 @@ void Supervisor::CleanUp() {
       auto orphans = slot->OnExit(status, clock_.Now(), workers_.policy(), true);
       for (auto& batch : orphans) {
         for (auto& r : batch.requests) {
-          replies_.SendError(r, Unavailable("the farm shut down while this request ran"));
+          replies_.SendError(*r, Unavailable("the farm shut down while this request ran"));
         }
       }
     }

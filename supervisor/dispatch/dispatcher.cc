@@ -110,7 +110,8 @@ int64_t Dispatcher::ShedLateHeads(ServedModel& model, const WorkerSlot& slot, Ti
     const double until_us = static_cast<double>(ToMicros(head->deadline - now));
     const int64_t rows = SloBatchRows(cost, backlog_us, until_us, head->rows);
     if (rows > 0) return rows;
-    PendingRequest late = model.queue.PopHead();
+    const HeldRequest late_held = model.queue.PopHead();
+    PendingRequest& late = *late_held;
     const double own_us =
         backlog_us + cost.fixed_us + cost.per_row_us * static_cast<double>(late.rows);
     const double finish_ms = (static_cast<double>(ToMicros(now - late.received)) + own_us) / 1000;
@@ -129,7 +130,8 @@ int64_t Dispatcher::ShedLateHeads(ServedModel& model, const WorkerSlot& slot, Ti
 
 void Dispatcher::ExpireDeadlines(TimePoint now) {
   for (auto& model : models_) {
-    for (auto& r : model.queue.TakeExpired(now)) {
+    for (auto& held : model.queue.TakeExpired(now)) {
+      PendingRequest& r = *held;
       const std::string waited = std::to_string(ToMicros(now - r.received) / 1000) + " ms";
       if (r.deadline_is_queue_wait) {
         Fail(model, r, Unavailable("no worker of model '" + model.config.name +
@@ -289,14 +291,14 @@ void Dispatcher::DispatchAll() {
       if (model.queue.empty()) break;
       // Work-conserving: a due queue is split over the workers that can take it when that
       // finishes it sooner (supervisor/dispatch/dispatch_planner.h).
-      std::vector<PendingRequest> requests =
+      std::vector<HeldRequest> requests =
           model.queue.TakeBatch(now, std::min(BatchRowsFor(model, *slot), slo_rows));
       if (requests.empty()) break;
       FailShrunkRegions(model, &requests);
       if (requests.empty()) continue;
       InflightBatch batch;
       batch.batch_id = next_batch_id_++;
-      for (const auto& r : requests) batch.rows += r.rows;
+      for (const auto& r : requests) batch.rows += r->rows;
       batch.requests = std::move(requests);
       batch.dispatched = now;
       if (!slot->Dispatch(batch, options_.shm_in_place)) {
@@ -311,8 +313,9 @@ void Dispatcher::DispatchAll() {
   }
 }
 
-void Dispatcher::FailShrunkRegions(ServedModel& model, std::vector<PendingRequest>* requests) {
-  auto shrunk = [&](PendingRequest& r) {
+void Dispatcher::FailShrunkRegions(ServedModel& model, std::vector<HeldRequest>* requests) {
+  auto shrunk = [&](HeldRequest& held) {
+    PendingRequest& r = *held;
     if (r.input_regions.empty() && !r.output_region) return false;
     Status s = CheckRegionsIntact(r);
     if (s.ok()) return false;
@@ -325,8 +328,9 @@ void Dispatcher::FailShrunkRegions(ServedModel& model, std::vector<PendingReques
 void Dispatcher::Requeue(InflightBatch& batch, size_t model_index, const std::string& cause,
                          bool was_running) {
   ServedModel& model = models_[model_index];
-  std::vector<PendingRequest> retry;
-  for (auto& r : batch.requests) {
+  std::vector<HeldRequest> retry;
+  for (auto& held : batch.requests) {
+    PendingRequest& r = *held;
     if (was_running) {
       // Each request of a batch that killed its worker runs alone from now on, so a poison
       // request fails by itself and its batch-mates succeed.
@@ -337,7 +341,7 @@ void Dispatcher::Requeue(InflightBatch& batch, size_t model_index, const std::st
       Fail(model, r, Internal("worker crashed while running this request (" + cause + "); tried " +
                              std::to_string(r.attempts) + " times"));
     } else {
-      retry.push_back(std::move(r));
+      retry.push_back(std::move(held));
     }
   }
   model.queue.PushFront(std::move(retry));

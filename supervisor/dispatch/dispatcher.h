@@ -108,7 +108,7 @@ class Dispatcher {
   // returns the rows the next batch may take so its head finishes in time (INT64_MAX otherwise).
   int64_t ShedLateHeads(ServedModel& model, const WorkerSlot& slot, TimePoint now);
   // Answers (with the reason) and removes the requests whose client truncated a region they use.
-  void FailShrunkRegions(ServedModel& model, std::vector<PendingRequest>* requests);
+  void FailShrunkRegions(ServedModel& model, std::vector<HeldRequest>* requests);
 
   std::vector<ServedModel>& models_;
   WorkerPool& workers_;

@@ -39,7 +39,7 @@ ModelQueue::ModelQueue(BatchingPolicy policy)
     : policy_(std::move(policy)), levels_(std::max(1, policy_.priority_levels)) {}
 
 void ModelQueue::SetPolicy(BatchingPolicy policy) {
-  std::vector<PendingRequest> all = TakeAll();
+  std::vector<HeldRequest> all = TakeAll();
   policy_ = std::move(policy);
   // Built in place: a Level moves only by copy (std::deque's move may throw), which its held
   // requests do not allow.
@@ -102,12 +102,19 @@ int64_t ModelQueue::NextTag(const Level& level, const ClientShare* share) {
 
 bool ModelQueue::Push(PendingRequest& request) {
   if (size_ >= static_cast<size_t>(policy_.max_queue_size)) return false;
+  HeldRequest held = std::make_unique<PendingRequest>(std::move(request));
+  return Push(held);
+}
+
+bool ModelQueue::Push(HeldRequest& held) {
+  if (size_ >= static_cast<size_t>(policy_.max_queue_size)) return false;
+  PendingRequest& request = *held;
   Level& level = LevelOf(request);
   auto& queue = level.requests;
   if (!policy_.fair_queueing) {
     request.fair_tag = 0;
     Added(level, request);
-    queue.push_back(Hold(std::move(request)));
+    queue.push_back(std::move(held));
     return true;
   }
   ClientShare& share = level.clients[request.client];  // made here when new: one lookup a push
@@ -116,36 +123,25 @@ bool ModelQueue::Push(PendingRequest& request) {
   request.fair_tag = tag;
   Added(level, request, &share);
   if (queue.empty() || queue.back()->fair_tag <= tag) {
-    queue.push_back(Hold(std::move(request)));  // one client, or one far behind: no search
+    queue.push_back(std::move(held));  // one client, or one far behind: no search
   } else {
     auto at = std::upper_bound(queue.begin(), queue.end(), tag,
-                               [](int64_t t, const Held& r) { return t < r->fair_tag; });
-    queue.insert(at, Hold(std::move(request)));
+                               [](int64_t t, const HeldRequest& r) { return t < r->fair_tag; });
+    queue.insert(at, std::move(held));
   }
   return true;
 }
 
-ModelQueue::Held ModelQueue::Hold(PendingRequest&& request) {
-  if (kept_.empty()) return std::make_unique<PendingRequest>(std::move(request));
-  Held held = std::move(kept_.back());
-  kept_.pop_back();
-  *held = std::move(request);
-  return held;
-}
-
-void ModelQueue::Recycle(Held held) {
-  if (kept_.size() < kMaxKept) kept_.push_back(std::move(held));
-}
-
-void ModelQueue::PushFront(std::vector<PendingRequest> requests) {
+void ModelQueue::PushFront(std::vector<HeldRequest> requests) {
   for (auto it = requests.rbegin(); it != requests.rend(); ++it) {
-    Level& level = LevelOf(*it);
+    PendingRequest& request = **it;
+    Level& level = LevelOf(request);
     // First in the level: no later tag than the current head's, nor than the virtual time.
-    it->fair_tag = level.requests.empty()
-                       ? level.virtual_time
-                       : std::min(level.virtual_time, level.requests.front()->fair_tag);
-    Added(level, *it);
-    level.requests.push_front(Hold(std::move(*it)));
+    request.fair_tag = level.requests.empty()
+                           ? level.virtual_time
+                           : std::min(level.virtual_time, level.requests.front()->fair_tag);
+    Added(level, request);
+    level.requests.push_front(std::move(*it));
   }
 }
 
@@ -216,7 +212,7 @@ size_t ModelQueue::PreferredPrefix(const Requests& level, const std::vector<size
   return best;
 }
 
-std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap) {
+std::vector<HeldRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap) {
   Level* level_state = HighestLevel();
   if (!level_state) return {};
   Requests* level = &level_state->requests;
@@ -254,13 +250,12 @@ std::vector<PendingRequest> ModelQueue::TakeBatch(TimePoint now, int64_t row_cap
     takes_since_prune_ = 0;
     PruneShares(*level_state);
   }
-  std::vector<PendingRequest> batch;
+  std::vector<HeldRequest> batch;
   batch.reserve(picked.size());
   for (size_t index : picked) {
-    Held& held = (*level)[index];
+    HeldRequest& held = (*level)[index];
     Removed(*level_state, *held);
-    batch.push_back(std::move(*held));
-    Recycle(std::move(held));
+    batch.push_back(std::move(held));
   }
   // Erase from the back so earlier indices stay valid; the head (most batches' only request)
   // by pop_front, which costs a third of erase's general path.
@@ -284,7 +279,7 @@ int64_t ModelQueue::RowsAheadOf(const PendingRequest& request) const {
   const int64_t tag = NextTag(level, share == level.clients.end() ? nullptr : &share->second);
   const auto& queue = level.requests;
   const auto at = std::upper_bound(queue.begin(), queue.end(), tag,
-                                   [](int64_t t, const Held& r) { return t < r->fair_tag; });
+                                   [](int64_t t, const HeldRequest& r) { return t < r->fair_tag; });
   // Counted from the shorter side: a light client's place is near the front, a heavy one's near
   // the back, so either costs a few steps.
   const auto before = static_cast<size_t>(at - queue.begin());
@@ -302,12 +297,11 @@ const PendingRequest* ModelQueue::Head() const {
   return level ? level->requests.front().get() : nullptr;
 }
 
-PendingRequest ModelQueue::PopHead() {
+HeldRequest ModelQueue::PopHead() {
   Level* level = HighestLevel();
-  PendingRequest head = std::move(*level->requests.front());
-  Recycle(std::move(level->requests.front()));
+  HeldRequest head = std::move(level->requests.front());
   level->requests.pop_front();
-  Removed(*level, head);
+  Removed(*level, *head);
   split_rows_left_ = std::min(split_rows_left_, rows_);  // as TakeExpired: rows that are gone
   return head;
 }
@@ -320,15 +314,14 @@ std::optional<TimePoint> ModelQueue::NextDue() const {
   return due;
 }
 
-std::vector<PendingRequest> ModelQueue::TakeExpired(TimePoint now) {
-  std::vector<PendingRequest> expired;
+std::vector<HeldRequest> ModelQueue::TakeExpired(TimePoint now) {
+  std::vector<HeldRequest> expired;
   if (deadlines_.empty() || now < deadlines_.earliest()) return expired;
   for (auto& level : levels_) {
     for (auto it = level.requests.begin(); it != level.requests.end();) {
       if ((*it)->deadline <= now) {
         Removed(level, **it);
-        expired.push_back(std::move(**it));
-        Recycle(std::move(*it));
+        expired.push_back(std::move(*it));
         it = level.requests.erase(it);
       } else {
         ++it;
@@ -344,10 +337,10 @@ std::optional<TimePoint> ModelQueue::NextDeadline() const {
   return deadlines_.earliest();
 }
 
-std::vector<PendingRequest> ModelQueue::TakeAll() {
-  std::vector<PendingRequest> all;
+std::vector<HeldRequest> ModelQueue::TakeAll() {
+  std::vector<HeldRequest> all;
   for (auto& level : levels_) {
-    for (auto& r : level.requests) all.push_back(std::move(*r));
+    for (auto& r : level.requests) all.push_back(std::move(r));
     level.requests.clear();
     level.clients.clear();
     level.rows = 0;

@@ -66,16 +66,19 @@ class ModelQueue {
   void SetPolicy(BatchingPolicy policy);
 
   // Queues a request in its priority level (clamped to the last level), at its client's fair
-  // place. Returns false, leaving `request` untouched, when max_queue_size requests are queued.
+  // place, taking the pointer (null after). Returns false, leaving `request` untouched, when
+  // max_queue_size requests are queued.
+  bool Push(HeldRequest& request);
+  // The same for a request not yet held (tests, tools): moved into a new one when queued.
   bool Push(PendingRequest& request);
   // Puts requests back at the front of their levels (after a worker died holding them), keeping
   // their order. Never refused: they were accepted already.
-  void PushFront(std::vector<PendingRequest> requests);
+  void PushFront(std::vector<HeldRequest> requests);
 
   // The next batch to send now, or empty when nothing is due (see NextDue). Whether a batch is
   // due is decided on max_batch_size; `row_cap` then limits its rows (the supervisor caps batches
   // to split a due queue over several workers, supervisor/dispatch/dispatch_planner.h).
-  std::vector<PendingRequest> TakeBatch(TimePoint now, int64_t row_cap = INT64_MAX);
+  std::vector<HeldRequest> TakeBatch(TimePoint now, int64_t row_cap = INT64_MAX);
   // Rows (dim 0) of every queued request.
   int64_t queued_rows() const { return rows_; }
   // Rows that would be served before `request` were it pushed now: the higher levels, and in its
@@ -94,13 +97,13 @@ class ModelQueue {
   // The request the next batch starts with (the head of the highest non-empty level), or null.
   const PendingRequest* Head() const;
   // Removes and returns that request (the queue must not be empty).
-  PendingRequest PopHead();
+  HeldRequest PopHead();
 
   // Removes and returns every queued request whose deadline is at or before `now`.
-  std::vector<PendingRequest> TakeExpired(TimePoint now);
+  std::vector<HeldRequest> TakeExpired(TimePoint now);
   // The earliest queued deadline.
   std::optional<TimePoint> NextDeadline() const;
-  std::vector<PendingRequest> TakeAll();
+  std::vector<HeldRequest> TakeAll();
 
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
@@ -119,12 +122,7 @@ class ModelQueue {
     int64_t finish = 0;  // virtual time at which its last queued request ends
     size_t queued = 0;
   };
-  // A queued request, in an object the queue keeps for the next one when it leaves (Hold,
-  // Recycle): a push moves the request into a kept object instead of a new deque node, and a
-  // request taken leaves a moved-from shell that is not destroyed (issue 36: the node and the
-  // shell's destruction were ~300 instructions a request).
-  using Held = std::unique_ptr<PendingRequest>;
-  using Requests = std::deque<Held>;
+  using Requests = std::deque<HeldRequest>;
   struct Level {
     Requests requests;                    // in fair_tag order (arrival order when not fair)
     int64_t virtual_time = 0;             // the tag of the last batch head taken
@@ -150,10 +148,6 @@ class ModelQueue {
   size_t ScanWindow() const;
   // The oldest request within the scan window: what the batch delay is counted from.
   TimePoint OldestInWindow(const Requests& level) const;
-  // `request` moved into a kept object (or a new one when none is kept).
-  Held Hold(PendingRequest&& request);
-  // Keeps a held object whose request was moved out, for the next Hold (up to kMaxKept).
-  void Recycle(Held held);
   // Forgets idle clients whose finish tag the level's virtual time has passed.
   void PruneShares(Level& level);
   size_t PreferredPrefix(const Requests& level, const std::vector<size_t>& picked) const;
@@ -167,8 +161,6 @@ class ModelQueue {
   Clock::duration dispatch_lead_ = Millis(1);
   static constexpr int kPruneEvery = 64;  // batches taken between sweeps of idle shares
   int takes_since_prune_ = 0;
-  std::vector<Held> kept_;
-  static constexpr size_t kMaxKept = 256;
   std::vector<size_t> picked_;  // TakeBatch's candidates, reused (no allocation a batch)
   // Rows of the last due batch a row cap left in the queue: they are due too.
   int64_t split_rows_left_ = 0;

@@ -94,13 +94,13 @@ std::optional<ipc::ProtocolViolation> ResponseHandler::Reply(WorkerSlot& slot, I
     // One request's input failed the whole batch (more than ipc::kMaxRowErrors bad items, items
     // that do not stack, a model that throws on it): each request runs again alone, so only the
     // one at fault fails and its batch-mates, other clients' requests among them, succeed.
-    for (auto& r : batch.requests) r.batchable = false;
+    for (auto& r : batch.requests) r->batchable = false;
     model.queue.PushFront(std::move(batch.requests));
     return std::nullopt;
   }
   if (!failure.ok()) {
     for (auto& r : batch.requests) {
-      dispatcher_.Fail(model, r, failure);
+      dispatcher_.Fail(model, *r, failure);
     }
     return std::nullopt;
   }
@@ -111,11 +111,12 @@ std::optional<ipc::ProtocolViolation> ResponseHandler::Reply(WorkerSlot& slot, I
   }
   const bool may_pin = slot.CanPinResponse();
   int64_t row_start = 0;
-  for (auto& r : batch.requests) {
+  for (auto& held : batch.requests) {
+    PendingRequest& r = *held;
     BatchShare share;
     share.view = &view;
     // The last share takes the specs themselves: OutputRows needs only the offsets and sizes.
-    if (&r == &batch.requests.back()) {
+    if (&held == &batch.requests.back()) {
       share.outputs = std::move(view.outputs);
     } else {
       share.outputs = view.outputs;

@@ -44,7 +44,9 @@ bool JobAcceptor::ReadJobs(zmq::socket_t& jobs) {
 
 void JobAcceptor::Accept(std::vector<zmq::message_t>& frames, RequestOrigin origin,
                          std::string client, const json* call_id) {
-  PendingRequest request;
+  // Made where it stays until answered: the queue and the batch take its pointer (HeldRequest).
+  HeldRequest held = std::make_unique<PendingRequest>();
+  PendingRequest& request = *held;
   request.origin = origin;
   request.client = std::move(client);
   size_t payload = 0;
@@ -64,12 +66,13 @@ void JobAcceptor::Accept(std::vector<zmq::message_t>& frames, RequestOrigin orig
     RunShmCommand(request, command, ClientKey(request.identity, frames[payload], curve_));
     return;
   }
-  Admit(request, frames, payload, served, s);
+  Admit(held, frames, payload, served, s);
 }
 
 void JobAcceptor::AcceptTyped(std::vector<zmq::message_t>& frames, RequestOrigin origin,
                               std::string client, const json& call_id) {
-  PendingRequest request;
+  HeldRequest held = std::make_unique<PendingRequest>();
+  PendingRequest& request = *held;
   request.origin = origin;
   request.client = std::move(client);
   request.id = call_id;
@@ -90,11 +93,12 @@ void JobAcceptor::AcceptTyped(std::vector<zmq::message_t>& frames, RequestOrigin
                    << Kv("frames", frames.size()) << Kv("call", call_id.dump());
     s = Internal("the front end's typed request has no typed header frame");
   }
-  Admit(request, frames, kPayload, served, s);
+  Admit(held, frames, kPayload, served, s);
 }
 
-void JobAcceptor::Admit(PendingRequest& request, std::vector<zmq::message_t>& frames,
-                        size_t payload, size_t served, Status s) {
+void JobAcceptor::Admit(HeldRequest& held, std::vector<zmq::message_t>& frames, size_t payload,
+                        size_t served, Status s) {
+  PendingRequest& request = *held;  // valid until Push takes it (then only on failure, untaken)
   const RequestOrigin origin = request.origin;
   if (std::string unloading;
       s.code() == StatusCode::kNotFound && d_.models.BeingUnloaded(s, &unloading)) {
@@ -126,7 +130,7 @@ void JobAcceptor::Admit(PendingRequest& request, std::vector<zmq::message_t>& fr
       d_.dispatcher.RecordSloRefused(*model, only_by_margin);
     }
   }
-  if (s.ok() && !model->queue.Push(request)) {
+  if (s.ok() && !model->queue.Push(held)) {
     s = ResourceExhausted("queue of model '" + model->config.name + "' is full (" +
                           std::to_string(model->queue.policy().max_queue_size) +
                           " requests, max_queue_size); retry later");

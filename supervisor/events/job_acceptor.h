@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -77,10 +78,10 @@ class JobAcceptor {
                    const nlohmann::json& call_id);
 
  private:
-  // After the parse, for every protocol: the model's state, quotas, deadlines and its queue, or
-  // the error reply (`s` not OK, or the first check that fails).
-  void Admit(PendingRequest& request, std::vector<zmq::message_t>& frames, size_t payload,
-             size_t served, Status s);
+  // After the parse, for every protocol: the model's state, quotas, deadlines and its queue (which
+  // takes `held`), or the error reply (`s` not OK, or the first check that fails).
+  void Admit(std::unique_ptr<PendingRequest>& held, std::vector<zmq::message_t>& frames,
+             size_t payload, size_t served, Status s);
   void RunShmCommand(PendingRequest& request, const ShmCommand& command, const std::string& client);
   void AnswerFrontendMeta(FrontendHub& hub, FrontendRequest& call, const MetaAnswer& meta);
 

@@ -69,7 +69,7 @@ void FailIfNoWorkers(const ModelTable& models, Dispatcher& dispatcher, ServedMod
   const std::string reason = models.Tally(model).failure_reason;
   const Status status = Unavailable("model '" + model.config.name + "' has no live worker: " +
                                     (reason.empty() ? "all workers failed" : reason));
-  for (auto& r : model.queue.TakeAll()) dispatcher.Fail(model, r, status);
+  for (auto& r : model.queue.TakeAll()) dispatcher.Fail(model, *r, status);
 }
 
 void WorkerEvents::OnOutput(WorkerSlot& slot) {
@@ -119,7 +119,7 @@ void WorkerEvents::OnChildExit(pid_t pid, int wait_status, TimePoint death) {
     if (IsStoppingWorkers(d_.farm.phase)) {
       // The farm is stopping: nothing will run these again.
       for (auto& r : orphans[i].requests) {
-        d_.dispatcher.Fail(d_.models[slot->model_index()], r,
+        d_.dispatcher.Fail(d_.models[slot->model_index()], *r,
                            Unavailable("the farm shut down before this request could finish"));
       }
       continue;

@@ -23,7 +23,7 @@ bool OutputOverlapsInputs(const PendingRequest& r) {
 // Every input as parts, one per request: the copy path. Written over *encoded, whose vectors keep
 // their memory.
 void CopiedBatch(const InflightBatch& batch, ipc::RequestBatch* encoded) {
-  const PendingRequest& first = batch.requests.front();
+  const PendingRequest& first = *batch.requests.front();
   encoded->batch_id = batch.batch_id;
   encoded->regions.clear();
   encoded->output_region = -1;
@@ -38,7 +38,8 @@ void CopiedBatch(const InflightBatch& batch, ipc::RequestBatch* encoded) {
     input.region_offset = 0;
     input.parts.clear();
     input.parts.reserve(batch.requests.size());
-    for (const PendingRequest& r : batch.requests) {
+    for (const HeldRequest& held : batch.requests) {
+      const PendingRequest& r = *held;
       // Bytes in a client region can vanish under the copy if its client truncates it.
       const bool from_region = i < r.input_regions.size() && r.input_regions[i];
       input.parts.push_back(
@@ -80,7 +81,7 @@ BatchEncoding EncodeBatch(const InflightBatch& batch, bool shm_in_place, uint8_t
   ipc::RequestBatch fresh;
   ipc::RequestBatch& encoded = scratch ? *scratch : fresh;
   CopiedBatch(batch, &encoded);
-  const PendingRequest& first = batch.requests.front();
+  const PendingRequest& first = *batch.requests.front();
   BatchEncoding result;
   ipc::RequestBatch in_place;
   // System regions (front-end requests) never go in place: their names are the client's, who
@@ -99,7 +100,7 @@ BatchEncoding EncodeBatch(const InflightBatch& batch, bool shm_in_place, uint8_t
     // zeros, nobody else is affected.
     TF_LOG(kWarn) << "a client region shrank while its input was copied; the request runs on "
                      "zeros"
-                  << Kv("region", batch.requests[request].input_regions[input]->name());
+                  << Kv("region", batch.requests[request]->input_regions[input]->name());
   }
   if (!written.ok()) {
     TF_LOG(kError) << "a batch does not fit its request slot; the worker refuses it"
@@ -116,7 +117,7 @@ ipc::ResponseExpectation ExpectedResponse(const InflightBatch& batch, uint64_t d
   if (batch.requests.size() > 1) expected.batch_rows = batch.rows;
   expected.total_rows = batch.rows;
   if (batch.outputs_in_place) {
-    const ShmRef& range = batch.requests.front().output_shm;
+    const ShmRef& range = batch.requests.front()->output_shm;
     expected.outputs_in_place = true;
     expected.output_offset = range.offset;
     expected.output_bytes = range.bytes;

@@ -69,7 +69,7 @@ bool SlotTransitionAllowed(SlotState from, SlotState to);
 
 struct InflightBatch {
   uint64_t batch_id = 0;
-  std::vector<PendingRequest> requests;
+  std::vector<HeldRequest> requests;  // never null
   int64_t rows = 0;
   TimePoint dispatched{};
   // The worker reads the request's client-region inputs, and writes its outputs when the request

@@ -104,7 +104,7 @@ class RingRun {
     request.frames.emplace_back(8);
     std::memset(request.frames.back().data(), 0, 8);
     request.slot_bytes = ipc::kTensorAlignment;
-    batch.requests.push_back(std::move(request));
+    batch.requests.push_back(std::make_unique<PendingRequest>(std::move(request)));
     batch.rows = 1;
     batch.dispatched = clock_.Now();
     if (!slot_->Dispatch(batch)) --dispatched_;

@@ -33,9 +33,9 @@ BatchingPolicy FairPolicy(int64_t max_batch, int64_t delay_us, bool fair = true)
   return p;
 }
 
-std::vector<int> FairTags(const std::vector<PendingRequest>& batch) {
+std::vector<int> FairTags(const std::vector<HeldRequest>& batch) {
   std::vector<int> tags;
-  for (const auto& r : batch) tags.push_back(r.id.get<int>());
+  for (const auto& r : batch) tags.push_back(r->id.get<int>());
   return tags;
 }
 
@@ -185,10 +185,10 @@ TEST(FairQueue, ClosedLoopClientsDoNotStarveAPipeliningOne) {
   for (int turn = 0; turn < 40; ++turn) {
     auto batch = q.TakeBatch(clock.Now());
     ASSERT_EQ(batch.size(), 1u);
-    if (batch[0].client == "pipelining") {
+    if (batch[0]->client == "pipelining") {
       ++pipelining_served;
     } else {
-      auto again = Make(batch[0].client, next_id++, clock.Now());  // its next request at once
+      auto again = Make(batch[0]->client, next_id++, clock.Now());  // its next request at once
       ASSERT_TRUE(q.Push(again));
     }
   }

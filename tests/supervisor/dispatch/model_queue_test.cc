@@ -18,9 +18,9 @@ PendingRequest Make(int64_t rows, TimePoint now, int tag, int64_t width = 4, int
   return r;
 }
 
-std::vector<int> Tags(const std::vector<PendingRequest>& batch) {
+std::vector<int> Tags(const std::vector<HeldRequest>& batch) {
   std::vector<int> tags;
-  for (const auto& r : batch) tags.push_back(r.id.get<int>());
+  for (const auto& r : batch) tags.push_back(r->id.get<int>());
   return tags;
 }
 
@@ -179,7 +179,7 @@ TEST(ModelQueue, ExpiredRequestsLeaveTheQueue) {
   clock.Advance(Millis(5));
   auto expired = q.TakeExpired(clock.Now());
   ASSERT_EQ(expired.size(), 1u);
-  EXPECT_EQ(expired[0].id.get<int>(), 1);
+  EXPECT_EQ(expired[0]->id.get<int>(), 1);
   EXPECT_EQ(q.size(), 1u);
   EXPECT_FALSE(q.NextDeadline().has_value());
 }
@@ -212,9 +212,9 @@ TEST(ModelQueue, RequeuedRequestsGoFirstInTheirOrder) {
   ModelQueue q(Policy(1, 0));
   auto a = Make(1, clock.Now(), 1);
   q.Push(a);
-  std::vector<PendingRequest> back;
-  back.push_back(Make(1, clock.Now(), 7));
-  back.push_back(Make(1, clock.Now(), 8));
+  std::vector<HeldRequest> back;
+  back.push_back(std::make_unique<PendingRequest>(Make(1, clock.Now(), 7)));
+  back.push_back(std::make_unique<PendingRequest>(Make(1, clock.Now(), 8)));
   q.PushFront(std::move(back));
   EXPECT_EQ(Tags(q.TakeBatch(clock.Now())), std::vector<int>({7}));
   EXPECT_EQ(Tags(q.TakeBatch(clock.Now())), std::vector<int>({8}));

@@ -68,7 +68,8 @@ std::map<std::string, int64_t> ServeBacklogged(ModelQueue& q, const std::vector<
         ++queued[t.name];
       }
     }
-    for (const PendingRequest& r : q.TakeBatch(clock.Now())) {
+    for (const HeldRequest& held : q.TakeBatch(clock.Now())) {
+      const PendingRequest& r = *held;
       served[r.client] += r.rows;
       --queued[r.client];
     }
@@ -177,7 +178,7 @@ TEST(WeightedFairQueue, AHeavierClientsNewcomerGoesAheadOfALighterClientsBacklog
     ASSERT_TRUE(q.Push(r));
   }
   int gold = 0;
-  for (int i = 0; i < 10; ++i) gold += q.TakeBatch(clock.Now()).at(0).client == "gold";
+  for (int i = 0; i < 10; ++i) gold += q.TakeBatch(clock.Now()).at(0)->client == "gold";
   EXPECT_GE(gold, 8) << "gold's 8 requests within the first 10 decisions";
 }
 
@@ -246,10 +247,11 @@ void RandomisedRun(uint32_t seed) {
     const int highest_queued = static_cast<int>(
         std::find_if(per_level.begin(), per_level.end(), [](int n) { return n > 0; }) -
         per_level.begin());
-    std::vector<PendingRequest> batch = q.TakeBatch(clock.Now());
+    std::vector<HeldRequest> batch = q.TakeBatch(clock.Now());
     ASSERT_FALSE(batch.empty() && !pending.empty()) << "work-conserving with no batch delay";
     int64_t batch_rows = 0;
-    for (const PendingRequest& r : batch) {
+    for (const HeldRequest& held : batch) {
+      const PendingRequest& r = *held;
       const int64_t id = r.id.get<int64_t>();
       auto it = pending.find(id);
       ASSERT_NE(it, pending.end()) << "request " << id << " served twice or never queued";
@@ -269,8 +271,8 @@ void RandomisedRun(uint32_t seed) {
     EXPECT_LE(batch_rows, std::max<int64_t>(max_batch, rows));
   }
   while (!q.empty()) {
-    for (const PendingRequest& r : q.TakeBatch(clock.Now())) {
-      ASSERT_EQ(pending.erase(r.id.get<int64_t>()), 1u) << "request served twice";
+    for (const HeldRequest& r : q.TakeBatch(clock.Now())) {
+      ASSERT_EQ(pending.erase(r->id.get<int64_t>()), 1u) << "request served twice";
     }
   }
   EXPECT_TRUE(pending.empty()) << pending.size() << " requests were never served";

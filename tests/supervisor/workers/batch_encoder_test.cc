@@ -67,8 +67,10 @@ void OutputTo(const std::shared_ptr<ipc::SharedRegion>& region, uint64_t offset,
 InflightBatch Batch(std::vector<PendingRequest> requests) {
   InflightBatch batch;
   batch.batch_id = 40;
-  for (const auto& r : requests) batch.rows += r.rows;
-  batch.requests = std::move(requests);
+  for (auto& r : requests) {
+    batch.rows += r.rows;
+    batch.requests.push_back(std::make_unique<PendingRequest>(std::move(r)));
+  }
   return batch;
 }
 

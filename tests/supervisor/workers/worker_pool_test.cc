@@ -39,7 +39,7 @@ InflightBatch OneRowBatch(uint64_t batch_id, TimePoint now) {
   batch.batch_id = batch_id;
   batch.rows = 1;
   batch.dispatched = now;
-  batch.requests.push_back(std::move(request));
+  batch.requests.push_back(std::make_unique<PendingRequest>(std::move(request)));
   return batch;
 }
 
