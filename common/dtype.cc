@@ -28,6 +28,14 @@ constexpr std::array<DTypeInfo, 11> kInfo = {{
     {DType::kBytes, "bytes", 1, "", "BYTES"},
 }};
 
+constexpr bool SizesAgree() {
+  for (const auto& info : kInfo) {
+    if (DTypeSize(info.dtype) != info.size) return false;
+  }
+  return true;
+}
+static_assert(SizesAgree(), "DTypeSize (dtype.h) disagrees with kInfo's sizes");
+
 const DTypeInfo& Info(DType dtype) {
   for (const auto& info : kInfo) {
     if (info.dtype == dtype) return info;
@@ -52,7 +60,6 @@ std::optional<DType> DTypeFromCode(uint8_t code) {
 }
 
 std::string_view DTypeName(DType dtype) { return Info(dtype).name; }
-size_t DTypeSize(DType dtype) { return Info(dtype).size; }
 std::string_view DTypeNumpyDescr(DType dtype) { return Info(dtype).descr; }
 
 std::string_view V2DatatypeName(DType dtype) { return Info(dtype).v2_name; }

@@ -40,7 +40,14 @@ inline bool IsBytes(DType dtype) { return dtype == DType::kBytes; }
 std::optional<DType> ParseDType(std::string_view numpy_name);
 std::optional<DType> DTypeFromCode(uint8_t code);
 std::string_view DTypeName(DType dtype);
-size_t DTypeSize(DType dtype);
+// Bytes per element, by the enum's value (index 0 unused; an unknown value reads as float32's, as
+// the other lookups do). Inline: sizes are asked several times a request (issue 36); dtype.cc
+// checks the table against its own.
+constexpr size_t DTypeSize(DType dtype) {
+  constexpr uint8_t kSizes[] = {4, 4, 8, 2, 2, 8, 4, 2, 1, 1, 1, 1};
+  const auto code = static_cast<uint8_t>(dtype);
+  return code < sizeof(kSizes) ? kSizes[code] : 4;
+}
 // numpy's array-protocol descriptor ("<f4", "|u1"); empty for bfloat16, which numpy lacks.
 std::string_view DTypeNumpyDescr(DType dtype);
 std::optional<DType> DTypeFromNumpyDescr(std::string_view descr);

@@ -15,26 +15,6 @@ std::string SpecToString(const TensorSpec& spec) {
   return std::string(DTypeName(spec.dtype)) + " " + ShapeToString(spec.shape);
 }
 
-std::optional<uint64_t> NumElements(const std::vector<int64_t>& shape) {
-  constexpr uint64_t kLimit = uint64_t{1} << 62;
-  uint64_t n = 1;
-  for (int64_t d : shape) {
-    if (d < 0) return std::nullopt;
-    if (d != 0 && n > kLimit / static_cast<uint64_t>(d)) return std::nullopt;
-    n *= static_cast<uint64_t>(d);
-  }
-  return n;
-}
-
-std::optional<uint64_t> ByteSize(const TensorSpec& spec) {
-  if (IsBytes(spec.dtype)) return std::nullopt;
-  auto n = NumElements(spec.shape);
-  if (!n) return std::nullopt;
-  uint64_t size = DTypeSize(spec.dtype);
-  if (*n > (uint64_t{1} << 62) / size) return std::nullopt;
-  return *n * size;
-}
-
 Status CheckAgainstDeclared(const TensorSpec& declared, const TensorSpec& got, size_t input_index) {
   bool ok = declared.dtype == got.dtype && declared.shape.size() == got.shape.size();
   for (size_t i = 0; ok && i < declared.shape.size(); ++i) {

@@ -34,11 +34,30 @@ std::string ShapeToString(const std::vector<int64_t>& shape);
 // "float32 [1, 256]"
 std::string SpecToString(const TensorSpec& spec);
 
-// Number of elements, or nullopt for negative dims or overflow past 2^62.
-std::optional<uint64_t> NumElements(const std::vector<int64_t>& shape);
+// Number of elements, or nullopt for negative dims or overflow past 2^62. Inline, with ByteSize:
+// both run several times a request (issue 36).
+inline std::optional<uint64_t> NumElements(const std::vector<int64_t>& shape) {
+  constexpr uint64_t kLimit = uint64_t{1} << 62;
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    // A multiply with its overflow flag, not a division a dimension; past kLimit (or wrapped) is
+    // refused.
+    if (d < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) || n > kLimit) {
+      return std::nullopt;
+    }
+  }
+  return n;
+}
 // Bytes of a C-contiguous tensor, or nullopt as above, and always for bytes tensors (their size
 // is in their data: common/bytes_items.h).
-std::optional<uint64_t> ByteSize(const TensorSpec& spec);
+inline std::optional<uint64_t> ByteSize(const TensorSpec& spec) {
+  if (IsBytes(spec.dtype)) return std::nullopt;
+  const auto n = NumElements(spec.shape);
+  if (!n) return std::nullopt;
+  const uint64_t size = DTypeSize(spec.dtype);
+  if (*n > (uint64_t{1} << 62) / size) return std::nullopt;
+  return *n * size;
+}
 
 // Checks a concrete tensor against a model's declared input (dtype equal, rank equal, every
 // declared dim that is not -1 equal). The message names the input index, expected and received.

@@ -27,6 +27,17 @@ TEST(TensorSpecTest, NegativeAndOverflowingShapesHaveNoSize) {
   EXPECT_FALSE(NumElements({int64_t{1} << 40, int64_t{1} << 40}).has_value());
   EXPECT_FALSE(ByteSize({DType::kFloat64, {int64_t{1} << 61}}).has_value());
   EXPECT_TRUE(ByteSize({DType::kUInt8, {int64_t{1} << 61}}).has_value());
+  // The limit is 2^62 elements, itself included, however the dimensions split it.
+  EXPECT_EQ(NumElements({int64_t{1} << 62}), uint64_t{1} << 62);
+  EXPECT_EQ(NumElements({int64_t{1} << 31, int64_t{1} << 31}), uint64_t{1} << 62);
+  EXPECT_FALSE(NumElements({(int64_t{1} << 62) + 1}).has_value());
+  EXPECT_FALSE(NumElements({int64_t{1} << 31, (int64_t{1} << 31) + 1}).has_value());
+  // A product that wraps 64 bits to something small is still too large.
+  EXPECT_FALSE(NumElements({int64_t{1} << 32, int64_t{1} << 32, 2}).has_value());
+  EXPECT_FALSE(NumElements({3, INT64_MAX, 3}).has_value());
+  // A zero anywhere is zero elements, even after a huge dimension.
+  EXPECT_EQ(NumElements({int64_t{1} << 62, 0}), 0u);
+  EXPECT_EQ(NumElements({0, INT64_MAX, INT64_MAX}), 0u);
 }
 
 TEST(TensorSpecTest, CheckAgainstDeclaredAcceptsWildcards) {
