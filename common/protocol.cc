@@ -663,37 +663,52 @@ std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
   return MakeOkReply(id, outputs, {}, timing, worker_id, shm_region, shm_offsets);
 }
 
-std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
-                        const std::vector<std::string>& output_names, const StageTimes& timing,
-                        int worker_id, const std::string& shm_region,
-                        const std::vector<uint64_t>* shm_offsets) {
+OkReplyText::OkReplyText(const json& id, const std::vector<TensorSpec>& outputs,
+                         const std::vector<std::string>& output_names, const StageTimes& timing,
+                         int worker_id, std::string_view shm_region,
+                         const std::vector<uint64_t>* shm_offsets)
+    : id_(id),
+      outputs_(outputs),
+      output_names_(output_names),
+      timing_(timing),
+      worker_id_(worker_id),
+      shm_region_(shm_region),
+      shm_offsets_(shm_offsets) {
   // Built by hand: this runs once per answered request, and a json object plus dump() cost
   // several times more (bench/analysis.md). The layout equals json::dump() of the same object.
-  // Written through a pointer into a string sized once to a bound on the text: literals are
+  // Written through a pointer into a buffer sized once to a bound on the text: literals are
   // fixed-size copies, numbers to_chars in place (issue 36; appending each piece cost a call, a
   // capacity check and a copy).
-  std::string id_text;  // an id that is not an unsigned integer or null, dumped (rare)
   if (!id.is_number_unsigned() && !id.is_null()) {
-    id_text = id.dump(-1, ' ', false, json::error_handler_t::replace);
+    id_text_ = id.dump(-1, ' ', false, json::error_handler_t::replace);
   }
-  std::vector<std::string> dumped_names;  // names that need escaping, dumped (rare)
-  constexpr size_t kIntChars = 20;        // any 64-bit integer, sign included
   // Every fixed part, an integer id and every timing field at 20 digits come to 284.
-  size_t bound = 320 + id_text.size();
+  bound_ = 320 + id_text_.size();
   for (size_t i = 0; i < outputs.size(); ++i) {
     size_t name = 10 + kIntChars;  // "OUTPUT__k"
     if (i < output_names.size() && ValidTensorName(output_names[i])) {
       name = 2 + output_names[i].size();
     } else if (i < output_names.size()) {
-      dumped_names.resize(outputs.size());
-      dumped_names[i] = json(output_names[i]).dump(-1, ' ', false, json::error_handler_t::replace);
-      name = dumped_names[i].size();
+      dumped_names_.resize(outputs.size());
+      dumped_names_[i] = json(output_names[i]).dump(-1, ' ', false, json::error_handler_t::replace);
+      name = dumped_names_[i].size();
     }
-    bound += 96 + name + (kIntChars + 1) * outputs[i].shape.size() +
-             (shm_offsets ? shm_region.size() + kIntChars : 0);
+    bound_ += 96 + name + (kIntChars + 1) * outputs[i].shape.size() +
+              (shm_offsets ? shm_region.size() + kIntChars : 0);
   }
-  std::string out(bound, '\0');
-  char* p = out.data();
+}
+
+char* OkReplyText::Write(char* out) const {
+  char* p = out;
+  const json& id = id_;
+  const std::vector<TensorSpec>& outputs = outputs_;
+  const std::vector<std::string>& output_names = output_names_;
+  const std::vector<std::string>& dumped_names = dumped_names_;
+  const StageTimes& timing = timing_;
+  const std::vector<uint64_t>* shm_offsets = shm_offsets_;
+  const std::string_view shm_region = shm_region_;
+  const int worker_id = worker_id_;
+  const std::string& id_text = id_text_;
   auto put = [&p](std::string_view text) {
     std::memcpy(p, text.data(), text.size());
     p += text.size();
@@ -764,7 +779,16 @@ std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
   put("},\"worker\":");
   put_int(worker_id);
   *p++ = '}';
-  out.resize(static_cast<size_t>(p - out.data()));
+  return p;
+}
+
+std::string MakeOkReply(const json& id, const std::vector<TensorSpec>& outputs,
+                        const std::vector<std::string>& output_names, const StageTimes& timing,
+                        int worker_id, const std::string& shm_region,
+                        const std::vector<uint64_t>* shm_offsets) {
+  const OkReplyText text(id, outputs, output_names, timing, worker_id, shm_region, shm_offsets);
+  std::string out(text.bound(), '\0');
+  out.resize(static_cast<size_t>(text.Write(out.data()) - out.data()));
   return out;
 }
 

@@ -125,6 +125,32 @@ struct StageTimes {
   int64_t postprocess_us = -1;
 };
 
+// An "ok" reply header's text, written into a buffer the caller owns: at most bound() bytes at
+// `out`, Write returning their end. MakeOkReply is this into a string; the reply writer writes it
+// straight into the block its message owns (supervisor/dispatch/reply_backlog.h), one allocation
+// fewer a reply (issue 36). Holds references to its arguments: use it while they live.
+class OkReplyText {
+ public:
+  OkReplyText(const nlohmann::json& id, const std::vector<TensorSpec>& outputs,
+              const std::vector<std::string>& output_names, const StageTimes& timing, int worker_id,
+              std::string_view shm_region = {}, const std::vector<uint64_t>* shm_offsets = nullptr);
+  size_t bound() const { return bound_; }
+  char* Write(char* out) const;
+
+ private:
+  static constexpr size_t kIntChars = 20;  // any 64-bit integer, sign included
+  const nlohmann::json& id_;
+  const std::vector<TensorSpec>& outputs_;
+  const std::vector<std::string>& output_names_;
+  const StageTimes& timing_;
+  int worker_id_;
+  std::string_view shm_region_;
+  const std::vector<uint64_t>* shm_offsets_;
+  std::string id_text_;                    // an id not an unsigned integer or null, dumped (rare)
+  std::vector<std::string> dumped_names_;  // names that need escaping, dumped (rare)
+  size_t bound_ = 0;
+};
+
 // Every output carries a "name": output_names[k], or OUTPUT__k beyond them
 // (common/tensor_names.h). `shm_offsets`, when given, are where each output was written in region
 // `shm_region` (PlaceOutputs): the reply names them and carries no data frames.

@@ -1,5 +1,7 @@
 #include "supervisor/dispatch/reply_backlog.h"
 
+#include <cstring>
+#include <new>
 #include <utility>
 
 namespace torchfarm {
@@ -7,30 +9,44 @@ namespace torchfarm {
 struct ReplyBacklog::Block {
   std::shared_ptr<Counter> counter;
   int64_t bytes = 0;
-  std::string text;
+  // The header's text follows the block, in the same allocation (TextOf).
 };
+
+char* ReplyBacklog::TextOf(Block* block) { return reinterpret_cast<char*>(block + 1); }
 
 void ReplyBacklog::Free(void* /*data*/, void* hint) {
   // libzmq's I/O thread (or the loop thread, for a message that was never queued).
   auto* block = static_cast<Block*>(hint);
   block->counter->replies.fetch_sub(1, std::memory_order_relaxed);
   block->counter->bytes.fetch_sub(block->bytes, std::memory_order_relaxed);
-  delete block;  // the shared_ptr's count is atomic: the loop may be sweeping meanwhile
+  // The shared_ptr's count is atomic: the loop may be sweeping meanwhile.
+  block->~Block();
+  ::operator delete(block);
 }
 
-zmq::message_t ReplyBacklog::TrackedHeader(std::string_view client, std::string header,
-                                           uint64_t reply_bytes) {
+ReplyBacklog::Block* ReplyBacklog::NewBlock(std::string_view client, size_t bound) {
   std::shared_ptr<Counter>& counter = *Find(client, true);
   if (!counter) counter = std::make_shared<Counter>();
-  auto block = std::make_unique<Block>();
+  void* memory = ::operator new(sizeof(Block) + bound);
+  Block* block = new (memory) Block;
   block->counter = counter;
-  block->bytes = static_cast<int64_t>(reply_bytes);
-  block->text = std::move(header);
-  counter->replies.fetch_add(1, std::memory_order_relaxed);
-  counter->bytes.fetch_add(block->bytes, std::memory_order_relaxed);
-  Block* raw = block.release();
+  return block;
+}
+
+zmq::message_t ReplyBacklog::Track(Block* block, size_t size, uint64_t frame_bytes) {
+  block->bytes = static_cast<int64_t>(size + frame_bytes);
+  block->counter->replies.fetch_add(1, std::memory_order_relaxed);
+  block->counter->bytes.fetch_add(block->bytes, std::memory_order_relaxed);
   // From here the message owns the block: its destructor or libzmq runs Free exactly once.
-  return zmq::message_t(raw->text.data(), raw->text.size(), &Free, raw);
+  return zmq::message_t(TextOf(block), size, &Free, block);
+}
+
+zmq::message_t ReplyBacklog::TrackedHeader(std::string_view client, std::string_view header,
+                                           uint64_t frame_bytes) {
+  return TrackedHeader(client, header.size(), frame_bytes, [&header](char* out) {
+    if (!header.empty()) std::memcpy(out, header.data(), header.size());
+    return out + header.size();
+  });
 }
 
 std::shared_ptr<ReplyBacklog::Counter>* ReplyBacklog::Find(std::string_view client,

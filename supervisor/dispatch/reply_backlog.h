@@ -32,10 +32,21 @@ class ReplyBacklog {
     int64_t bytes = 0;
   };
 
-  // The header frame of a reply of `reply_bytes` in all to the client with routing id `client`,
-  // counted against that client until libzmq frees it (sent, or dropped unsent).
-  // `header` is moved into the message (no copy of the text).
-  zmq::message_t TrackedHeader(std::string_view client, std::string header, uint64_t reply_bytes);
+  // The header frame of a reply to the client with routing id `client`, counted against that
+  // client until libzmq frees it (sent, or dropped unsent): the header's own bytes and
+  // `frame_bytes` (the reply's other frames). Its text is written in place: `write(out)` puts at
+  // most `bound` bytes at `out`, in the block the message owns, and returns their end (one
+  // allocation a reply: issue 36).
+  template <typename Write>
+  zmq::message_t TrackedHeader(std::string_view client, size_t bound, uint64_t frame_bytes,
+                               const Write& write) {
+    Block* block = NewBlock(client, bound);
+    char* text = TextOf(block);
+    return Track(block, static_cast<size_t>(write(text) - text), frame_bytes);
+  }
+  // The same for a header already made.
+  zmq::message_t TrackedHeader(std::string_view client, std::string_view header,
+                               uint64_t frame_bytes);
   // What `client` has not taken yet.
   Counts Of(std::string_view client) const;
   // What every client has not taken yet, together.
@@ -49,7 +60,12 @@ class ReplyBacklog {
     std::atomic<int64_t> replies{0};
     std::atomic<int64_t> bytes{0};
   };
-  struct Block;  // one tracked header: its bytes and its counter (reply_backlog.cc)
+  struct Block;  // one tracked header: its counter and bytes, its text after it (reply_backlog.cc)
+  // A block with room for `bound` bytes of text, its client's counter found (made when new).
+  Block* NewBlock(std::string_view client, size_t bound);
+  static char* TextOf(Block* block);
+  // The message owning `block`, its text `size` bytes long, counted with `frame_bytes` more.
+  zmq::message_t Track(Block* block, size_t size, uint64_t frame_bytes);
   static void Free(void* data, void* hint);
   // The entry of `client`, null when it has none (create: made then). The last one found is
   // remembered: a reply looks its client up three times (admission, the pin decision, the

@@ -146,16 +146,27 @@ void ReplyWriter::Send(PendingRequest& request, std::string header,
     if (frames) frames->clear();
     return;
   }
-  zmq::socket_t& socket = jobs_;
-  // Everything that allocates happens before the envelope goes: once its first frame is taken, a
-  // throw would leave the ROUTER mid-message and the next reply's envelope in this one's body.
-  uint64_t bytes = header.size();
-  if (has_frames) {
-    for (const auto& frame : *frames) bytes += frame.size();
-  }
   // Keyed by the routing id, read before sending empties the message.
   zmq::message_t header_frame =
-      backlog_.TrackedHeader(RoutingId(request), std::move(header), bytes);
+      backlog_.TrackedHeader(RoutingId(request), header, FrameBytes(frames));
+  SendOnJobs(request, header_frame, frames);
+}
+
+uint64_t ReplyWriter::FrameBytes(const std::vector<zmq::message_t>* frames) {
+  uint64_t bytes = 0;
+  if (frames) {
+    for (const auto& frame : *frames) bytes += frame.size();
+  }
+  return bytes;
+}
+
+void ReplyWriter::SendOnJobs(PendingRequest& request, zmq::message_t& header_frame,
+                             std::vector<zmq::message_t>* frames) {
+  zmq::socket_t& socket = jobs_;
+  const bool has_frames = frames && !frames->empty();
+  // Everything that allocates happened before (the header frame): once the envelope's first frame
+  // is taken, a throw would leave the ROUTER mid-message and the next reply's envelope in this
+  // one's body.
   if (!SendEnvelope(request)) {
     if (frames) frames->clear();  // pinned frames let go of their slot now, not at the next reply
     return;
@@ -224,8 +235,18 @@ Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
     SendTyped(request, OkReplyHeader(request, share, std::move(share.outputs), names), &frames_);
     return Status::Ok();
   }
-  Send(request, MakeOkReply(request.id, share.outputs, names, share.timing, share.worker_id),
-       &frames_);
+  if (request.origin != RequestOrigin::kZmq && frontend_) {
+    Send(request, MakeOkReply(request.id, share.outputs, names, share.timing, share.worker_id),
+         &frames_);
+    return Status::Ok();
+  }
+  // Send's job-socket path, the header written straight into the block its frame owns.
+  ReleaseHeld(request);
+  const OkReplyText text(request.id, share.outputs, names, share.timing, share.worker_id);
+  zmq::message_t header_frame =
+      backlog_.TrackedHeader(RoutingId(request), text.bound(), FrameBytes(&frames_),
+                             [&text](char* out) { return text.Write(out); });
+  SendOnJobs(request, header_frame, &frames_);
   return Status::Ok();
 }
 

@@ -111,6 +111,12 @@ class ReplyWriter {
   // Whether libzmq took the reply's envelope on the job socket (ROUTER_MANDATORY, no wait);
   // counts and logs it when not.
   bool SendEnvelope(PendingRequest& request);
+  // The reply on the job socket, its header frame made (ReplyBacklog::TrackedHeader): the
+  // envelope, the REQ delimiter, the header and the data frames.
+  void SendOnJobs(PendingRequest& request, zmq::message_t& header_frame,
+                  std::vector<zmq::message_t>* frames);
+  // The bytes of a reply's data frames, which its client's backlog counts with the header.
+  static uint64_t FrameBytes(const std::vector<zmq::message_t>* frames);
   // Hands a front-end request's reply to its channel (dropped when the channel stopped: it has
   // answered its calls itself).
   void SendToFrontend(PendingRequest& request, zmq::message_t header,
