@@ -134,6 +134,23 @@ class OkReplyText {
   OkReplyText(const nlohmann::json& id, const std::vector<TensorSpec>& outputs,
               const std::vector<std::string>& output_names, const StageTimes& timing, int worker_id,
               std::string_view shm_region = {}, const std::vector<uint64_t>* shm_offsets = nullptr);
+  // It keeps references: a temporary argument would be gone before Write reads it.
+  OkReplyText(const nlohmann::json&& id, const std::vector<TensorSpec>& outputs,
+              const std::vector<std::string>& output_names, const StageTimes& timing, int worker_id,
+              std::string_view shm_region = {},
+              const std::vector<uint64_t>* shm_offsets = nullptr) = delete;
+  OkReplyText(const nlohmann::json& id, const std::vector<TensorSpec>&& outputs,
+              const std::vector<std::string>& output_names, const StageTimes& timing, int worker_id,
+              std::string_view shm_region = {},
+              const std::vector<uint64_t>* shm_offsets = nullptr) = delete;
+  OkReplyText(const nlohmann::json& id, const std::vector<TensorSpec>& outputs,
+              const std::vector<std::string>&& output_names, const StageTimes& timing,
+              int worker_id, std::string_view shm_region = {},
+              const std::vector<uint64_t>* shm_offsets = nullptr) = delete;
+  OkReplyText(const nlohmann::json& id, const std::vector<TensorSpec>& outputs,
+              const std::vector<std::string>& output_names, const StageTimes&& timing,
+              int worker_id, std::string_view shm_region = {},
+              const std::vector<uint64_t>* shm_offsets = nullptr) = delete;
   size_t bound() const { return bound_; }
   char* Write(char* out) const;
 

@@ -14,14 +14,17 @@ struct ReplyBacklog::Block {
 
 char* ReplyBacklog::TextOf(Block* block) { return reinterpret_cast<char*>(block + 1); }
 
+void ReplyBacklog::Discard(Block* block) {
+  block->~Block();
+  ::operator delete(block);
+}
+
 void ReplyBacklog::Free(void* /*data*/, void* hint) {
   // libzmq's I/O thread (or the loop thread, for a message that was never queued).
   auto* block = static_cast<Block*>(hint);
   block->counter->replies.fetch_sub(1, std::memory_order_relaxed);
   block->counter->bytes.fetch_sub(block->bytes, std::memory_order_relaxed);
-  // The shared_ptr's count is atomic: the loop may be sweeping meanwhile.
-  block->~Block();
-  ::operator delete(block);
+  Discard(block);  // the shared_ptr's count is atomic: the loop may be sweeping meanwhile
 }
 
 ReplyBacklog::Block* ReplyBacklog::NewBlock(std::string_view client, size_t bound) {

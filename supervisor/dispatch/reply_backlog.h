@@ -42,7 +42,14 @@ class ReplyBacklog {
                                const Write& write) {
     Block* block = NewBlock(client, bound);
     char* text = TextOf(block);
-    return Track(block, static_cast<size_t>(write(text) - text), frame_bytes);
+    size_t size = 0;
+    try {
+      size = static_cast<size_t>(write(text) - text);
+    } catch (...) {
+      Discard(block);  // not counted yet: only the memory goes
+      throw;
+    }
+    return Track(block, size, frame_bytes);
   }
   // The same for a header already made.
   zmq::message_t TrackedHeader(std::string_view client, std::string_view header,
@@ -64,6 +71,8 @@ class ReplyBacklog {
   // A block with room for `bound` bytes of text, its client's counter found (made when new).
   Block* NewBlock(std::string_view client, size_t bound);
   static char* TextOf(Block* block);
+  // Frees a block no message owns (nothing counted it).
+  static void Discard(Block* block);
   // The message owning `block`, its text `size` bytes long, counted with `frame_bytes` more.
   zmq::message_t Track(Block* block, size_t size, uint64_t frame_bytes);
   static void Free(void* data, void* hint);

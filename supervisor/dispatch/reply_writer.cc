@@ -240,9 +240,10 @@ Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
          &frames_);
     return Status::Ok();
   }
-  // Send's job-socket path, the header written straight into the block its frame owns.
-  ReleaseHeld(request);
+  // Send's job-socket path, the header written straight into the block its frame owns. The text's
+  // rare allocations (an id or a name to escape) come before the request lets go, as in Send.
   const OkReplyText text(request.id, share.outputs, names, share.timing, share.worker_id);
+  ReleaseHeld(request);
   zmq::message_t header_frame =
       backlog_.TrackedHeader(RoutingId(request), text.bound(), FrameBytes(&frames_),
                              [&text](char* out) { return text.Write(out); });

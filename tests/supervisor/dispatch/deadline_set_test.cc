@@ -97,5 +97,36 @@ TEST(DeadlineSet, MatchesAMultisetOverRandomInsertsAndRemovals) {
   }
 }
 
+TEST(DeadlineSet, PastTheArraysSizeItMatchesAMultisetAsATreeAndComesBackWhenEmptied) {
+  // A queue far longer than the array (max_queue_size allows 10^7) with mixed timeouts: inserts
+  // near the front and removals from the middle stay O(log n) in the tree.
+  const uint64_t seed = std::random_device{}();
+  std::mt19937_64 rng(seed);
+  DeadlineSet set;
+  std::multiset<TimePoint> model;
+  const size_t fill = DeadlineSet::kMaxArray * 2 + 17;
+  for (size_t i = 0; i < fill; ++i) {
+    const TimePoint at = At(static_cast<int64_t>(rng() % 100000));
+    set.insert(at);
+    model.insert(at);
+    if (i + 1 > DeadlineSet::kMaxArray) ASSERT_TRUE(set.in_tree()) << "seed " << seed;
+    ASSERT_EQ(set.earliest(), *model.begin()) << "seed " << seed << " insert " << i;
+  }
+  ASSERT_EQ(set.size(), model.size());
+  while (!model.empty()) {
+    auto it = std::next(model.begin(), static_cast<std::ptrdiff_t>(rng() % model.size()));
+    set.erase(*it);
+    model.erase(it);
+    ASSERT_EQ(set.size(), model.size()) << "seed " << seed;
+    if (!model.empty()) ASSERT_EQ(set.earliest(), *model.begin()) << "seed " << seed;
+  }
+  EXPECT_TRUE(set.empty());
+  EXPECT_FALSE(set.in_tree()) << "emptied: back to the array";
+  set.insert(At(3));
+  set.insert(At(1));
+  EXPECT_FALSE(set.in_tree());
+  EXPECT_EQ(set.earliest(), At(1));
+}
+
 }  // namespace
 }  // namespace torchfarm

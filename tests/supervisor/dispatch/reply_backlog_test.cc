@@ -64,11 +64,10 @@ TEST(ReplyBacklog, AFrameSentCountsUntilTheReceiverLetsGoOfIt) {
   ReplyBacklog backlog;
   for (int i = 0; i < 3; ++i) {
     const std::string text = "header " + std::to_string(i);
-    zmq::message_t header =
-        backlog.TrackedHeader("reader", text.size(), 10, [&](char* out) {
-          std::memcpy(out, text.data(), text.size());
-          return out + text.size();
-        });
+    zmq::message_t header = backlog.TrackedHeader("reader", text.size(), 10, [&](char* out) {
+      std::memcpy(out, text.data(), text.size());
+      return out + text.size();
+    });
     ASSERT_TRUE(sender.send(header, zmq::send_flags::none));
   }
   EXPECT_EQ(backlog.Of("reader").replies, 3) << "queued, not yet taken";
