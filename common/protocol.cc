@@ -700,84 +700,75 @@ OkReplyText::OkReplyText(const json& id, const std::vector<TensorSpec>& outputs,
 
 char* OkReplyText::Write(char* out) const {
   char* p = out;
-  const json& id = id_;
-  const std::vector<TensorSpec>& outputs = outputs_;
-  const std::vector<std::string>& output_names = output_names_;
-  const std::vector<std::string>& dumped_names = dumped_names_;
-  const StageTimes& timing = timing_;
-  const std::vector<uint64_t>* shm_offsets = shm_offsets_;
-  const std::string_view shm_region = shm_region_;
-  const int worker_id = worker_id_;
-  const std::string& id_text = id_text_;
   auto put = [&p](std::string_view text) {
     std::memcpy(p, text.data(), text.size());
     p += text.size();
   };
   auto put_int = [&p](auto value) { p = std::to_chars(p, p + kIntChars, value).ptr; };
   put("{\"v\":1,\"id\":");
-  if (id.is_number_unsigned()) {
-    put_int(id.get<uint64_t>());
-  } else if (id.is_null()) {
+  if (id_.is_number_unsigned()) {
+    put_int(id_.get<uint64_t>());
+  } else if (id_.is_null()) {
     put("null");
   } else {
-    put(id_text);
+    put(id_text_);
   }
   put(",\"status\":\"ok\",\"outputs\":[");
-  for (size_t i = 0; i < outputs.size(); ++i) {
+  for (size_t i = 0; i < outputs_.size(); ++i) {
     if (i) *p++ = ',';
     put("{\"dtype\":\"");
-    put(DTypeName(outputs[i].dtype));
+    put(DTypeName(outputs_[i].dtype));
     // Keys in dump()'s (sorted) order. A config name needs no escaping (tensor_names.h); any
     // other was dumped above.
     put("\",\"name\":");
-    if (i >= output_names.size()) {
+    if (i >= output_names_.size()) {
       put("\"OUTPUT__");  // DefaultOutputName(i), without a string of its own
       put_int(i);
       *p++ = '"';
-    } else if (i < dumped_names.size() && !dumped_names[i].empty()) {
-      put(dumped_names[i]);
+    } else if (i < dumped_names_.size() && !dumped_names_[i].empty()) {
+      put(dumped_names_[i]);
     } else {
       *p++ = '"';
-      put(output_names[i]);
+      put(output_names_[i]);
       *p++ = '"';
     }
     put(",\"shape\":[");
-    for (size_t d = 0; d < outputs[i].shape.size(); ++d) {
+    for (size_t d = 0; d < outputs_[i].shape.size(); ++d) {
       if (d) *p++ = ',';
-      put_int(outputs[i].shape[d]);
+      put_int(outputs_[i].shape[d]);
     }
     *p++ = ']';
-    if (shm_offsets) {
+    if (shm_offsets_) {
       // The token is ours (hex) and needs no escaping.
       put(",\"shm\":{\"region\":\"");
-      put(shm_region);
+      put(shm_region_);
       put("\",\"offset\":");
-      put_int((*shm_offsets)[i]);
+      put_int((*shm_offsets_)[i]);
       *p++ = '}';
     }
     *p++ = '}';
   }
   put("],\"timing_us\":{\"queue\":");
-  put_int(timing.queue_us);
+  put_int(timing_.queue_us);
   put(",\"compute\":");
-  put_int(timing.compute_us);
+  put_int(timing_.compute_us);
   // Pipeline stages only for a model that has them (docs/protocol.md, "Replies").
-  if (timing.decode_us >= 0) {
+  if (timing_.decode_us >= 0) {
     put(",\"decode\":");
-    put_int(timing.decode_us);
+    put_int(timing_.decode_us);
   }
-  if (timing.preprocess_us >= 0) {
+  if (timing_.preprocess_us >= 0) {
     put(",\"preprocess\":");
-    put_int(timing.preprocess_us);
+    put_int(timing_.preprocess_us);
   }
-  if (timing.postprocess_us >= 0) {
+  if (timing_.postprocess_us >= 0) {
     put(",\"postprocess\":");
-    put_int(timing.postprocess_us);
+    put_int(timing_.postprocess_us);
   }
   put(",\"total\":");
-  put_int(timing.total_us);
+  put_int(timing_.total_us);
   put("},\"worker\":");
-  put_int(worker_id);
+  put_int(worker_id_);
   *p++ = '}';
   return p;
 }

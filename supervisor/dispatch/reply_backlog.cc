@@ -1,6 +1,5 @@
 #include "supervisor/dispatch/reply_backlog.h"
 
-#include <cstring>
 #include <new>
 #include <utility>
 
@@ -42,14 +41,6 @@ zmq::message_t ReplyBacklog::Track(Block* block, size_t size, uint64_t frame_byt
   block->counter->bytes.fetch_add(block->bytes, std::memory_order_relaxed);
   // From here the message owns the block: its destructor or libzmq runs Free exactly once.
   return zmq::message_t(TextOf(block), size, &Free, block);
-}
-
-zmq::message_t ReplyBacklog::TrackedHeader(std::string_view client, std::string_view header,
-                                           uint64_t frame_bytes) {
-  return TrackedHeader(client, header.size(), frame_bytes, [&header](char* out) {
-    if (!header.empty()) std::memcpy(out, header.data(), header.size());
-    return out + header.size();
-  });
 }
 
 std::shared_ptr<ReplyBacklog::Counter>* ReplyBacklog::Find(std::string_view client,

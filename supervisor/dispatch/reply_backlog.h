@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -51,9 +52,19 @@ class ReplyBacklog {
     }
     return Track(block, size, frame_bytes);
   }
+  // A writer for a header already made: copies it.
+  struct CopiedText {
+    std::string_view text;
+    char* operator()(char* out) const {
+      if (!text.empty()) std::memcpy(out, text.data(), text.size());
+      return out + text.size();
+    }
+  };
   // The same for a header already made.
   zmq::message_t TrackedHeader(std::string_view client, std::string_view header,
-                               uint64_t frame_bytes);
+                               uint64_t frame_bytes) {
+    return TrackedHeader(client, header.size(), frame_bytes, CopiedText{header});
+  }
   // What `client` has not taken yet.
   Counts Of(std::string_view client) const;
   // What every client has not taken yet, together.

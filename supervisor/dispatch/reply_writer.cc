@@ -146,10 +146,7 @@ void ReplyWriter::Send(PendingRequest& request, std::string header,
     if (frames) frames->clear();
     return;
   }
-  // Keyed by the routing id, read before sending empties the message.
-  zmq::message_t header_frame =
-      backlog_.TrackedHeader(RoutingId(request), header, FrameBytes(frames));
-  SendOnJobs(request, header_frame, frames);
+  SendOnJobs(request, header.size(), ReplyBacklog::CopiedText{header}, frames);
 }
 
 uint64_t ReplyWriter::FrameBytes(const std::vector<zmq::message_t>* frames) {
@@ -160,13 +157,16 @@ uint64_t ReplyWriter::FrameBytes(const std::vector<zmq::message_t>* frames) {
   return bytes;
 }
 
-void ReplyWriter::SendOnJobs(PendingRequest& request, zmq::message_t& header_frame,
+template <typename Write>
+void ReplyWriter::SendOnJobs(PendingRequest& request, size_t bound, const Write& write,
                              std::vector<zmq::message_t>* frames) {
   zmq::socket_t& socket = jobs_;
   const bool has_frames = frames && !frames->empty();
-  // Everything that allocates happened before (the header frame): once the envelope's first frame
-  // is taken, a throw would leave the ROUTER mid-message and the next reply's envelope in this
-  // one's body.
+  // Everything that allocates happens before the envelope goes: once its first frame is taken, a
+  // throw would leave the ROUTER mid-message and the next reply's envelope in this one's body.
+  // Keyed by the routing id, read before sending empties the message.
+  zmq::message_t header_frame =
+      backlog_.TrackedHeader(RoutingId(request), bound, FrameBytes(frames), write);
   if (!SendEnvelope(request)) {
     if (frames) frames->clear();  // pinned frames let go of their slot now, not at the next reply
     return;
@@ -244,10 +244,8 @@ Status ReplyWriter::SendOutputs(PendingRequest& request, BatchShare share) {
   // rare allocations (an id or a name to escape) come before the request lets go, as in Send.
   const OkReplyText text(request.id, share.outputs, names, share.timing, share.worker_id);
   ReleaseHeld(request);
-  zmq::message_t header_frame =
-      backlog_.TrackedHeader(RoutingId(request), text.bound(), FrameBytes(&frames_),
-                             [&text](char* out) { return text.Write(out); });
-  SendOnJobs(request, header_frame, &frames_);
+  SendOnJobs(
+      request, text.bound(), [&text](char* out) { return text.Write(out); }, &frames_);
   return Status::Ok();
 }
 

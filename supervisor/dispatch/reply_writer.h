@@ -111,9 +111,11 @@ class ReplyWriter {
   // Whether libzmq took the reply's envelope on the job socket (ROUTER_MANDATORY, no wait);
   // counts and logs it when not.
   bool SendEnvelope(PendingRequest& request);
-  // The reply on the job socket, its header frame made (ReplyBacklog::TrackedHeader): the
-  // envelope, the REQ delimiter, the header and the data frames.
-  void SendOnJobs(PendingRequest& request, zmq::message_t& header_frame,
+  // The reply on the job socket: its header frame made first (ReplyBacklog::TrackedHeader, at most
+  // `bound` bytes that `write` puts in place), then the envelope, the REQ delimiter, the header and
+  // the data frames. Defined in reply_writer.cc, its only user.
+  template <typename Write>
+  void SendOnJobs(PendingRequest& request, size_t bound, const Write& write,
                   std::vector<zmq::message_t>* frames);
   // The bytes of a reply's data frames, which its client's backlog counts with the header.
   static uint64_t FrameBytes(const std::vector<zmq::message_t>* frames);
